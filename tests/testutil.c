@@ -1,0 +1,91 @@
+#include "tests/testutil.h"
+#include <math.h>
+
+int nt_test_passed, nt_test_failed;
+
+int nt_test_check_ok(nt_ctx *ctx, nt_status st, const char *expr, const char *file, int line) {
+  if (st == NT_OK) {
+    nt_test_passed++;
+    return 1;
+  }
+  nt_test_failed++;
+  fprintf(stderr, "FAIL %s:%d: %s returned %s: %s\n", file, line, expr, nt_status_str(st),
+          nt_last_error(ctx));
+  return 0;
+}
+
+int nt_test_check_err(nt_ctx *ctx, nt_status expected, nt_status st, const char *expr,
+                      const char *file, int line) {
+  if (st == expected) {
+    nt_test_passed++;
+    printf("  expected error from %s: %s\n", expr, nt_last_error(ctx));
+    return 1;
+  }
+  nt_test_failed++;
+  fprintf(stderr, "FAIL %s:%d: %s returned %s, expected %s (%s)\n", file, line, expr,
+          nt_status_str(st), nt_status_str(expected), nt_last_error(ctx));
+  return 0;
+}
+
+int nt_test_finish(void) {
+  printf("%d passed, %d failed\n", nt_test_passed, nt_test_failed);
+  return nt_test_failed ? 1 : 0;
+}
+
+nt_ctx *nt_test_cuda_ctx(void) {
+  if (nt_cuda_device_count() == 0) return NULL;
+  nt_ctx *ctx;
+  if (nt_ctx_create(&ctx, nt_cuda(0))) {
+    fprintf(stderr, "CUDA context: %s\n", nt_last_error(ctx));
+    nt_ctx_free(ctx);
+    return NULL;
+  }
+  return ctx;
+}
+
+int nt_test_skip(const char *why) {
+  printf("skipped: %s\n", why);
+  return NT_TEST_SKIP;
+}
+
+static uint64_t splitmix64(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+double nt_test_uniform(nt_test_rng *r, double lo, double hi) {
+  return lo + (hi - lo) * ((double)(splitmix64(&r->s) >> 11) * 0x1.0p-53);
+}
+
+double nt_test_normal(nt_test_rng *r) {
+  double u1 = nt_test_uniform(r, 1e-12, 1.0), u2 = nt_test_uniform(r, 0.0, 1.0);
+  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+void nt_test_fill_uniform(nt_test_rng *r, float *x, int64_t n, float lo, float hi) {
+  for (int64_t i = 0; i < n; i++) x[i] = (float)nt_test_uniform(r, lo, hi);
+}
+
+double nt_test_rel_err(const float *a, const float *b, int64_t n) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double d = (double)a[i] - (double)b[i];
+    num += d * d;
+    den += (double)b[i] * (double)b[i];
+  }
+  if (isnan(num)) return INFINITY;
+  return den == 0 ? sqrt(num) : sqrt(num / den);
+}
+
+double nt_test_rel_err_d(const double *a, const double *b, int64_t n) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double d = a[i] - b[i];
+    num += d * d;
+    den += b[i] * b[i];
+  }
+  if (isnan(num)) return INFINITY;
+  return den == 0 ? sqrt(num) : sqrt(num / den);
+}

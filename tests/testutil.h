@@ -1,0 +1,54 @@
+/* Small test harness: checks that count failures, a closing "N passed, N failed" line, GPU
+ * skip handling (exit 77, which CTest reports as skipped), seeded random data and error norms. */
+#ifndef NT_TESTUTIL_H
+#define NT_TESTUTIL_H
+#include <stdint.h>
+#include <stdio.h>
+#include "core/nt.h"
+
+#define NT_TEST_SKIP 77
+
+extern int nt_test_passed, nt_test_failed;
+
+#define CHECK(cond, ...)                                                   \
+  do {                                                                     \
+    if (cond) {                                                            \
+      nt_test_passed++;                                                    \
+    } else {                                                               \
+      nt_test_failed++;                                                    \
+      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);      \
+      fprintf(stderr, __VA_ARGS__);                                        \
+      fputc('\n', stderr);                                                 \
+    }                                                                      \
+  } while (0)
+
+/* A call that must succeed; on failure prints the context's message. Evaluates to true on
+ * success so tests can stop early: if (!CHECK_OK(ctx, f(...))) goto done; */
+#define CHECK_OK(ctx, call) nt_test_check_ok((ctx), (call), #call, __FILE__, __LINE__)
+/* A call that must fail with `expected`; prints the message it gave (to show it is clear). */
+#define CHECK_ERR(ctx, expected, call) \
+  nt_test_check_err((ctx), (expected), (call), #call, __FILE__, __LINE__)
+
+int nt_test_check_ok(nt_ctx *ctx, nt_status st, const char *expr, const char *file, int line);
+int nt_test_check_err(nt_ctx *ctx, nt_status expected, nt_status st, const char *expr,
+                      const char *file, int line);
+
+/* Prints "N passed, N failed" and returns the exit code. */
+int nt_test_finish(void);
+
+/* A CUDA context on device 0, or NULL when there is no GPU (the test should then
+ * `return nt_test_skip("reason")`). */
+nt_ctx *nt_test_cuda_ctx(void);
+int nt_test_skip(const char *why);
+
+/* Deterministic uniform numbers in [lo, hi) (splitmix64 on a test-local state). */
+typedef struct { uint64_t s; } nt_test_rng;
+double nt_test_uniform(nt_test_rng *r, double lo, double hi);
+double nt_test_normal(nt_test_rng *r);
+void nt_test_fill_uniform(nt_test_rng *r, float *x, int64_t n, float lo, float hi);
+
+/* ||a - b|| / ||b|| in double (0 when both are zero). */
+double nt_test_rel_err(const float *a, const float *b, int64_t n);
+double nt_test_rel_err_d(const double *a, const double *b, int64_t n);
+
+#endif
