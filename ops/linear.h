@@ -1,0 +1,21 @@
+/* Linear layer as torch.nn.Linear: y[.., out] = x[.., in] @ W^T + b, W is [out, in].
+ * x and y may have any leading dims (flattened to rows). Backward accumulates (+=) into dx,
+ * dW and db (each may be NULL to skip). */
+#ifndef NT_OPS_LINEAR_H
+#define NT_OPS_LINEAR_H
+#include "core/nt.h"
+NT_EXTERN_C_BEGIN
+
+typedef enum { NT_ACT_NONE = 0, NT_ACT_GELU, NT_ACT_RELU } nt_activation;
+
+/* act GELU: y = gelu(x W^T + b) and `pre` (same shape as y) keeps the pre-activation for
+ * backward; act RELU: y = relu(..) (pre unused: relu' is read off y). */
+nt_status nt_linear_forward(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
+                            const nt_tensor *b, nt_tensor *y, nt_activation act, nt_tensor *pre);
+/* dy is the gradient of the layer's output before any activation (apply nt_gelu_backward /
+ * nt_relu_backward first, or fuse with act). */
+nt_status nt_linear_backward(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *x,
+                             const nt_tensor *w, nt_tensor *dx, nt_tensor *dw, nt_tensor *db);
+
+NT_EXTERN_C_END
+#endif
