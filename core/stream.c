@@ -54,7 +54,7 @@ nt_status nt_stream_wait_event(nt_ctx *ctx, void *stream, nt_event *ev) {
 #ifdef NT_HAVE_CUDA
   if (ev->ev) return NT_CUDA(ctx, cudaStreamWaitEvent(pick(ctx, stream), (cudaEvent_t)ev->ev, 0));
 #endif
-  (void)ctx; (void)stream;
+  (void)ctx; (void)stream; (void)ev;
   return NT_OK;
 }
 
@@ -62,7 +62,7 @@ nt_status nt_event_synchronize(nt_ctx *ctx, nt_event *ev) {
 #ifdef NT_HAVE_CUDA
   if (ev->ev && ev->recorded) return NT_CUDA(ctx, cudaEventSynchronize((cudaEvent_t)ev->ev));
 #endif
-  (void)ctx;
+  (void)ctx; (void)ev;
   return NT_OK;
 }
 
@@ -81,7 +81,7 @@ nt_status nt_event_elapsed_ms(nt_ctx *ctx, nt_event *start, nt_event *end, float
   if (start->ev && end->ev)
     return NT_CUDA(ctx, cudaEventElapsedTime(ms, (cudaEvent_t)start->ev, (cudaEvent_t)end->ev));
 #endif
-  (void)ctx;
+  (void)ctx; (void)start; (void)end;
   return NT_OK;
 }
 
