@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 dir=${1:-build}
 shift || true
 export PATH="$PATH:/usr/local/cuda/bin"
-cmake -S . -B "$dir" -G Ninja "$@" >"$dir.configure.log" 2>&1 || { cat "$dir.configure.log"; exit 1; }
-grep "nanotrain:" "$dir.configure.log" || true
+mkdir -p "$dir"
+cmake -S . -B "$dir" -G Ninja "$@" >"$dir/configure.log" 2>&1 || { cat "$dir/configure.log"; exit 1; }
+grep "nanotrain:" "$dir/configure.log" || true
 ninja -C "$dir"
