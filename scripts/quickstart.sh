@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# One command for a fresh machine: install what is missing, build, check the environment,
+# and run the main job (train the CNN on Fashion-MNIST and the GPT on tiny shakespeare, on the
+# GPU when there is one, with smaller settings on the CPU).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install_deps.sh
+scripts/build.sh build
+./build/doctor
+NT_DATA_DIR="$(scripts/get_data.sh)"
+export NT_DATA_DIR
+exec scripts/main_job.sh
