@@ -1,6 +1,7 @@
 /* Elementwise ops: GELU (tanh form, as GPT-2 and torch's approximate='tanh'), ReLU, residual
- * add, scaling. Any float dtype (F32, F16, BF16); math in fp32; outputs rounded to their
- * dtype. Backward accumulates (+=) into the input gradient. */
+ * add, scaling. Any float dtype (F32, F16, BF16), all tensors of one call in the same dtype and
+ * shape, contiguous; math in fp32; outputs rounded to their dtype. Backward accumulates (+=)
+ * into the input gradient. */
 #ifndef NT_OPS_ELEMENTWISE_H
 #define NT_OPS_ELEMENTWISE_H
 #include "core/nt.h"
@@ -12,7 +13,7 @@ nt_status nt_relu_forward(nt_ctx *ctx, const nt_tensor *x, nt_tensor *y);
 /* y is the forward output (relu' = y > 0). */
 nt_status nt_relu_backward(nt_ctx *ctx, const nt_tensor *y, const nt_tensor *dy, nt_tensor *dx);
 /* out = a + b (out may alias a or b). Its backward is the identity: the caller adds dout to
- * both inputs' gradients with nt_add_inplace. */
+ * both inputs' gradients with nt_axpy(ctx, 1, dout, da). */
 nt_status nt_add(nt_ctx *ctx, const nt_tensor *a, const nt_tensor *b, nt_tensor *out);
 /* y += alpha * x */
 nt_status nt_axpy(nt_ctx *ctx, float alpha, const nt_tensor *x, nt_tensor *y);

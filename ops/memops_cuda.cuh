@@ -1,0 +1,108 @@
+/* Private device helpers for the memory-bound kernels: fp32 <-> storage conversions, 8-element
+ * packs moved with 16-byte accesses, warp/block reductions, dtype dispatch. */
+#ifndef NT_OPS_MEMOPS_CUDA_CUH
+#define NT_OPS_MEMOPS_CUDA_CUH
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <stdint.h>
+#include "core/cuda_util.h"
+#include "ops/memops_impl.h"
+
+/* Elements per pack: 16 bytes of a 16-bit type, 32 bytes (two accesses) of fp32. */
+#define NT_PACK 8
+
+__device__ __forceinline__ float nt_to_f(float x) { return x; }
+__device__ __forceinline__ float nt_to_f(__half x) { return __half2float(x); }
+__device__ __forceinline__ float nt_to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T> __device__ __forceinline__ T nt_from_f(float x);
+template <> __device__ __forceinline__ float nt_from_f<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half nt_from_f<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 nt_from_f<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+/* Raw storage of one pack: NT_PACK elements of T as 16-byte words. */
+template <typename T> struct nt_raw_pack {
+  static constexpr int WORDS = NT_PACK * (int)sizeof(T) / 16;
+  uint4 w[WORDS];
+};
+
+/* p must be 16-byte aligned. */
+template <typename T> __device__ __forceinline__ nt_raw_pack<T> nt_load_raw(const T *p) {
+  nt_raw_pack<T> r;
+  const uint4 *q = reinterpret_cast<const uint4 *>(p);
+#pragma unroll
+  for (int k = 0; k < nt_raw_pack<T>::WORDS; k++) r.w[k] = q[k];
+  return r;
+}
+template <typename T> __device__ __forceinline__ void nt_store_raw(T *p, const nt_raw_pack<T> &r) {
+  uint4 *q = reinterpret_cast<uint4 *>(p);
+#pragma unroll
+  for (int k = 0; k < nt_raw_pack<T>::WORDS; k++) q[k] = r.w[k];
+}
+template <typename T>
+__device__ __forceinline__ void nt_unpack(const nt_raw_pack<T> &r, float *v) {
+  const T *e = reinterpret_cast<const T *>(r.w);
+#pragma unroll
+  for (int i = 0; i < NT_PACK; i++) v[i] = nt_to_f(e[i]);
+}
+template <typename T> __device__ __forceinline__ nt_raw_pack<T> nt_pack_from(const float *v) {
+  nt_raw_pack<T> r;
+  T *e = reinterpret_cast<T *>(r.w);
+#pragma unroll
+  for (int i = 0; i < NT_PACK; i++) e[i] = nt_from_f<T>(v[i]);
+  return r;
+}
+template <typename T> __device__ __forceinline__ void nt_load8(const T *p, float *v) {
+  nt_unpack<T>(nt_load_raw<T>(p), v);
+}
+template <typename T> __device__ __forceinline__ void nt_store8(T *p, const float *v) {
+  nt_store_raw<T>(p, nt_pack_from<T>(v));
+}
+
+__device__ __forceinline__ float nt_warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float nt_warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+/* Sum over the block (blockDim.x a multiple of 32, at most 1024), the same on every thread;
+ * a fixed tree, so the result is deterministic. `scratch` holds 32 floats. */
+__device__ __forceinline__ float nt_block_sum(float v, float *scratch) {
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  v = nt_warp_sum(v);
+  __syncthreads(); /* scratch may still be read by a previous call */
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < nwarps ? scratch[lane] : 0.0f;
+  return nt_warp_sum(v);
+}
+
+static inline bool nt_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* Number of SMs of the context's device (for grid-stride launches). */
+static inline int nt_sm_count(nt_ctx *ctx) {
+  int n = 0;
+  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, nt_ctx_device(ctx).index) !=
+          cudaSuccess ||
+      n <= 0)
+    n = 132;
+  return n;
+}
+
+/* Runs the statement with T bound to the storage type of a float dtype. */
+#define NT_DISPATCH_FLOAT(dt, T, ...)                          \
+  switch (dt) {                                                \
+  case NT_F32: { typedef float T; __VA_ARGS__; } break;        \
+  case NT_F16: { typedef __half T; __VA_ARGS__; } break;       \
+  case NT_BF16: { typedef __nv_bfloat16 T; __VA_ARGS__; } break; \
+  default: break;                                              \
+  }
+
+#endif
