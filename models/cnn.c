@@ -1,0 +1,318 @@
+#include "models/cnn.h"
+#include "ops/conv2d.h"
+#include "ops/cross_entropy.h"
+#include "ops/dropout.h"
+#include "ops/elementwise.h"
+#include "ops/linear.h"
+#include "ops/reduce.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { W1, B1, W2, B2, W3, B3, W4, B4, F1W, F1B, F2W, F2B, NPARAM };
+
+struct nt_cnn {
+  nt_cnn_config cfg;
+  int N;
+  nt_params params;
+  nt_tensor w[NPARAM], g[NPARAM];   /* compute and gradient views */
+  nt_arena arena;
+  /* saved activations */
+  nt_tensor a1, a2, p1, arg1, a3, a4, p2, arg2, h, hd, logits, losses, loss;
+  /* scratch: two of the largest feature map, and the head's */
+  nt_tensor sa, sb, dp2, dh, dh2;
+  uint64_t drop_off;
+  int n;
+};
+
+nt_cnn_config nt_cnn_config_default(void) {
+  nt_cnn_config c = {1, 28, 28, 32, 64, 256, 10, 0.0f};
+  return c;
+}
+
+nt_status nt_cnn_config_check(nt_ctx *ctx, const nt_cnn_config *c) {
+  if (c->in_channels < 1 || c->c1 < 1 || c->c2 < 1 || c->hidden < 1 || c->classes < 2)
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG,
+                    "CNN config: in %d, widths %d/%d, hidden %d, classes %d must be positive "
+                    "(classes >= 2)",
+                    c->in_channels, c->c1, c->c2, c->hidden, c->classes);
+  if (c->height < 4 || c->width < 4 || c->height % 4 || c->width % 4)
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG,
+                    "CNN config: image %dx%d must be a multiple of 4 (two 2x2 poolings)",
+                    c->height, c->width);
+  if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "CNN config: dropout %g must be in [0, 1)",
+                    (double)c->dropout);
+  return NT_OK;
+}
+
+static int64_t feat(const nt_cnn_config *c) {
+  return (int64_t)c->c2 * (c->height / 4) * (c->width / 4);
+}
+
+static nt_status build_params(nt_ctx *ctx, nt_cnn *m, nt_dtype dt) {
+  const nt_cnn_config *c = &m->cfg;
+  static const char *const names[NPARAM] = {
+      "conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias", "conv3.weight", "conv3.bias",
+      "conv4.weight", "conv4.bias", "fc1.weight",   "fc1.bias",   "fc2.weight",   "fc2.bias"};
+  int64_t shapes[NPARAM][4] = {
+      {c->c1, c->in_channels, 3, 3}, {c->c1}, {c->c1, c->c1, 3, 3}, {c->c1},
+      {c->c2, c->c1, 3, 3},          {c->c2}, {c->c2, c->c2, 3, 3}, {c->c2},
+      {c->hidden, feat(c)},          {c->hidden}, {c->classes, c->hidden}, {c->classes}};
+  const int ndims[NPARAM] = {4, 1, 4, 1, 4, 1, 4, 1, 2, 1, 2, 1};
+  const char *units[3] = {"stage1", "stage2", "head"};
+  int uidx[3], idx[NPARAM];
+  nt_status st = NT_OK;
+  for (int s = 0; s < 3 && !st; s++) {
+    st = nt_params_add_unit(ctx, &m->params, units[s], &uidx[s]);
+    for (int j = 4 * s; j < 4 * s + 4 && !st; j++) {
+      const int64_t *w = shapes[j & ~1];   /* the layer's weight gives fan_in */
+      int64_t fan_in = w[1] * (ndims[j & ~1] == 4 ? w[2] * w[3] : 1);
+      float bound = 1.0f / sqrtf((float)fan_in);
+      st = nt_params_add(ctx, &m->params, uidx[s], names[j], ndims[j], shapes[j], ndims[j] >= 2,
+                         NT_INIT_UNIFORM, bound, &idx[j]);
+    }
+  }
+  if (!st) st = nt_params_alloc(ctx, &m->params, dt);
+  if (st) return st;
+  for (int j = 0; j < NPARAM; j++) {
+    m->w[j] = nt_params_view(&m->params, uidx[j / 4], idx[j], NT_VIEW_COMPUTE);
+    m->g[j] = nt_params_view(&m->params, uidx[j / 4], idx[j], NT_VIEW_GRAD);
+  }
+  return NT_OK;
+}
+
+static nt_status build_activations(nt_ctx *ctx, nt_cnn *m, nt_dtype dt) {
+  const nt_cnn_config *c = &m->cfg;
+  int64_t N = m->N, H = c->height, W = c->width;
+  int64_t s1[4] = {N, c->c1, H, W}, sp1[4] = {N, c->c1, H / 2, W / 2};
+  int64_t s3[4] = {N, c->c2, H / 2, W / 2}, sp2[4] = {N, c->c2, H / 4, W / 4};
+  int64_t sh[2] = {N, c->hidden}, sl[2] = {N, c->classes}, sn[1] = {N};
+  int64_t sf[2] = {N, feat(c)};
+  /* the scratch holds the largest map of any layer (conv1/2 out, or conv3/4 out) */
+  int64_t m1 = (int64_t)c->c1 * H * W, m2 = (int64_t)c->c2 * (H / 2) * (W / 2);
+  int64_t big = N * (m1 > m2 ? m1 : m2);
+  int64_t sbig[1] = {big};
+  nt_arena *a = &m->arena;
+  nt_status st = NT_OK;
+#define ADD(t, dtype, nd, shp) \
+  if (!st) st = nt_arena_add(ctx, a, &(m->t), (dtype), (nd), (shp))
+  ADD(a1, dt, 4, s1);
+  ADD(a2, dt, 4, s1);
+  ADD(p1, dt, 4, sp1);
+  ADD(arg1, NT_I32, 4, sp1);
+  ADD(a3, dt, 4, s3);
+  ADD(a4, dt, 4, s3);
+  ADD(p2, dt, 4, sp2);
+  ADD(arg2, NT_I32, 4, sp2);
+  ADD(h, dt, 2, sh);
+  ADD(hd, dt, 2, sh);
+  ADD(logits, dt, 2, sl);
+  ADD(losses, NT_F32, 1, sn);
+  ADD(loss, NT_F32, 0, sn);
+  ADD(sa, dt, 1, sbig);
+  ADD(sb, dt, 1, sbig);
+  ADD(dp2, dt, 2, sf);
+  ADD(dh, dt, 2, sh);
+  ADD(dh2, dt, 2, sh);
+#undef ADD
+  if (!st) st = nt_arena_alloc(ctx, a);
+  return st;
+}
+
+nt_status nt_cnn_create(nt_ctx *ctx, const nt_cnn_config *cfg, nt_dtype compute_dtype, int batch,
+                        nt_cnn **out) {
+  *out = NULL;
+  nt_status st = nt_cnn_config_check(ctx, cfg);
+  if (st) return st;
+  if (batch < 1) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "CNN batch %d must be >= 1", batch);
+  nt_cnn *m = calloc(1, sizeof *m);
+  if (!m) return NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for the CNN");
+  m->cfg = *cfg;
+  m->N = batch;
+  st = build_params(ctx, m, compute_dtype);
+  if (!st) st = build_activations(ctx, m, compute_dtype);
+  if (st) {
+    nt_cnn_free(ctx, m);
+    return st;
+  }
+  *out = m;
+  return NT_OK;
+}
+
+void nt_cnn_free(nt_ctx *ctx, nt_cnn *m) {
+  if (!m) return;
+  nt_arena_free(ctx, &m->arena);
+  nt_params_free(ctx, &m->params);
+  free(m);
+}
+
+nt_params *nt_cnn_params(nt_cnn *m) { return &m->params; }
+const nt_cnn_config *nt_cnn_get_config(const nt_cnn *m) { return &m->cfg; }
+const nt_tensor *nt_cnn_loss(const nt_cnn *m) { return &m->loss; }
+size_t nt_cnn_activation_bytes(const nt_cnn *m) { return m->arena.bytes; }
+
+double nt_cnn_flops_per_image(const nt_cnn *m) {
+  const nt_cnn_config *c = &m->cfg;
+  double hw = (double)c->height * c->width, q = hw / 4;
+  double macs = hw * c->c1 * 9.0 * c->in_channels + hw * c->c1 * 9.0 * c->c1 +
+                q * c->c2 * 9.0 * c->c1 + q * c->c2 * 9.0 * c->c2 +
+                (double)feat(c) * c->hidden + (double)c->hidden * c->classes;
+  return 6.0 * macs;
+}
+
+static nt_tensor v4(const nt_tensor *t, int64_t n, int64_t c, int64_t h, int64_t w) {
+  int64_t s[4] = {n, c, h, w};
+  return nt_prefix_view(t, 4, s);
+}
+static nt_tensor v2(const nt_tensor *t, int64_t n, int64_t c) {
+  int64_t s[2] = {n, c};
+  return nt_prefix_view(t, 2, s);
+}
+
+typedef struct {
+  nt_tensor x, a1, a2, p1, arg1, a3, a4, p2, arg2, p2f, h, hd, logits;
+  nt_tensor z1, z3;                  /* scratch views for conv outputs before ReLU */
+} views;
+
+static views make_views(const nt_cnn *m, const nt_tensor *x, int64_t n) {
+  const nt_cnn_config *c = &m->cfg;
+  int64_t H = c->height, W = c->width;
+  views v;
+  v.x = *x;
+  v.a1 = v4(&m->a1, n, c->c1, H, W);
+  v.a2 = v4(&m->a2, n, c->c1, H, W);
+  v.p1 = v4(&m->p1, n, c->c1, H / 2, W / 2);
+  v.arg1 = v4(&m->arg1, n, c->c1, H / 2, W / 2);
+  v.a3 = v4(&m->a3, n, c->c2, H / 2, W / 2);
+  v.a4 = v4(&m->a4, n, c->c2, H / 2, W / 2);
+  v.p2 = v4(&m->p2, n, c->c2, H / 4, W / 4);
+  v.arg2 = v4(&m->arg2, n, c->c2, H / 4, W / 4);
+  v.p2f = v2(&m->p2, n, feat(c));
+  v.h = v2(&m->h, n, c->hidden);
+  v.hd = v2(&m->hd, n, c->hidden);
+  v.logits = v2(&m->logits, n, c->classes);
+  v.z1 = v4(&m->sa, n, c->c1, H, W);
+  v.z3 = v4(&m->sa, n, c->c2, H / 2, W / 2);
+  return v;
+}
+
+static nt_status forward(nt_ctx *ctx, nt_cnn *m, const nt_tensor *x, bool train, views *v) {
+  const nt_cnn_config *c = &m->cfg;
+  if (x->ndim != 4 || x->shape[1] != c->in_channels || x->shape[2] != c->height ||
+      x->shape[3] != c->width || x->shape[0] < 1 || x->shape[0] > m->N)
+    return NT_ERROR(ctx, NT_ERR_SHAPE, "CNN images must be [n <= %d, %d, %d, %d]", m->N,
+                    c->in_channels, c->height, c->width);
+  if (x->dtype != m->params.compute_dtype)
+    return NT_ERROR(ctx, NT_ERR_DTYPE, "CNN images are %s, the model computes in %s",
+                    nt_dtype_name(x->dtype), nt_dtype_name(m->params.compute_dtype));
+  int64_t n = x->shape[0];
+  m->n = (int)n;
+  *v = make_views(m, x, n);
+  nt_conv2d_params cp = {1, 1};
+  nt_status st = nt_conv2d_forward(ctx, &v->x, &m->w[W1], &m->w[B1], &v->z1, cp);
+  if (!st) st = nt_relu_forward(ctx, &v->z1, &v->a1);
+  if (!st) st = nt_conv2d_forward(ctx, &v->a1, &m->w[W2], &m->w[B2], &v->z1, cp);
+  if (!st) st = nt_relu_forward(ctx, &v->z1, &v->a2);
+  if (!st) st = nt_maxpool2d_forward(ctx, &v->a2, &v->p1, &v->arg1, 2);
+  if (!st) st = nt_conv2d_forward(ctx, &v->p1, &m->w[W3], &m->w[B3], &v->z3, cp);
+  if (!st) st = nt_relu_forward(ctx, &v->z3, &v->a3);
+  if (!st) st = nt_conv2d_forward(ctx, &v->a3, &m->w[W4], &m->w[B4], &v->z3, cp);
+  if (!st) st = nt_relu_forward(ctx, &v->z3, &v->a4);
+  if (!st) st = nt_maxpool2d_forward(ctx, &v->a4, &v->p2, &v->arg2, 2);
+  if (!st) st = nt_linear_forward(ctx, &v->p2f, &m->w[F1W], &m->w[F1B], &v->h, NT_ACT_RELU, NULL);
+  const nt_tensor *hin = &v->h;
+  if (train && c->dropout > 0.0f) {
+    m->drop_off = nt_ctx_rng_reserve(ctx, (uint64_t)n * (uint64_t)c->hidden);
+    if (!st) st = nt_dropout_forward(ctx, &v->h, &v->hd, c->dropout, nt_ctx_seed(ctx),
+                                     m->drop_off);
+    hin = &v->hd;
+  }
+  if (!st) st = nt_linear_forward(ctx, hin, &m->w[F2W], &m->w[F2B], &v->logits, NT_ACT_NONE,
+                                  NULL);
+  return st;
+}
+
+static nt_status check_labels(nt_ctx *ctx, const nt_cnn *m, const nt_tensor *labels) {
+  if (labels->ndim != 1 || labels->dtype != NT_I32 || labels->shape[0] != m->n)
+    return NT_ERROR(ctx, NT_ERR_SHAPE, "CNN labels must be I32 [%d]", m->n);
+  return NT_OK;
+}
+
+nt_status nt_cnn_eval(nt_ctx *ctx, nt_cnn *m, const nt_tensor *images, const nt_tensor *labels,
+                      nt_tensor *logits) {
+  views v;
+  nt_status st = forward(ctx, m, images, false, &v);
+  if (!st && labels) {
+    nt_tensor losses = nt_prefix_view(&m->losses, 1, v.logits.shape);
+    st = check_labels(ctx, m, labels);
+    if (!st) st = nt_cross_entropy_forward(ctx, &v.logits, labels, &losses);
+    if (!st) st = nt_mean(ctx, &losses, &m->loss);
+  }
+  if (!st && logits) *logits = v.logits;
+  return st;
+}
+
+/* dx (zeroed) += relu'(y) * dy, then the conv's backward from dx into d_in (zeroed here). */
+static nt_status conv_relu_backward(nt_ctx *ctx, const nt_tensor *y, const nt_tensor *dy,
+                                    nt_tensor *dz, const nt_tensor *x, const nt_tensor *w,
+                                    nt_tensor *dx, nt_tensor *dw, nt_tensor *db) {
+  nt_conv2d_params cp = {1, 1};
+  nt_status st = nt_tensor_zero(ctx, dz);
+  if (!st) st = nt_relu_backward(ctx, y, dy, dz);
+  if (!st && dx) st = nt_tensor_zero(ctx, dx);
+  if (!st) st = nt_conv2d_backward(ctx, dz, x, w, dx, dw, db, cp);
+  return st;
+}
+
+nt_status nt_cnn_train_step(nt_ctx *ctx, nt_cnn *m, const nt_tensor *images,
+                            const nt_tensor *labels, const float *dloss_scale) {
+  views v;
+  nt_status st = forward(ctx, m, images, true, &v);
+  if (!st) st = check_labels(ctx, m, labels);
+  if (st) return st;
+  const nt_cnn_config *c = &m->cfg;
+  int64_t n = m->n, H = c->height, W = c->width;
+  nt_tensor losses = nt_prefix_view(&m->losses, 1, &n);
+  st = nt_cross_entropy_fused(ctx, &v.logits, labels, dloss_scale, n, &losses, &v.logits);
+  if (!st) st = nt_mean(ctx, &losses, &m->loss);
+  bool drop = c->dropout > 0.0f;
+  nt_tensor dh = v2(&m->dh, n, c->hidden), dh2 = v2(&m->dh2, n, c->hidden);
+  nt_tensor dp2f = v2(&m->dp2, n, feat(c)), dp2 = v4(&m->dp2, n, c->c2, H / 4, W / 4);
+  /* head */
+  if (!st) st = nt_tensor_zero(ctx, &dh);
+  if (!st) st = nt_linear_backward(ctx, &v.logits, drop ? &v.hd : &v.h, &m->w[F2W], &dh,
+                                   &m->g[F2W], &m->g[F2B]);
+  nt_tensor *dhr = &dh;
+  if (drop) {
+    if (!st) st = nt_tensor_zero(ctx, &dh2);
+    if (!st) st = nt_dropout_backward(ctx, &dh, &dh2, c->dropout, nt_ctx_seed(ctx), m->drop_off);
+    dhr = &dh2;
+  }
+  nt_tensor dpre = drop ? dh : dh2;   /* the buffer not holding d(h) */
+  if (!st) st = nt_tensor_zero(ctx, &dpre);
+  if (!st) st = nt_relu_backward(ctx, &v.h, dhr, &dpre);
+  if (!st) st = nt_tensor_zero(ctx, &dp2f);
+  if (!st) st = nt_linear_backward(ctx, &dpre, &v.p2f, &m->w[F1W], &dp2f, &m->g[F1W],
+                                   &m->g[F1B]);
+  /* stage 2, alternating the two scratch maps */
+  nt_tensor A2 = v4(&m->sa, n, c->c2, H / 2, W / 2), B2 = v4(&m->sb, n, c->c2, H / 2, W / 2);
+  nt_tensor A1 = v4(&m->sa, n, c->c1, H, W), B1v = v4(&m->sb, n, c->c1, H, W);
+  nt_tensor Ap = v4(&m->sa, n, c->c1, H / 2, W / 2);
+  if (!st) st = nt_tensor_zero(ctx, &A2);
+  if (!st) st = nt_maxpool2d_backward(ctx, &dp2, &v.arg2, &A2);          /* d a4 */
+  if (!st) st = conv_relu_backward(ctx, &v.a4, &A2, &B2, &v.a3, &m->w[W4], &A2, &m->g[W4],
+                                   &m->g[B4]);                              /* A2 = d a3 */
+  /* d p1 lands in A (c1 channels at H/2), from dz3 in B */
+  if (!st) st = conv_relu_backward(ctx, &v.a3, &A2, &B2, &v.p1, &m->w[W3], &Ap, &m->g[W3],
+                                   &m->g[B3]);
+  /* stage 1 */
+  if (!st) st = nt_tensor_zero(ctx, &B1v);
+  if (!st) st = nt_maxpool2d_backward(ctx, &Ap, &v.arg1, &B1v);         /* d a2 */
+  if (!st) st = conv_relu_backward(ctx, &v.a2, &B1v, &A1, &v.a1, &m->w[W2], &B1v, &m->g[W2],
+                                   &m->g[B2]);                              /* B = d a1 */
+  if (!st) st = conv_relu_backward(ctx, &v.a1, &B1v, &A1, &v.x, &m->w[W1], NULL, &m->g[W1],
+                                   &m->g[B1]);
+  return st;
+}

@@ -1,0 +1,444 @@
+#include "models/gpt.h"
+#include "ops/attention.h"
+#include "ops/cross_entropy.h"
+#include "ops/dropout.h"
+#include "ops/elementwise.h"
+#include "ops/embedding.h"
+#include "ops/gemm.h"
+#include "ops/layernorm.h"
+#include "ops/linear.h"
+#include "ops/reduce.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct { nt_tensor w, g; } pv;   /* a parameter's compute view and gradient view */
+
+enum { LN1_W, LN1_B, QKV_W, QKV_B, PROJ_W, PROJ_B, LN2_W, LN2_B, FC_W, FC_B, FCP_W, FCP_B, NP };
+
+typedef struct {
+  pv p[NP];
+  /* saved activations */
+  nt_tensor ln1, ln1_mean, ln1_rstd, q, k, v, att, lse, ym, x1, ln2, ln2_mean, ln2_rstd;
+  nt_tensor fc_pre, fc_act, x2;
+  uint64_t att_off, mlp_off;      /* dropout stream offsets of the last training forward */
+} gpt_layer;
+
+struct nt_gpt {
+  nt_gpt_config cfg;
+  int B, T;
+  nt_params params;
+  pv wte, wpe, lnf_w, lnf_b;
+  gpt_layer *layers;
+  nt_arena arena;
+  nt_tensor x0, lnf, lnf_mean, lnf_rstd, logits, losses, loss;
+  /* scratch shared by all layers */
+  nt_tensor qkv, tmp, dres, dtmp, dc, dq, dk, dv, datt, dqkv, d4a, d4b;
+  uint64_t emb_off;
+  int b, t;                       /* sizes of the last forward */
+};
+
+nt_gpt_config nt_gpt_config_shakespeare_char(void) {
+  nt_gpt_config c = {6, 6, 384, 256, 65, 0.2f};
+  return c;
+}
+
+nt_gpt_config nt_gpt_config_gpt2(void) {
+  nt_gpt_config c = {12, 12, 768, 1024, 50257, 0.0f};
+  return c;
+}
+
+nt_status nt_gpt_config_check(nt_ctx *ctx, const nt_gpt_config *c) {
+  if (c->n_layer < 1 || c->n_head < 1 || c->n_embd < 1 || c->block_size < 1 || c->vocab_size < 2)
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG,
+                    "GPT config: n_layer %d, n_head %d, n_embd %d, block_size %d, vocab %d must "
+                    "all be positive (vocab >= 2)",
+                    c->n_layer, c->n_head, c->n_embd, c->block_size, c->vocab_size);
+  if (c->n_embd % c->n_head)
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "GPT config: n_embd %d is not a multiple of n_head %d",
+                    c->n_embd, c->n_head);
+  if (c->n_embd / c->n_head > 128)
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG,
+                    "GPT config: head size %d exceeds 128 (the attention kernel's limit)",
+                    c->n_embd / c->n_head);
+  if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "GPT config: dropout %g must be in [0, 1)",
+                    (double)c->dropout);
+  return NT_OK;
+}
+
+static nt_status add_param(nt_ctx *ctx, nt_gpt *g, int unit, const char *name, int ndim,
+                           int64_t d0, int64_t d1, nt_init_kind init, float a, int *idx) {
+  int64_t shape[2] = {d0, d1};
+  return nt_params_add(ctx, &g->params, unit, name, ndim, shape, ndim >= 2, init, a, idx);
+}
+
+static pv param_views(nt_gpt *g, int unit, int idx) {
+  pv v = {nt_params_view(&g->params, unit, idx, NT_VIEW_COMPUTE),
+          nt_params_view(&g->params, unit, idx, NT_VIEW_GRAD)};
+  return v;
+}
+
+static nt_status build_params(nt_ctx *ctx, nt_gpt *g, nt_dtype dt) {
+  const nt_gpt_config *c = &g->cfg;
+  int64_t C = c->n_embd;
+  float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)c->n_layer);
+  int u, iwte, iwpe, iw, ib;
+  nt_status st = nt_params_add_unit(ctx, &g->params, "embeddings", &u);
+  if (!st) st = add_param(ctx, g, u, "transformer.wte.weight", 2, c->vocab_size, C,
+                          NT_INIT_NORMAL, std, &iwte);
+  if (!st) st = add_param(ctx, g, u, "transformer.wpe.weight", 2, c->block_size, C,
+                          NT_INIT_NORMAL, std, &iwpe);
+  int lu[c->n_layer], li[c->n_layer][NP];
+  static const char *const names[NP] = {
+      "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+      "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+      "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
+  const int64_t rows[NP] = {C, C, 3 * C, 3 * C, C, C, C, C, 4 * C, 4 * C, C, C};
+  const int64_t cols[NP] = {0, 0, C, 0, C, 0, 0, 0, C, 0, 4 * C, 0};
+  for (int l = 0; l < c->n_layer && !st; l++) {
+    char name[NT_PARAM_NAME_MAX];
+    snprintf(name, sizeof name, "h.%d", l);
+    st = nt_params_add_unit(ctx, &g->params, name, &lu[l]);
+    for (int j = 0; j < NP && !st; j++) {
+      snprintf(name, sizeof name, "transformer.h.%d.%s", l, names[j]);
+      nt_init_kind init = cols[j] ? NT_INIT_NORMAL
+                          : (j == LN1_W || j == LN2_W) ? NT_INIT_ONES : NT_INIT_ZEROS;
+      float a = (j == PROJ_W || j == FCP_W) ? proj_std : std;
+      st = add_param(ctx, g, lu[l], name, cols[j] ? 2 : 1, rows[j], cols[j], init, a, &li[l][j]);
+    }
+  }
+  int uf = 0;
+  if (!st) st = nt_params_add_unit(ctx, &g->params, "ln_f", &uf);
+  if (!st) st = add_param(ctx, g, uf, "transformer.ln_f.weight", 1, C, 0, NT_INIT_ONES, 0, &iw);
+  if (!st) st = add_param(ctx, g, uf, "transformer.ln_f.bias", 1, C, 0, NT_INIT_ZEROS, 0, &ib);
+  if (!st) st = nt_params_alloc(ctx, &g->params, dt);
+  if (st) return st;
+  g->wte = param_views(g, u, iwte);
+  g->wpe = param_views(g, u, iwpe);
+  g->lnf_w = param_views(g, uf, iw);
+  g->lnf_b = param_views(g, uf, ib);
+  for (int l = 0; l < c->n_layer; l++)
+    for (int j = 0; j < NP; j++) g->layers[l].p[j] = param_views(g, lu[l], li[l][j]);
+  return NT_OK;
+}
+
+static nt_status build_activations(nt_ctx *ctx, nt_gpt *g, nt_dtype dt) {
+  const nt_gpt_config *c = &g->cfg;
+  int64_t B = g->B, T = g->T, C = c->n_embd, H = c->n_head, D = C / H, N = B * T;
+  int64_t sC[3] = {B, T, C}, s3C[3] = {B, T, 3 * C}, s4C[3] = {B, T, 4 * C};
+  int64_t sH[4] = {B, H, T, D}, sL[3] = {B, H, T}, sN[1] = {N};
+  int64_t sV[2] = {N, c->vocab_size};
+  nt_arena *a = &g->arena;
+  nt_status st = NT_OK;
+#define ADD(t, dtype, nd, shp) \
+  if (!st) st = nt_arena_add(ctx, a, &(t), (dtype), (nd), (shp))
+  ADD(g->x0, dt, 3, sC);
+  for (int l = 0; l < c->n_layer; l++) {
+    gpt_layer *L = &g->layers[l];
+    ADD(L->ln1, dt, 3, sC);
+    ADD(L->ln1_mean, NT_F32, 1, sN);
+    ADD(L->ln1_rstd, NT_F32, 1, sN);
+    ADD(L->q, dt, 4, sH);
+    ADD(L->k, dt, 4, sH);
+    ADD(L->v, dt, 4, sH);
+    ADD(L->att, dt, 4, sH);
+    ADD(L->lse, NT_F32, 3, sL);
+    ADD(L->ym, dt, 3, sC);
+    ADD(L->x1, dt, 3, sC);
+    ADD(L->ln2, dt, 3, sC);
+    ADD(L->ln2_mean, NT_F32, 1, sN);
+    ADD(L->ln2_rstd, NT_F32, 1, sN);
+    ADD(L->fc_pre, dt, 3, s4C);
+    ADD(L->fc_act, dt, 3, s4C);
+    ADD(L->x2, dt, 3, sC);
+  }
+  ADD(g->lnf, dt, 3, sC);
+  ADD(g->lnf_mean, NT_F32, 1, sN);
+  ADD(g->lnf_rstd, NT_F32, 1, sN);
+  ADD(g->logits, dt, 2, sV);
+  ADD(g->losses, NT_F32, 1, sN);
+  ADD(g->loss, NT_F32, 0, sN);
+  ADD(g->qkv, dt, 3, s3C);
+  ADD(g->tmp, dt, 3, sC);
+  ADD(g->dres, dt, 3, sC);
+  ADD(g->dtmp, dt, 3, sC);
+  ADD(g->dc, dt, 3, sC);
+  ADD(g->dq, dt, 4, sH);
+  ADD(g->dk, dt, 4, sH);
+  ADD(g->dv, dt, 4, sH);
+  ADD(g->datt, dt, 4, sH);
+  ADD(g->dqkv, dt, 3, s3C);
+  ADD(g->d4a, dt, 3, s4C);
+  ADD(g->d4b, dt, 3, s4C);
+#undef ADD
+  if (!st) st = nt_arena_alloc(ctx, a);
+  return st;
+}
+
+nt_status nt_gpt_create(nt_ctx *ctx, const nt_gpt_config *cfg, nt_dtype compute_dtype,
+                        int batch, int seq, nt_gpt **out) {
+  *out = NULL;
+  nt_status st = nt_gpt_config_check(ctx, cfg);
+  if (st) return st;
+  if (batch < 1 || seq < 1 || seq > cfg->block_size)
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "GPT: batch %d x seq %d (seq must be 1..%d)", batch,
+                    seq, cfg->block_size);
+  nt_gpt *g = calloc(1, sizeof *g);
+  if (!g) return NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for the GPT");
+  g->cfg = *cfg;
+  g->B = batch;
+  g->T = seq;
+  g->layers = calloc((size_t)cfg->n_layer, sizeof *g->layers);
+  if (!g->layers) {
+    free(g);
+    return NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for the GPT layers");
+  }
+  st = build_params(ctx, g, compute_dtype);
+  if (!st) st = build_activations(ctx, g, compute_dtype);
+  if (st) {
+    nt_gpt_free(ctx, g);
+    return st;
+  }
+  *out = g;
+  return NT_OK;
+}
+
+void nt_gpt_free(nt_ctx *ctx, nt_gpt *g) {
+  if (!g) return;
+  nt_arena_free(ctx, &g->arena);
+  nt_params_free(ctx, &g->params);
+  free(g->layers);
+  free(g);
+}
+
+nt_params *nt_gpt_params(nt_gpt *g) { return &g->params; }
+const nt_gpt_config *nt_gpt_get_config(const nt_gpt *g) { return &g->cfg; }
+const nt_tensor *nt_gpt_loss(const nt_gpt *g) { return &g->loss; }
+size_t nt_gpt_activation_bytes(const nt_gpt *g) { return g->arena.bytes; }
+
+int64_t nt_gpt_num_params(const nt_gpt *g, bool non_embedding) {
+  int64_t n = g->params.n_real;
+  if (non_embedding) n -= (int64_t)g->cfg.block_size * g->cfg.n_embd;
+  return n;
+}
+
+double nt_gpt_flops_per_token(const nt_gpt *g, int seq) {
+  const nt_gpt_config *c = &g->cfg;
+  return 6.0 * (double)nt_gpt_num_params(g, true) +
+         12.0 * c->n_layer * (double)c->n_embd * (double)seq;
+}
+
+/* Views of a buffer with the runtime sizes b x t. */
+static nt_tensor v3(const nt_tensor *t, int64_t b, int64_t s, int64_t c) {
+  int64_t sh[3] = {b, s, c};
+  return nt_prefix_view(t, 3, sh);
+}
+static nt_tensor v4(const nt_tensor *t, int64_t b, int64_t h, int64_t s, int64_t d) {
+  int64_t sh[4] = {b, h, s, d};
+  return nt_prefix_view(t, 4, sh);
+}
+static nt_tensor v1(const nt_tensor *t, int64_t n) { return nt_prefix_view(t, 1, &n); }
+static nt_tensor v2(const nt_tensor *t, int64_t n, int64_t c) {
+  int64_t sh[2] = {n, c};
+  return nt_prefix_view(t, 2, sh);
+}
+
+/* out = res + dropout(branch); `scratch` holds the dropped branch. */
+static nt_status residual_add(nt_ctx *ctx, float p, uint64_t off, const nt_tensor *res,
+                              const nt_tensor *branch, nt_tensor *scratch, nt_tensor *out) {
+  if (p <= 0.0f) return nt_add(ctx, res, branch, out);
+  nt_status st = nt_dropout_forward(ctx, branch, scratch, p, nt_ctx_seed(ctx), off);
+  if (!st) st = nt_add(ctx, res, scratch, out);
+  return st;
+}
+
+static nt_status forward(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, bool train) {
+  const nt_gpt_config *c = &g->cfg;
+  if (tokens->ndim != 2 || tokens->dtype != NT_I32)
+    return NT_ERROR(ctx, NT_ERR_SHAPE, "GPT tokens must be I32 [batch, seq]");
+  int64_t b = tokens->shape[0], t = tokens->shape[1];
+  if (b < 1 || b > g->B || t < 1 || t > g->T)
+    return NT_ERROR(ctx, NT_ERR_SHAPE, "GPT input [%lld, %lld] exceeds the allocated [%d, %d]",
+                    (long long)b, (long long)t, g->B, g->T);
+  g->b = (int)b;
+  g->t = (int)t;
+  int64_t C = c->n_embd, H = c->n_head, D = C / H, N = b * t;
+  float p = train ? c->dropout : 0.0f;
+  nt_tensor x0 = v3(&g->x0, b, t, C), tmp = v3(&g->tmp, b, t, C);
+  nt_status st;
+  if (p > 0.0f) {
+    g->emb_off = nt_ctx_rng_reserve(ctx, (uint64_t)N * (uint64_t)C);
+    st = nt_embedding_forward(ctx, tokens, &g->wte.w, &g->wpe.w, &tmp);
+    if (!st) st = nt_dropout_forward(ctx, &tmp, &x0, p, nt_ctx_seed(ctx), g->emb_off);
+  } else {
+    st = nt_embedding_forward(ctx, tokens, &g->wte.w, &g->wpe.w, &x0);
+  }
+  nt_tensor x = x0, qkv = v3(&g->qkv, b, t, 3 * C), dropped = v3(&g->dtmp, b, t, C);
+  for (int l = 0; l < c->n_layer && !st; l++) {
+    gpt_layer *L = &g->layers[l];
+    nt_tensor ln1 = v3(&L->ln1, b, t, C), m1 = v1(&L->ln1_mean, N), r1 = v1(&L->ln1_rstd, N);
+    nt_tensor q = v4(&L->q, b, H, t, D), k = v4(&L->k, b, H, t, D), v = v4(&L->v, b, H, t, D);
+    nt_tensor att = v4(&L->att, b, H, t, D), ym = v3(&L->ym, b, t, C);
+    int64_t lsh[3] = {b, H, t};
+    nt_tensor lse = nt_prefix_view(&L->lse, 3, lsh);
+    nt_tensor x1 = v3(&L->x1, b, t, C), ln2 = v3(&L->ln2, b, t, C);
+    nt_tensor m2 = v1(&L->ln2_mean, N), r2 = v1(&L->ln2_rstd, N);
+    nt_tensor pre = v3(&L->fc_pre, b, t, 4 * C), act = v3(&L->fc_act, b, t, 4 * C);
+    nt_tensor x2 = v3(&L->x2, b, t, C);
+    if (p > 0.0f) {
+      L->att_off = nt_ctx_rng_reserve(ctx, (uint64_t)N * (uint64_t)C);
+      L->mlp_off = nt_ctx_rng_reserve(ctx, (uint64_t)N * (uint64_t)C);
+    }
+    st = nt_layernorm_forward(ctx, &x, &L->p[LN1_W].w, &L->p[LN1_B].w, &ln1, &m1, &r1);
+    if (!st) st = nt_linear_forward(ctx, &ln1, &L->p[QKV_W].w, &L->p[QKV_B].w, &qkv,
+                                    NT_ACT_NONE, NULL);
+    if (!st) st = nt_qkv_split(ctx, &qkv, (int)H, &q, &k, &v);
+    if (!st) st = nt_attention_forward(ctx, &q, &k, &v, &att, &lse);
+    if (!st) st = nt_heads_merge(ctx, &att, &ym);
+    if (!st) st = nt_linear_forward(ctx, &ym, &L->p[PROJ_W].w, &L->p[PROJ_B].w, &tmp,
+                                    NT_ACT_NONE, NULL);
+    if (!st) st = residual_add(ctx, p, L->att_off, &x, &tmp, &dropped, &x1);
+    if (!st) st = nt_layernorm_forward(ctx, &x1, &L->p[LN2_W].w, &L->p[LN2_B].w, &ln2, &m2, &r2);
+    if (!st) st = nt_linear_forward(ctx, &ln2, &L->p[FC_W].w, &L->p[FC_B].w, &act, NT_ACT_GELU,
+                                    &pre);
+    if (!st) st = nt_linear_forward(ctx, &act, &L->p[FCP_W].w, &L->p[FCP_B].w, &tmp,
+                                    NT_ACT_NONE, NULL);
+    if (!st) st = residual_add(ctx, p, L->mlp_off, &x1, &tmp, &dropped, &x2);
+    x = x2;
+  }
+  nt_tensor lnf = v3(&g->lnf, b, t, C), mf = v1(&g->lnf_mean, N), rf = v1(&g->lnf_rstd, N);
+  nt_tensor lnf2 = v2(&g->lnf, N, C), logits = v2(&g->logits, N, c->vocab_size);
+  if (!st) st = nt_layernorm_forward(ctx, &x, &g->lnf_w.w, &g->lnf_b.w, &lnf, &mf, &rf);
+  /* Tied head: logits = lnf @ wte^T, exactly vocab_size columns so the loss sees no padding. */
+  nt_gemm_opts o = nt_gemm_defaults();
+  o.trans_b = true;
+  if (!st) st = nt_gemm(ctx, &lnf2, &g->wte.w, &logits, &o);
+  return st;
+}
+
+static nt_status check_targets(nt_ctx *ctx, const nt_gpt *g, const nt_tensor *targets) {
+  if (targets->ndim != 2 || targets->dtype != NT_I32 || targets->shape[0] != g->b ||
+      targets->shape[1] != g->t)
+    return NT_ERROR(ctx, NT_ERR_SHAPE, "GPT targets must be I32 [%d, %d] like the tokens", g->b,
+                    g->t);
+  return NT_OK;
+}
+
+nt_status nt_gpt_logits(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, nt_tensor *logits) {
+  nt_status st = forward(ctx, g, tokens, false);
+  if (!st) *logits = v2(&g->logits, (int64_t)g->b * g->t, g->cfg.vocab_size);
+  return st;
+}
+
+nt_status nt_gpt_eval_loss(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
+                           const nt_tensor *targets) {
+  nt_status st = forward(ctx, g, tokens, false);
+  if (!st) st = check_targets(ctx, g, targets);
+  if (st) return st;
+  int64_t N = (int64_t)g->b * g->t;
+  nt_tensor logits = v2(&g->logits, N, g->cfg.vocab_size), losses = v1(&g->losses, N);
+  nt_tensor tg = v1(targets, N);
+  st = nt_cross_entropy_forward(ctx, &logits, &tg, &losses);
+  if (!st) st = nt_mean(ctx, &losses, &g->loss);
+  return st;
+}
+
+/* dres holds d(block output); on return it holds d(block input). */
+static nt_status block_backward(nt_ctx *ctx, nt_gpt *g, gpt_layer *L, const nt_tensor *x) {
+  int64_t b = g->b, t = g->t, C = g->cfg.n_embd, H = g->cfg.n_head, D = C / H, N = b * t;
+  float p = g->cfg.dropout;
+  nt_tensor dres = v3(&g->dres, b, t, C), dtmp = v3(&g->dtmp, b, t, C), dc = v3(&g->dc, b, t, C);
+  nt_tensor d4a = v3(&g->d4a, b, t, 4 * C), d4b = v3(&g->d4b, b, t, 4 * C);
+  nt_tensor dq = v4(&g->dq, b, H, t, D), dk = v4(&g->dk, b, H, t, D), dv = v4(&g->dv, b, H, t, D);
+  nt_tensor datt = v4(&g->datt, b, H, t, D), dqkv = v3(&g->dqkv, b, t, 3 * C);
+  nt_tensor ln1 = v3(&L->ln1, b, t, C), m1 = v1(&L->ln1_mean, N), r1 = v1(&L->ln1_rstd, N);
+  nt_tensor q = v4(&L->q, b, H, t, D), k = v4(&L->k, b, H, t, D), v = v4(&L->v, b, H, t, D);
+  nt_tensor att = v4(&L->att, b, H, t, D), ym = v3(&L->ym, b, t, C);
+  int64_t lsh[3] = {b, H, t};
+  nt_tensor lse = nt_prefix_view(&L->lse, 3, lsh);
+  nt_tensor x1 = v3(&L->x1, b, t, C), ln2 = v3(&L->ln2, b, t, C);
+  nt_tensor m2 = v1(&L->ln2_mean, N), r2 = v1(&L->ln2_rstd, N);
+  nt_tensor pre = v3(&L->fc_pre, b, t, 4 * C), act = v3(&L->fc_act, b, t, 4 * C);
+  pv *P = L->p;
+  nt_status st = NT_OK;
+  /* MLP branch: x2 = x1 + drop(fc_proj(gelu(fc(ln2(x1))))) */
+  const nt_tensor *dbranch = &dres;
+  if (p > 0.0f) {
+    st = nt_tensor_zero(ctx, &dtmp);
+    if (!st) st = nt_dropout_backward(ctx, &dres, &dtmp, p, nt_ctx_seed(ctx), L->mlp_off);
+    dbranch = &dtmp;
+  }
+  if (!st) st = nt_tensor_zero(ctx, &d4a);
+  if (!st) st = nt_linear_backward(ctx, dbranch, &act, &P[FCP_W].w, &d4a, &P[FCP_W].g,
+                                   &P[FCP_B].g);
+  if (!st) st = nt_tensor_zero(ctx, &d4b);
+  if (!st) st = nt_gelu_backward(ctx, &pre, &d4a, &d4b);
+  if (!st) st = nt_tensor_zero(ctx, &dc);
+  if (!st) st = nt_linear_backward(ctx, &d4b, &ln2, &P[FC_W].w, &dc, &P[FC_W].g, &P[FC_B].g);
+  if (!st) st = nt_layernorm_backward(ctx, &dc, &x1, &P[LN2_W].w, &m2, &r2, &dres, &P[LN2_W].g,
+                                      &P[LN2_B].g);
+  /* attention branch: x1 = x + drop(c_proj(merge(attn(split(c_attn(ln1(x))))))) */
+  if (p > 0.0f) {
+    if (!st) st = nt_tensor_zero(ctx, &dtmp);
+    if (!st) st = nt_dropout_backward(ctx, &dres, &dtmp, p, nt_ctx_seed(ctx), L->att_off);
+  }
+  if (!st) st = nt_tensor_zero(ctx, &dc);
+  if (!st) st = nt_linear_backward(ctx, dbranch, &ym, &P[PROJ_W].w, &dc, &P[PROJ_W].g,
+                                   &P[PROJ_B].g);
+  if (!st) st = nt_tensor_zero(ctx, &datt);
+  if (!st) st = nt_heads_merge_backward(ctx, &dc, &datt);
+  if (!st) st = nt_tensor_zero(ctx, &dq);
+  if (!st) st = nt_tensor_zero(ctx, &dk);
+  if (!st) st = nt_tensor_zero(ctx, &dv);
+  if (!st) st = nt_attention_backward(ctx, &datt, &q, &k, &v, &att, &lse, &dq, &dk, &dv);
+  if (!st) st = nt_tensor_zero(ctx, &dqkv);
+  if (!st) st = nt_qkv_split_backward(ctx, &dq, &dk, &dv, &dqkv);
+  if (!st) st = nt_tensor_zero(ctx, &dc);
+  if (!st) st = nt_linear_backward(ctx, &dqkv, &ln1, &P[QKV_W].w, &dc, &P[QKV_W].g,
+                                   &P[QKV_B].g);
+  if (!st) st = nt_layernorm_backward(ctx, &dc, x, &P[LN1_W].w, &m1, &r1, &dres, &P[LN1_W].g,
+                                      &P[LN1_B].g);
+  return st;
+}
+
+nt_status nt_gpt_train_step(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
+                            const nt_tensor *targets, const float *dloss_scale) {
+  nt_status st = forward(ctx, g, tokens, true);
+  if (!st) st = check_targets(ctx, g, targets);
+  if (st) return st;
+  const nt_gpt_config *c = &g->cfg;
+  int64_t b = g->b, t = g->t, C = c->n_embd, N = b * t;
+  nt_tensor logits = v2(&g->logits, N, c->vocab_size), losses = v1(&g->losses, N);
+  nt_tensor tg = v1(targets, N);
+  /* dlogits overwrite the logits (fused, in place). */
+  st = nt_cross_entropy_fused(ctx, &logits, &tg, dloss_scale, N, &losses, &logits);
+  if (!st) st = nt_mean(ctx, &losses, &g->loss);
+  nt_tensor lnf2 = v2(&g->lnf, N, C), dc2 = v2(&g->dc, N, C), dc = v3(&g->dc, b, t, C);
+  nt_tensor dres = v3(&g->dres, b, t, C);
+  /* head: dlnf = dlogits @ wte; dwte += dlogits^T @ lnf */
+  nt_gemm_opts o = nt_gemm_defaults();
+  if (!st) st = nt_gemm(ctx, &logits, &g->wte.w, &dc2, &o);
+  o.trans_a = true;
+  o.beta = 1.0f;
+  if (!st) st = nt_gemm(ctx, &logits, &lnf2, &g->wte.g, &o);
+  const nt_tensor *xl = c->n_layer ? &g->layers[c->n_layer - 1].x2 : &g->x0;
+  nt_tensor xL = v3(xl, b, t, C), mf = v1(&g->lnf_mean, N), rf = v1(&g->lnf_rstd, N);
+  if (!st) st = nt_tensor_zero(ctx, &dres);
+  if (!st) st = nt_layernorm_backward(ctx, &dc, &xL, &g->lnf_w.w, &mf, &rf, &dres, &g->lnf_w.g,
+                                      &g->lnf_b.g);
+  for (int l = c->n_layer - 1; l >= 0 && !st; l--) {
+    nt_tensor xin = v3(l ? &g->layers[l - 1].x2 : &g->x0, b, t, C);
+    st = block_backward(ctx, g, &g->layers[l], &xin);
+  }
+  const nt_tensor *demb = &dres;
+  nt_tensor dtmp = v3(&g->dtmp, b, t, C);
+  if (c->dropout > 0.0f) {
+    if (!st) st = nt_tensor_zero(ctx, &dtmp);
+    if (!st) st = nt_dropout_backward(ctx, &dres, &dtmp, c->dropout, nt_ctx_seed(ctx), g->emb_off);
+    demb = &dtmp;
+  }
+  if (!st) st = nt_embedding_backward(ctx, tokens, demb, &g->wte.g, &g->wpe.g);
+  return st;
+}

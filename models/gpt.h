@@ -1,0 +1,58 @@
+/* GPT (as nanoGPT / GPT-2): token + position embedding, n_layer pre-LayerNorm blocks (causal
+ * self-attention, MLP with GELU), final LayerNorm, output head tied to the token embedding.
+ * Parameters in flat units: "embeddings" (wte, wpe), "h.<i>" (one per block), "ln_f"; names as
+ * nanoGPT's state_dict ("transformer.h.0.attn.c_attn.weight"). All activations are allocated
+ * at create for a maximum batch x sequence; calls may use smaller ones (evaluation, sampling).
+ * Activations are in the compute dtype; LayerNorm statistics, the loss and all gradients of
+ * parameters in fp32. Dropout (p > 0, training only) after the embedding and on both residual
+ * branches; attention probabilities are not dropped (the fused attention has no dropout). */
+#ifndef NT_MODELS_GPT_H
+#define NT_MODELS_GPT_H
+#include "core/nt.h"
+#include "models/module.h"
+NT_EXTERN_C_BEGIN
+
+typedef struct {
+  int n_layer, n_head, n_embd, block_size, vocab_size;
+  float dropout;
+} nt_gpt_config;
+
+/* nanoGPT's config/train_shakespeare_char.py: 6 layers, 6 heads, 384 wide, block 256, 65
+ * characters, dropout 0.2. */
+nt_gpt_config nt_gpt_config_shakespeare_char(void);
+/* GPT-2 small (124M): 12/12/768, block 1024, vocab 50257, dropout 0. */
+nt_gpt_config nt_gpt_config_gpt2(void);
+nt_status nt_gpt_config_check(nt_ctx *ctx, const nt_gpt_config *c);
+
+typedef struct nt_gpt nt_gpt;
+
+/* batch x seq is the largest input a call may pass (seq <= block_size). */
+nt_status nt_gpt_create(nt_ctx *ctx, const nt_gpt_config *cfg, nt_dtype compute_dtype,
+                        int batch, int seq, nt_gpt **out);
+void nt_gpt_free(nt_ctx *ctx, nt_gpt *g);
+nt_params *nt_gpt_params(nt_gpt *g);
+const nt_gpt_config *nt_gpt_get_config(const nt_gpt *g);
+/* Parameter count as nanoGPT reports it (without position embeddings). */
+int64_t nt_gpt_num_params(const nt_gpt *g, bool non_embedding);
+/* Training FLOPs per token (6N + 12 L C T, as nanoGPT's estimate_mfu). */
+double nt_gpt_flops_per_token(const nt_gpt *g, int seq);
+/* Bytes of activation memory allocated at create. */
+size_t nt_gpt_activation_bytes(const nt_gpt *g);
+
+/* One training micro-step: forward (dropout on), loss, and backward accumulating into the
+ * parameter gradients. tokens, targets: I32 [b, t] on ctx's device. The loss gradient is
+ * multiplied by *dloss_scale (device pointer on the GPU, host on the CPU; NULL = 1): AMP's
+ * loss scale. The mean loss lands in nt_gpt_loss (unscaled). */
+nt_status nt_gpt_train_step(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
+                            const nt_tensor *targets, const float *dloss_scale);
+/* Forward without dropout and the mean loss (evaluation). */
+nt_status nt_gpt_eval_loss(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
+                           const nt_tensor *targets);
+/* Forward without dropout; *logits views [b * t, vocab] (compute dtype, ctx's device), valid
+ * until the next call. */
+nt_status nt_gpt_logits(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, nt_tensor *logits);
+/* The F32 scalar mean loss of the last train/eval call, on ctx's device. */
+const nt_tensor *nt_gpt_loss(const nt_gpt *g);
+
+NT_EXTERN_C_END
+#endif
