@@ -1,11 +1,17 @@
 /* LayerNorm over the last dim C (eps 1e-5, as torch.nn.LayerNorm):
  *   y = (x - mean) * rstd * weight + bias,  rstd = 1 / sqrt(var + eps) (biased variance).
- * x, y [.., C] in F32/F16/BF16; weight, bias [C] (F32 or x's dtype); mean, rstd [rows] F32,
- * saved for backward. Statistics in fp32. Backward accumulates into dx, dweight, dbias. */
+ * x, y (dy, dx) [.., C] in F32/F16/BF16, one dtype, contiguous; weight, bias [C] (F32 or x's
+ * dtype, both the same; bias may be NULL); mean, rstd [rows] F32 (rows = numel / C), saved for
+ * backward (both may be NULL in forward when no backward follows). Statistics in fp32.
+ * Backward accumulates (+=) into dx, dweight and dbias (F32 [C]; dbias may be NULL). The sums
+ * over rows for dweight and dbias use a fixed order (deterministic). On the GPU C is at most
+ * 12800. */
 #ifndef NT_OPS_LAYERNORM_H
 #define NT_OPS_LAYERNORM_H
 #include "core/nt.h"
 NT_EXTERN_C_BEGIN
+
+#define NT_LAYERNORM_EPS 1e-5f
 
 nt_status nt_layernorm_forward(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *weight,
                                const nt_tensor *bias, nt_tensor *y, nt_tensor *mean,
