@@ -252,6 +252,7 @@ static void system_free(nt_ctx *ctx, void *ptr) {
     return;
   }
 #endif
+  (void)ctx;
   free(ptr);
 }
 
