@@ -127,7 +127,7 @@ static int64_t f32_to_int(float v, double lo, double hi) {
   if (isnan(v)) return 0;
   double d = trunc((double)v);
   if (d <= lo) return (int64_t)lo;
-  if (d >= hi) return d >= 0x1p63 ? INT64_MAX : (int64_t)hi;
+  if (d >= hi) return hi >= 0x1p63 ? INT64_MAX : (int64_t)hi;  /* 2^63 itself is no int64 */
   return (int64_t)d;
 }
 
