@@ -297,22 +297,22 @@ nt_status nt_cnn_train_step(nt_ctx *ctx, nt_cnn *m, const nt_tensor *images,
   if (!st) st = nt_linear_backward(ctx, &dpre, &v.p2f, &m->w[F1W], &dp2f, &m->g[F1W],
                                    &m->g[F1B]);
   /* stage 2, alternating the two scratch maps */
-  nt_tensor A2 = v4(&m->sa, n, c->c2, H / 2, W / 2), B2 = v4(&m->sb, n, c->c2, H / 2, W / 2);
-  nt_tensor A1 = v4(&m->sa, n, c->c1, H, W), B1v = v4(&m->sb, n, c->c1, H, W);
-  nt_tensor Ap = v4(&m->sa, n, c->c1, H / 2, W / 2);
-  if (!st) st = nt_tensor_zero(ctx, &A2);
-  if (!st) st = nt_maxpool2d_backward(ctx, &dp2, &v.arg2, &A2);          /* d a4 */
-  if (!st) st = conv_relu_backward(ctx, &v.a4, &A2, &B2, &v.a3, &m->w[W4], &A2, &m->g[W4],
-                                   &m->g[B4]);                              /* A2 = d a3 */
+  nt_tensor sA2 = v4(&m->sa, n, c->c2, H / 2, W / 2), sB2 = v4(&m->sb, n, c->c2, H / 2, W / 2);
+  nt_tensor sA1 = v4(&m->sa, n, c->c1, H, W), sB1 = v4(&m->sb, n, c->c1, H, W);
+  nt_tensor sAp = v4(&m->sa, n, c->c1, H / 2, W / 2);
+  if (!st) st = nt_tensor_zero(ctx, &sA2);
+  if (!st) st = nt_maxpool2d_backward(ctx, &dp2, &v.arg2, &sA2);          /* d a4 */
+  if (!st) st = conv_relu_backward(ctx, &v.a4, &sA2, &sB2, &v.a3, &m->w[W4], &sA2, &m->g[W4],
+                                   &m->g[B4]);                              /* sA2 = d a3 */
   /* d p1 lands in A (c1 channels at H/2), from dz3 in B */
-  if (!st) st = conv_relu_backward(ctx, &v.a3, &A2, &B2, &v.p1, &m->w[W3], &Ap, &m->g[W3],
+  if (!st) st = conv_relu_backward(ctx, &v.a3, &sA2, &sB2, &v.p1, &m->w[W3], &sAp, &m->g[W3],
                                    &m->g[B3]);
   /* stage 1 */
-  if (!st) st = nt_tensor_zero(ctx, &B1v);
-  if (!st) st = nt_maxpool2d_backward(ctx, &Ap, &v.arg1, &B1v);         /* d a2 */
-  if (!st) st = conv_relu_backward(ctx, &v.a2, &B1v, &A1, &v.a1, &m->w[W2], &B1v, &m->g[W2],
+  if (!st) st = nt_tensor_zero(ctx, &sB1);
+  if (!st) st = nt_maxpool2d_backward(ctx, &sAp, &v.arg1, &sB1);         /* d a2 */
+  if (!st) st = conv_relu_backward(ctx, &v.a2, &sB1, &sA1, &v.a1, &m->w[W2], &sB1, &m->g[W2],
                                    &m->g[B2]);                              /* B = d a1 */
-  if (!st) st = conv_relu_backward(ctx, &v.a1, &B1v, &A1, &v.x, &m->w[W1], NULL, &m->g[W1],
+  if (!st) st = conv_relu_backward(ctx, &v.a1, &sB1, &sA1, &v.x, &m->w[W1], NULL, &m->g[W1],
                                    &m->g[B1]);
   return st;
 }

@@ -1,0 +1,60 @@
+/* A small JSON reader (for safetensors headers and checkpoint sidecars) and an append-only
+ * writer. Numbers keep their source text so 64-bit integers parse exactly. */
+#ifndef NT_MODELS_JSON_H
+#define NT_MODELS_JSON_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "core/nt.h"
+NT_EXTERN_C_BEGIN
+
+typedef enum { NT_JSON_NULL = 0, NT_JSON_BOOL, NT_JSON_NUM, NT_JSON_STR, NT_JSON_ARR, NT_JSON_OBJ }
+    nt_json_type;
+
+typedef struct nt_json {
+  nt_json_type type;
+  bool b;
+  char *str;                /* STR: the decoded string; NUM: the number's text */
+  struct nt_json *items;    /* ARR / OBJ members */
+  char **keys;              /* OBJ keys */
+  int n;
+} nt_json;
+
+/* Parses text[0..len). Errors are NT_ERR_FORMAT naming `what` and the byte offset. */
+nt_status nt_json_parse(nt_ctx *ctx, const char *text, size_t len, const char *what,
+                        nt_json *out);
+void nt_json_free(nt_json *j);                 /* frees the members; NULL is a no-op */
+
+const nt_json *nt_json_get(const nt_json *obj, const char *key);   /* NULL when absent */
+double nt_json_num(const nt_json *j, double dflt);
+int64_t nt_json_i64(const nt_json *j, int64_t dflt);
+uint64_t nt_json_u64(const nt_json *j, uint64_t dflt);
+const char *nt_json_str(const nt_json *j, const char *dflt);
+/* Shortcuts for obj[key]. */
+double nt_json_get_num(const nt_json *obj, const char *key, double dflt);
+int64_t nt_json_get_i64(const nt_json *obj, const char *key, int64_t dflt);
+
+/* Writer: a growing string. Errors are sticky (oom) and reported by nt_jw_finish. */
+typedef struct {
+  char *buf;
+  size_t len, cap;
+  bool oom;
+  bool need_comma;
+} nt_jw;
+
+void nt_jw_begin(nt_jw *w, char open);          /* '{' or '[' */
+void nt_jw_end(nt_jw *w, char close);
+void nt_jw_key(nt_jw *w, const char *key);      /* inside an object, before a value */
+void nt_jw_str(nt_jw *w, const char *s);
+void nt_jw_num(nt_jw *w, double v);             /* %.9g; non-finite as null */
+void nt_jw_i64(nt_jw *w, int64_t v);
+void nt_jw_u64(nt_jw *w, uint64_t v);
+void nt_jw_bool(nt_jw *w, bool v);
+void nt_jw_raw(nt_jw *w, const char *text);    /* a pre-formatted value */
+/* Appends formatted text with no separator logic (for padding etc.). */
+void nt_jw_printf(nt_jw *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Returns the NUL-terminated text (caller frees) or NULL on OOM. */
+char *nt_jw_finish(nt_jw *w);
+
+NT_EXTERN_C_END
+#endif
