@@ -1,4 +1,5 @@
 #include "data/idx.h"
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,8 +23,8 @@ static nt_status read_exact(nt_ctx *ctx, gzFile f, const char *path, void *dst, 
                       "%s: truncated or corrupt file while reading the %s: %s", path, what, msg);
     }
     if (got == 0)
-      return NT_ERROR(ctx, NT_ERR_FORMAT, "%s: truncated file: the %s is %zu bytes short",
-                      path, what, n);
+      return NT_ERROR(ctx, NT_ERR_FORMAT, "%s: truncated file: %zu bytes missing from the %s",
+                      path, n, what);
     p += got;
     n -= (size_t)got;
   }
@@ -33,7 +34,9 @@ static nt_status read_exact(nt_ctx *ctx, gzFile f, const char *path, void *dst, 
 nt_status nt_idx_read(nt_ctx *ctx, const char *path, int expect_ndim, nt_idx *out) {
   memset(out, 0, sizeof *out);
   gzFile f = gzopen(path, "rb");
-  if (!f) return NT_ERROR(ctx, NT_ERR_IO, "%s: cannot open the IDX file", path);
+  if (!f)
+    return NT_ERROR(ctx, NT_ERR_IO, "%s: cannot open the IDX file: %s", path,
+                    errno ? strerror(errno) : "gzopen failed");
   nt_status st;
   unsigned char head[4 + 4 * NT_IDX_MAX_DIMS];
   if ((st = read_exact(ctx, f, path, head, 4, "header"))) goto fail;
