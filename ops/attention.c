@@ -1,0 +1,365 @@
+/* Causal self-attention: argument checks, dispatch, and the CPU reference (plain loops,
+ * fp64 accumulation), plus the head split/merge permutations. */
+#include "ops/attention.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef NT_HAVE_CUDA
+nt_status nt_attention_forward_cuda(nt_ctx *ctx, const nt_tensor *q, const nt_tensor *k,
+                                    const nt_tensor *v, nt_tensor *out, nt_tensor *lse);
+nt_status nt_attention_backward_cuda(nt_ctx *ctx, const nt_tensor *dout, const nt_tensor *q,
+                                     const nt_tensor *k, const nt_tensor *v,
+                                     const nt_tensor *out, const nt_tensor *lse, nt_tensor *dq,
+                                     nt_tensor *dk, nt_tensor *dv);
+nt_status nt_qkv_split_cuda(nt_ctx *ctx, const nt_tensor *qkv, nt_tensor *q, nt_tensor *k,
+                            nt_tensor *v);
+nt_status nt_qkv_split_backward_cuda(nt_ctx *ctx, const nt_tensor *dq, const nt_tensor *dk,
+                                     const nt_tensor *dv, nt_tensor *dqkv);
+nt_status nt_heads_merge_cuda(nt_ctx *ctx, const nt_tensor *o, nt_tensor *y);
+nt_status nt_heads_merge_backward_cuda(nt_ctx *ctx, const nt_tensor *dy, nt_tensor *do_);
+#endif
+
+#define ATTN_MAX_D 128
+
+/* Every [B, H, T, D] operand: float dtype shared by all, contiguous, on ctx's device. */
+static nt_status check_bhtd(nt_ctx *ctx, const nt_tensor *t, const nt_tensor *ref,
+                            const char *what) {
+  nt_status st;
+  if (!t) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "attention: %s is NULL", what);
+  if ((st = nt_check_device(ctx, t, what))) return st;
+  if ((st = nt_check_ndim(ctx, t, 4, what))) return st;
+  if ((st = nt_check_same_shape(ctx, t, ref, what))) return st;
+  if ((st = nt_check_dtype(ctx, t, ref->dtype, what))) return st;
+  return nt_check_contiguous(ctx, t, what);
+}
+
+static nt_status check_lse(nt_ctx *ctx, const nt_tensor *lse, const nt_tensor *q) {
+  nt_status st;
+  if (!lse) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "attention: lse is NULL");
+  if ((st = nt_check_device(ctx, lse, "attention lse"))) return st;
+  if ((st = nt_check_dtype(ctx, lse, NT_F32, "attention lse"))) return st;
+  if ((st = nt_check_ndim(ctx, lse, 3, "attention lse [B, H, T]"))) return st;
+  for (int i = 0; i < 3; i++)
+    if ((st = nt_check_dim(ctx, lse, i, q->shape[i], "attention lse [B, H, T]"))) return st;
+  return nt_check_contiguous(ctx, lse, "attention lse");
+}
+
+static nt_status check_q(nt_ctx *ctx, const nt_tensor *q) {
+  nt_status st;
+  if (!q) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "attention: q is NULL");
+  if ((st = nt_check_ndim(ctx, q, 4, "attention q [B, H, T, D]"))) return st;
+  if (q->dtype != NT_F32 && q->dtype != NT_F16 && q->dtype != NT_BF16)
+    return NT_ERROR(ctx, NT_ERR_DTYPE, "attention: dtype %s not supported (f32, f16, bf16)",
+                    nt_dtype_name(q->dtype));
+  if (q->shape[3] < 1 || q->shape[3] > ATTN_MAX_D)
+    return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "attention: head dim D = %lld (1..%d supported)",
+                    (long long)q->shape[3], ATTN_MAX_D);
+  if (q->shape[0] < 1 || q->shape[1] < 1 || q->shape[2] < 1)
+    return NT_ERROR(ctx, NT_ERR_SHAPE, "attention: empty q [%lld, %lld, %lld, %lld]",
+                    (long long)q->shape[0], (long long)q->shape[1], (long long)q->shape[2],
+                    (long long)q->shape[3]);
+  if (q->shape[2] > (1 << 24) || q->shape[0] * q->shape[1] > (1 << 30))
+    return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "attention: q too large");
+  return NT_OK;
+}
+
+static bool on_cuda(const nt_tensor *t) { return t->device.type == NT_DEV_CUDA; }
+
+#ifndef NT_HAVE_CUDA
+static nt_status no_backend(nt_ctx *ctx) {
+  return NT_ERROR(ctx, NT_ERR_NO_DEVICE, "attention: CUDA tensor without the CUDA backend");
+}
+#endif
+
+/* ---- CPU reference ---------------------------------------------------------------------- */
+
+static void load_row(const nt_tensor *t, int64_t row, int64_t D, double *dst) {
+  for (int64_t d = 0; d < D; d++) dst[d] = nt_load_f32(t->data, t->dtype, row * D + d);
+}
+
+static nt_status attention_forward_cpu(nt_ctx *ctx, const nt_tensor *q, const nt_tensor *k,
+                                       const nt_tensor *v, nt_tensor *out, nt_tensor *lse) {
+  const int64_t BH = q->shape[0] * q->shape[1], T = q->shape[2], D = q->shape[3];
+  const double scale = 1.0 / sqrt((double)D);
+  double *qi = malloc(sizeof(double) * (size_t)D), *o = malloc(sizeof(double) * (size_t)D);
+  double *kv = malloc(sizeof(double) * (size_t)D), *s = malloc(sizeof(double) * (size_t)T);
+  if (!qi || !o || !kv || !s) {
+    free(qi); free(o); free(kv); free(s);
+    return NT_ERROR(ctx, NT_ERR_OOM, "attention: out of host memory");
+  }
+  for (int64_t bh = 0; bh < BH; bh++) {
+    const int64_t base = bh * T;
+    for (int64_t i = 0; i < T; i++) {
+      load_row(q, base + i, D, qi);
+      double m = -INFINITY;
+      for (int64_t j = 0; j <= i; j++) {
+        load_row(k, base + j, D, kv);
+        double acc = 0;
+        for (int64_t d = 0; d < D; d++) acc += qi[d] * kv[d];
+        s[j] = acc * scale;
+        if (s[j] > m) m = s[j];
+      }
+      double l = 0;
+      memset(o, 0, sizeof(double) * (size_t)D);
+      for (int64_t j = 0; j <= i; j++) {
+        double p = exp(s[j] - m);
+        l += p;
+        load_row(v, base + j, D, kv);
+        for (int64_t d = 0; d < D; d++) o[d] += p * kv[d];
+      }
+      for (int64_t d = 0; d < D; d++)
+        nt_store_f32(out->data, out->dtype, (base + i) * D + d, (float)(o[d] / l));
+      ((float *)lse->data)[base + i] = (float)(m + log(l));
+    }
+  }
+  free(qi); free(o); free(kv); free(s);
+  return NT_OK;
+}
+
+/* Adds a double buffer of one (b, h) slice into a gradient tensor of any float dtype. */
+static void add_into(nt_tensor *g, int64_t offset, const double *src, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    float cur = nt_load_f32(g->data, g->dtype, offset + i);
+    nt_store_f32(g->data, g->dtype, offset + i, (float)((double)cur + src[i]));
+  }
+}
+
+static nt_status attention_backward_cpu(nt_ctx *ctx, const nt_tensor *dout, const nt_tensor *q,
+                                        const nt_tensor *k, const nt_tensor *v,
+                                        const nt_tensor *out, const nt_tensor *lse,
+                                        nt_tensor *dq, nt_tensor *dk, nt_tensor *dv) {
+  const int64_t BH = q->shape[0] * q->shape[1], T = q->shape[2], D = q->shape[3];
+  const double scale = 1.0 / sqrt((double)D);
+  const size_t n = (size_t)(T * D);
+  /* Whole (b, h) slices in fp64: q, k, v, dO and the three gradient accumulators. */
+  double *buf = malloc(sizeof(double) * (7 * n + (size_t)T));
+  if (!buf) return NT_ERROR(ctx, NT_ERR_OOM, "attention backward: out of host memory");
+  double *Q = buf, *K = Q + n, *V = K + n, *dO = V + n, *gq = dO + n, *gk = gq + n,
+         *gv = gk + n, *Di = gv + n;
+  for (int64_t bh = 0; bh < BH; bh++) {
+    const int64_t base = bh * T;
+    for (int64_t i = 0; i < T; i++) {
+      load_row(q, base + i, D, Q + i * D);
+      load_row(k, base + i, D, K + i * D);
+      load_row(v, base + i, D, V + i * D);
+      load_row(dout, base + i, D, dO + i * D);
+      double acc = 0;
+      for (int64_t d = 0; d < D; d++)
+        acc += dO[i * D + d] * (double)nt_load_f32(out->data, out->dtype, (base + i) * D + d);
+      Di[i] = acc;
+    }
+    memset(gq, 0, sizeof(double) * 3 * n);
+    for (int64_t i = 0; i < T; i++) {
+      const double L = ((const float *)lse->data)[base + i];
+      for (int64_t j = 0; j <= i; j++) {
+        double s = 0, dp = 0;
+        for (int64_t d = 0; d < D; d++) {
+          s += Q[i * D + d] * K[j * D + d];
+          dp += dO[i * D + d] * V[j * D + d];
+        }
+        const double p = exp(s * scale - L);
+        const double ds = p * (dp - Di[i]) * scale;
+        for (int64_t d = 0; d < D; d++) {
+          gv[j * D + d] += p * dO[i * D + d];
+          gq[i * D + d] += ds * K[j * D + d];
+          gk[j * D + d] += ds * Q[i * D + d];
+        }
+      }
+    }
+    add_into(dq, base * D, gq, (int64_t)n);
+    add_into(dk, base * D, gk, (int64_t)n);
+    add_into(dv, base * D, gv, (int64_t)n);
+  }
+  free(buf);
+  return NT_OK;
+}
+
+/* ---- public entry points ---------------------------------------------------------------- */
+
+nt_status nt_attention_forward(nt_ctx *ctx, const nt_tensor *q, const nt_tensor *k,
+                               const nt_tensor *v, nt_tensor *out, nt_tensor *lse) {
+  nt_status st;
+  if ((st = check_q(ctx, q))) return st;
+  if ((st = check_bhtd(ctx, q, q, "attention q"))) return st;
+  if ((st = check_bhtd(ctx, k, q, "attention k"))) return st;
+  if ((st = check_bhtd(ctx, v, q, "attention v"))) return st;
+  if ((st = check_bhtd(ctx, out, q, "attention out"))) return st;
+  if ((st = check_lse(ctx, lse, q))) return st;
+  if (on_cuda(q)) {
+#ifdef NT_HAVE_CUDA
+    return nt_attention_forward_cuda(ctx, q, k, v, out, lse);
+#else
+    return no_backend(ctx);
+#endif
+  }
+  return attention_forward_cpu(ctx, q, k, v, out, lse);
+}
+
+nt_status nt_attention_backward(nt_ctx *ctx, const nt_tensor *dout, const nt_tensor *q,
+                                const nt_tensor *k, const nt_tensor *v, const nt_tensor *out,
+                                const nt_tensor *lse, nt_tensor *dq, nt_tensor *dk,
+                                nt_tensor *dv) {
+  nt_status st;
+  if ((st = check_q(ctx, q))) return st;
+  if ((st = check_bhtd(ctx, q, q, "attention q"))) return st;
+  if ((st = check_bhtd(ctx, k, q, "attention k"))) return st;
+  if ((st = check_bhtd(ctx, v, q, "attention v"))) return st;
+  if ((st = check_bhtd(ctx, out, q, "attention out"))) return st;
+  if ((st = check_bhtd(ctx, dout, q, "attention dout"))) return st;
+  if ((st = check_bhtd(ctx, dq, q, "attention dq"))) return st;
+  if ((st = check_bhtd(ctx, dk, q, "attention dk"))) return st;
+  if ((st = check_bhtd(ctx, dv, q, "attention dv"))) return st;
+  if ((st = check_lse(ctx, lse, q))) return st;
+  if (on_cuda(q)) {
+#ifdef NT_HAVE_CUDA
+    return nt_attention_backward_cuda(ctx, dout, q, k, v, out, lse, dq, dk, dv);
+#else
+    return no_backend(ctx);
+#endif
+  }
+  return attention_backward_cpu(ctx, dout, q, k, v, out, lse, dq, dk, dv);
+}
+
+/* ---- head split / merge ----------------------------------------------------------------- */
+
+static nt_status check_layout_dtype(nt_ctx *ctx, const nt_tensor *t, const char *what) {
+  if (t->dtype != NT_F32 && t->dtype != NT_F16 && t->dtype != NT_BF16)
+    return NT_ERROR(ctx, NT_ERR_DTYPE, "%s: dtype %s not supported (f32, f16, bf16)", what,
+                    nt_dtype_name(t->dtype));
+  return NT_OK;
+}
+
+/* qkv [B, T, 3C] against three [B, H, T, D] views (all checked against q). */
+static nt_status check_split(nt_ctx *ctx, const nt_tensor *qkv, int heads, const nt_tensor *q,
+                             const nt_tensor *k, const nt_tensor *v, const char *what) {
+  nt_status st;
+  if (!qkv || !q || !k || !v) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "%s: NULL tensor", what);
+  if ((st = check_layout_dtype(ctx, qkv, what))) return st;
+  if ((st = nt_check_device(ctx, qkv, what))) return st;
+  if ((st = nt_check_ndim(ctx, qkv, 3, "qkv [B, T, 3C]"))) return st;
+  if ((st = nt_check_contiguous(ctx, qkv, what))) return st;
+  if (qkv->shape[2] % 3)
+    return NT_ERROR(ctx, NT_ERR_SHAPE, "%s: qkv last dim %lld is not 3C", what,
+                    (long long)qkv->shape[2]);
+  const int64_t C = qkv->shape[2] / 3;
+  if (heads < 1 || C % heads)
+    return NT_ERROR(ctx, NT_ERR_SHAPE, "%s: C = %lld is not divisible by heads = %d", what,
+                    (long long)C, heads);
+  const int64_t shape[4] = {qkv->shape[0], heads, qkv->shape[1], C / heads};
+  const nt_tensor *parts[3] = {q, k, v};
+  for (int i = 0; i < 3; i++) {
+    if ((st = nt_check_device(ctx, parts[i], what))) return st;
+    if ((st = nt_check_dtype(ctx, parts[i], qkv->dtype, what))) return st;
+    if ((st = nt_check_ndim(ctx, parts[i], 4, "q/k/v [B, H, T, D]"))) return st;
+    for (int d = 0; d < 4; d++)
+      if ((st = nt_check_dim(ctx, parts[i], d, shape[d], "q/k/v [B, H, T, D]"))) return st;
+    if ((st = nt_check_contiguous(ctx, parts[i], what))) return st;
+  }
+  return NT_OK;
+}
+
+/* Copies (accumulate = false) or adds between [B, T, nparts * C] and nparts [B, H, T, D]. */
+static void permute_cpu(nt_tensor *packed, nt_tensor *const *parts, int nparts, bool to_parts,
+                        bool accumulate) {
+  const nt_tensor *p0 = parts[0];
+  const int64_t B = p0->shape[0], H = p0->shape[1], T = p0->shape[2], D = p0->shape[3];
+  const int64_t C = H * D, row = (int64_t)nparts * C;
+  for (int s = 0; s < nparts; s++)
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t h = 0; h < H; h++)
+        for (int64_t t = 0; t < T; t++)
+          for (int64_t d = 0; d < D; d++) {
+            const int64_t ip = (b * T + t) * row + s * C + h * D + d;
+            const int64_t ih = ((b * H + h) * T + t) * D + d;
+            nt_tensor *dst = to_parts ? parts[s] : packed;
+            const nt_tensor *src = to_parts ? packed : parts[s];
+            const int64_t id = to_parts ? ih : ip, is = to_parts ? ip : ih;
+            float x = nt_load_f32(src->data, src->dtype, is);
+            if (accumulate) x += nt_load_f32(dst->data, dst->dtype, id);
+            nt_store_f32(dst->data, dst->dtype, id, x);
+          }
+}
+
+nt_status nt_qkv_split(nt_ctx *ctx, const nt_tensor *qkv, int heads, nt_tensor *q, nt_tensor *k,
+                       nt_tensor *v) {
+  nt_status st = check_split(ctx, qkv, heads, q, k, v, "qkv_split");
+  if (st) return st;
+  if (on_cuda(qkv)) {
+#ifdef NT_HAVE_CUDA
+    return nt_qkv_split_cuda(ctx, qkv, q, k, v);
+#else
+    return no_backend(ctx);
+#endif
+  }
+  nt_tensor *parts[3] = {q, k, v};
+  permute_cpu((nt_tensor *)qkv, parts, 3, true, false);
+  return NT_OK;
+}
+
+nt_status nt_qkv_split_backward(nt_ctx *ctx, const nt_tensor *dq, const nt_tensor *dk,
+                                const nt_tensor *dv, nt_tensor *dqkv) {
+  if (!dq) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "qkv_split_backward: dq is NULL");
+  if (dq->ndim != 4)
+    return NT_ERROR(ctx, NT_ERR_SHAPE, "qkv_split_backward: dq must be [B, H, T, D]");
+  nt_status st = check_split(ctx, dqkv, (int)dq->shape[1], dq, dk, dv, "qkv_split_backward");
+  if (st) return st;
+  if (on_cuda(dqkv)) {
+#ifdef NT_HAVE_CUDA
+    return nt_qkv_split_backward_cuda(ctx, dq, dk, dv, dqkv);
+#else
+    return no_backend(ctx);
+#endif
+  }
+  nt_tensor *parts[3] = {(nt_tensor *)dq, (nt_tensor *)dk, (nt_tensor *)dv};
+  permute_cpu(dqkv, parts, 3, false, true);
+  return NT_OK;
+}
+
+static nt_status check_merge(nt_ctx *ctx, const nt_tensor *o, const nt_tensor *y,
+                             const char *what) {
+  nt_status st;
+  if (!o || !y) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "%s: NULL tensor", what);
+  if ((st = check_layout_dtype(ctx, o, what))) return st;
+  if ((st = nt_check_device(ctx, o, what))) return st;
+  if ((st = nt_check_device(ctx, y, what))) return st;
+  if ((st = nt_check_dtype(ctx, y, o->dtype, what))) return st;
+  if ((st = nt_check_ndim(ctx, o, 4, "heads [B, H, T, D]"))) return st;
+  if ((st = nt_check_ndim(ctx, y, 3, "merged [B, T, C]"))) return st;
+  if ((st = nt_check_dim(ctx, y, 0, o->shape[0], "merged [B, T, C]"))) return st;
+  if ((st = nt_check_dim(ctx, y, 1, o->shape[2], "merged [B, T, C]"))) return st;
+  if ((st = nt_check_dim(ctx, y, 2, o->shape[1] * o->shape[3], "merged [B, T, C = H*D]")))
+    return st;
+  if ((st = nt_check_contiguous(ctx, o, what))) return st;
+  return nt_check_contiguous(ctx, y, what);
+}
+
+nt_status nt_heads_merge(nt_ctx *ctx, const nt_tensor *o, nt_tensor *y) {
+  nt_status st = check_merge(ctx, o, y, "heads_merge");
+  if (st) return st;
+  if (on_cuda(o)) {
+#ifdef NT_HAVE_CUDA
+    return nt_heads_merge_cuda(ctx, o, y);
+#else
+    return no_backend(ctx);
+#endif
+  }
+  nt_tensor *parts[1] = {(nt_tensor *)o};
+  permute_cpu(y, parts, 1, false, false);
+  return NT_OK;
+}
+
+nt_status nt_heads_merge_backward(nt_ctx *ctx, const nt_tensor *dy, nt_tensor *do_) {
+  nt_status st = check_merge(ctx, do_, dy, "heads_merge_backward");
+  if (st) return st;
+  if (on_cuda(dy)) {
+#ifdef NT_HAVE_CUDA
+    return nt_heads_merge_backward_cuda(ctx, dy, do_);
+#else
+    return no_backend(ctx);
+#endif
+  }
+  nt_tensor *parts[1] = {do_};
+  permute_cpu((nt_tensor *)dy, parts, 1, true, true);
+  return NT_OK;
+}

@@ -1,0 +1,198 @@
+/* Tensor-core causal attention forward (FlashAttention-2): a block owns 64 query rows (four
+ * warps of 16) and walks the key/value tiles of 64 rows up to the diagonal, double-buffered
+ * with cp.async. S = Q K^T and O += P V run on mma.sync m16n8k16 with fp32 accumulation; the
+ * softmax keeps a running max and sum per row in fp32 (base-2 exponentials with log2(e)
+ * folded into the scale). */
+#include "ops/attention_cuda.cuh"
+#include "ops/attention_mma.cuh"
+#include "core/cuda_util.h"
+
+namespace {
+
+using namespace nt_attn;
+
+constexpr int kBr = 64, kBc = 64, kWarps = 4, kThreads = 32 * kWarps;
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <int D> constexpr int smem_bytes() { return (kBr + 4 * kBc) * (D + kLdPad) * 2; }
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads)
+    fwd_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
+               T *__restrict__ out, float *__restrict__ lse, int BH, int T_, float scale) {
+  constexpr int kLd = D + kLdPad, kDt = D / 8, kKs = D / 16, kSt = kBc / 8;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T *qs = reinterpret_cast<T *>(smem_raw);
+  T *ks = qs + kBr * kLd;   /* two buffers of K then two of V */
+  T *vs = ks + 2 * kBc * kLd;
+
+  const int n_qt = (T_ + kBr - 1) / kBr;
+  /* Heaviest tiles (most keys) first so the tail of the grid is short. */
+  const int qt = n_qt - 1 - (int)(blockIdx.x / BH);
+  const long bh = blockIdx.x % BH;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const long head = bh * (long)T_ * D;
+  const int q0 = qt * kBr;
+  const float sl2 = scale * kLog2e;
+
+  load_tile<T, kBr, D, kThreads>(qs, q + head, q0, T_, tid);
+  load_tile<T, kBc, D, kThreads>(ks, k + head, 0, T_, tid);
+  load_tile<T, kBc, D, kThreads>(vs, v + head, 0, T_, tid);
+  cp_async_commit();
+
+  uint32_t qf[kKs][4];
+  float o[kDt][4];
+#pragma unroll
+  for (int i = 0; i < kDt; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.f, 0.f};
+  const int row_a = q0 + warp * 16 + (lane >> 2);   /* this thread's rows: row_a, row_a + 8 */
+
+  for (int kt = 0; kt <= qt; kt++) {
+    const int buf = kt & 1;
+    if (kt < qt) {
+      load_tile<T, kBc, D, kThreads>(ks + (buf ^ 1) * kBc * kLd, k + head, (kt + 1) * kBc, T_,
+                                     tid);
+      load_tile<T, kBc, D, kThreads>(vs + (buf ^ 1) * kBc * kLd, v + head, (kt + 1) * kBc, T_,
+                                     tid);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (kt == 0) {
+#pragma unroll
+      for (int kk = 0; kk < kKs; kk++) ldsm_x4(qf[kk], a_frag_addr(qs, kLd, warp * 16, kk * 16, lane));
+    }
+    const T *kb = ks + buf * kBc * kLd, *vb = vs + buf * kBc * kLd;
+
+    float s[kSt][4];
+#pragma unroll
+    for (int i = 0; i < kSt; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < kKs; kk++) {
+#pragma unroll
+      for (int np = 0; np < kSt / 2; np++) {
+        uint32_t b[4];
+        ldsm_x4(b, bt_frag_addr(kb, kLd, np * 16, kk * 16, lane));
+        mma_op<T>::run(s[2 * np], qf[kk], b[0], b[1]);
+        mma_op<T>::run(s[2 * np + 1], qf[kk], b[2], b[3]);
+      }
+    }
+    if (kt == qt) {   /* the diagonal tile: keys after the query (and past T) are masked */
+#pragma unroll
+      for (int nt = 0; nt < kSt; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int key = kt * kBc + nt * 8 + 2 * (lane & 3) + (e & 1);
+          const int row = row_a + (e >> 1) * 8;
+          if (key > row) s[nt][e] = -INFINITY;
+        }
+    }
+    /* Online softmax over this tile, per row (two rows per thread; a row's 64 values are
+     * spread over the 4 lanes of a quad). */
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      float mx = m_r[h];
+#pragma unroll
+      for (int nt = 0; nt < kSt; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * h], s[nt][2 * h + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float corr = exp2f((m_r[h] - mx) * sl2), off = mx * sl2;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < kSt; nt++) {
+        s[nt][2 * h] = exp2f(fmaf(s[nt][2 * h], sl2, -off));
+        s[nt][2 * h + 1] = exp2f(fmaf(s[nt][2 * h + 1], sl2, -off));
+        sum += s[nt][2 * h] + s[nt][2 * h + 1];
+      }
+      l_r[h] = l_r[h] * corr + sum;
+      m_r[h] = mx;
+#pragma unroll
+      for (int dt = 0; dt < kDt; dt++) {
+        o[dt][2 * h] *= corr;
+        o[dt][2 * h + 1] *= corr;
+      }
+    }
+    /* O += P V: the accumulator layout of S is the A-fragment layout of P. */
+#pragma unroll
+    for (int kk = 0; kk < kBc / 16; kk++) {
+      uint32_t a[4];
+      a[0] = mma_op<T>::pack(s[2 * kk][0], s[2 * kk][1]);
+      a[1] = mma_op<T>::pack(s[2 * kk][2], s[2 * kk][3]);
+      a[2] = mma_op<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      a[3] = mma_op<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+      for (int dp = 0; dp < kDt / 2; dp++) {
+        uint32_t b[4];
+        ldsm_x4_t(b, b_frag_addr_t(vb, kLd, kk * 16, dp * 16, lane));
+        mma_op<T>::run(o[2 * dp], a, b[0], b[1]);
+        mma_op<T>::run(o[2 * dp + 1], a, b[2], b[3]);
+      }
+    }
+    __syncthreads();   /* the next iteration's prefetch overwrites this buffer */
+  }
+
+  /* Normalise, stage the warp's 16 rows in the (now free) Q tile, write 16-byte pieces. */
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    float l = l_r[h];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float inv = 1.f / l;
+    const int r = warp * 16 + (lane >> 2) + h * 8;
+#pragma unroll
+    for (int dt = 0; dt < kDt; dt++) {
+      const uint32_t pk = mma_op<T>::pack(o[dt][2 * h] * inv, o[dt][2 * h + 1] * inv);
+      *reinterpret_cast<uint32_t *>(qs + r * kLd + dt * 8 + 2 * (lane & 3)) = pk;
+    }
+    const int row = row_a + h * 8;
+    if ((lane & 3) == 0 && row < T_) lse[bh * T_ + row] = m_r[h] * scale + logf(l);
+  }
+  __syncwarp();
+  constexpr int kChunks = D / 8;
+#pragma unroll
+  for (int c = lane; c < 16 * kChunks; c += 32) {
+    const int r = warp * 16 + c / kChunks, col = (c % kChunks) * 8;
+    if (q0 + r < T_)
+      *reinterpret_cast<uint4 *>(out + head + (long)(q0 + r) * D + col) =
+          *reinterpret_cast<const uint4 *>(qs + r * kLd + col);
+  }
+}
+
+template <typename T, int D>
+nt_status launch(nt_ctx *ctx, const void *q, const void *k, const void *v, void *out, float *lse,
+                 int BH, int T_) {
+  constexpr int bytes = smem_bytes<D>();
+  nt_status st = NT_CUDA(ctx, cudaFuncSetAttribute(fwd_kernel<T, D>,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   bytes));
+  if (st) return st;
+  const long blocks = (long)((T_ + kBr - 1) / kBr) * BH;
+  if (blocks > 0x7fffffffL) return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "attention: grid too large");
+  fwd_kernel<T, D><<<(unsigned)blocks, kThreads, bytes, nt_cuda_stream(ctx)>>>(
+      (const T *)q, (const T *)k, (const T *)v, (T *)out, lse, BH, T_, 1.f / sqrtf((float)D));
+  return NT_CUDA_LAUNCHED(ctx);
+}
+
+template <typename T>
+nt_status launch_d(nt_ctx *ctx, const void *q, const void *k, const void *v, void *out,
+                   float *lse, int BH, int T_, int D) {
+  if (D == 64) return launch<T, 64>(ctx, q, k, v, out, lse, BH, T_);
+  if (D == 32) return launch<T, 32>(ctx, q, k, v, out, lse, BH, T_);
+  return NT_ERROR(ctx, NT_ERR_INTERNAL, "attention: no tensor-core kernel for D = %d", D);
+}
+
+}  // namespace
+
+bool nt_attention_mma_supported(nt_dtype dt, int D) {
+  return (dt == NT_F16 || dt == NT_BF16) && (D == 32 || D == 64);
+}
+
+nt_status nt_attention_forward_mma(nt_ctx *ctx, nt_dtype dt, const void *q, const void *k,
+                                   const void *v, void *out, float *lse, int BH, int T, int D) {
+  if (dt == NT_BF16) return launch_d<__nv_bfloat16>(ctx, q, k, v, out, lse, BH, T, D);
+  if (dt == NT_F16) return launch_d<__half>(ctx, q, k, v, out, lse, BH, T, D);
+  return NT_ERROR(ctx, NT_ERR_INTERNAL, "attention: no tensor-core kernel for %s",
+                  nt_dtype_name(dt));
+}
