@@ -1,0 +1,18 @@
+/* The per-step prepare of the fused optimizers on the device: one thread reads found_inf and
+ * the gradients' sum of squares and writes the step record the update kernels read. */
+#include "optim/optim_common.h"
+#include "core/cuda_util.h"
+
+namespace {
+__global__ void optim_prepare_kernel(nt_optim_record *rec, const float *found, const float *sumsq,
+                                     float max_norm, double beta1, double beta2) {
+  nt_optim_prepare_rule(rec, found, sumsq, max_norm, beta1, beta2);
+}
+}  // namespace
+
+extern "C" nt_status nt_optim_prepare_cuda(nt_ctx *ctx, nt_optim_record *rec, const float *found,
+                                           const float *sumsq, float max_norm, double beta1,
+                                           double beta2) {
+  optim_prepare_kernel<<<1, 1, 0, nt_cuda_stream(ctx)>>>(rec, found, sumsq, max_norm, beta1, beta2);
+  return NT_CUDA_LAUNCHED(ctx);
+}

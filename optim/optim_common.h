@@ -1,0 +1,113 @@
+/* Shared machinery of the fused optimizers (private): the chunk table that maps parameter
+ * groups onto blocks of one launch per unit, the device step record, and the per-step
+ * "prepare" (skip flag, step counter, clip coefficient, bias corrections) that one tiny kernel
+ * computes on the device, so no host sync is needed. */
+#ifndef NT_OPTIM_COMMON_H
+#define NT_OPTIM_COMMON_H
+#include <stdint.h>
+#include <math.h>
+#include "core/nt.h"
+#include "optim/optimizer.h"
+NT_EXTERN_C_BEGIN
+
+#ifdef __CUDACC__
+#define NT_HD __host__ __device__
+#else
+#define NT_HD
+#endif
+
+/* One block's work: `length` (<= NT_OPTIM_CHUNK) consecutive elements of one group. */
+typedef struct {
+  int64_t offset;
+  int32_t length;
+  int32_t group;
+} nt_optim_chunk;
+#define NT_OPTIM_CHUNK 4096
+
+/* Per-step values computed on the device by the prepare step. */
+typedef struct {
+  int32_t step;        /* completed steps (the step being applied when !skip) */
+  int32_t skip;        /* this step is skipped (found_inf != 0) */
+  float clip_coef;     /* gradients are multiplied by this (1 without clipping) */
+  float total_norm;    /* sqrt(sumsq) of the latest clipped step (0 without clipping) */
+  double bias1;        /* 1 - beta1^step (AdamW) */
+  double bias2_sqrt;   /* sqrt(1 - beta2^step) */
+} nt_optim_record;
+
+typedef struct {
+  float lr_mult[NT_OPTIM_MAX_GROUPS];
+  double weight_decay[NT_OPTIM_MAX_GROUPS];
+} nt_optim_groups;
+
+/* Host-side state common to every optimizer. */
+typedef struct {
+  int n_units;
+  nt_param_unit *units;          /* copies of the caller's views (master_init cleared) */
+  float **master;                /* per unit: fp32 master (aliases params when F32) */
+  bool *master_owned;
+  int n_groups;
+  nt_optim_groups groups;
+  nt_optim_chunk **chunks;       /* per unit, on the ctx's device */
+  int64_t *n_chunks;
+  nt_optim_record *rec;          /* on the ctx's device */
+  float *sumsq;                  /* scratch F32 scalar on the ctx's device */
+  nt_device device;
+} nt_optim_base;
+
+nt_status nt_optim_base_init(nt_ctx *ctx, nt_optim_base *b, const nt_param_unit *units,
+                             int n_units, const nt_param_group *groups, int n_groups,
+                             double default_weight_decay);
+void nt_optim_base_free(nt_ctx *ctx, nt_optim_base *b);
+/* Skip flag, step counter, clip coefficient, bias corrections: one tiny launch (or host code). */
+nt_status nt_optim_base_prepare(nt_ctx *ctx, nt_optim_base *b, const nt_optim_step_args *a,
+                                double beta1, double beta2);
+/* Allocates n floats per unit on the device, zeroed (moments). */
+nt_status nt_optim_base_alloc_state(nt_ctx *ctx, nt_optim_base *b, float ***out);
+void nt_optim_base_free_state(nt_ctx *ctx, nt_optim_base *b, float **bufs);
+/* Record <-> host (synchronizes). */
+nt_status nt_optim_base_read(nt_ctx *ctx, nt_optim_base *b, nt_optim_record *out);
+nt_status nt_optim_base_write(nt_ctx *ctx, nt_optim_base *b, const nt_optim_record *in);
+/* Raw byte copies between host memory and the ctx's device. */
+nt_status nt_optim_copy(nt_ctx *ctx, void *dst, bool dst_host, const void *src, bool src_host,
+                        size_t bytes);
+/* Save/load of named fp32 per-unit buffers in a small binary file (see adamw.h). */
+nt_status nt_optim_save(nt_ctx *ctx, nt_optim_base *b, const char *path, const char *kind,
+                        float **const *bufs, int n_bufs);
+nt_status nt_optim_load(nt_ctx *ctx, nt_optim_base *b, const char *path, const char *kind,
+                        float **const *bufs, int n_bufs);
+/* Rewrites the F16/BF16 compute copies from the master weights (after a load). */
+nt_status nt_optim_base_refresh_params(nt_ctx *ctx, nt_optim_base *b);
+
+/* beta^t by squaring in double: the same bits on the host and the device. */
+static inline NT_HD double nt_optim_powi(double base, int32_t t) {
+  double r = 1.0;
+  while (t > 0) {
+    if (t & 1) r *= base;
+    base *= base;
+    t >>= 1;
+  }
+  return r;
+}
+
+/* The prepare rule (host and device). found/sumsq may be NULL. */
+static inline NT_HD void nt_optim_prepare_rule(nt_optim_record *r, const float *found,
+                                               const float *sumsq, float max_norm,
+                                               double beta1, double beta2) {
+  r->skip = (found && *found != 0.0f) ? 1 : 0;
+  if (r->skip) return;
+  r->step += 1;
+  r->clip_coef = 1.0f;
+  if (sumsq && max_norm > 0.0f) {
+    float total = sqrtf(*sumsq);
+    float c = max_norm / (total + 1e-6f);
+    /* clamp(max=1) as torch: a NaN coefficient propagates (c < 1 is false for NaN). */
+    if (!(c < 1.0f) && c == c) c = 1.0f;
+    r->clip_coef = c;
+    r->total_norm = total;
+  }
+  r->bias1 = 1.0 - nt_optim_powi(beta1, r->step);
+  r->bias2_sqrt = sqrt(1.0 - nt_optim_powi(beta2, r->step));
+}
+
+NT_EXTERN_C_END
+#endif
