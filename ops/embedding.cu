@@ -1,0 +1,163 @@
+/* Embedding on the GPU. Forward: one thread per 8-element pack of the output. Backward without
+ * atomics, so the result is bit-reproducible: dwpe sums over the batch per (t, c); for dwte the
+ * positions are stably radix-sorted by token id (CUB), and one block per run of equal ids sums
+ * that token's rows in position order. */
+#include "ops/memops_cuda.cuh"
+#include <cub/device/device_radix_sort.cuh>
+#include <math.h>
+
+namespace {
+
+template <typename T, bool VEC>
+__global__ void emb_forward_kernel(int64_t n_rows, int T_len, int C, int V,
+                                   const int32_t *__restrict__ tokens, const T *__restrict__ wte,
+                                   const T *__restrict__ wpe, T *__restrict__ out) {
+  int per_row = VEC ? C / NT_PACK : C;
+  int64_t total = n_rows * per_row, stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += stride) {
+    int64_t row = k / per_row;
+    int c = (int)(k - row * per_row) * (VEC ? NT_PACK : 1);
+    int tok = tokens[row], t = (int)(row % T_len);
+    bool bad = tok < 0 || tok >= V;
+    if (VEC) {
+      float v[NT_PACK], p[NT_PACK];
+      if (!bad) nt_load8(wte + (int64_t)tok * C + c, v);
+      if (wpe) nt_load8(wpe + (int64_t)t * C + c, p);
+#pragma unroll
+      for (int i = 0; i < NT_PACK; i++)
+        v[i] = bad ? __int_as_float(0x7fc00000) : v[i] + (wpe ? p[i] : 0.0f);
+      nt_store8(out + row * C + c, v);
+    } else {
+      float v = bad ? __int_as_float(0x7fc00000) : nt_to_f(wte[(int64_t)tok * C + c]);
+      if (wpe) v += nt_to_f(wpe[(int64_t)t * C + c]);
+      out[row * C + c] = nt_from_f<T>(v);
+    }
+  }
+}
+
+/* dwpe[t, c] += sum over b of dout[b, t, c], b in order. */
+template <typename T>
+__global__ void emb_dwpe_kernel(int B, int T_len, int C, const T *__restrict__ dout,
+                                float *__restrict__ dwpe) {
+  int64_t total = (int64_t)T_len * C, stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += stride) {
+    float s = 0.0f;
+    for (int b = 0; b < B; b++) s += nt_to_f(dout[(int64_t)b * total + k]);
+    dwpe[k] += s;
+  }
+}
+
+/* Block i handles the run of equal ids starting at sorted index i (other blocks exit). */
+template <typename T>
+__global__ void emb_dwte_kernel(int n, int C, int V, const int32_t *__restrict__ sorted_ids,
+                                const int32_t *__restrict__ sorted_pos, const T *__restrict__ dout,
+                                float *__restrict__ dwte) {
+  int i = blockIdx.x;
+  int id = sorted_ids[i];
+  if ((i > 0 && sorted_ids[i - 1] == id) || id < 0 || id >= V) return;
+  int end = i + 1;
+  while (end < n && sorted_ids[end] == id) end++;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    float s = 0.0f;
+    for (int j = i; j < end; j++) s += nt_to_f(dout[(int64_t)sorted_pos[j] * C + c]);
+    dwte[(int64_t)id * C + c] += s;
+  }
+}
+
+__global__ void iota_kernel(int n, int32_t *out) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = i;
+}
+
+unsigned grid_for(nt_ctx *ctx, int64_t work, int threads) {
+  int64_t blocks = (work + threads - 1) / threads, cap = (int64_t)nt_sm_count(ctx) * 16;
+  if (blocks > cap) blocks = cap;
+  return (unsigned)(blocks < 1 ? 1 : blocks);
+}
+
+template <typename T>
+void launch_forward(nt_ctx *ctx, int64_t n_rows, int T_len, int C, int V, const int32_t *tok,
+                    const T *wte, const T *wpe, T *out) {
+  bool vec = C % NT_PACK == 0 && nt_aligned16(wte) && nt_aligned16(out) && (!wpe || nt_aligned16(wpe));
+  int64_t work = n_rows * (vec ? C / NT_PACK : C);
+  unsigned grid = grid_for(ctx, work, 256);
+  cudaStream_t s = nt_cuda_stream(ctx);
+  if (vec)
+    emb_forward_kernel<T, true><<<grid, 256, 0, s>>>(n_rows, T_len, C, V, tok, wte, wpe, out);
+  else
+    emb_forward_kernel<T, false><<<grid, 256, 0, s>>>(n_rows, T_len, C, V, tok, wte, wpe, out);
+}
+
+template <typename T>
+nt_status dwte_backward(nt_ctx *ctx, int n, int C, int V, const int32_t *tok, const T *dout,
+                        float *dwte) {
+  cudaStream_t s = nt_cuda_stream(ctx);
+  int32_t *buf = nullptr; /* sorted ids, positions in, positions out */
+  void *temp = nullptr;
+  size_t temp_bytes = 0;
+  nt_status st = NT_CUDA(ctx, cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, tok,
+                                                              (int32_t *)nullptr,
+                                                              (const int32_t *)nullptr,
+                                                              (int32_t *)nullptr, n, 0, 32, s));
+  if (!st) st = nt_alloc(ctx, (size_t)3 * n * sizeof(int32_t), (void **)&buf);
+  if (!st) st = nt_alloc(ctx, temp_bytes ? temp_bytes : 1, &temp);
+  if (st) goto done;
+  iota_kernel<<<(n + 255) / 256, 256, 0, s>>>(n, buf + n);
+  st = NT_CUDA_LAUNCHED(ctx);
+  if (!st)
+    st = NT_CUDA(ctx, cub::DeviceRadixSort::SortPairs(temp, temp_bytes, tok, buf, buf + n,
+                                                      buf + 2 * n, n, 0, 32, s));
+  if (st) goto done;
+  emb_dwte_kernel<T><<<(unsigned)n, C < 256 ? (C + 31) / 32 * 32 : 256, 0, s>>>(
+      n, C, V, buf, buf + 2 * n, dout, dwte);
+  st = NT_CUDA_LAUNCHED(ctx);
+done:
+  nt_free(ctx, temp);
+  nt_free(ctx, buf);
+  return st;
+}
+
+template <typename T>
+nt_status launch_backward(nt_ctx *ctx, int B, int T_len, int C, int V, const int32_t *tok,
+                          const T *dout, float *dwte, float *dwpe) {
+  if (dwpe) {
+    emb_dwpe_kernel<T><<<grid_for(ctx, (int64_t)T_len * C, 256), 256, 0, nt_cuda_stream(ctx)>>>(
+        B, T_len, C, dout, dwpe);
+    nt_status st = NT_CUDA_LAUNCHED(ctx);
+    if (st) return st;
+  }
+  if (dwte) return dwte_backward<T>(ctx, B * T_len, C, V, tok, dout, dwte);
+  return NT_OK;
+}
+
+} // namespace
+
+nt_status nt_embedding_forward_cuda(nt_ctx *ctx, const nt_tensor *tokens, const nt_tensor *wte,
+                                    const nt_tensor *wpe, nt_tensor *out) {
+  int64_t B = tokens->shape[0], T_len = tokens->shape[1], C = out->shape[2], V = wte->shape[0];
+  if (B * T_len == 0 || C == 0) return NT_OK;
+  if (C > INT32_MAX || V > INT32_MAX || T_len > INT32_MAX)
+    return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "embedding_forward: sizes beyond 2^31");
+  NT_DISPATCH_FLOAT(out->dtype, T,
+                    launch_forward<T>(ctx, B * T_len, (int)T_len, (int)C, (int)V,
+                                      (const int32_t *)tokens->data, (const T *)wte->data,
+                                      wpe ? (const T *)wpe->data : (const T *)nullptr,
+                                      (T *)out->data));
+  return NT_CUDA_LAUNCHED(ctx);
+}
+
+nt_status nt_embedding_backward_cuda(nt_ctx *ctx, const nt_tensor *tokens, const nt_tensor *dout,
+                                     nt_tensor *dwte, nt_tensor *dwpe) {
+  int64_t B = tokens->shape[0], T_len = tokens->shape[1], C = dout->shape[2];
+  int64_t V = dwte ? dwte->shape[0] : 0;
+  if (B * T_len == 0 || C == 0) return NT_OK;
+  if (B * T_len > INT32_MAX || C > INT32_MAX || V > INT32_MAX)
+    return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "embedding_backward: sizes beyond 2^31");
+  nt_status st = NT_ERR_INTERNAL;
+  NT_DISPATCH_FLOAT(dout->dtype, T,
+                    st = launch_backward<T>(ctx, (int)B, (int)T_len, (int)C, (int)V,
+                                            (const int32_t *)tokens->data, (const T *)dout->data,
+                                            dwte ? (float *)dwte->data : nullptr,
+                                            dwpe ? (float *)dwpe->data : nullptr));
+  return st;
+}
