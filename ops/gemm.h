@@ -38,8 +38,34 @@ typedef struct {
 /* Defaults: no transposes, alpha 1, beta 0, no epilogue. */
 nt_gemm_opts nt_gemm_defaults(void);
 
+/* Rules (the same on the CPU and the GPU, so a CPU run rejects what a GPU run would):
+ * - A and B share one dtype (F32, F16, BF16), or are FP8 with at most one E5M2.
+ *   D: F32 inputs -> F32; F16 -> F16 or F32; BF16 -> BF16 or F32; FP8 -> F32, F16 or BF16.
+ * - beta == 0: D is not read (NaN in D does not propagate).
+ * - GELU_AUX, DGELU and BGRADA need an unbatched product; BGRADA ignores alpha (the bias
+ *   gradient is the plain sum of op(A)).
+ * - On the GPU each matrix needs a unit stride in one of its two last dims (D in its last);
+ *   FP8 needs compute capability >= 8.9 and cuBLASLt's "TN" layout: A [M, K] not transposed
+ *   and B given as [N, K] with trans_b, both with unit stride along K, and 16-byte aligned
+ *   leading dims.
+ * GPU: a fused cuBLASLt epilogue when cuBLASLt offers one for the case, otherwise the plain
+ * product followed by a small kernel (same results within rounding). BGRADA's fused bias
+ * gradient is written by cuBLASLt into a per-plan scratch vector and then added to bias_grad.
+ * Plans (descriptors, layouts and the chosen algorithm) are cached per context; with
+ * autotuning (default on for CUDA contexts, NT_GEMM_AUTOTUNE=0 turns it off) the first call of
+ * a new shape times cuBLASLt's top heuristic candidates once and keeps the fastest. */
 nt_status nt_gemm(nt_ctx *ctx, const nt_tensor *A, const nt_tensor *B, nt_tensor *D,
                   const nt_gemm_opts *opts);
+
+/* Plan cache statistics of a context (all zero for a CPU context). */
+typedef struct {
+  uint64_t plans;             /* cached plans */
+  uint64_t descriptors;       /* cuBLASLt descriptors (matmul desc, layouts, preference) made */
+  uint64_t hits, misses;      /* lookups */
+  uint64_t autotuned;         /* plans whose algorithm was picked by timing */
+  uint64_t split_epilogues;   /* plans that run the epilogue as a separate kernel */
+} nt_gemm_stats;
+void nt_gemm_get_stats(nt_ctx *ctx, nt_gemm_stats *out);
 
 NT_EXTERN_C_END
 #endif

@@ -1,0 +1,571 @@
+/* nt_gemm_cuda: cuBLASLt with a per-context plan cache.
+ *
+ * Row-major views are handed to column-major cuBLASLt by computing D^T = op(B)^T op(A)^T:
+ * cuBLASLt's "A" is our op(B)^T ([N, K]), its "B" is our op(A)^T ([K, M]) and its D is our D^T
+ * ([N, M], leading dim D's row stride). cuBLASLt's m, n, k are therefore our N, M, K, and our
+ * BGRADA (bias gradient over op(A)) is cuBLASLt's BGRADB.
+ *
+ * A plan holds the matmul descriptor, the three layouts and the algorithm; it is keyed by
+ * everything that shapes those (sizes, strides, transposes, dtypes, epilogue, alpha/beta
+ * special values, TF32, pointer alignments), so a cache hit only sets the per-call pointers
+ * (bias, aux, FP8 scales) on the cached descriptor and launches. */
+#ifdef NT_HAVE_CUDA
+#include "ops/gemm_internal.h"
+#include "core/ctx_internal.h"
+#include "core/cuda_util.h"
+#include "core/memory.h"
+#include <cublasLt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_CANDIDATES 8
+
+typedef struct {
+  int64_t m, n, k, batch;          /* cuBLASLt's: m = our N, n = our M */
+  int64_t lda, ldb, ldd, ldx;
+  int64_t sa, sb, sd;              /* batch strides of cuBLASLt's A (our B), B (our A), D */
+  int32_t opa, opb;
+  int32_t ta, tb, td, tbias;
+  int32_t epi, beta_zero, alpha_one, tf32;
+  int32_t has_bias, has_scale, align_a, align_b, align_d, align_bias, align_aux, unused;
+} plan_key;
+
+typedef struct {
+  plan_key key;
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t la, lb, ld;
+  cublasLtMatmulAlgo_t algo;
+  bool split;          /* the epilogue runs as a separate kernel after a plain product */
+  void *bgrad;         /* fused BGRADA: cuBLASLt writes the bias gradient here (M entries) */
+  nt_dtype bgrad_dt;
+} plan;
+
+typedef struct {
+  plan **slots;        /* open addressing, linear probing */
+  size_t cap, n;
+  nt_gemm_stats stats;
+  bool autotune;
+  int cc;              /* compute capability, major * 10 + minor */
+} gemm_cache;
+
+static nt_status lt_check(nt_ctx *ctx, cublasStatus_t s, const char *what, const char *file,
+                          int line) {
+  if (s == CUBLAS_STATUS_SUCCESS) return NT_OK;
+  return nt_ctx_set_error(ctx, NT_ERR_CUBLAS, file, line, "gemm: %s failed: %s (%d)", what,
+                          cublasLtGetStatusString(s), (int)s);
+}
+#define LT(ctx, call) lt_check((ctx), (call), #call, __FILE__, __LINE__)
+
+static void plan_free(nt_ctx *ctx, plan *p) {
+  if (!p) return;
+  if (p->desc) cublasLtMatmulDescDestroy(p->desc);
+  if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+  if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+  if (p->ld) cublasLtMatrixLayoutDestroy(p->ld);
+  nt_free(ctx, p->bgrad);
+  free(p);
+}
+
+static void cache_free(nt_ctx *ctx, void *vc) {
+  gemm_cache *c = vc;
+  if (!c) return;
+  for (size_t i = 0; i < c->cap; i++) plan_free(ctx, c->slots[i]);
+  free(c->slots);
+  free(c);
+}
+
+static nt_status get_cache(nt_ctx *ctx, gemm_cache **out) {
+  if (ctx->gemm_cache) {
+    *out = ctx->gemm_cache;
+    return NT_OK;
+  }
+  gemm_cache *c = calloc(1, sizeof *c);
+  if (!c) return NT_ERROR(ctx, NT_ERR_OOM, "gemm: out of host memory for the plan cache");
+  c->cap = 64;
+  c->slots = calloc(c->cap, sizeof *c->slots);
+  if (!c->slots) {
+    free(c);
+    return NT_ERROR(ctx, NT_ERR_OOM, "gemm: out of host memory for the plan cache");
+  }
+  const char *env = getenv("NT_GEMM_AUTOTUNE");
+  c->autotune = !(env && env[0] == '0');
+  int major = 0, minor = 0;
+  nt_status st = NT_CUDA(ctx, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
+                                                     ctx->device.index));
+  if (!st) st = NT_CUDA(ctx, cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor,
+                                                    ctx->device.index));
+  if (st) {
+    cache_free(ctx, c);
+    return st;
+  }
+  c->cc = major * 10 + minor;
+  ctx->gemm_cache = c;
+  ctx->gemm_cache_free = cache_free;
+  *out = c;
+  return NT_OK;
+}
+
+void nt_gemm_cuda_stats(nt_ctx *ctx, nt_gemm_stats *out) {
+  gemm_cache *c = ctx->gemm_cache;
+  if (c) *out = c->stats;
+}
+
+static uint64_t key_hash(const plan_key *k) {
+  const unsigned char *b = (const unsigned char *)k;
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < sizeof *k; i++) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+static plan *cache_find(gemm_cache *c, const plan_key *k) {
+  for (size_t i = key_hash(k) & (c->cap - 1);; i = (i + 1) & (c->cap - 1)) {
+    plan *p = c->slots[i];
+    if (!p) return NULL;
+    if (!memcmp(&p->key, k, sizeof *k)) return p;
+  }
+}
+
+static nt_status cache_insert(nt_ctx *ctx, gemm_cache *c, plan *p) {
+  if (2 * (c->n + 1) > c->cap) {
+    size_t cap = c->cap * 2;
+    plan **slots = calloc(cap, sizeof *slots);
+    if (!slots) return NT_ERROR(ctx, NT_ERR_OOM, "gemm: out of host memory growing the cache");
+    for (size_t i = 0; i < c->cap; i++) {
+      if (!c->slots[i]) continue;
+      size_t j = key_hash(&c->slots[i]->key) & (cap - 1);
+      while (slots[j]) j = (j + 1) & (cap - 1);
+      slots[j] = c->slots[i];
+    }
+    free(c->slots);
+    c->slots = slots;
+    c->cap = cap;
+  }
+  size_t j = key_hash(&p->key) & (c->cap - 1);
+  while (c->slots[j]) j = (j + 1) & (c->cap - 1);
+  c->slots[j] = p;
+  c->n++;
+  c->stats.plans = c->n;
+  return NT_OK;
+}
+
+static cudaDataType_t lt_type(nt_dtype t) {
+  switch (t) {
+    case NT_F16: return CUDA_R_16F;
+    case NT_BF16: return CUDA_R_16BF;
+    case NT_FP8_E4M3: return CUDA_R_8F_E4M3;
+    case NT_FP8_E5M2: return CUDA_R_8F_E5M2;
+    default: return CUDA_R_32F;
+  }
+}
+
+static int32_t align_of(const void *ptr) {
+  uintptr_t a = (uintptr_t)ptr;
+  int32_t al = 256;
+  while (al > 1 && (a % (uintptr_t)al)) al /= 2;
+  return ptr ? al : 0;
+}
+
+/* One operand in cuBLASLt terms: a rows x cols column-major matrix, op N when the element
+ * (r, c) of the logical matrix sits at r*s_r + c*s_c with s_r == 1, op T when s_c == 1. */
+static bool map_operand(int64_t rows, int64_t cols, int64_t s_r, int64_t s_c, int32_t *op,
+                        int64_t *ld) {
+  if (s_r == 1 || rows == 1) {
+    *op = CUBLAS_OP_N;
+    *ld = cols == 1 ? rows : s_c;
+    if (*ld >= rows && *ld > 0) return true;
+  }
+  if (s_c == 1 || cols == 1) {
+    *op = CUBLAS_OP_T;
+    *ld = rows == 1 ? cols : s_r;
+    if (*ld >= cols && *ld > 0) return true;
+  }
+  return false;
+}
+
+static bool is_fp8(nt_dtype t) { return t == NT_FP8_E4M3 || t == NT_FP8_E5M2; }
+
+static const void *bias_ptr(const nt_gemm_problem *p) {
+  nt_gemm_epilogue e = p->o->epilogue;
+  bool uses = e == NT_EPI_BIAS || e == NT_EPI_GELU_AUX || e == NT_EPI_RELU;
+  return (uses && p->o->bias) ? p->o->bias->data : NULL;
+}
+
+static nt_status make_key(nt_ctx *ctx, const gemm_cache *c, const nt_gemm_problem *p,
+                          plan_key *k) {
+  char b1[96], b2[96];
+  memset(k, 0, sizeof *k);
+  k->m = p->N; k->n = p->M; k->k = p->K; k->batch = p->batch;
+  /* cuBLASLt A = op(B)^T: [N, K], element (n, k) at n*b_n + k*b_k. */
+  if (!map_operand(p->N, p->K, p->b_n, p->b_k, &k->opa, &k->lda))
+    return NT_ERROR(ctx, NT_ERR_UNSUPPORTED,
+                    "gemm: B %s needs a unit stride in one of its last two dims (strides %lld, "
+                    "%lld)", nt_tensor_describe(p->B, b1, sizeof b1),
+                    (long long)p->B->stride[p->B->ndim - 2], (long long)p->B->stride[p->B->ndim - 1]);
+  /* cuBLASLt B = op(A)^T: [K, M], element (k, m) at k*a_k + m*a_m. */
+  if (!map_operand(p->K, p->M, p->a_k, p->a_m, &k->opb, &k->ldb))
+    return NT_ERROR(ctx, NT_ERR_UNSUPPORTED,
+                    "gemm: A %s needs a unit stride in one of its last two dims (strides %lld, "
+                    "%lld)", nt_tensor_describe(p->A, b1, sizeof b1),
+                    (long long)p->A->stride[p->A->ndim - 2], (long long)p->A->stride[p->A->ndim - 1]);
+  int32_t opd;
+  if (!map_operand(p->N, p->M, p->d_n, p->d_m, &opd, &k->ldd) || opd != CUBLAS_OP_N)
+    return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "gemm: D %s needs unit stride in its last dim",
+                    nt_tensor_describe(p->D, b1, sizeof b1));
+  k->sa = p->b_batch; k->sb = p->a_batch; k->sd = p->d_batch;
+  k->ta = p->B->dtype; k->tb = p->A->dtype; k->td = p->D->dtype;
+  k->epi = p->o->epilogue;
+  k->beta_zero = p->o->beta == 0.0f;
+  k->alpha_one = p->alpha == 1.0f;
+  k->tf32 = p->A->dtype == NT_F32 && nt_ctx_allow_tf32(ctx);
+  const void *bias = bias_ptr(p);
+  k->has_bias = bias != NULL;
+  k->tbias = bias ? (int32_t)p->o->bias->dtype : -1;
+  k->align_bias = align_of(bias);
+  if (p->o->epilogue == NT_EPI_GELU_AUX || p->o->epilogue == NT_EPI_DGELU) {
+    k->ldx = p->M == 1 ? p->N : p->x_m;
+    k->align_aux = align_of(p->o->aux->data);
+  }
+  k->align_a = align_of(p->B->data);
+  k->align_b = align_of(p->A->data);
+  k->align_d = align_of(p->D->data);
+  if (is_fp8(p->A->dtype)) {
+    k->has_scale = (p->o->scale_inv_a ? 1 : 0) | (p->o->scale_inv_b ? 2 : 0);
+    if (c->cc < 89)
+      return NT_ERROR(ctx, NT_ERR_UNSUPPORTED,
+                      "gemm: FP8 inputs need compute capability >= 8.9 (Ada/Hopper); this GPU is "
+                      "%d.%d", c->cc / 10, c->cc % 10);
+    if (k->opa != CUBLAS_OP_T || k->opb != CUBLAS_OP_N)
+      return NT_ERROR(ctx, NT_ERR_UNSUPPORTED,
+                      "gemm: FP8 needs cuBLASLt's TN layout: A %s as [M, K] with unit stride along "
+                      "K and B %s as [N, K] (trans_b) with unit stride along K",
+                      nt_tensor_describe(p->A, b1, sizeof b1),
+                      nt_tensor_describe(p->B, b2, sizeof b2));
+    if (k->lda % 16 || k->ldb % 16 || k->align_a < 16 || k->align_b < 16)
+      return NT_ERROR(ctx, NT_ERR_UNSUPPORTED,
+                      "gemm: FP8 needs 16-byte aligned operands with leading dims multiple of 16 "
+                      "(A's %lld, B's %lld)", (long long)k->ldb, (long long)k->lda);
+  }
+  if (p->K == 0)
+    return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "gemm: K = 0 on the GPU");
+  return NT_OK;
+}
+
+static nt_status make_layout(nt_ctx *ctx, gemm_cache *c, cublasLtMatrixLayout_t *l,
+                             cudaDataType_t t, int32_t op, int64_t rows, int64_t cols, int64_t ld,
+                             int64_t batch, int64_t stride) {
+  /* The stored matrix is rows x cols for op N, cols x rows for op T. */
+  uint64_t r = (uint64_t)(op == CUBLAS_OP_N ? rows : cols);
+  uint64_t cc = (uint64_t)(op == CUBLAS_OP_N ? cols : rows);
+  nt_status st = LT(ctx, cublasLtMatrixLayoutCreate(l, t, r, cc, ld));
+  if (st) return st;
+  c->stats.descriptors++;
+  if (batch > 1) {
+    int32_t n = (int32_t)batch;
+    st = LT(ctx, cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &n,
+                                                  sizeof n));
+    if (!st) st = LT(ctx, cublasLtMatrixLayoutSetAttribute(
+                              *l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                              sizeof stride));
+  }
+  return st;
+}
+
+#define SET(ctx, desc, attr, val) \
+  LT(ctx, cublasLtMatmulDescSetAttribute((desc), (attr), &(val), sizeof(val)))
+
+/* A matmul descriptor for the key with cuBLASLt epilogue `epi` (bias / bias-gradient vector of
+ * type bias_t, or -1 for the default), and its heuristic candidates. n_out 0: none offered. */
+static nt_status try_desc(nt_ctx *ctx, gemm_cache *c, plan *pl, const nt_gemm_problem *p,
+                          cublasLtEpilogue_t epi, int bias_t, void *vec,
+                          cublasLtMatmulHeuristicResult_t *res, int *n_out) {
+  const plan_key *k = &pl->key;
+  *n_out = 0;
+  cublasComputeType_t ct = k->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  cublasLtMatmulDesc_t d = NULL;
+  cublasLtMatmulPreference_t pref = NULL;
+  nt_status st = LT(ctx, cublasLtMatmulDescCreate(&d, ct, CUDA_R_32F));
+  if (st) return st;
+  c->stats.descriptors++;
+  cublasOperation_t opa = (cublasOperation_t)k->opa, opb = (cublasOperation_t)k->opb;
+  uint32_t e = (uint32_t)epi;
+  if ((st = SET(ctx, d, CUBLASLT_MATMUL_DESC_TRANSA, opa))) goto fail;
+  if ((st = SET(ctx, d, CUBLASLT_MATMUL_DESC_TRANSB, opb))) goto fail;
+  if ((st = SET(ctx, d, CUBLASLT_MATMUL_DESC_EPILOGUE, e))) goto fail;
+  if (vec && (st = SET(ctx, d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, vec))) goto fail;
+  if (bias_t >= 0) {
+    int32_t bt = bias_t;
+    if ((st = SET(ctx, d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bt))) goto fail;
+  }
+  if (epi == CUBLASLT_EPILOGUE_GELU_AUX || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+      epi == CUBLASLT_EPILOGUE_DGELU) {
+    void *aux = p->o->aux->data;
+    int64_t ldx = k->ldx;
+    if ((st = SET(ctx, d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux))) goto fail;
+    if ((st = SET(ctx, d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, ldx))) goto fail;
+  }
+  if (k->has_scale & 2) {  /* cuBLASLt's A is our B */
+    const float *s = p->o->scale_inv_b;
+    if ((st = SET(ctx, d, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, s))) goto fail;
+  }
+  if (k->has_scale & 1) {
+    const float *s = p->o->scale_inv_a;
+    if ((st = SET(ctx, d, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, s))) goto fail;
+  }
+  if ((st = LT(ctx, cublasLtMatmulPreferenceCreate(&pref)))) goto fail;
+  c->stats.descriptors++;
+  uint64_t ws = ctx->workspace_bytes;
+  uint32_t al_a = (uint32_t)k->align_a, al_b = (uint32_t)k->align_b, al_d = (uint32_t)k->align_d;
+  if ((st = LT(ctx, cublasLtMatmulPreferenceSetAttribute(
+                        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws))) ||
+      (st = LT(ctx, cublasLtMatmulPreferenceSetAttribute(
+                        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a))) ||
+      (st = LT(ctx, cublasLtMatmulPreferenceSetAttribute(
+                        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b))) ||
+      (st = LT(ctx, cublasLtMatmulPreferenceSetAttribute(
+                        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d))) ||
+      (st = LT(ctx, cublasLtMatmulPreferenceSetAttribute(
+                        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d))))
+    goto fail;
+  int n = 0;
+  cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(
+      (cublasLtHandle_t)ctx->cublaslt, d, pl->la, pl->lb, pl->ld, pl->ld, pref,
+      c->autotune ? MAX_CANDIDATES : 1, res, &n);
+  cublasLtMatmulPreferenceDestroy(pref);
+  pref = NULL;
+  /* NOT_SUPPORTED (or INVALID_VALUE for an epilogue this build rejects) means "no fused
+   * variant": the caller tries the next one. */
+  if (hs != CUBLAS_STATUS_SUCCESS || n == 0) {
+    cublasLtMatmulDescDestroy(d);
+    return NT_OK;
+  }
+  pl->desc = d;
+  *n_out = n;
+  return NT_OK;
+fail:
+  if (pref) cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatmulDescDestroy(d);
+  return st;
+}
+
+static nt_status run_matmul(nt_ctx *ctx, const plan *pl, const nt_gemm_problem *p,
+                            const cublasLtMatmulAlgo_t *algo, void *d_out) {
+  float alpha = p->alpha, beta = p->o->beta;
+  return LT(ctx, cublasLtMatmul((cublasLtHandle_t)ctx->cublaslt, pl->desc, &alpha, p->B->data,
+                                pl->la, p->A->data, pl->lb, &beta, d_out, pl->ld, d_out, pl->ld,
+                                algo, ctx->workspace, ctx->workspace_bytes, nt_cuda_stream(ctx)));
+}
+
+static nt_status autotune(nt_ctx *ctx, plan *pl, const nt_gemm_problem *p,
+                          const cublasLtMatmulHeuristicResult_t *res, int n);
+
+/* Builds the plan for p: layouts, then the fused epilogue variants in order of preference,
+ * then the plain product with a split epilogue. */
+static nt_status build_plan(nt_ctx *ctx, gemm_cache *c, const plan_key *k,
+                            const nt_gemm_problem *p, plan **out) {
+  plan *pl = calloc(1, sizeof *pl);
+  if (!pl) return NT_ERROR(ctx, NT_ERR_OOM, "gemm: out of host memory for a plan");
+  pl->key = *k;
+  nt_status st;
+  if ((st = make_layout(ctx, c, &pl->la, lt_type(p->B->dtype), k->opa, k->m, k->k, k->lda,
+                        k->batch, k->sa)) ||
+      (st = make_layout(ctx, c, &pl->lb, lt_type(p->A->dtype), k->opb, k->k, k->n, k->ldb,
+                        k->batch, k->sb)) ||
+      (st = make_layout(ctx, c, &pl->ld, lt_type(p->D->dtype), CUBLAS_OP_N, k->m, k->n, k->ldd,
+                        k->batch, k->sd)))
+    goto fail;
+
+  cublasLtMatmulHeuristicResult_t res[MAX_CANDIDATES];
+  int n = 0;
+  nt_dtype dt = p->D->dtype;
+  const nt_gemm_opts *o = p->o;
+  void *bias = (void *)bias_ptr(p);
+  int bias_t = -1;
+  if (bias && o->bias->dtype != dt) bias_t = (int)lt_type(o->bias->dtype);
+  switch (o->epilogue) {
+    case NT_EPI_BIAS:
+      st = try_desc(ctx, c, pl, p, CUBLASLT_EPILOGUE_BIAS, bias_t, bias, res, &n);
+      break;
+    case NT_EPI_RELU:
+      st = try_desc(ctx, c, pl, p, bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU,
+                    bias_t, bias, res, &n);
+      break;
+    case NT_EPI_GELU_AUX:
+      if (k->ldx % 8 == 0)
+        st = try_desc(ctx, c, pl, p,
+                      bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, bias_t,
+                      bias, res, &n);
+      break;
+    case NT_EPI_DGELU:
+      if (k->ldx % 8 == 0) st = try_desc(ctx, c, pl, p, CUBLASLT_EPILOGUE_DGELU, -1, NULL, res, &n);
+      break;
+    case NT_EPI_BGRADA:
+      if (!k->alpha_one) break;  /* cuBLASLt may scale the bias gradient: keep it exact */
+      /* An fp32 gradient vector first (no rounding), then one in D's dtype. */
+      if ((st = nt_alloc(ctx, (size_t)p->M * sizeof(float), &pl->bgrad))) goto fail;
+      pl->bgrad_dt = NT_F32;
+      st = try_desc(ctx, c, pl, p, CUBLASLT_EPILOGUE_BGRADB, CUDA_R_32F, pl->bgrad, res, &n);
+      if (!st && n == 0 && dt != NT_F32) {
+        pl->bgrad_dt = dt;
+        st = try_desc(ctx, c, pl, p, CUBLASLT_EPILOGUE_BGRADB, -1, pl->bgrad, res, &n);
+      }
+      break;
+    default: break;
+  }
+  if (st) goto fail;
+  if (n == 0) {
+    pl->split = o->epilogue != NT_EPI_NONE;
+    if ((st = try_desc(ctx, c, pl, p, CUBLASLT_EPILOGUE_DEFAULT, -1, NULL, res, &n))) goto fail;
+    if (n == 0) {
+      char ba[96], bb[96], bd[96];
+      st = NT_ERROR(ctx, NT_ERR_UNSUPPORTED,
+                    "gemm: cuBLASLt offers no algorithm for A %s, B %s -> D %s (m %lld n %lld k "
+                    "%lld batch %lld, leading dims %lld/%lld/%lld, alignments %d/%d/%d bytes)",
+                    nt_tensor_describe(p->A, ba, sizeof ba), nt_tensor_describe(p->B, bb, sizeof bb),
+                    nt_tensor_describe(p->D, bd, sizeof bd), (long long)p->M, (long long)p->N,
+                    (long long)p->K, (long long)p->batch, (long long)k->ldb, (long long)k->lda,
+                    (long long)k->ldd, k->align_b, k->align_a, k->align_d);
+      goto fail;
+    }
+    if (pl->split) c->stats.split_epilogues++;
+  }
+  pl->algo = res[0].algo;
+  if (n > 1 && (st = autotune(ctx, pl, p, res, n))) goto fail;
+  *out = pl;
+  return NT_OK;
+fail:
+  plan_free(ctx, pl);
+  return st;
+}
+
+/* Times each candidate on scratch outputs (the caller's D, aux and bias gradient are never
+ * written) and keeps the fastest in pl->algo. Skipped while the stream is being captured
+ * into a CUDA graph (timing needs a host sync): the heuristic's first choice stays. */
+static nt_status autotune(nt_ctx *ctx, plan *pl, const nt_gemm_problem *p,
+                          const cublasLtMatmulHeuristicResult_t *res, int n) {
+  gemm_cache *c = ctx->gemm_cache;
+  cudaStream_t s = nt_cuda_stream(ctx);
+  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  nt_status st = NT_CUDA(ctx, cudaStreamIsCapturing(s, &cap));
+  if (st || cap != cudaStreamCaptureStatusNone) return st;
+  size_t ed = nt_dtype_size(p->D->dtype);
+  size_t extent = (size_t)((p->batch - 1) * p->d_batch + (p->M - 1) * p->d_m + p->N) * ed;
+  bool aux_out = p->o->epilogue == NT_EPI_GELU_AUX && !pl->split;
+  size_t aux_extent = aux_out ? (size_t)((p->M - 1) * p->x_m + p->N) * ed : 0;
+  void *dscratch = NULL, *xscratch = NULL, *aux_saved = NULL;
+  cudaEvent_t e0 = NULL, e1 = NULL;
+  if ((st = nt_alloc(ctx, extent, &dscratch))) goto done;
+  if ((st = NT_CUDA(ctx, cudaMemsetAsync(dscratch, 0, extent, s)))) goto done;
+  if (aux_out) {
+    if ((st = nt_alloc(ctx, aux_extent, &xscratch))) goto done;
+    aux_saved = p->o->aux->data;
+    if ((st = SET(ctx, pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, xscratch))) goto done;
+  }
+  if ((st = NT_CUDA(ctx, cudaEventCreate(&e0))) || (st = NT_CUDA(ctx, cudaEventCreate(&e1))))
+    goto done;
+  float best = 1e30f;
+  int best_i = -1;
+  const int reps = 5;
+  for (int i = 0; i < n; i++) {
+    /* A candidate that fails to launch is skipped, not an error. */
+    float alpha = p->alpha, beta = p->o->beta;
+    if (cublasLtMatmul((cublasLtHandle_t)ctx->cublaslt, pl->desc, &alpha, p->B->data, pl->la,
+                       p->A->data, pl->lb, &beta, dscratch, pl->ld, dscratch, pl->ld,
+                       &res[i].algo, ctx->workspace, ctx->workspace_bytes, s) !=
+        CUBLAS_STATUS_SUCCESS)
+      continue;
+    if ((st = NT_CUDA(ctx, cudaEventRecord(e0, s)))) goto done;
+    for (int r = 0; r < reps; r++)
+      (void)cublasLtMatmul((cublasLtHandle_t)ctx->cublaslt, pl->desc, &alpha, p->B->data, pl->la,
+                           p->A->data, pl->lb, &beta, dscratch, pl->ld, dscratch, pl->ld,
+                           &res[i].algo, ctx->workspace, ctx->workspace_bytes, s);
+    if ((st = NT_CUDA(ctx, cudaEventRecord(e1, s)))) goto done;
+    if ((st = NT_CUDA(ctx, cudaEventSynchronize(e1)))) goto done;
+    float ms = 0;
+    if ((st = NT_CUDA(ctx, cudaEventElapsedTime(&ms, e0, e1)))) goto done;
+    if (ms < best) {
+      best = ms;
+      best_i = i;
+    }
+  }
+  if (best_i >= 0) {
+    pl->algo = res[best_i].algo;
+    c->stats.autotuned++;
+  }
+done:
+  if (aux_saved) {
+    nt_status s2 = SET(ctx, pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux_saved);
+    if (!st) st = s2;
+  }
+  if (e0) cudaEventDestroy(e0);
+  if (e1) cudaEventDestroy(e1);
+  nt_free(ctx, dscratch);
+  nt_free(ctx, xscratch);
+  return st;
+}
+
+static nt_status split_epilogue(nt_ctx *ctx, const nt_gemm_problem *p) {
+  const nt_gemm_opts *o = p->o;
+  nt_dtype dt = p->D->dtype;
+  const void *bias = bias_ptr(p);
+  nt_dtype bias_dt = bias ? o->bias->dtype : dt;
+  switch (o->epilogue) {
+    case NT_EPI_BIAS:
+      return nt_gemmk_bias_act(ctx, dt, p->D->data, p->d_m, p->d_batch, NULL, 0, 0, bias, bias_dt,
+                               p->M, p->N, p->batch, NT_GEMMK_ACT_NONE);
+    case NT_EPI_RELU:
+      return nt_gemmk_bias_act(ctx, dt, p->D->data, p->d_m, p->d_batch, NULL, 0, 0, bias, bias_dt,
+                               p->M, p->N, p->batch, NT_GEMMK_ACT_RELU);
+    case NT_EPI_GELU_AUX:
+      return nt_gemmk_bias_act(ctx, dt, p->D->data, p->d_m, p->d_batch, o->aux->data, p->x_m, 0,
+                               bias, bias_dt, p->M, p->N, p->batch, NT_GEMMK_ACT_GELU);
+    case NT_EPI_DGELU:
+      return nt_gemmk_dgelu(ctx, dt, p->D->data, p->d_m, o->aux->data, p->x_m, p->M, p->N);
+    case NT_EPI_BGRADA:
+      return nt_gemmk_rowsum_add(ctx, p->A->dtype, p->A->data, p->a_m, p->a_k, p->M, p->K,
+                                 (float *)o->bias_grad->data);
+    default: return NT_OK;
+  }
+}
+
+nt_status nt_gemm_cuda(nt_ctx *ctx, const nt_gemm_problem *p) {
+  gemm_cache *c = NULL;
+  nt_status st = get_cache(ctx, &c);
+  if (st) return st;
+  plan_key k;
+  if ((st = make_key(ctx, c, p, &k))) return st;
+  plan *pl = cache_find(c, &k);
+  if (pl) {
+    c->stats.hits++;
+  } else {
+    c->stats.misses++;
+    if ((st = build_plan(ctx, c, &k, p, &pl))) return st;
+    if ((st = cache_insert(ctx, c, pl))) {
+      plan_free(ctx, pl);
+      return st;
+    }
+  }
+  /* Per-call pointers on the cached descriptor (no descriptor is created here). */
+  if (!pl->split) {
+    const void *bias = bias_ptr(p);
+    if (bias && (st = SET(ctx, pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias))) return st;
+    if ((p->o->epilogue == NT_EPI_GELU_AUX || p->o->epilogue == NT_EPI_DGELU)) {
+      void *aux = p->o->aux->data;
+      if ((st = SET(ctx, pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux))) return st;
+    }
+  }
+  if (k.has_scale & 2) {
+    const float *s = p->o->scale_inv_b;
+    if ((st = SET(ctx, pl->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, s))) return st;
+  }
+  if (k.has_scale & 1) {
+    const float *s = p->o->scale_inv_a;
+    if ((st = SET(ctx, pl->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, s))) return st;
+  }
+  if ((st = run_matmul(ctx, pl, p, &pl->algo, p->D->data))) return st;
+  if (pl->split) return split_epilogue(ctx, p);
+  if (p->o->epilogue == NT_EPI_BGRADA)
+    return nt_gemmk_add_f32(ctx, (float *)p->o->bias_grad->data, pl->bgrad, pl->bgrad_dt, p->M);
+  return NT_OK;
+}
+
+#endif /* NT_HAVE_CUDA */

@@ -1,0 +1,183 @@
+/* Epilogues that cuBLASLt cannot fuse for a given case (odd aux leading dims, bias dtypes it
+ * rejects, alpha != 1 with a bias gradient, ...), and the accumulation of the fused bias
+ * gradient. Elementwise, fp32 arithmetic, results rounded once to the storage dtype. */
+#include "ops/gemm_internal.h"
+#include "core/cuda_util.h"
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace {
+
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T> __device__ __forceinline__ T from_f(float x);
+template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+__device__ __forceinline__ void tanh_gelu(float x, float *g, float *dg) {
+  const float s = 0.7978845608028654f, c = 0.044715f;
+  float t = tanhf(s * (x + c * x * x * x));
+  *g = 0.5f * x * (1.0f + t);
+  *dg = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * s * (1.0f + 3.0f * c * x * x);
+}
+
+int blocks_for(int64_t n, int threads) {
+  int64_t b = (n + threads - 1) / threads;
+  return (int)(b < 4096 ? (b > 0 ? b : 1) : 4096);
+}
+
+template <typename T>
+__global__ void bias_act_kernel(T *d, int64_t d_m, int64_t d_batch, T *aux, int64_t x_m,
+                                int64_t x_batch, const void *bias, bool bias_f32, int64_t M,
+                                int64_t N, int64_t total, int act) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t n = i % N, r = i / N, m = r % M, b = r / M;
+    T *dp = d + b * d_batch + m * d_m + n;
+    float x = to_f(*dp);
+    if (bias) x += bias_f32 ? ((const float *)bias)[n] : to_f(((const T *)bias)[n]);
+    if (aux) aux[b * x_batch + m * x_m + n] = from_f<T>(x);
+    if (act == NT_GEMMK_ACT_RELU) {
+      x = x > 0.0f ? x : 0.0f;
+    } else if (act == NT_GEMMK_ACT_GELU) {
+      float g, dg;
+      tanh_gelu(x, &g, &dg);
+      x = g;
+    }
+    *dp = from_f<T>(x);
+  }
+}
+
+template <typename T>
+__global__ void dgelu_kernel(T *d, int64_t d_m, const T *aux, int64_t x_m, int64_t N,
+                             int64_t total) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t n = i % N, m = i / N;
+    float g, dg;
+    tanh_gelu(to_f(aux[m * x_m + n]), &g, &dg);
+    T *dp = d + m * d_m + n;
+    *dp = from_f<T>(to_f(*dp) * dg);
+  }
+}
+
+/* Block (32, 8): x walks 32 consecutive m (coalesced when a_m == 1, the dY^T case), y and
+ * gridDim.y split k; partial sums meet in shared memory, then one atomicAdd per m. */
+template <typename T>
+__global__ void rowsum_kernel(const T *a, int64_t a_m, int64_t a_k, int64_t M, int64_t K,
+                              float *out) {
+  __shared__ float part[8][33];
+  int64_t m = blockIdx.x * 32 + threadIdx.x;
+  float s = 0.0f;
+  if (m < M)
+    for (int64_t k = blockIdx.y * 8 + threadIdx.y; k < K; k += (int64_t)gridDim.y * 8)
+      s += to_f(a[m * a_m + k * a_k]);
+  part[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && m < M) {
+    for (int y = 1; y < 8; y++) s += part[y][threadIdx.x];
+    atomicAdd(out + m, s);
+  }
+}
+
+template <typename T>
+__global__ void add_f32_kernel(float *dst, const T *src, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    dst[i] += to_f(src[i]);
+}
+
+nt_status bad_dtype(nt_ctx *ctx, nt_dtype dt, const char *what) {
+  return NT_ERROR(ctx, NT_ERR_DTYPE, "gemm %s: dtype %s not supported", what, nt_dtype_name(dt));
+}
+
+}  // namespace
+
+nt_status nt_gemmk_bias_act(nt_ctx *ctx, nt_dtype dt, void *d, int64_t d_m, int64_t d_batch,
+                            void *aux, int64_t x_m, int64_t x_batch, const void *bias,
+                            nt_dtype bias_dt, int64_t M, int64_t N, int64_t batch,
+                            nt_gemmk_act act) {
+  int64_t total = M * N * batch;
+  int th = 256, bl = blocks_for(total, th);
+  cudaStream_t s = nt_cuda_stream(ctx);
+  bool bf32 = bias_dt == NT_F32;
+  switch (dt) {
+    case NT_F32:
+      bias_act_kernel<float><<<bl, th, 0, s>>>((float *)d, d_m, d_batch, (float *)aux, x_m,
+                                               x_batch, bias, bf32, M, N, total, (int)act);
+      break;
+    case NT_F16:
+      bias_act_kernel<__half><<<bl, th, 0, s>>>((__half *)d, d_m, d_batch, (__half *)aux, x_m,
+                                                x_batch, bias, bf32, M, N, total, (int)act);
+      break;
+    case NT_BF16:
+      bias_act_kernel<__nv_bfloat16><<<bl, th, 0, s>>>((__nv_bfloat16 *)d, d_m, d_batch,
+                                                       (__nv_bfloat16 *)aux, x_m, x_batch, bias,
+                                                       bf32, M, N, total, (int)act);
+      break;
+    default: return bad_dtype(ctx, dt, "epilogue");
+  }
+  return NT_CUDA_LAUNCHED(ctx);
+}
+
+nt_status nt_gemmk_dgelu(nt_ctx *ctx, nt_dtype dt, void *d, int64_t d_m, const void *aux,
+                         int64_t x_m, int64_t M, int64_t N) {
+  int64_t total = M * N;
+  int th = 256, bl = blocks_for(total, th);
+  cudaStream_t s = nt_cuda_stream(ctx);
+  switch (dt) {
+    case NT_F32:
+      dgelu_kernel<float><<<bl, th, 0, s>>>((float *)d, d_m, (const float *)aux, x_m, N, total);
+      break;
+    case NT_F16:
+      dgelu_kernel<__half><<<bl, th, 0, s>>>((__half *)d, d_m, (const __half *)aux, x_m, N, total);
+      break;
+    case NT_BF16:
+      dgelu_kernel<__nv_bfloat16><<<bl, th, 0, s>>>((__nv_bfloat16 *)d, d_m,
+                                                    (const __nv_bfloat16 *)aux, x_m, N, total);
+      break;
+    default: return bad_dtype(ctx, dt, "DGELU epilogue");
+  }
+  return NT_CUDA_LAUNCHED(ctx);
+}
+
+nt_status nt_gemmk_rowsum_add(nt_ctx *ctx, nt_dtype dt, const void *a, int64_t a_m, int64_t a_k,
+                              int64_t M, int64_t K, float *out) {
+  int64_t ky = (K + 255) / 256;
+  dim3 grid((unsigned)((M + 31) / 32), (unsigned)(ky < 1 ? 1 : (ky > 64 ? 64 : ky)));
+  dim3 block(32, 8);
+  cudaStream_t s = nt_cuda_stream(ctx);
+  switch (dt) {
+    case NT_F32:
+      rowsum_kernel<float><<<grid, block, 0, s>>>((const float *)a, a_m, a_k, M, K, out);
+      break;
+    case NT_F16:
+      rowsum_kernel<__half><<<grid, block, 0, s>>>((const __half *)a, a_m, a_k, M, K, out);
+      break;
+    case NT_BF16:
+      rowsum_kernel<__nv_bfloat16><<<grid, block, 0, s>>>((const __nv_bfloat16 *)a, a_m, a_k, M,
+                                                          K, out);
+      break;
+    default: return bad_dtype(ctx, dt, "bias gradient");
+  }
+  return NT_CUDA_LAUNCHED(ctx);
+}
+
+nt_status nt_gemmk_add_f32(nt_ctx *ctx, float *dst, const void *src, nt_dtype src_dt, int64_t n) {
+  int th = 256, bl = blocks_for(n, th);
+  cudaStream_t s = nt_cuda_stream(ctx);
+  switch (src_dt) {
+    case NT_F32: add_f32_kernel<float><<<bl, th, 0, s>>>(dst, (const float *)src, n); break;
+    case NT_F16: add_f32_kernel<__half><<<bl, th, 0, s>>>(dst, (const __half *)src, n); break;
+    case NT_BF16:
+      add_f32_kernel<__nv_bfloat16><<<bl, th, 0, s>>>(dst, (const __nv_bfloat16 *)src, n);
+      break;
+    default: return bad_dtype(ctx, src_dt, "bias gradient accumulation");
+  }
+  return NT_CUDA_LAUNCHED(ctx);
+}
