@@ -2,25 +2,37 @@
 #include "core/ctx.h"
 #include "core/cuda_util.h"
 #include <stdlib.h>
+#include <time.h>
 
 struct nt_event {
   void *ev;          /* cudaEvent_t; NULL on the CPU */
+  bool timing;
   bool recorded;
+  double host_ms;    /* CPU context: when it was recorded (CPU work is synchronous) */
 };
 
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
 nt_status nt_event_create(nt_ctx *ctx, nt_event **out, bool timing) {
+  *out = NULL;
   nt_event *e = calloc(1, sizeof *e);
   if (!e) return NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for an event");
+  e->timing = timing;
 #ifdef NT_HAVE_CUDA
   if (nt_ctx_is_cuda(ctx)) {
+    /* The event belongs to the context's device, whichever thread creates it. */
+    nt_status st = nt_cuda_set_device(ctx);
     cudaEvent_t ev;
-    nt_status st = NT_CUDA(ctx, cudaEventCreateWithFlags(&ev, timing ? cudaEventDefault
-                                                                      : cudaEventDisableTiming));
+    if (!st)
+      st = NT_CUDA(ctx, cudaEventCreateWithFlags(&ev, timing ? cudaEventDefault
+                                                             : cudaEventDisableTiming));
     if (st) { free(e); return st; }
     e->ev = ev;
   }
-#else
-  (void)timing;
 #endif
   *out = e;
   return NT_OK;
@@ -47,6 +59,7 @@ nt_status nt_event_record(nt_ctx *ctx, nt_event *ev, void *stream) {
   if (ev->ev) return NT_CUDA(ctx, cudaEventRecord((cudaEvent_t)ev->ev, pick(ctx, stream)));
 #endif
   (void)ctx; (void)stream;
+  ev->host_ms = now_ms();
   return NT_OK;
 }
 
@@ -67,21 +80,35 @@ nt_status nt_event_synchronize(nt_ctx *ctx, nt_event *ev) {
 }
 
 bool nt_event_done(nt_ctx *ctx, nt_event *ev) {
-  (void)ctx;
 #ifdef NT_HAVE_CUDA
-  if (ev->ev && ev->recorded) return cudaEventQuery((cudaEvent_t)ev->ev) == cudaSuccess;
+  if (ev->ev && ev->recorded) {
+    cudaError_t e = cudaEventQuery((cudaEvent_t)ev->ev);
+    if (e == cudaSuccess) return true;
+    (void)cudaGetLastError();
+    if (e == cudaErrorNotReady) return false;
+    /* A failed device never completes the work: report done so a polling caller does not
+     * spin forever; its next synchronizing call returns the error. */
+    nt_log(ctx, NT_LOG_ERROR, "cudaEventQuery failed: %s", cudaGetErrorString(e));
+    return true;
+  }
 #endif
-  (void)ev;
+  (void)ctx; (void)ev;
   return true;
 }
 
 nt_status nt_event_elapsed_ms(nt_ctx *ctx, nt_event *start, nt_event *end, float *ms) {
   *ms = 0.0f;
+  if (!start->timing || !end->timing)
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "nt_event_elapsed_ms: both events must be "
+                    "created with timing = true");
+  if (!start->recorded || !end->recorded)
+    return NT_ERROR(ctx, NT_ERR_STATE, "nt_event_elapsed_ms: the %s event was never recorded",
+                    start->recorded ? "end" : "start");
 #ifdef NT_HAVE_CUDA
   if (start->ev && end->ev)
     return NT_CUDA(ctx, cudaEventElapsedTime(ms, (cudaEvent_t)start->ev, (cudaEvent_t)end->ev));
 #endif
-  (void)ctx; (void)start; (void)end;
+  *ms = (float)(end->host_ms - start->host_ms);
   return NT_OK;
 }
 
@@ -90,7 +117,8 @@ nt_status nt_stream_create(nt_ctx *ctx, void **stream) {
 #ifdef NT_HAVE_CUDA
   if (nt_ctx_is_cuda(ctx)) {
     cudaStream_t s;
-    nt_status st = NT_CUDA(ctx, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    nt_status st = nt_cuda_set_device(ctx);
+    if (!st) st = NT_CUDA(ctx, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     if (!st) *stream = s;
     return st;
   }

@@ -398,7 +398,40 @@ static void test_threads(void) {
   nt_ctx_free(ctx);
 }
 
+/* Streams and events on a CPU context: no-ops that keep the same contract (host timing). */
+static void test_cpu_events(void) {
+  nt_ctx *ctx = new_ctx();
+  nt_event *a = NULL, *b = NULL, *plain = NULL;
+  void *stream = (void *)1;
+  CHECK_OK(ctx, nt_event_create(ctx, &a, true));
+  CHECK_OK(ctx, nt_event_create(ctx, &b, true));
+  CHECK_OK(ctx, nt_event_create(ctx, &plain, false));
+  float ms = -1;
+  CHECK_ERR(ctx, NT_ERR_STATE, nt_event_elapsed_ms(ctx, a, b, &ms));
+  CHECK_OK(ctx, nt_stream_create(ctx, &stream));
+  CHECK(stream == NULL, "no stream object on the CPU");
+  CHECK_OK(ctx, nt_event_record(ctx, a, NULL));
+  volatile double x = 0;
+  for (int i = 0; i < 1000000; i++) x += i;
+  CHECK_OK(ctx, nt_event_record(ctx, b, stream));
+  CHECK_OK(ctx, nt_stream_wait_event(ctx, NULL, b));
+  CHECK_OK(ctx, nt_event_synchronize(ctx, b));
+  CHECK(nt_event_done(ctx, b), "done");
+  CHECK_OK(ctx, nt_event_elapsed_ms(ctx, a, b, &ms));
+  CHECK(ms >= 0.0f && ms < 10000.0f, "host-timed elapsed %g ms", ms);
+  CHECK_OK(ctx, nt_event_record(ctx, plain, NULL));
+  CHECK_ERR(ctx, NT_ERR_INVALID_ARG, nt_event_elapsed_ms(ctx, a, plain, &ms));
+  CHECK_OK(ctx, nt_stream_synchronize(ctx, stream));
+  nt_stream_free(ctx, stream);
+  nt_event_free(ctx, a);
+  nt_event_free(ctx, b);
+  nt_event_free(ctx, plain);
+  nt_event_free(ctx, NULL);
+  nt_ctx_free(ctx);
+}
+
 int main(void) {
+  test_cpu_events();
   test_reuse();
   test_stats_exact();
   test_split_merge();
