@@ -84,7 +84,7 @@ __device__ __forceinline__ float nt_block_sum(float v, float *scratch) {
   return nt_warp_sum(v);
 }
 
-static inline bool nt_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+__host__ __device__ static inline bool nt_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 /* Number of SMs of the context's device (for grid-stride launches). */
 static inline int nt_sm_count(nt_ctx *ctx) {
