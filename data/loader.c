@@ -46,9 +46,9 @@ struct nt_loader {
   uint64_t copy_seq;
 
   pthread_mutex_t mu;
-  pthread_cond_t work_cv, ready_cv;
-  pthread_t *threads;
-  int nthreads;
+  pthread_cond_t work_cv, ready_cv, reap_cv;
+  pthread_t *threads;              /* the workers, then the reaper (CUDA) */
+  int nthreads, num_workers;
   bool shutdown, epoch_active, failed;
   atomic_uint_fast64_t gen;        /* bumped to abandon an epoch; workers drop stale batches */
   int busy;                        /* batches being filled */
@@ -207,32 +207,50 @@ static nt_status start_epoch(nt_loader *l) {
   return NT_OK;
 }
 
-/* CUDA: hands back slots whose copy has completed (lock held). With `block`, waits for the
- * oldest copy first (used only when the consumer has nothing else to wait for). */
-static nt_status recycle_copies(nt_loader *l, bool block) {
+/* CUDA: the reaper thread hands slots back to the workers as soon as their copy has
+ * completed, so refilling does not wait for the consumer's next call. Copies complete in issue
+ * order (one copy stream), so it watches the oldest. It polls cudaEventQuery (clearing the
+ * "not ready" it leaves in this thread's last error) with short sleeps, rather than blocking
+ * in cudaEventSynchronize, which spins a core with default event flags. */
+static int oldest_copy(const nt_loader *l) {
   int oldest = -1;
-  for (int i = 0; i < l->nslots; i++) {
+  for (int i = 0; i < l->nslots; i++)
+    if (l->slots[i].state == SLOT_COPYING &&
+        (oldest < 0 || l->slots[i].copy_seq < l->slots[oldest].copy_seq))
+      oldest = i;
+  return oldest;
+}
+
+static void *reaper_main(void *p) {
+  nt_loader *l = p;
+#ifdef NT_HAVE_CUDA
+  (void)nt_cuda_set_device(l->ctx);
+#endif
+  pthread_mutex_lock(&l->mu);
+  for (;;) {
+    int i;
+    while (!l->shutdown && (i = oldest_copy(l)) < 0) pthread_cond_wait(&l->reap_cv, &l->mu);
+    if (l->shutdown) break;
     slot *s = &l->slots[i];
-    if (s->state != SLOT_COPYING) continue;
-    if (nt_event_done(l->ctx, s->copied)) {
+    uint64_t seq = s->copy_seq;
+    pthread_mutex_unlock(&l->mu);
+    bool done = nt_event_done(l->ctx, s->copied);
+#ifdef NT_HAVE_CUDA
+    if (!done) (void)cudaGetLastError();
+#endif
+    if (!done) {
+      struct timespec ts = {0, 20000};
+      nanosleep(&ts, NULL);
+    }
+    pthread_mutex_lock(&l->mu);
+    if (done && s->state == SLOT_COPYING && s->copy_seq == seq) {
       s->state = SLOT_FREE;
       pthread_cond_broadcast(&l->work_cv);
-    } else if (oldest < 0 || s->copy_seq < l->slots[oldest].copy_seq) {
-      oldest = i;
+      pthread_cond_broadcast(&l->ready_cv);
     }
   }
-  if (block && oldest < 0)
-    return NT_ERROR(l->ctx, NT_ERR_INTERNAL, "loader: no free slot and no copy in flight");
-  if (block) {
-    slot *s = &l->slots[oldest];
-    pthread_mutex_unlock(&l->mu);  /* only the consumer moves a slot out of COPYING */
-    nt_status st = nt_event_synchronize(l->ctx, s->copied);
-    pthread_mutex_lock(&l->mu);
-    if (st) return st;
-    s->state = SLOT_FREE;
-    pthread_cond_broadcast(&l->work_cv);
-  }
-  return NT_OK;
+  pthread_mutex_unlock(&l->mu);
+  return NULL;
 }
 
 static int ready_slot(const nt_loader *l, int64_t b) {
@@ -245,8 +263,7 @@ static int ready_slot(const nt_loader *l, int64_t b) {
 static nt_status wait_ready(nt_loader *l, int *out) {
   char msg[FULL_MSG_LEN];
   for (;;) {
-    nt_status st = recycle_copies(l, false);
-    if (st) return st;
+    nt_status st;
     int i = ready_slot(l, l->next_deliver);
     if (i >= 0) { *out = i; return NT_OK; }
     if (l->failed && l->fail_batch <= l->next_deliver) {
@@ -255,12 +272,10 @@ static nt_status wait_ready(nt_loader *l, int *out) {
       return NT_ERROR(l->ctx, l->fail_status, "%s", l->fail_msg);
     }
     bool assigned = l->next_assign > l->next_deliver;
-    if (!assigned && find_slot(l, SLOT_FREE) < 0) {
-      /* Every slot waits for its copy: nothing can be loaded until one completes. */
-      if ((st = recycle_copies(l, true))) return st;
-      continue;
-    }
-    if (l->nthreads == 0 && !assigned) {  /* synchronous: load it here */
+    if (!assigned && find_slot(l, SLOT_FREE) < 0 && oldest_copy(l) < 0)
+      return NT_ERROR(l->ctx, NT_ERR_INTERNAL, "loader: no free slot and no copy in flight");
+    if (l->num_workers == 0 && !assigned && find_slot(l, SLOT_FREE) >= 0) {
+      /* synchronous: load it here */
       slot *s = &l->slots[find_slot(l, SLOT_FREE)];
       int64_t b = l->next_assign++;
       s->state = SLOT_FILLING;
@@ -343,6 +358,7 @@ nt_status nt_loader_next(nt_loader *l, nt_batch *out, bool *end) {
     if ((st = issue_copy(l, s, d, rows))) goto done;
     s->state = SLOT_COPYING;
     s->copy_seq = l->copy_seq++;
+    pthread_cond_signal(&l->reap_cv);
     l->dev_held = d;
     base = l->dev[d];
     dev = nt_ctx_device(l->ctx);
@@ -480,6 +496,7 @@ nt_status nt_loader_create(nt_ctx *ctx, const nt_dataset *ds, const nt_loader_op
   pthread_mutex_init(&l->mu, NULL);
   pthread_cond_init(&l->work_cv, NULL);
   pthread_cond_init(&l->ready_cv, NULL);
+  pthread_cond_init(&l->reap_cv, NULL);
   atomic_init(&l->gen, 0);
   if ((st = nt_sampler_init(ctx, &l->sampler, ds->len, o.rank, o.world_size, o.shuffle, o.seed,
                             o.drop_last)))
@@ -504,7 +521,8 @@ nt_status nt_loader_create(nt_ctx *ctx, const nt_dataset *ds, const nt_loader_op
     goto fail;
   }
   if ((st = alloc_buffers(l))) goto fail;
-  l->threads = calloc((size_t)(o.num_workers ? o.num_workers : 1), sizeof *l->threads);
+  l->num_workers = o.num_workers;
+  l->threads = calloc((size_t)o.num_workers + 1, sizeof *l->threads);
   if (!l->threads) {
     st = NT_ERROR(ctx, NT_ERR_OOM, "loader: out of host memory");
     goto fail;
@@ -524,6 +542,13 @@ nt_status nt_loader_create(nt_ctx *ctx, const nt_dataset *ds, const nt_loader_op
     }
     l->nthreads++;
   }
+  if (l->cuda) {
+    if (pthread_create(&l->threads[l->nthreads], NULL, reaper_main, l) != 0) {
+      st = NT_ERROR(ctx, NT_ERR_INTERNAL, "loader: cannot start the copy reaper thread");
+      goto fail;
+    }
+    l->nthreads++;
+  }
   *out = l;
   return NT_OK;
 fail:
@@ -537,6 +562,7 @@ void nt_loader_free(nt_loader *l) {
   if (l->started) abandon_epoch(l);
   l->shutdown = true;
   pthread_cond_broadcast(&l->work_cv);
+  pthread_cond_broadcast(&l->reap_cv);
   pthread_mutex_unlock(&l->mu);
   for (int w = 0; w < l->nthreads; w++) pthread_join(l->threads[w], NULL);
   nt_ctx *ctx = l->ctx;
@@ -563,6 +589,7 @@ void nt_loader_free(nt_loader *l) {
   free(l->scratch);
   pthread_cond_destroy(&l->work_cv);
   pthread_cond_destroy(&l->ready_cv);
+  pthread_cond_destroy(&l->reap_cv);
   pthread_mutex_destroy(&l->mu);
   free(l);
 }
