@@ -51,7 +51,7 @@ static int64_t feat(const nt_cnn_config *c) {
   return (int64_t)c->c2 * (c->height / 4) * (c->width / 4);
 }
 
-static nt_status build_params(nt_ctx *ctx, nt_cnn *m, nt_dtype dt) {
+static nt_status build_params(nt_ctx *ctx, nt_cnn *m, nt_dtype dt, bool alloc) {
   const nt_cnn_config *c = &m->cfg;
   static const char *const names[NPARAM] = {
       "conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias", "conv3.weight", "conv3.bias",
@@ -74,8 +74,9 @@ static nt_status build_params(nt_ctx *ctx, nt_cnn *m, nt_dtype dt) {
                          NT_INIT_UNIFORM, bound, &idx[j]);
     }
   }
-  if (!st) st = nt_params_alloc(ctx, &m->params, dt);
-  if (st) return st;
+  if (!st && !alloc) nt_params_layout(&m->params);
+  if (!st && alloc) st = nt_params_alloc(ctx, &m->params, dt);
+  if (st || !alloc) return st;
   for (int j = 0; j < NPARAM; j++) {
     m->w[j] = nt_params_view(&m->params, uidx[j / 4], idx[j], NT_VIEW_COMPUTE);
     m->g[j] = nt_params_view(&m->params, uidx[j / 4], idx[j], NT_VIEW_GRAD);
@@ -83,7 +84,7 @@ static nt_status build_params(nt_ctx *ctx, nt_cnn *m, nt_dtype dt) {
   return NT_OK;
 }
 
-static nt_status build_activations(nt_ctx *ctx, nt_cnn *m, nt_dtype dt) {
+static nt_status build_activations(nt_ctx *ctx, nt_cnn *m, nt_dtype dt, bool alloc) {
   const nt_cnn_config *c = &m->cfg;
   int64_t N = m->N, H = c->height, W = c->width;
   int64_t s1[4] = {N, c->c1, H, W}, sp1[4] = {N, c->c1, H / 2, W / 2};
@@ -117,7 +118,7 @@ static nt_status build_activations(nt_ctx *ctx, nt_cnn *m, nt_dtype dt) {
   ADD(dh, dt, 2, sh);
   ADD(dh2, dt, 2, sh);
 #undef ADD
-  if (!st) st = nt_arena_alloc(ctx, a);
+  if (!st && alloc) st = nt_arena_alloc(ctx, a);
   return st;
 }
 
@@ -131,8 +132,8 @@ nt_status nt_cnn_create(nt_ctx *ctx, const nt_cnn_config *cfg, nt_dtype compute_
   if (!m) return NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for the CNN");
   m->cfg = *cfg;
   m->N = batch;
-  st = build_params(ctx, m, compute_dtype);
-  if (!st) st = build_activations(ctx, m, compute_dtype);
+  st = build_params(ctx, m, compute_dtype, true);
+  if (!st) st = build_activations(ctx, m, compute_dtype, true);
   if (st) {
     nt_cnn_free(ctx, m);
     return st;
@@ -146,6 +147,22 @@ void nt_cnn_free(nt_ctx *ctx, nt_cnn *m) {
   nt_arena_free(ctx, &m->arena);
   nt_params_free(ctx, &m->params);
   free(m);
+}
+
+nt_status nt_cnn_estimate(nt_ctx *ctx, const nt_cnn_config *cfg, nt_dtype compute_dtype,
+                          int batch, nt_model_sizes *out) {
+  nt_status st = nt_cnn_config_check(ctx, cfg);
+  if (st) return st;
+  nt_cnn m;
+  memset(&m, 0, sizeof m);
+  m.cfg = *cfg;
+  m.N = batch;
+  st = build_params(ctx, &m, compute_dtype, false);
+  if (!st) st = build_activations(ctx, &m, compute_dtype, false);
+  if (!st) nt_model_sizes_of(&m.params, m.arena.bytes, out);
+  nt_arena_free(ctx, &m.arena);
+  nt_params_free(ctx, &m.params);
+  return st;
 }
 
 nt_params *nt_cnn_params(nt_cnn *m) { return &m->params; }

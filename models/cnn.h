@@ -32,6 +32,10 @@ const nt_cnn_config *nt_cnn_get_config(const nt_cnn *m);
 double nt_cnn_flops_per_image(const nt_cnn *m);
 size_t nt_cnn_activation_bytes(const nt_cnn *m);
 
+/* Sizes of a model that is not built (memory estimates). */
+nt_status nt_cnn_estimate(nt_ctx *ctx, const nt_cnn_config *cfg, nt_dtype compute_dtype,
+                          int batch, nt_model_sizes *out);
+
 /* images: [n, in, H, W] in the compute dtype (normalised); labels: I32 [n]. Forward (dropout
  * on), loss, backward into the parameter gradients; loss gradient times *dloss_scale. */
 nt_status nt_cnn_train_step(nt_ctx *ctx, nt_cnn *m, const nt_tensor *images,

@@ -80,7 +80,7 @@ static pv param_views(nt_gpt *g, int unit, int idx) {
   return v;
 }
 
-static nt_status build_params(nt_ctx *ctx, nt_gpt *g, nt_dtype dt) {
+static nt_status build_params(nt_ctx *ctx, nt_gpt *g, nt_dtype dt, bool alloc) {
   const nt_gpt_config *c = &g->cfg;
   int64_t C = c->n_embd;
   float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)c->n_layer);
@@ -113,8 +113,9 @@ static nt_status build_params(nt_ctx *ctx, nt_gpt *g, nt_dtype dt) {
   if (!st) st = nt_params_add_unit(ctx, &g->params, "ln_f", &uf);
   if (!st) st = add_param(ctx, g, uf, "transformer.ln_f.weight", 1, C, 0, NT_INIT_ONES, 0, &iw);
   if (!st) st = add_param(ctx, g, uf, "transformer.ln_f.bias", 1, C, 0, NT_INIT_ZEROS, 0, &ib);
-  if (!st) st = nt_params_alloc(ctx, &g->params, dt);
-  if (st) return st;
+  if (!st && !alloc) nt_params_layout(&g->params);
+  if (!st && alloc) st = nt_params_alloc(ctx, &g->params, dt);
+  if (st || !alloc) return st;
   g->wte = param_views(g, u, iwte);
   g->wpe = param_views(g, u, iwpe);
   g->lnf_w = param_views(g, uf, iw);
@@ -124,7 +125,7 @@ static nt_status build_params(nt_ctx *ctx, nt_gpt *g, nt_dtype dt) {
   return NT_OK;
 }
 
-static nt_status build_activations(nt_ctx *ctx, nt_gpt *g, nt_dtype dt) {
+static nt_status build_activations(nt_ctx *ctx, nt_gpt *g, nt_dtype dt, bool alloc) {
   const nt_gpt_config *c = &g->cfg;
   int64_t B = g->B, T = g->T, C = c->n_embd, H = c->n_head, D = C / H, N = B * T;
   int64_t sC[3] = {B, T, C}, s3C[3] = {B, T, 3 * C}, s4C[3] = {B, T, 4 * C};
@@ -173,7 +174,7 @@ static nt_status build_activations(nt_ctx *ctx, nt_gpt *g, nt_dtype dt) {
   ADD(g->d4a, dt, 3, s4C);
   ADD(g->d4b, dt, 3, s4C);
 #undef ADD
-  if (!st) st = nt_arena_alloc(ctx, a);
+  if (!st && alloc) st = nt_arena_alloc(ctx, a);
   return st;
 }
 
@@ -195,8 +196,8 @@ nt_status nt_gpt_create(nt_ctx *ctx, const nt_gpt_config *cfg, nt_dtype compute_
     free(g);
     return NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for the GPT layers");
   }
-  st = build_params(ctx, g, compute_dtype);
-  if (!st) st = build_activations(ctx, g, compute_dtype);
+  st = build_params(ctx, g, compute_dtype, true);
+  if (!st) st = build_activations(ctx, g, compute_dtype, true);
   if (st) {
     nt_gpt_free(ctx, g);
     return st;
@@ -211,6 +212,26 @@ void nt_gpt_free(nt_ctx *ctx, nt_gpt *g) {
   nt_params_free(ctx, &g->params);
   free(g->layers);
   free(g);
+}
+
+nt_status nt_gpt_estimate(nt_ctx *ctx, const nt_gpt_config *cfg, nt_dtype compute_dtype,
+                          int batch, int seq, nt_model_sizes *out) {
+  nt_status st = nt_gpt_config_check(ctx, cfg);
+  if (st) return st;
+  nt_gpt g;
+  memset(&g, 0, sizeof g);
+  g.cfg = *cfg;
+  g.B = batch;
+  g.T = seq;
+  g.layers = calloc((size_t)cfg->n_layer, sizeof *g.layers);
+  if (!g.layers) return NT_ERROR(ctx, NT_ERR_OOM, "out of host memory");
+  st = build_params(ctx, &g, compute_dtype, false);
+  if (!st) st = build_activations(ctx, &g, compute_dtype, false);
+  if (!st) nt_model_sizes_of(&g.params, g.arena.bytes, out);
+  nt_arena_free(ctx, &g.arena);
+  nt_params_free(ctx, &g.params);
+  free(g.layers);
+  return st;
 }
 
 nt_params *nt_gpt_params(nt_gpt *g) { return &g->params; }

@@ -39,6 +39,11 @@ double nt_gpt_flops_per_token(const nt_gpt *g, int seq);
 /* Bytes of activation memory allocated at create. */
 size_t nt_gpt_activation_bytes(const nt_gpt *g);
 
+/* Sizes of a model that is not built (memory estimates): parameter counts and the bytes of
+ * activations create would allocate. */
+nt_status nt_gpt_estimate(nt_ctx *ctx, const nt_gpt_config *cfg, nt_dtype compute_dtype,
+                          int batch, int seq, nt_model_sizes *out);
+
 /* One training micro-step: forward (dropout on), loss, and backward accumulating into the
  * parameter gradients. tokens, targets: I32 [b, t] on ctx's device. The loss gradient is
  * multiplied by *dloss_scale (device pointer on the GPU, host on the CPU; NULL = 1): AMP's

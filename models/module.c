@@ -73,20 +73,36 @@ static void layout_unit(nt_unit *u) {
   u->numel = off;
 }
 
+void nt_params_layout(nt_params *p) {
+  p->numel = 0;
+  p->n_real = 0;
+  for (int k = 0; k < p->n_units; k++) {
+    layout_unit(&p->units[k]);
+    for (int i = 0; i < p->units[k].n_params; i++) p->n_real += p->units[k].params[i].numel;
+    p->numel += p->units[k].numel;
+  }
+}
+
+void nt_model_sizes_of(const nt_params *p, size_t activation_bytes, nt_model_sizes *out) {
+  memset(out, 0, sizeof *out);
+  out->n_params = p->n_real;
+  out->n_flat = p->numel;
+  out->n_units = p->n_units;
+  for (int k = 0; k < p->n_units; k++)
+    if (p->units[k].numel > out->largest_unit) out->largest_unit = p->units[k].numel;
+  out->activation_bytes = activation_bytes;
+}
+
 nt_status nt_params_alloc(nt_ctx *ctx, nt_params *p, nt_dtype compute_dtype) {
   if (p->allocated) return NT_ERROR(ctx, NT_ERR_STATE, "parameters allocated twice");
   if (compute_dtype != NT_F32 && compute_dtype != NT_F16 && compute_dtype != NT_BF16)
     return NT_ERROR(ctx, NT_ERR_DTYPE, "compute dtype %s: expected f32, f16 or bf16",
                     nt_dtype_name(compute_dtype));
   p->compute_dtype = compute_dtype;
-  p->numel = 0;
-  p->n_real = 0;
+  nt_params_layout(p);
   nt_status st = NT_OK;
   for (int k = 0; k < p->n_units; k++) {
     nt_unit *u = &p->units[k];
-    layout_unit(u);
-    for (int i = 0; i < u->n_params; i++) p->n_real += u->params[i].numel;
-    p->numel += u->numel;
     int64_t n = u->numel ? u->numel : 1;
     st = nt_tensor_alloc(ctx, &u->master, NT_F32, 1, &n);
     if (!st) st = nt_tensor_alloc(ctx, &u->grad, NT_F32, 1, &n);
@@ -202,6 +218,22 @@ nt_status nt_params_zero_grad(nt_ctx *ctx, nt_params *p) {
     nt_status st = nt_tensor_zero(ctx, &p->units[j].grad);
     if (st) return st;
   }
+  return NT_OK;
+}
+
+nt_status nt_params_adopt_master(nt_ctx *ctx, nt_params *p, int unit, const nt_tensor *master) {
+  nt_unit *u = &p->units[unit];
+  if (master->dtype != NT_F32 || nt_tensor_numel(master) != u->numel)
+    return NT_ERROR(ctx, NT_ERR_SHAPE, "unit '%s': optimizer master has %lld elements, expected %lld",
+                    u->name, (long long)nt_tensor_numel(master), (long long)u->numel);
+  if (!u->compute.owner) {
+    if (master->data != u->master.data)
+      return NT_ERROR(ctx, NT_ERR_STATE, "unit '%s' is F32: the optimizer must update it in place",
+                      u->name);
+    return NT_OK;
+  }
+  if (u->master.owner) nt_tensor_free(ctx, &u->master);
+  u->master = nt_tensor_view(master->data, NT_F32, master->device, 1, &u->numel);
   return NT_OK;
 }
 

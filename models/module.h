@@ -56,6 +56,17 @@ nt_status nt_params_add(nt_ctx *ctx, nt_params *p, int unit, const char *name, i
                         int *index);
 nt_status nt_params_alloc(nt_ctx *ctx, nt_params *p, nt_dtype compute_dtype);
 void nt_params_free(nt_ctx *ctx, nt_params *p);
+/* Assigns offsets and sizes without allocating (estimates). */
+void nt_params_layout(nt_params *p);
+
+typedef struct {
+  int64_t n_params;          /* parameter elements */
+  int64_t n_flat;            /* flat-buffer elements (alignment gaps included) */
+  int64_t largest_unit;      /* elements of the largest unit */
+  int n_units;
+  size_t activation_bytes;
+} nt_model_sizes;
+void nt_model_sizes_of(const nt_params *p, size_t activation_bytes, nt_model_sizes *out);
 
 typedef enum { NT_VIEW_MASTER = 0, NT_VIEW_GRAD, NT_VIEW_COMPUTE } nt_param_view;
 /* A view with the parameter's shape into one of the unit's buffers. */
@@ -70,6 +81,11 @@ nt_status nt_params_init(nt_ctx *ctx, nt_params *p, uint64_t seed);
 /* compute = convert(master) for every unit whose compute buffer is a separate copy. */
 nt_status nt_params_sync_compute(nt_ctx *ctx, nt_params *p);
 nt_status nt_params_zero_grad(nt_ctx *ctx, nt_params *p);
+/* Hands the fp32 master weights of `unit` over to an optimizer that owns its own copy (the
+ * optimizer was created with master_init = this unit's master): frees the unit's buffer and
+ * makes `master` (F32 [numel], owned by the optimizer) the unit's master view. For an F32 unit
+ * the compute buffer is the master and stays so (master must then alias it). */
+nt_status nt_params_adopt_master(nt_ctx *ctx, nt_params *p, int unit, const nt_tensor *master);
 
 /* Activation arena: record tensors (shapes), then allocate one block and point them into it. */
 typedef struct {

@@ -1,0 +1,80 @@
+/* Training loops for the GPT (tiny shakespeare or token shards / synthetic tokens) and the CNN
+ * (Fashion-MNIST): mixed precision per the policy, AdamW with decay on 2-D weights only,
+ * warmup + cosine LR, global-norm clipping, the dynamic loss scaler for fp16, evaluation,
+ * checkpoints with bit-identical resume, a JSONL metrics log, a Prometheus textfile, a
+ * progress bar on a terminal, and (GPU) the forward/backward captured as a CUDA graph.
+ * examples/nanotrain.c is the command line around nt_train_run. */
+#ifndef NT_MODELS_TRAIN_H
+#define NT_MODELS_TRAIN_H
+#include <stdio.h>
+#include "core/nt.h"
+#include "models/cnn.h"
+#include "models/gpt.h"
+NT_EXTERN_C_BEGIN
+
+typedef enum { NT_MODEL_GPT = 0, NT_MODEL_CNN } nt_model_kind;
+
+/* Precision policies (amp/): fp32; tf32 (fp32 storage, TF32 GEMMs); bf16; fp16 (with the
+ * dynamic loss scaler); fp8 (not available for these models yet: runs as bf16, with a notice). */
+typedef enum { NT_PREC_FP32 = 0, NT_PREC_TF32, NT_PREC_BF16, NT_PREC_FP16, NT_PREC_FP8 } nt_precision;
+bool nt_precision_parse(const char *s, nt_precision *out);
+const char *nt_precision_name(nt_precision p);
+
+typedef struct {
+  nt_model_kind model;
+  nt_device device;
+  nt_precision precision;
+  nt_gpt_config gpt;
+  nt_cnn_config cnn;
+  const char *gpt_data;        /* "shakespeare" (default), "synthetic", or a shard file path */
+  int64_t batch_size;
+  int64_t max_iters;           /* GPT: iterations; CNN: 0 = run all epochs, > 0 stops early */
+  int epochs;                  /* CNN */
+  double lr, min_lr, weight_decay, beta1, beta2, eps, grad_clip;
+  int64_t warmup_iters, lr_decay_iters;   /* lr_decay_iters 0 = the run's total iterations */
+  bool decay_lr;
+  float init_scale, growth_factor, backoff_factor;
+  int growth_interval;
+  uint64_t seed;
+  int64_t eval_interval, eval_iters, log_interval, metrics_interval;
+  int num_workers;
+  bool augment;                /* CNN: random crop (pad 2) + horizontal flip */
+  int64_t train_subset, test_subset;   /* CNN: use the first N images (0 = all) */
+  const char *data_dir;        /* tiny shakespeare's dir (NT_DATA_DIR) / Fashion-MNIST's */
+  const char *out_dir;         /* checkpoints, metrics.jsonl, metrics.prom; NULL = none */
+  const char *resume;          /* a checkpoint directory (or .safetensors/.json path) */
+  int64_t checkpoint_interval; /* also save every N iterations (0: at evals and the end) */
+  int sample_tokens;           /* GPT: generate this many characters after training */
+  float temperature;
+  int top_k;
+  int cuda_graph;              /* -1 auto (GPU, no dropout), 0 off, 1 on (falls back) */
+  int progress;                /* -1 auto (isatty), 0 plain lines, 1 bar */
+  bool quiet;                  /* no per-step output (tests) */
+  bool record_losses;          /* keep every step's loss in the result (syncs every step) */
+  FILE *out;                   /* where progress goes (stdout when NULL) */
+} nt_train_options;
+
+/* nanoGPT shakespeare_char defaults for the GPT; AdamW 1e-3 / cosine / 10 epochs for the CNN. */
+nt_train_options nt_train_defaults(nt_model_kind model);
+
+typedef struct {
+  int64_t steps;               /* optimizer iterations run (including skipped ones) */
+  int64_t skipped;             /* skipped for overflow */
+  double last_loss;            /* train loss of the last step */
+  double train_loss, val_loss; /* GPT: the last evaluation (NaN when none) */
+  double test_accuracy, test_loss;   /* CNN */
+  double items_per_sec;        /* tokens or images per second, steady state */
+  double step_ms;
+  size_t peak_bytes;           /* measured peak allocated (pool statistics) */
+  size_t estimate_bytes;       /* tools/memest's estimate for the run */
+  bool used_cuda_graph;
+  double *losses;              /* record_losses: loss of step i at losses[i - first_step] */
+  int64_t first_step, n_losses;
+  char *sample;                /* sample_tokens: the generated text (NUL-terminated) */
+} nt_train_result;
+
+nt_status nt_train_run(nt_ctx *ctx, const nt_train_options *o, nt_train_result *res);
+void nt_train_result_free(nt_train_result *r);
+
+NT_EXTERN_C_END
+#endif
