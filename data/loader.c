@@ -267,8 +267,9 @@ static nt_status wait_ready(nt_loader *l, int *out) {
     int i = ready_slot(l, l->next_deliver);
     if (i >= 0) { *out = i; return NT_OK; }
     if (l->failed && l->fail_batch <= l->next_deliver) {
-      l->epoch_active = false;
-      l->started = false;
+      /* The iteration ends here; batches still being filled must finish before the next
+       * iteration rewrites the index list. */
+      abandon_epoch(l);
       return NT_ERROR(l->ctx, l->fail_status, "%s", l->fail_msg);
     }
     bool assigned = l->next_assign > l->next_deliver;
@@ -354,7 +355,9 @@ nt_status nt_loader_next(nt_loader *l, nt_batch *out, bool *end) {
   nt_device dev = nt_cpu();
   if (l->cuda) {
 #ifdef NT_HAVE_CUDA
-    int d = (int)(b % l->ndev);
+    /* Round robin over all copies, not batch numbers, so the first batch of an epoch does
+     * not land in the buffer that still holds the epoch's last one. */
+    int d = (int)(l->copy_seq % (uint64_t)l->ndev);
     if ((st = issue_copy(l, s, d, rows))) goto done;
     s->state = SLOT_COPYING;
     s->copy_seq = l->copy_seq++;
