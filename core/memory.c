@@ -152,8 +152,10 @@ static void bin_remove(struct nt_pool *p, mblock *b) {
 static mblock *find_free(struct nt_pool *p, int small, size_t size) {
   for (int i = bin_of(size); i < NBINS; i++) {
     mblock *best = NULL;
-    for (mblock *b = p->bins[small][i]; b; b = b->lnext)
-      if (b->size >= size && (!best || b->size < best->size)) best = b;
+    for (mblock *b = p->bins[small][i]; b; b = b->lnext) {
+      if (b->size == size) return b;   /* the common case in a steady state */
+      if (b->size > size && (!best || b->size < best->size)) best = b;
+    }
     if (best) return best;
   }
   return NULL;

@@ -171,6 +171,7 @@ static void test_oom(nt_ctx *ctx) {
   if (CHECK_OK(ctx, nt_alloc(ctx, 64 * MiB, &c))) {
     cuda_ok(cudaMemsetAsync(c, 3, 64 * MiB, (cudaStream_t)nt_ctx_stream(ctx)), "memset");
     unsigned char v = 0;
+    cuda_ok(cudaStreamSynchronize((cudaStream_t)nt_ctx_stream(ctx)), "sync");  /* non-blocking */
     cuda_ok(cudaMemcpy(&v, (char *)c + 64 * MiB - 1, 1, cudaMemcpyDeviceToHost), "copy");
     CHECK(v == 3, "memory after OOM works");
     nt_free(ctx, c);
