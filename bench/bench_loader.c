@@ -49,7 +49,7 @@ static nt_status blank_get(void *user, const nt_sample_info *info, void *const *
 }
 
 static int h2d(nt_ctx *ctx, double *plain_gbs, double *loader_gbs) {
-  const int64_t row = (int64_t)1 << 20, bs = 64, nb = 40;
+  const int64_t row = (int64_t)1 << 20, bs = 64, nb = 100;
   const size_t bytes = (size_t)(row * bs);
   void *pinned = NULL, *dev = NULL;
   cudaStream_t s;

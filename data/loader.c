@@ -417,9 +417,11 @@ void nt_loader_reset_stats(nt_loader *l) {
 }
 
 static nt_status check_opts(nt_ctx *ctx, const nt_dataset *ds, const nt_loader_opts *o) {
-  if (!ds->get) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "loader: the dataset has no get callback");
+  if (!ds->get)
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "loader: the dataset has no get callback");
   if (ds->len <= 0)
-    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "loader: empty dataset (len %lld)", (long long)ds->len);
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "loader: empty dataset (len %lld)",
+                    (long long)ds->len);
   if (ds->n_fields < 1 || ds->n_fields > NT_LOADER_MAX_FIELDS)
     return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "loader: %d fields (expected 1..%d)", ds->n_fields,
                     NT_LOADER_MAX_FIELDS);

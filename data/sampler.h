@@ -7,9 +7,9 @@
  *   rank r takes the entries r, r + R, r + 2R, ...
  * The shuffle is Fisher-Yates (from the last position down: swap i with j uniform in [0, i])
  * driven by splitmix64 seeded with seed + epoch; j = x % (i + 1), rejecting the few x of the
- * top partial range so it is exactly uniform. It is deterministic on every platform; it does NOT reproduce
- * torch.randperm's order. Call nt_sampler_set_epoch before each epoch or every epoch repeats
- * one order. */
+ * top partial range so it is exactly uniform. It is deterministic on every platform; it does
+ * NOT reproduce torch.randperm's order. Call nt_sampler_set_epoch before each epoch or every
+ * epoch repeats one order. */
 #ifndef NT_DATA_SAMPLER_H
 #define NT_DATA_SAMPLER_H
 #include <stdbool.h>

@@ -26,7 +26,7 @@ void nt_checkpoint_paths(const char *where, char *tensors, char *sidecar, size_t
   }
 }
 
-static nt_status make_dir(nt_ctx *ctx, const char *dir) {
+nt_status nt_make_dirs(nt_ctx *ctx, const char *dir) {
   char buf[4096];
   snprintf(buf, sizeof buf, "%s", dir);
   for (char *c = buf + 1;; c++) {
@@ -49,7 +49,7 @@ static void moment_name(char *buf, size_t len, const char *unit, const char *whi
 nt_status nt_checkpoint_save(nt_ctx *ctx, const char *dir, const nt_params *p, nt_adamw *opt,
                              const char *sidecar_json) {
   char tpath[4096], spath[4096];
-  nt_status st = make_dir(ctx, dir);
+  nt_status st = nt_make_dirs(ctx, dir);
   if (st) return st;
   nt_checkpoint_paths(dir, tpath, spath, sizeof tpath);
   int cap = 0;

@@ -15,6 +15,9 @@ NT_EXTERN_C_BEGIN
  * whose directory and stem are used). */
 void nt_checkpoint_paths(const char *where, char *tensors, char *sidecar, size_t len);
 
+/* mkdir -p */
+nt_status nt_make_dirs(nt_ctx *ctx, const char *dir);
+
 /* Writes the parameters (master weights) and, when opt is given, its moments; then the sidecar
  * text (a JSON object) as given. Creates `dir` if needed. */
 nt_status nt_checkpoint_save(nt_ctx *ctx, const char *dir, const nt_params *p, nt_adamw *opt,

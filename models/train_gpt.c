@@ -1,0 +1,327 @@
+/* The GPT training loop: tiny shakespeare (character level, nanoGPT's split), an llm.c token
+ * shard, or synthetic tokens; batches of random windows as nanoGPT's get_batch, drawn from a
+ * counter-based stream keyed by the iteration (so a resumed run sees the same batches). */
+#include "models/train_internal.h"
+#include "data/shards.h"
+#include "data/text.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+  nt_gpt *g;
+  nt_trainer *T;
+  nt_tensor tokens, targets;        /* device [B, T] */
+  int32_t *hx, *hy;                 /* host batch */
+  int32_t *data;                    /* all token ids */
+  int64_t n, split;                 /* train [0, split), val [split, n) */
+  nt_vocab vocab;
+  bool have_vocab;
+  uint64_t data_seed;
+  int64_t eval_round;
+} gpt_run;
+
+static nt_status body(nt_ctx *ctx, void *arg) {
+  gpt_run *r = arg;
+  nt_status st = nt_params_zero_grad(ctx, nt_gpt_params(r->g));
+  if (!st) st = nt_gpt_train_step(ctx, r->g, &r->tokens, &r->targets,
+                                  nt_trainer_loss_scale(r->T));
+  return st;
+}
+
+/* Fills the host batch with b windows of length t from [lo, hi) and copies it to the device. */
+static nt_status load_batch(nt_ctx *ctx, gpt_run *r, int64_t b, int64_t t, int64_t lo,
+                            int64_t hi, uint64_t seed, uint64_t counter) {
+  int64_t span = hi - lo - t;
+  if (span < 1)
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "a split of %lld tokens is too short for block %lld",
+                    (long long)(hi - lo), (long long)t);
+  for (int64_t i = 0; i < b; i++) {
+    int64_t ix = lo + (int64_t)(nt_rng_u32(seed, counter + (uint64_t)i) % (uint64_t)span);
+    memcpy(r->hx + i * t, r->data + ix, (size_t)t * sizeof(int32_t));
+    memcpy(r->hy + i * t, r->data + ix + 1, (size_t)t * sizeof(int32_t));
+  }
+  int64_t shape[2] = {b, t};
+  nt_tensor hx = nt_tensor_view(r->hx, NT_I32, nt_cpu(), 2, shape);
+  nt_tensor hy = nt_tensor_view(r->hy, NT_I32, nt_cpu(), 2, shape);
+  nt_tensor dx = nt_prefix_view(&r->tokens, 2, shape), dy = nt_prefix_view(&r->targets, 2, shape);
+  nt_status st = nt_tensor_copy(ctx, &dx, &hx);
+  if (!st) st = nt_tensor_copy(ctx, &dy, &hy);
+  return st;
+}
+
+static nt_status load_data(nt_ctx *ctx, const nt_train_options *o, gpt_run *r,
+                           nt_gpt_config *cfg) {
+  nt_status st = NT_OK;
+  const char *src = o->gpt_data ? o->gpt_data : "shakespeare";
+  if (!strcmp(src, "synthetic")) {
+    /* random tokens: a throughput workload with the real vocabulary size */
+    r->n = 4 * 1024 * 1024;
+    r->data = malloc((size_t)r->n * sizeof(int32_t));
+    if (!r->data) return NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for synthetic tokens");
+    for (int64_t i = 0; i < r->n; i++)
+      r->data[i] = (int32_t)(nt_rng_u32(o->seed + 7, (uint64_t)i) % (uint32_t)cfg->vocab_size);
+  } else if (strcmp(src, "shakespeare")) {
+    nt_shard sh;
+    st = nt_shard_read(ctx, src, &sh);
+    if (st) return st;
+    r->n = sh.n;
+    r->data = malloc((size_t)r->n * sizeof(int32_t));
+    if (!r->data) st = NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for %s", src);
+    for (int64_t i = 0; !st && i < r->n; i++) {
+      r->data[i] = sh.tokens[i];
+      if (sh.tokens[i] >= cfg->vocab_size)
+        st = NT_ERROR(ctx, NT_ERR_FORMAT, "%s: token %u at %lld exceeds the vocabulary (%d)", src,
+                      sh.tokens[i], (long long)i, cfg->vocab_size);
+    }
+    nt_shard_free(&sh);
+  } else {
+    char path[4096];
+    if (o->data_dir) snprintf(path, sizeof path, "%s/tinyshakespeare.txt", o->data_dir);
+    else if (!nt_tinyshakespeare_path(path, sizeof path))
+      return NT_ERROR(ctx, NT_ERR_INVALID_ARG,
+                      "tiny shakespeare: pass --data-dir or set NT_DATA_DIR to the directory "
+                      "holding tinyshakespeare.txt");
+    nt_text text;
+    st = nt_text_load(ctx, path, &text);
+    if (st) return st;
+    nt_vocab_build(&text, &r->vocab);
+    r->have_vocab = true;
+    r->n = text.n;
+    r->data = malloc((size_t)r->n * sizeof(int32_t));
+    if (!r->data) st = NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for %s", path);
+    if (!st) st = nt_vocab_encode(ctx, &r->vocab, text.bytes, text.n, r->data);
+    nt_text_free(&text);
+    if (!st && o->resume == NULL) cfg->vocab_size = r->vocab.size;
+    if (!st && r->vocab.size > cfg->vocab_size)
+      st = NT_ERROR(ctx, NT_ERR_FORMAT, "%s has %d characters; the model's vocabulary is %d",
+                    path, r->vocab.size, cfg->vocab_size);
+  }
+  if (!st) r->split = nt_text_split_point(r->n);
+  return st;
+}
+
+static nt_status estimate_loss(nt_trainer *T, gpt_run *r, double *train, double *val) {
+  const nt_train_options *o = T->o;
+  int64_t B = o->batch_size, S = r->g ? nt_gpt_get_config(r->g)->block_size : 0;
+  int64_t iters = o->eval_iters > 0 ? o->eval_iters : 1;
+  double out[2];
+  for (int split = 0; split < 2; split++) {
+    double sum = 0;
+    for (int64_t i = 0; i < iters; i++) {
+      uint64_t ctr = (((uint64_t)r->eval_round * 2 + (uint64_t)split) << 32) + (uint64_t)(i * B);
+      int64_t lo = split ? r->split : 0, hi = split ? r->n : r->split;
+      int64_t shape[2] = {B, S};
+      nt_tensor x = nt_prefix_view(&r->tokens, 2, shape), y = nt_prefix_view(&r->targets, 2, shape);
+      float l;
+      nt_status st = load_batch(T->ctx, r, B, S, lo, hi, r->data_seed ^ 0x5eed5eedULL, ctr);
+      if (!st) st = nt_gpt_eval_loss(T->ctx, r->g, &x, &y);
+      if (!st) st = nt_trainer_read_scalar(T, nt_gpt_loss(r->g), &l);
+      if (st) return st;
+      sum += l;
+    }
+    out[split] = sum / (double)iters;
+  }
+  r->eval_round++;
+  *train = out[0];
+  *val = out[1];
+  return NT_OK;
+}
+
+static int desc(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static nt_status sample_text(nt_trainer *T, gpt_run *r, int n, char **text) {
+  nt_ctx *ctx = T->ctx;
+  const nt_gpt_config *c = nt_gpt_get_config(r->g);
+  int V = c->vocab_size;
+  int64_t S = c->block_size;
+  int32_t *ids = malloc((size_t)(n + 1) * sizeof *ids);
+  float *probs = malloc((size_t)V * sizeof *probs), *sorted = malloc((size_t)V * sizeof *probs);
+  void *row = malloc((size_t)V * 4);
+  char *out = malloc((size_t)n * 8 + 1);
+  nt_status st = NT_OK;
+  if (!ids || !probs || !sorted || !row || !out) st = NT_ERROR(ctx, NT_ERR_OOM, "out of host memory");
+  int len = 1, k = T->o->top_k > 0 && T->o->top_k < V ? T->o->top_k : V;
+  ids[0] = r->have_vocab && r->vocab.ids['\n'] >= 0 ? r->vocab.ids['\n'] : 0;
+  float temp = T->o->temperature > 0 ? T->o->temperature : 1.0f;
+  size_t olen = 0;
+  for (int i = 0; i < n && !st; i++) {
+    int64_t t = len < S ? len : S;
+    int64_t shape[2] = {1, t};
+    nt_tensor hx = nt_tensor_view(ids + len - t, NT_I32, nt_cpu(), 2, shape);
+    nt_tensor dx = nt_prefix_view(&r->tokens, 2, shape), logits;
+    st = nt_tensor_copy(ctx, &dx, &hx);
+    if (!st) st = nt_gpt_logits(ctx, r->g, &dx, &logits);
+    if (st) break;
+    nt_tensor last = nt_tensor_slice0(&logits, t - 1, 1);
+    int64_t vs[2] = {1, V};
+    nt_tensor hrow = nt_tensor_view(row, logits.dtype, nt_cpu(), 2, vs);
+    last = nt_prefix_view(&last, 2, vs);
+    st = nt_tensor_copy(ctx, &hrow, &last);
+    if (st) break;
+    /* temperature, top-k, softmax, one draw */
+    float mx = -INFINITY;
+    for (int v = 0; v < V; v++) {
+      probs[v] = nt_load_f32(row, logits.dtype, v) / temp;
+      if (probs[v] > mx) mx = probs[v];
+    }
+    float kth = -INFINITY;
+    if (k < V) {   /* the k-th largest logit */
+      memcpy(sorted, probs, (size_t)V * sizeof *probs);
+      qsort(sorted, (size_t)V, sizeof *sorted, desc);
+      kth = sorted[k - 1];
+    }
+    double sum = 0;
+    for (int v = 0; v < V; v++) sum += probs[v] >= kth ? exp((double)(probs[v] - mx)) : 0.0;
+    double u = nt_rng_u32_to_uniform(nt_rng_u32(T->o->seed + 3, (uint64_t)i)) * sum, acc = 0;
+    int pick = V - 1;
+    for (int v = 0; v < V; v++) {
+      if (probs[v] < kth) continue;
+      acc += exp((double)(probs[v] - mx));
+      if (acc >= u) {
+        pick = v;
+        break;
+      }
+    }
+    ids[len++] = pick;
+    if (r->have_vocab) out[olen++] = (char)r->vocab.chars[pick];
+    else olen += (size_t)snprintf(out + olen, 8, "%d ", pick);
+  }
+  if (out) out[olen] = 0;
+  free(ids);
+  free(probs);
+  free(sorted);
+  free(row);
+  if (st) {
+    free(out);
+    return st;
+  }
+  *text = out;
+  return NT_OK;
+}
+
+static void write_config(nt_jw *w, const void *arg) {
+  const nt_gpt_config *c = arg;
+  nt_jw_key(w, "n_layer");
+  nt_jw_i64(w, c->n_layer);
+  nt_jw_key(w, "n_head");
+  nt_jw_i64(w, c->n_head);
+  nt_jw_key(w, "n_embd");
+  nt_jw_i64(w, c->n_embd);
+  nt_jw_key(w, "block_size");
+  nt_jw_i64(w, c->block_size);
+  nt_jw_key(w, "vocab_size");
+  nt_jw_i64(w, c->vocab_size);
+  nt_jw_key(w, "dropout");
+  nt_jw_num(w, c->dropout);
+}
+
+static nt_dtype compute_dtype(nt_precision p) {
+  return p == NT_PREC_BF16 || p == NT_PREC_FP8 ? NT_BF16 : p == NT_PREC_FP16 ? NT_F16 : NT_F32;
+}
+
+nt_status nt_train_gpt(nt_ctx *ctx, const nt_train_options *o, nt_train_result *res) {
+  nt_gpt_config cfg = o->gpt;
+  gpt_run r;
+  nt_trainer T;
+  nt_json side;
+  memset(&r, 0, sizeof r);
+  memset(&T, 0, sizeof T);
+  memset(&side, 0, sizeof side);
+  nt_status st = NT_OK;
+  if (o->resume) {
+    st = nt_trainer_read_sidecar(ctx, o->resume, &side);
+    const nt_json *c = nt_json_get(&side, "config");
+    if (!st && c) {
+      cfg.n_layer = (int)nt_json_get_i64(c, "n_layer", cfg.n_layer);
+      cfg.n_head = (int)nt_json_get_i64(c, "n_head", cfg.n_head);
+      cfg.n_embd = (int)nt_json_get_i64(c, "n_embd", cfg.n_embd);
+      cfg.block_size = (int)nt_json_get_i64(c, "block_size", cfg.block_size);
+      cfg.vocab_size = (int)nt_json_get_i64(c, "vocab_size", cfg.vocab_size);
+    }
+  }
+  if (!st) st = load_data(ctx, o, &r, &cfg);
+  nt_dtype dt = compute_dtype(o->precision);
+  if (!st && o->precision == NT_PREC_FP8)
+    nt_log(ctx, NT_LOG_WARN, "fp8: the linear layers have no FP8 path yet; training in bf16");
+  int64_t B = o->batch_size, S = cfg.block_size;
+  if (!st) st = nt_gpt_create(ctx, &cfg, dt, (int)B, (int)S, &r.g);
+  if (!st) st = nt_params_init(ctx, nt_gpt_params(r.g), o->seed);
+  int64_t bt[2] = {B, S};
+  if (!st) st = nt_tensor_alloc(ctx, &r.tokens, NT_I32, 2, bt);
+  if (!st) st = nt_tensor_alloc(ctx, &r.targets, NT_I32, 2, bt);
+  r.hx = malloc((size_t)(B * S) * sizeof(int32_t));
+  r.hy = malloc((size_t)(B * S) * sizeof(int32_t));
+  if (!st && (!r.hx || !r.hy)) st = NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for batches");
+  r.data_seed = o->seed + 1;
+  nt_ctx_manual_seed(ctx, o->seed + 2);   /* dropout */
+  nt_ctx_set_rng_offset(ctx, 0);
+  if (!st) st = nt_trainer_init(&T, ctx, o, res, nt_gpt_params(r.g), "gpt", "tokens");
+  r.T = &T;
+  T.body = body;
+  T.body_arg = &r;
+  T.graph_wanted = T.graph_wanted && (o->cuda_graph == 1 || cfg.dropout == 0.0f);
+  T.total_iters = o->max_iters;
+  T.items_per_step = B * S;
+  if (r.g) T.flops_per_item = nt_gpt_flops_per_token(r.g, (int)S);
+  if (!st && o->resume) st = nt_trainer_restore(&T, &side);
+  nt_model_sizes sizes;
+  nt_mem_estimate est;
+  memset(&est, 0, sizeof est);
+  if (!st) st = nt_gpt_estimate(ctx, &cfg, dt, (int)B, (int)S, &sizes);
+  if (!st) nt_memest_compute(&sizes, dt, B, S, S * cfg.vocab_size, NT_SHARD_NO_SHARD, 1, &est);
+  if (!st)
+    nt_trainer_print(&T, "gpt: %d layers, %d heads, %d wide, block %d, vocab %d, %.2fM "
+                     "parameters, %s on %s, batch %lld, %lld iterations\n",
+                     cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.block_size, cfg.vocab_size,
+                     (double)nt_gpt_num_params(r.g, true) / 1e6, nt_precision_name(o->precision),
+                     nt_ctx_is_cuda(ctx) ? "cuda" : "cpu", (long long)B, (long long)o->max_iters);
+  while (!st && T.iter < o->max_iters) {
+    bool eval_now = o->eval_interval > 0 && T.iter % o->eval_interval == 0;
+    if (eval_now) {
+      double tl, vl;
+      st = estimate_loss(&T, &r, &tl, &vl);
+      if (!st) st = nt_trainer_log_eval(&T, tl, vl, NAN);
+      res->train_loss = tl;
+      res->val_loss = vl;
+      if (!st && T.iter > 0 && vl < T.best_val) {
+        T.best_val = vl;
+        st = nt_trainer_save(&T, write_config, &cfg);
+      }
+      T.t_last = nt_now_s();   /* evaluation time is not step time */
+    }
+    if (st) break;
+    double t0 = nt_now_s();
+    st = load_batch(ctx, &r, B, S, 0, r.split, r.data_seed, (uint64_t)T.iter * (uint64_t)B);
+    T.wait_s += nt_now_s() - t0;
+    if (!st) st = nt_trainer_step(&T, nt_gpt_loss(r.g));
+    if (!st && o->checkpoint_interval > 0 && T.iter % o->checkpoint_interval == 0 &&
+        T.iter < o->max_iters)
+      st = nt_trainer_save(&T, write_config, &cfg);
+  }
+  if (!st && o->eval_interval > 0) {
+    double tl, vl;
+    st = estimate_loss(&T, &r, &tl, &vl);
+    if (!st) st = nt_trainer_log_eval(&T, tl, vl, NAN);
+    res->train_loss = tl;
+    res->val_loss = vl;
+  }
+  if (!st) st = nt_trainer_save(&T, write_config, &cfg);
+  if (!st) nt_trainer_finish(&T, &est);
+  if (!st && o->sample_tokens > 0) {
+    st = sample_text(&T, &r, o->sample_tokens, &res->sample);
+    if (!st && !o->quiet) fprintf(T.out, "---- sample ----\n%s\n----------------\n", res->sample);
+  }
+  nt_trainer_free(&T);
+  nt_json_free(&side);
+  nt_tensor_free(ctx, &r.tokens);
+  nt_tensor_free(ctx, &r.targets);
+  nt_gpt_free(ctx, r.g);
+  free(r.hx);
+  free(r.hy);
+  free(r.data);
+  return st;
+}
