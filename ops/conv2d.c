@@ -1,0 +1,192 @@
+/* Conv2d: argument checks, dispatch, and the CPU reference by direct loops (inputs widened to
+ * fp32 once, sums in fp64, results rounded to the output dtype). */
+#include "ops/conv2d.h"
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef NT_HAVE_CUDA
+nt_status nt_conv2d_forward_cuda(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
+                                 const nt_tensor *b, nt_tensor *y, nt_conv2d_params p);
+nt_status nt_conv2d_backward_cuda(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *x,
+                                  const nt_tensor *w, nt_tensor *dx, nt_tensor *dw,
+                                  nt_tensor *db, nt_conv2d_params p);
+#endif
+
+typedef struct { int64_t N, Cin, H, W, Cout, KH, KW, OH, OW; } conv_dims;
+
+static bool float_dtype(nt_dtype dt) { return dt == NT_F32 || dt == NT_F16 || dt == NT_BF16; }
+
+/* A tensor of `dims` dims, on ctx's device, contiguous, of dtype dt. */
+static nt_status check_t(nt_ctx *ctx, const nt_tensor *t, int ndim, nt_dtype dt,
+                         const char *what) {
+  nt_status st;
+  if ((st = nt_check_device(ctx, t, what))) return st;
+  if ((st = nt_check_ndim(ctx, t, ndim, what))) return st;
+  if ((st = nt_check_dtype(ctx, t, dt, what))) return st;
+  return nt_check_contiguous(ctx, t, what);
+}
+
+/* Bias and its gradient: [Cout], the input dtype or F32. */
+static nt_status check_bias(nt_ctx *ctx, const nt_tensor *b, nt_dtype dt, int64_t cout,
+                            const char *what) {
+  if (b->dtype != dt && b->dtype != NT_F32)
+    return NT_ERROR(ctx, NT_ERR_DTYPE, "%s: dtype %s (expected %s or f32)", what,
+                    nt_dtype_name(b->dtype), nt_dtype_name(dt));
+  nt_status st = check_t(ctx, b, 1, b->dtype, what);
+  return st ? st : nt_check_dim(ctx, b, 0, cout, what);
+}
+
+static nt_status check_conv(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
+                            const nt_tensor *y, nt_conv2d_params p, conv_dims *d,
+                            const char *what) {
+  nt_status st;
+  if (!x || !w || !y) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "%s: NULL x, w or y", what);
+  if (!float_dtype(x->dtype))
+    return NT_ERROR(ctx, NT_ERR_DTYPE, "%s: dtype %s not supported (f32, f16, bf16)", what,
+                    nt_dtype_name(x->dtype));
+  if ((st = check_t(ctx, x, 4, x->dtype, "conv2d x [N, Cin, H, W]"))) return st;
+  if ((st = check_t(ctx, w, 4, x->dtype, "conv2d w [Cout, Cin, KH, KW]"))) return st;
+  if ((st = check_t(ctx, y, 4, x->dtype, "conv2d y [N, Cout, OH, OW]"))) return st;
+  if (p.stride < 1 || p.pad < 0)
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "%s: stride %d must be >= 1 and pad %d >= 0", what,
+                    p.stride, p.pad);
+  d->N = x->shape[0]; d->Cin = x->shape[1]; d->H = x->shape[2]; d->W = x->shape[3];
+  d->Cout = w->shape[0]; d->KH = w->shape[2]; d->KW = w->shape[3];
+  if (w->shape[1] != d->Cin)
+    return NT_ERROR(ctx, NT_ERR_SHAPE, "%s: w has %lld input channels, x has %lld", what,
+                    (long long)w->shape[1], (long long)d->Cin);
+  if (d->KH < 1 || d->KW < 1 || d->H + 2 * p.pad < d->KH || d->W + 2 * p.pad < d->KW)
+    return NT_ERROR(ctx, NT_ERR_SHAPE, "%s: kernel %lldx%lld does not fit the padded %lldx%lld "
+                    "input", what, (long long)d->KH, (long long)d->KW,
+                    (long long)(d->H + 2 * p.pad), (long long)(d->W + 2 * p.pad));
+  d->OH = (d->H + 2 * p.pad - d->KH) / p.stride + 1;
+  d->OW = (d->W + 2 * p.pad - d->KW) / p.stride + 1;
+  const int64_t want[4] = {d->N, d->Cout, d->OH, d->OW};
+  for (int i = 0; i < 4; i++)
+    if ((st = nt_check_dim(ctx, y, i, want[i], "conv2d y [N, Cout, OH, OW]"))) return st;
+  return NT_OK;
+}
+
+static float *widen(const nt_tensor *t) {
+  const int64_t n = nt_tensor_numel(t);
+  float *f = malloc(sizeof(float) * (size_t)(n ? n : 1));
+  for (int64_t i = 0; f && i < n; i++) f[i] = nt_load_f32(t->data, t->dtype, i);
+  return f;
+}
+
+static nt_status conv_forward_cpu(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
+                                  const nt_tensor *b, nt_tensor *y, nt_conv2d_params p,
+                                  const conv_dims *d) {
+  float *X = widen(x), *Wt = widen(w), *Bv = b ? widen(b) : NULL;
+  nt_status st = NT_OK;
+  if (!X || !Wt || (b && !Bv)) {
+    st = NT_ERROR(ctx, NT_ERR_OOM, "conv2d: out of host memory");
+    goto done;
+  }
+  for (int64_t n = 0; n < d->N; n++)
+    for (int64_t co = 0; co < d->Cout; co++)
+      for (int64_t oh = 0; oh < d->OH; oh++)
+        for (int64_t ow = 0; ow < d->OW; ow++) {
+          double acc = Bv ? Bv[co] : 0.0;
+          for (int64_t ci = 0; ci < d->Cin; ci++)
+            for (int64_t kh = 0; kh < d->KH; kh++) {
+              const int64_t ih = oh * p.stride - p.pad + kh;
+              if (ih < 0 || ih >= d->H) continue;
+              for (int64_t kw = 0; kw < d->KW; kw++) {
+                const int64_t iw = ow * p.stride - p.pad + kw;
+                if (iw < 0 || iw >= d->W) continue;
+                acc += (double)X[((n * d->Cin + ci) * d->H + ih) * d->W + iw] *
+                       Wt[((co * d->Cin + ci) * d->KH + kh) * d->KW + kw];
+              }
+            }
+          nt_store_f32(y->data, y->dtype, ((n * d->Cout + co) * d->OH + oh) * d->OW + ow,
+                       (float)acc);
+        }
+done:
+  free(X); free(Wt); free(Bv);
+  return st;
+}
+
+static void add_into(nt_tensor *t, const double *g) {
+  const int64_t n = nt_tensor_numel(t);
+  for (int64_t i = 0; i < n; i++)
+    nt_store_f32(t->data, t->dtype, i, (float)((double)nt_load_f32(t->data, t->dtype, i) + g[i]));
+}
+
+static nt_status conv_backward_cpu(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *x,
+                                   const nt_tensor *w, nt_tensor *dx, nt_tensor *dw,
+                                   nt_tensor *db, nt_conv2d_params p, const conv_dims *d) {
+  float *G = widen(dy), *X = widen(x), *Wt = widen(w);
+  double *gx = calloc((size_t)nt_tensor_numel(x) + 1, sizeof(double));
+  double *gw = calloc((size_t)nt_tensor_numel(w) + 1, sizeof(double));
+  double *gb = calloc((size_t)d->Cout + 1, sizeof(double));
+  nt_status st = NT_OK;
+  if (!G || !X || !Wt || !gx || !gw || !gb) {
+    st = NT_ERROR(ctx, NT_ERR_OOM, "conv2d backward: out of host memory");
+    goto done;
+  }
+  for (int64_t n = 0; n < d->N; n++)
+    for (int64_t co = 0; co < d->Cout; co++)
+      for (int64_t oh = 0; oh < d->OH; oh++)
+        for (int64_t ow = 0; ow < d->OW; ow++) {
+          const double g = G[((n * d->Cout + co) * d->OH + oh) * d->OW + ow];
+          gb[co] += g;
+          for (int64_t ci = 0; ci < d->Cin; ci++)
+            for (int64_t kh = 0; kh < d->KH; kh++) {
+              const int64_t ih = oh * p.stride - p.pad + kh;
+              if (ih < 0 || ih >= d->H) continue;
+              for (int64_t kw = 0; kw < d->KW; kw++) {
+                const int64_t iw = ow * p.stride - p.pad + kw;
+                if (iw < 0 || iw >= d->W) continue;
+                const int64_t xi = ((n * d->Cin + ci) * d->H + ih) * d->W + iw;
+                const int64_t wi = ((co * d->Cin + ci) * d->KH + kh) * d->KW + kw;
+                gx[xi] += g * Wt[wi];
+                gw[wi] += g * X[xi];
+              }
+            }
+        }
+  if (dx) add_into(dx, gx);
+  if (dw) add_into(dw, gw);
+  if (db) add_into(db, gb);
+done:
+  free(G); free(X); free(Wt); free(gx); free(gw); free(gb);
+  return st;
+}
+
+nt_status nt_conv2d_forward(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
+                            const nt_tensor *b, nt_tensor *y, nt_conv2d_params p) {
+  conv_dims d;
+  nt_status st = check_conv(ctx, x, w, y, p, &d, "conv2d_forward");
+  if (st) return st;
+  if (b && (st = check_bias(ctx, b, x->dtype, d.Cout, "conv2d b [Cout]"))) return st;
+  if (x->device.type == NT_DEV_CUDA) {
+#ifdef NT_HAVE_CUDA
+    return nt_conv2d_forward_cuda(ctx, x, w, b, y, p);
+#else
+    return NT_ERROR(ctx, NT_ERR_NO_DEVICE, "conv2d: CUDA tensor without the CUDA backend");
+#endif
+  }
+  return conv_forward_cpu(ctx, x, w, b, y, p, &d);
+}
+
+nt_status nt_conv2d_backward(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *x,
+                             const nt_tensor *w, nt_tensor *dx, nt_tensor *dw, nt_tensor *db,
+                             nt_conv2d_params p) {
+  conv_dims d;
+  nt_status st = check_conv(ctx, x, w, dy, p, &d, "conv2d_backward");
+  if (st) return st;
+  if (dx && (st = check_t(ctx, dx, 4, x->dtype, "conv2d dx"))) return st;
+  if (dx && (st = nt_check_same_shape(ctx, dx, x, "conv2d dx vs x"))) return st;
+  if (dw && (st = check_t(ctx, dw, 4, x->dtype, "conv2d dw"))) return st;
+  if (dw && (st = nt_check_same_shape(ctx, dw, w, "conv2d dw vs w"))) return st;
+  if (db && (st = check_bias(ctx, db, x->dtype, d.Cout, "conv2d db [Cout]"))) return st;
+  if (!dx && !dw && !db) return NT_OK;
+  if (x->device.type == NT_DEV_CUDA) {
+#ifdef NT_HAVE_CUDA
+    return nt_conv2d_backward_cuda(ctx, dy, x, w, dx, dw, db, p);
+#else
+    return NT_ERROR(ctx, NT_ERR_NO_DEVICE, "conv2d: CUDA tensor without the CUDA backend");
+#endif
+  }
+  return conv_backward_cpu(ctx, dy, x, w, dx, dw, db, p, &d);
+}

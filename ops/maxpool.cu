@@ -1,0 +1,109 @@
+/* MaxPool2d (k x k, stride k) on CUDA: one thread per output; backward adds each dy into the
+ * input element its argmax names (windows do not overlap: no two threads hit one element). */
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include "ops/conv2d.h"
+#include "core/cuda_util.h"
+
+namespace {
+
+__device__ __forceinline__ float ld(float x) { return x; }
+__device__ __forceinline__ float ld(__half x) { return __half2float(x); }
+__device__ __forceinline__ float ld(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T> __device__ __forceinline__ T st(float x);
+template <> __device__ __forceinline__ float st<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half st<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 st<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+template <typename T>
+__global__ void pool_fwd(const T *__restrict__ x, T *__restrict__ y, int *__restrict__ am,
+                         long planes, int H, int W, int OH, int OW, int k) {
+  const long total = planes * OH * OW;
+  for (long o = (long)blockIdx.x * blockDim.x + threadIdx.x; o < total;
+       o += (long)gridDim.x * blockDim.x) {
+    const int ow = (int)(o % OW), oh = (int)((o / OW) % OH);
+    const long pl = o / ((long)OH * OW);
+    const T *plane = x + pl * H * W;
+    int best_i = oh * k * W + ow * k;
+    float best = ld(plane[best_i]);
+    for (int dh = 0; dh < k; dh++)
+      for (int dw = 0; dw < k; dw++) {
+        const int i = (oh * k + dh) * W + ow * k + dw;
+        const float v = ld(plane[i]);
+        if (v > best || (isnan(v) && !isnan(best))) {
+          best = v;
+          best_i = i;
+        }
+      }
+    y[o] = st<T>(best);
+    am[o] = best_i;
+  }
+}
+
+template <typename T>
+__global__ void pool_bwd(const T *__restrict__ dy, const int *__restrict__ am, T *__restrict__ dx,
+                         long planes, long HW, long OHW) {
+  const long total = planes * OHW;
+  for (long o = (long)blockIdx.x * blockDim.x + threadIdx.x; o < total;
+       o += (long)gridDim.x * blockDim.x) {
+    const int i = am[o];
+    if (i < 0 || i >= HW) continue;   /* a corrupt index is ignored rather than written */
+    T *p = dx + (o / OHW) * HW + i;
+    *p = st<T>(ld(*p) + ld(dy[o]));
+  }
+}
+
+unsigned grid_for(long n) {
+  long b = (n + 255) / 256;
+  return (unsigned)(b < 1 ? 1 : b > 65535 * 8 ? 65535 * 8 : b);
+}
+
+template <typename T>
+nt_status fwd(nt_ctx *ctx, const nt_tensor *x, nt_tensor *y, nt_tensor *am, int k) {
+  const long planes = x->shape[0] * x->shape[1];
+  const long n = planes * y->shape[2] * y->shape[3];
+  if (n == 0) return NT_OK;
+  pool_fwd<T><<<grid_for(n), 256, 0, nt_cuda_stream(ctx)>>>(
+      (const T *)x->data, (T *)y->data, (int *)am->data, planes, (int)x->shape[2],
+      (int)x->shape[3], (int)y->shape[2], (int)y->shape[3], k);
+  return NT_CUDA_LAUNCHED(ctx);
+}
+
+template <typename T>
+nt_status bwd(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *am, nt_tensor *dx) {
+  const long planes = dx->shape[0] * dx->shape[1], OHW = dy->shape[2] * dy->shape[3];
+  if (planes * OHW == 0) return NT_OK;
+  pool_bwd<T><<<grid_for(planes * OHW), 256, 0, nt_cuda_stream(ctx)>>>(
+      (const T *)dy->data, (const int *)am->data, (T *)dx->data, planes,
+      dx->shape[2] * dx->shape[3], OHW);
+  return NT_CUDA_LAUNCHED(ctx);
+}
+
+}  // namespace
+
+extern "C" nt_status nt_maxpool2d_forward_cuda(nt_ctx *ctx, const nt_tensor *x, nt_tensor *y,
+                                               nt_tensor *argmax, int k) {
+  nt_status s = nt_cuda_set_device(ctx);
+  if (s) return s;
+  switch (x->dtype) {
+    case NT_F32: return fwd<float>(ctx, x, y, argmax, k);
+    case NT_F16: return fwd<__half>(ctx, x, y, argmax, k);
+    case NT_BF16: return fwd<__nv_bfloat16>(ctx, x, y, argmax, k);
+    default: return NT_ERROR(ctx, NT_ERR_DTYPE, "maxpool2d: unsupported dtype");
+  }
+}
+
+extern "C" nt_status nt_maxpool2d_backward_cuda(nt_ctx *ctx, const nt_tensor *dy,
+                                                const nt_tensor *argmax, nt_tensor *dx) {
+  nt_status s = nt_cuda_set_device(ctx);
+  if (s) return s;
+  switch (dx->dtype) {
+    case NT_F32: return bwd<float>(ctx, dy, argmax, dx);
+    case NT_F16: return bwd<__half>(ctx, dy, argmax, dx);
+    case NT_BF16: return bwd<__nv_bfloat16>(ctx, dy, argmax, dx);
+    default: return NT_ERROR(ctx, NT_ERR_DTYPE, "maxpool2d: unsupported dtype");
+  }
+}
