@@ -136,6 +136,16 @@ void nt_image_set_free(nt_image_set *s) {
   memset(s, 0, sizeof *s);
 }
 
+nt_tensor nt_image_set_images(const nt_image_set *s) {
+  int64_t shape[3] = {s->n, s->h, s->w};
+  return nt_tensor_view(s->images.data, NT_U8, nt_cpu(), 3, shape);
+}
+
+nt_tensor nt_image_set_labels(const nt_image_set *s) {
+  int64_t shape[1] = {s->n};
+  return nt_tensor_view(s->labels, NT_I32, nt_cpu(), 1, shape);
+}
+
 const char *nt_fashion_mnist_dir(void) {
   const char *env = getenv("NT_FASHION_DIR");
   return env && *env ? env : NT_FASHION_DEFAULT_DIR;

@@ -6,6 +6,7 @@
 #define NT_DATA_IDX_H
 #include <stdint.h>
 #include "core/ctx.h"
+#include "core/tensor.h"
 NT_EXTERN_C_BEGIN
 
 #define NT_IDX_MAX_DIMS 4
@@ -37,6 +38,9 @@ typedef struct {
 nt_status nt_image_set_load(nt_ctx *ctx, const char *images_path, const char *labels_path,
                             int num_classes, nt_image_set *out);
 void nt_image_set_free(nt_image_set *s);
+/* CPU views: images U8 [n, h, w], labels I32 [n]. */
+nt_tensor nt_image_set_images(const nt_image_set *s);
+nt_tensor nt_image_set_labels(const nt_image_set *s);
 
 /* Fashion-MNIST from `dir` ({train,t10k}-{images-idx3,labels-idx1}-ubyte.gz): dir NULL means
  * $NT_FASHION_DIR, else /usr/share/datasets/fashion-mnist. 60000 train / 10000 test images,

@@ -56,6 +56,10 @@ static void test_roundtrip(nt_ctx *ctx) {
     if (!CHECK_OK(ctx, nt_image_set_load(ctx, ip, lp, 3, &s))) continue;
     CHECK(s.n == 5 && s.h == 3 && s.w == 7 && s.images.ndim == 3, "gz %d: dims", gz);
     CHECK(memcmp(s.images.data, img, sizeof img) == 0, "gz %d: pixels", gz);
+    nt_tensor ti = nt_image_set_images(&s), tl = nt_image_set_labels(&s);
+    CHECK(ti.dtype == NT_U8 && ti.ndim == 3 && ti.shape[0] == 5 && ti.shape[2] == 7 &&
+              tl.dtype == NT_I32 && tl.shape[0] == 5 && tl.data == s.labels,
+          "tensor views U8 [5, 3, 7] and I32 [5]");
     int bad = 0;
     for (int i = 0; i < 5; i++) bad += s.labels[i] != lab[i];
     CHECK(bad == 0, "gz %d: labels", gz);

@@ -1,6 +1,7 @@
 /* The loader on a CPU context: in-order delivery with many workers, identical batches for 0, 1
  * and 4 workers, every sample once per epoch per rank, epochs, errors from workers, shutdown
  * in the middle of an epoch, bad options, and the ready-made datasets. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -317,6 +318,61 @@ static void test_token_dataset(nt_ctx *ctx) {
   CHECK(nt_token_dataset(&tiny).len == 0, "fewer than block + 1 tokens: empty");
 }
 
+/* The transform against a plain fp64 computation: each output must be the normalized input
+ * shifted by some (dy, dx) in [-pad, pad]^2 (zero pixels outside) and maybe mirrored; over many
+ * samples all 2 (2 pad + 1)^2 choices occur about equally often. */
+static void test_transform(void) {
+  enum { H = 7, W = 9, PAD = 2 };
+  uint8_t src[H * W];
+  for (int i = 0; i < H * W; i++) src[i] = (uint8_t)(i * 53 + 11);
+  nt_image_transform t = {PAD, true, 0.3f, 0.7f};
+  int hist[2][2 * PAD + 1][2 * PAD + 1];
+  memset(hist, 0, sizeof hist);
+  int unmatched = 0, draws = 5000;
+  for (int n = 0; n < draws; n++) {
+    uint64_t rng = nt_sample_seed(3, 1, n);
+    float out[H * W];
+    nt_image_transform_apply(&t, src, H, W, &rng, out);
+    int found = 0;
+    for (int flip = 0; flip < 2 && !found; flip++)
+      for (int dy = -PAD; dy <= PAD && !found; dy++)
+        for (int dx = -PAD; dx <= PAD && !found; dx++) {
+          double err = 0;
+          for (int y = 0; y < H; y++)
+            for (int x = 0; x < W; x++) {
+              int sy = y + dy, sx = (flip ? W - 1 - x : x) + dx;
+              double v = (sy >= 0 && sy < H && sx >= 0 && sx < W) ? src[sy * W + sx] : 0.0;
+              double want = (v / 255.0 - 0.3) / 0.7;
+              double d = out[y * W + x] - want;
+              err += d * d;
+            }
+          if (err < 1e-9) {
+            found = 1;
+            hist[flip][dy + PAD][dx + PAD]++;
+          }
+        }
+    unmatched += !found;
+  }
+  CHECK(unmatched == 0, "%d outputs are no crop/flip of the input", unmatched);
+  int lo = draws, hi = 0;
+  for (int f = 0; f < 2; f++)
+    for (int a = 0; a <= 2 * PAD; a++)
+      for (int b = 0; b <= 2 * PAD; b++) {
+        lo = hist[f][a][b] < lo ? hist[f][a][b] : lo;
+        hi = hist[f][a][b] > hi ? hist[f][a][b] : hi;
+      }
+  CHECK(lo > 60 && hi < 145, "crop/flip choices about uniform (100 expected: %d..%d)", lo, hi);
+  /* No augmentation: exactly x / 255 normalized. */
+  nt_image_transform none = nt_image_transform_none();
+  float out[H * W];
+  uint64_t rng = 1;
+  nt_image_transform_apply(&none, src, H, W, &rng, out);
+  double err = 0;
+  for (int i = 0; i < H * W; i++) err += fabs(out[i] - src[i] / 255.0);
+  CHECK(err < 1e-5, "identity transform (err %g)", err);
+  CHECK(nt_sample_seed(1, 0, 1) != nt_sample_seed(1, 1, 0), "epoch and index do not alias");
+}
+
 int main(void) {
   nt_ctx *ctx = NULL;
   if (nt_ctx_create(&ctx, nt_cpu())) return 1;
@@ -326,6 +382,7 @@ int main(void) {
   test_shutdown(ctx);
   test_bad_options(ctx);
   test_token_dataset(ctx);
+  test_transform();
   nt_ctx_free(ctx);
   return nt_test_finish();
 }
