@@ -22,6 +22,9 @@ struct nt_cnn {
   nt_tensor a1, a2, p1, arg1, a3, a4, p2, arg2, h, hd, logits, losses, loss;
   /* scratch: two of the largest feature map, and the head's */
   nt_tensor sa, sb, dp2, dh, dh2;
+  /* conv weight gradients in the compute dtype (conv2d's dw shares x's dtype), added into the
+   * fp32 gradient buffer through an fp32 copy */
+  nt_tensor dwlow, dw32;
   uint64_t drop_off;
   int n;
 };
@@ -117,6 +120,13 @@ static nt_status build_activations(nt_ctx *ctx, nt_cnn *m, nt_dtype dt, bool all
   ADD(dp2, dt, 2, sf);
   ADD(dh, dt, 2, sh);
   ADD(dh2, dt, 2, sh);
+  int64_t w1 = (int64_t)c->c1 * c->in_channels * 9, w2 = (int64_t)c->c1 * c->c1 * 9;
+  int64_t w3 = (int64_t)c->c2 * c->c1 * 9, w4 = (int64_t)c->c2 * c->c2 * 9;
+  int64_t wmax[1] = {w1 > w2 ? w1 : w2};
+  if (w3 > wmax[0]) wmax[0] = w3;
+  if (w4 > wmax[0]) wmax[0] = w4;
+  ADD(dwlow, dt, 1, wmax);
+  ADD(dw32, NT_F32, 1, wmax);
 #undef ADD
   if (!st && alloc) st = nt_arena_alloc(ctx, a);
   return st;
@@ -271,15 +281,24 @@ nt_status nt_cnn_eval(nt_ctx *ctx, nt_cnn *m, const nt_tensor *images, const nt_
   return st;
 }
 
-/* dx (zeroed) += relu'(y) * dy, then the conv's backward from dx into d_in (zeroed here). */
-static nt_status conv_relu_backward(nt_ctx *ctx, const nt_tensor *y, const nt_tensor *dy,
-                                    nt_tensor *dz, const nt_tensor *x, const nt_tensor *w,
-                                    nt_tensor *dx, nt_tensor *dw, nt_tensor *db) {
+/* dz = relu'(y) * dy, then the conv's backward from dz into dx (zeroed here), dw, db. Under a
+ * 16-bit policy dw goes through a compute-dtype scratch and is added into the fp32 gradient. */
+static nt_status conv_relu_backward(nt_ctx *ctx, nt_cnn *m, const nt_tensor *y,
+                                    const nt_tensor *dy, nt_tensor *dz, const nt_tensor *x,
+                                    const nt_tensor *w, nt_tensor *dx, nt_tensor *dw,
+                                    nt_tensor *db) {
   nt_conv2d_params cp = {1, 1};
   nt_status st = nt_tensor_zero(ctx, dz);
   if (!st) st = nt_relu_backward(ctx, y, dy, dz);
   if (!st && dx) st = nt_tensor_zero(ctx, dx);
-  if (!st) st = nt_conv2d_backward(ctx, dz, x, w, dx, dw, db, cp);
+  if (st) return st;
+  if (w->dtype == NT_F32) return nt_conv2d_backward(ctx, dz, x, w, dx, dw, db, cp);
+  nt_tensor low = nt_prefix_view(&m->dwlow, w->ndim, w->shape);
+  nt_tensor f32 = nt_prefix_view(&m->dw32, w->ndim, w->shape);
+  st = nt_tensor_zero(ctx, &low);
+  if (!st) st = nt_conv2d_backward(ctx, dz, x, w, dx, &low, db, cp);
+  if (!st) st = nt_convert(ctx, &f32, &low);
+  if (!st) st = nt_axpy(ctx, 1.0f, &f32, dw);
   return st;
 }
 
@@ -319,17 +338,17 @@ nt_status nt_cnn_train_step(nt_ctx *ctx, nt_cnn *m, const nt_tensor *images,
   nt_tensor sAp = v4(&m->sa, n, c->c1, H / 2, W / 2);
   if (!st) st = nt_tensor_zero(ctx, &sA2);
   if (!st) st = nt_maxpool2d_backward(ctx, &dp2, &v.arg2, &sA2);          /* d a4 */
-  if (!st) st = conv_relu_backward(ctx, &v.a4, &sA2, &sB2, &v.a3, &m->w[W4], &sA2, &m->g[W4],
+  if (!st) st = conv_relu_backward(ctx, m, &v.a4, &sA2, &sB2, &v.a3, &m->w[W4], &sA2, &m->g[W4],
                                    &m->g[B4]);                              /* sA2 = d a3 */
   /* d p1 lands in A (c1 channels at H/2), from dz3 in B */
-  if (!st) st = conv_relu_backward(ctx, &v.a3, &sA2, &sB2, &v.p1, &m->w[W3], &sAp, &m->g[W3],
+  if (!st) st = conv_relu_backward(ctx, m, &v.a3, &sA2, &sB2, &v.p1, &m->w[W3], &sAp, &m->g[W3],
                                    &m->g[B3]);
   /* stage 1 */
   if (!st) st = nt_tensor_zero(ctx, &sB1);
   if (!st) st = nt_maxpool2d_backward(ctx, &sAp, &v.arg1, &sB1);         /* d a2 */
-  if (!st) st = conv_relu_backward(ctx, &v.a2, &sB1, &sA1, &v.a1, &m->w[W2], &sB1, &m->g[W2],
+  if (!st) st = conv_relu_backward(ctx, m, &v.a2, &sB1, &sA1, &v.a1, &m->w[W2], &sB1, &m->g[W2],
                                    &m->g[B2]);                              /* B = d a1 */
-  if (!st) st = conv_relu_backward(ctx, &v.a1, &sB1, &sA1, &v.x, &m->w[W1], NULL, &m->g[W1],
+  if (!st) st = conv_relu_backward(ctx, m, &v.a1, &sB1, &sA1, &v.x, &m->w[W1], NULL, &m->g[W1],
                                    &m->g[B1]);
   return st;
 }
