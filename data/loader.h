@@ -50,6 +50,9 @@ typedef struct {
 } nt_field_spec;
 
 /* What a sample callback gets besides its destination rows. */
+/* Randomness in a sample callback should come from nt_sample_seed(seed, epoch, index)
+ * (data/transform.h): the batches are then the same whatever the number of workers. (torch
+ * seeds worker w with seed + w instead; info->seed + info->worker gives that stream.) */
 typedef struct {
   int64_t index;      /* dataset index */
   uint64_t seed;      /* the loader's seed */
@@ -101,6 +104,11 @@ typedef struct {
   const int64_t *indices;                 /* the dataset indices of the rows */
 } nt_batch;
 
+/* Host-side timing. wait_ns is the time nt_loader_next blocked until the batch was ready in a
+ * host slot: starvation when workers are too slow, but also back-pressure when the GPU is
+ * behind (every slot is waiting for its copy, and copies wait for compute to release a device
+ * buffer). To measure how long compute waited for data, compare a loop's time with and without
+ * the loader (bench/bench_loader.c does). */
 typedef struct {
   int64_t steps;            /* batches delivered */
   uint64_t wait_ns_total;   /* time nt_loader_next waited for a batch to be ready on the host */
