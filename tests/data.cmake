@@ -23,7 +23,7 @@ if(TARGET test_text)
   set_tests_properties(test_text_shakespeare PROPERTIES LABELS "cpu;data" SKIP_RETURN_CODE 77
                        TIMEOUT 600)
 endif()
-foreach(t test_idx_fashion test_text_shakespeare gpu_test_loader)
+foreach(t test_idx_fashion test_text_shakespeare)
   if(TEST ${t} AND nt_data_env)
     set_tests_properties(${t} PROPERTIES ENVIRONMENT "${nt_data_env}")
   endif()
