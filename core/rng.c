@@ -80,23 +80,36 @@ nt_status nt_rng_normal_cuda(nt_ctx *ctx, float *out, int64_t n, uint64_t seed,
                              uint64_t offset, float mean, float std);
 #endif
 
-static void rng_uniform_cpu(float *out, int64_t n, uint64_t seed, uint64_t offset) {
-  uint32_t blk[4];
-  for (int64_t i = 0; i < n; i++) {
-    uint64_t idx = offset + (uint64_t)i;
-    if (i == 0 || (idx & 3) == 0) rng_block(seed, idx, blk);
-    out[i] = nt_rng_u32_to_uniform(blk[idx & 3]);
+/* Sequential reads of a stream, one Philox block computed per four numbers. */
+typedef struct {
+  uint64_t seed, block;   /* block held in `words`; UINT64_MAX before the first */
+  uint32_t words[4];
+} stream_reader;
+
+static uint32_t read_u32(stream_reader *r, uint64_t index) {
+  if (r->block != index >> 2) {
+    rng_block(r->seed, index, r->words);
+    r->block = index >> 2;
   }
+  return r->words[index & 3];
+}
+
+static void rng_uniform_cpu(float *out, int64_t n, uint64_t seed, uint64_t offset) {
+  stream_reader r = {seed, UINT64_MAX, {0, 0, 0, 0}};
+  for (int64_t i = 0; i < n; i++)
+    out[i] = nt_rng_u32_to_uniform(read_u32(&r, offset + (uint64_t)i));
 }
 
 /* Pair k uses numbers offset + 2k and offset + 2k + 1 and gives elements 2k (sine) and 2k + 1
  * (cosine), like curand_normal4 on four consecutive numbers. */
 static void rng_normal_cpu(float *out, int64_t n, uint64_t seed, uint64_t offset, float mean,
                            float std) {
+  stream_reader r = {seed, UINT64_MAX, {0, 0, 0, 0}};
   for (int64_t i = 0; i < n; i += 2) {
     uint64_t idx = offset + (uint64_t)i;
     float z0, z1;
-    box_muller(nt_rng_u32(seed, idx), nt_rng_u32(seed, idx + 1), &z0, &z1);
+    uint32_t x = read_u32(&r, idx);
+    box_muller(x, read_u32(&r, idx + 1), &z0, &z1);
     out[i] = fmaf(z0, std, mean);
     if (i + 1 < n) out[i + 1] = fmaf(z1, std, mean);
   }
