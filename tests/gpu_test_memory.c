@@ -186,6 +186,22 @@ static void *free_worker(void *p) {
   return NULL;
 }
 
+typedef struct { nt_ctx *ctx; int id, bad; } alloc_job;
+
+/* A fresh thread (no current device set) whose allocation needs a new segment: it must land
+ * on the context's device. */
+static void *alloc_worker(void *p) {
+  alloc_job *j = p;
+  void *a = NULL;
+  if (nt_alloc(j->ctx, (size_t)(300 + j->id) * MiB, &a)) { j->bad++; return NULL; }
+  struct cudaPointerAttributes attr;
+  if (cudaPointerGetAttributes(&attr, a) != cudaSuccess || attr.type != cudaMemoryTypeDevice ||
+      attr.device != nt_ctx_device(j->ctx).index)
+    j->bad++;
+  nt_free(j->ctx, a);
+  return NULL;
+}
+
 /* The loader's pattern: blocks allocated on the main thread, freed by worker threads. */
 static void test_worker_frees(nt_ctx *ctx) {
   enum { N = 200, T = 4 };
@@ -201,6 +217,21 @@ static void test_worker_frees(nt_ctx *ctx) {
   }
   for (int t = 0; t < T; t++) pthread_join(th[t], NULL);
   CHECK(stats(ctx).allocated == base, "all freed by workers");
+
+  alloc_job ajobs[T];
+  uint64_t sys = stats(ctx).n_system_allocs;
+  for (int t = 0; t < T; t++) {
+    ajobs[t] = (alloc_job){ctx, t, 0};
+    pthread_create(&th[t], NULL, alloc_worker, &ajobs[t]);
+  }
+  int bad = 0;
+  for (int t = 0; t < T; t++) {
+    pthread_join(th[t], NULL);
+    bad += ajobs[t].bad;
+  }
+  CHECK(bad == 0, "%d worker allocations failed or landed on the wrong device", bad);
+  CHECK(stats(ctx).n_system_allocs > sys && stats(ctx).allocated == base,
+        "workers' segments came from cudaMalloc and were freed");
 }
 
 static void test_pinned_and_empty_cache(nt_ctx *ctx) {
