@@ -228,7 +228,7 @@ static void *reaper_main(void *p) {
 #endif
   pthread_mutex_lock(&l->mu);
   for (;;) {
-    int i;
+    int i = -1;
     while (!l->shutdown && (i = oldest_copy(l)) < 0) pthread_cond_wait(&l->reap_cv, &l->mu);
     if (l->shutdown) break;
     slot *s = &l->slots[i];
