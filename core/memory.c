@@ -408,7 +408,7 @@ void nt_pool_destroy(nt_ctx *ctx, struct nt_pool *p) {
 
 /* ---- allocation -------------------------------------------------------------------------- */
 
-static nt_status oom_error(nt_ctx *ctx, size_t bytes) {
+static nt_status oom_error(nt_ctx *ctx, size_t bytes, int flushed) {
   struct nt_pool *p = ctx->pool;
   const double gib = 1024.0 * 1024.0 * 1024.0;
   char device_info[160] = "";
@@ -428,11 +428,12 @@ static nt_status oom_error(nt_ctx *ctx, size_t bytes) {
     snprintf(limit_info, sizeof limit_info, " (pool limit %zu bytes)", p->limit);
   return NT_ERROR(ctx, NT_ERR_OOM,
                   "out of %s memory: requested %zu bytes (%.2f GiB); this context's pool has "
-                  "%zu bytes (%.2f GiB) allocated and %zu bytes (%.2f GiB) reserved%s%s, after "
-                  "emptying its cache; reduce the batch size or free tensors",
+                  "%zu bytes (%.2f GiB) allocated and %zu bytes (%.2f GiB) reserved%s%s%s; reduce "
+                  "the batch size or free tensors",
                   nt_ctx_is_cuda(ctx) ? "device" : "host", bytes, (double)bytes / gib,
                   p->stats.allocated, (double)p->stats.allocated / gib, p->stats.reserved,
-                  (double)p->stats.reserved / gib, limit_info, device_info);
+                  (double)p->stats.reserved / gib, limit_info, device_info,
+                  flushed ? ", after emptying its cache" : "");
 }
 
 /* A new segment for `size` bytes, as one free block in its bin; NULL with an error set. */
@@ -458,7 +459,12 @@ static mblock *new_segment(nt_ctx *ctx, size_t size, int small, size_t bytes, nt
       return NULL;
     }
     *st = system_alloc(ctx, seg, &mem, &oom);
-    if (!*st && oom) *st = oom_error(ctx, bytes);
+    size_t tight = (size + LARGE_ROUND - 1) & ~(LARGE_ROUND - 1);
+    if (!*st && oom && tight < seg) {   /* a shared 20 MiB segment may not fit; this may */
+      seg = tight;
+      *st = system_alloc(ctx, seg, &mem, &oom);
+    }
+    if (!*st && oom) *st = oom_error(ctx, bytes, 1);
   }
   if (*st) { free(b); return NULL; }
   b->ptr = mem;
@@ -473,7 +479,7 @@ static mblock *new_segment(nt_ctx *ctx, size_t size, int small, size_t bytes, nt
 
 static nt_status alloc_locked(nt_ctx *ctx, size_t bytes, void **ptr) {
   struct nt_pool *p = ctx->pool;
-  if (bytes > MAX_REQUEST) return oom_error(ctx, bytes);
+  if (bytes > MAX_REQUEST) return oom_error(ctx, bytes, 0);
   if (table_reserve(&p->used))
     return NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for the pool's block table");
   if (p->pending) process_pending(ctx, 0);

@@ -322,6 +322,14 @@ static void test_oom(void) {
   /* Absurd sizes fail cleanly without reaching the system allocator. */
   CHECK_ERR(ctx, NT_ERR_OOM, nt_alloc(ctx, SIZE_MAX - 100, &c));
   CHECK_ERR(ctx, NT_ERR_OOM, nt_alloc(ctx, (size_t)10 << 40, &c));   /* 10 TiB over the limit */
+  /* A medium request whose shared 20 MiB segment does not fit gets a tight segment. */
+  CHECK_OK(ctx, nt_mem_empty_cache(ctx));
+  nt_mem_set_limit(ctx, 8 * MiB);
+  CHECK_OK(ctx, nt_alloc(ctx, 3 * MiB, &c));
+  s = stats(ctx);
+  CHECK(s.reserved == 4 * MiB && s.allocated == 4 * MiB, "tight segment: reserved %zu",
+        s.reserved);
+  nt_free(ctx, c);
   nt_mem_set_limit(ctx, 0);
   CHECK_OK(ctx, nt_alloc(ctx, 30 * MiB, &c));       /* no limit any more */
   nt_free(ctx, c);
