@@ -1,5 +1,6 @@
 /* Conv2d on CUDA as im2col + cuBLASLt GEMM (nt_gemm), fp32 accumulation. With P = OH * OW:
- *   col [K = Cin*KH*KW, N*P]           im2col of the whole batch (column n*P + p)
+ *   col [K = Cin*KH*KW, N*P]           im2col of the whole batch (column n*P + p); Y' and dcol
+ *                                      are fp32 so each output is rounded once
  *   forward:  Y' [Cout, N*P] = W [Cout, K] @ col;  y[n, co, p] = Y'[co, n*P + p] + b[co]
  *   backward: dY' [Cout, N*P] = dy permuted;  db += rowsum(dY')
  *             dW += dY' @ col^T (beta 1)      dcol = W^T @ dY';  dx += col2im(dcol)
@@ -48,12 +49,12 @@ __global__ void im2col(const T *__restrict__ x, T *__restrict__ col, geom g) {
 
 /* y[n, co, p] = yp[co, n*P + p] (+ b[co]). */
 template <typename T, typename B>
-__global__ void scatter_bias(const T *__restrict__ yp, const B *__restrict__ b, T *__restrict__ y,
+__global__ void scatter_bias(const float *__restrict__ yp, const B *__restrict__ b, T *__restrict__ y,
                              geom g) {
   const long P = g.P(), total = (long)g.N * g.Cout * P;
   GRID_STRIDE(idx, total) {
     const long p = idx % P, co = (idx / P) % g.Cout, n = idx / (P * g.Cout);
-    float v = ld(yp[co * g.N * P + n * P + p]);
+    float v = yp[co * g.N * P + n * P + p];
     if (b) v += ld(b[co]);
     y[idx] = st<T>(v);
   }
@@ -92,7 +93,7 @@ __global__ void bias_grad(const T *__restrict__ dy, B *__restrict__ db, geom g) 
 
 /* dx[n, ci, ih, iw] += sum over the (kh, kw) whose output position lands on the stride grid. */
 template <typename T>
-__global__ void col2im_add(const T *__restrict__ dcol, T *__restrict__ dx, geom g) {
+__global__ void col2im_add(const float *__restrict__ dcol, T *__restrict__ dx, geom g) {
   const long P = g.P(), NP = g.N * P, total = (long)g.N * g.Cin * g.H * g.W;
   GRID_STRIDE(idx, total) {
     const int iw = (int)(idx % g.W), ih = (int)((idx / g.W) % g.H);
@@ -110,7 +111,7 @@ __global__ void col2im_add(const T *__restrict__ dcol, T *__restrict__ dx, geom 
         const int ow = ow_s / g.stride;
         if (ow >= g.OW) continue;
         const long kk = ((long)ci * g.KH + kh) * g.KW + kw;
-        acc += ld(dcol[kk * NP + n * P + (long)oh * g.OW + ow]);
+        acc += dcol[kk * NP + n * P + (long)oh * g.OW + ow];
       }
     }
     dx[idx] = st<T>(ld(dx[idx]) + acc);
@@ -146,17 +147,17 @@ nt_status forward_t(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w, const n
   const int64_t wshape[2] = {g.Cout, g.K()};
   nt_gemm_opts o = nt_gemm_defaults();
   nt_status st = nt_tensor_reshape(ctx, w, 2, wshape, &w2);
-  if (st || (st = mat(ctx, &col, x->dtype, g.K(), NP)) || (st = mat(ctx, &yp, x->dtype, g.Cout, NP)))
+  if (st || (st = mat(ctx, &col, x->dtype, g.K(), NP)) || (st = mat(ctx, &yp, NT_F32, g.Cout, NP)))
     goto done;
   im2col<T><<<grid_for(g.K() * NP), 256, 0, s>>>((const T *)x->data, (T *)col.data, g);
   if ((st = NT_CUDA_LAUNCHED(ctx))) goto done;
   if ((st = nt_gemm(ctx, &w2, &col, &yp, &o))) goto done;
   if (b && b->dtype == NT_F32)
     scatter_bias<T, float><<<grid_for((long)g.N * g.Cout * g.P()), 256, 0, s>>>(
-        (const T *)yp.data, (const float *)b->data, (T *)y->data, g);
+        (const float *)yp.data, (const float *)b->data, (T *)y->data, g);
   else
     scatter_bias<T, T><<<grid_for((long)g.N * g.Cout * g.P()), 256, 0, s>>>(
-        (const T *)yp.data, b ? (const T *)b->data : (const T *)NULL, (T *)y->data, g);
+        (const float *)yp.data, b ? (const T *)b->data : (const T *)NULL, (T *)y->data, g);
   st = NT_CUDA_LAUNCHED(ctx);
 done:
   nt_tensor_free(ctx, &yp);
@@ -195,12 +196,12 @@ nt_status backward_t(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *x, const
     if ((st = nt_gemm(ctx, &dyp, &col, &dw2, &o))) goto done;
   }
   if (dx) {
-    if ((st = mat(ctx, &dcol, x->dtype, g.K(), NP))) goto done;
+    if ((st = mat(ctx, &dcol, NT_F32, g.K(), NP))) goto done;
     if ((st = nt_tensor_reshape(ctx, w, 2, wshape, &w2))) goto done;
     nt_gemm_opts o = nt_gemm_defaults();
     o.trans_a = true;
     if ((st = nt_gemm(ctx, &w2, &dyp, &dcol, &o))) goto done;
-    col2im_add<T><<<grid_for((long)g.N * g.Cin * g.H * g.W), 256, 0, s>>>((const T *)dcol.data,
+    col2im_add<T><<<grid_for((long)g.N * g.Cin * g.H * g.W), 256, 0, s>>>((const float *)dcol.data,
                                                                           (T *)dx->data, g);
     st = NT_CUDA_LAUNCHED(ctx);
   }
