@@ -35,6 +35,31 @@ static inline nt_tensor memops_tensor(nt_ctx *ctx, nt_dtype dt, int ndim, const 
   return t;
 }
 
+/* As memops_tensor, but the data starts `misalign` elements into its allocation, so a 16-bit
+ * tensor with misalign 1 is not 16-byte aligned (exercises the kernels' scalar paths). */
+static inline nt_tensor memops_tensor_at(nt_ctx *ctx, nt_dtype dt, int ndim, const int64_t *shape,
+                                         const float *vals, int misalign) {
+  nt_tensor v = nt_tensor_view(NULL, dt, nt_ctx_device(ctx), ndim, shape);
+  int64_t total = nt_tensor_numel(&v) + misalign;
+  nt_tensor whole;
+  if (nt_tensor_alloc(ctx, &whole, dt, 1, &total)) {
+    fprintf(stderr, "test setup failed: %s\n", nt_last_error(ctx));
+    exit(1);
+  }
+  v.data = (char *)whole.data + (size_t)misalign * nt_dtype_size(dt);
+  v.owner = whole.owner;
+  nt_tensor h = nt_tensor_view(NULL, dt, nt_cpu(), ndim, shape);
+  h.data = calloc(1, nt_tensor_nbytes(&h) ? nt_tensor_nbytes(&h) : 1);
+  if (vals)
+    for (int64_t i = 0; i < nt_tensor_numel(&h); i++) nt_store_f32(h.data, dt, i, vals[i]);
+  if (nt_tensor_copy(ctx, &v, &h)) {
+    fprintf(stderr, "test setup failed: %s\n", nt_last_error(ctx));
+    exit(1);
+  }
+  free(h.data);
+  return v;
+}
+
 /* An I32 tensor from ints. */
 static inline nt_tensor memops_ints(nt_ctx *ctx, int ndim, const int64_t *shape,
                                     const int32_t *vals) {
@@ -114,6 +139,38 @@ static inline double memops_dot(const float *a, const float *w, int64_t n) {
   double s = 0;
   for (int64_t i = 0; i < n; i++) s += (double)a[i] * w[i];
   return s;
+}
+
+/* One input on both contexts: the same values on the CPU and on the GPU. */
+typedef struct {
+  nt_tensor c, g;
+} memops_pair;
+
+static inline memops_pair memops_pair_new(nt_ctx *cc, nt_ctx *gc, nt_dtype dt, int ndim,
+                                          const int64_t *shape, const float *vals, int misalign) {
+  memops_pair p;
+  p.c = memops_tensor_at(cc, dt, ndim, shape, vals, 0);
+  p.g = memops_tensor_at(gc, dt, ndim, shape, vals, misalign);
+  return p;
+}
+
+static inline void memops_pair_free(nt_ctx *cc, nt_ctx *gc, memops_pair *p) {
+  nt_tensor_free(cc, &p->c);
+  nt_tensor_free(gc, &p->g);
+}
+
+/* ||gpu - cpu|| / ||cpu||. */
+static inline double memops_pair_err(nt_ctx *cc, nt_ctx *gc, const memops_pair *p) {
+  return memops_rel_err_t(gc, &p->g, cc, &p->c);
+}
+
+/* Bitwise equality of two GPU tensors' contents. */
+static inline int memops_same_bits(nt_ctx *gc, const nt_tensor *a, const nt_tensor *b) {
+  float *va = memops_values(gc, a), *vb = memops_values(gc, b);
+  int same = memcmp(va, vb, (size_t)nt_tensor_numel(a) * sizeof(float)) == 0;
+  free(va);
+  free(vb);
+  return same;
 }
 
 #endif
