@@ -219,7 +219,9 @@ static void test_random_no_overlap(void) {
   for (int it = 0; it < 4000; it++) {
     int k = (int)nt_test_uniform(&rng, 0, LIVE);
     if (live[k]) {
-      for (size_t i = 0; i < sizes[k]; i++) bad += live[k][i] != (unsigned char)k;
+      /* Sampled: every byte near the ends, every 61st in between (cheap under ASan -O0). */
+      for (size_t i = 0; i < sizes[k]; i += (i < 4096 || i + 4096 > sizes[k]) ? 1 : 61)
+        bad += live[k][i] != (unsigned char)k;
       nt_free(ctx, live[k]);
       live[k] = NULL;
     } else {
