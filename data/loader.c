@@ -358,7 +358,13 @@ nt_status nt_loader_next(nt_loader *l, nt_batch *out, bool *end) {
     /* Round robin over all copies, not batch numbers, so the first batch of an epoch does
      * not land in the buffer that still holds the epoch's last one. */
     int d = (int)(l->copy_seq % (uint64_t)l->ndev);
-    if ((st = issue_copy(l, s, d, rows))) goto done;
+    if ((st = issue_copy(l, s, d, rows))) {
+      /* A CUDA error: let queued copies drain before the slot can be written again. */
+      (void)nt_stream_synchronize(l->ctx, nt_ctx_copy_stream(l->ctx));
+      s->state = SLOT_FREE;
+      abandon_epoch(l);
+      goto done;
+    }
     s->state = SLOT_COPYING;
     s->copy_seq = l->copy_seq++;
     pthread_cond_signal(&l->reap_cv);
