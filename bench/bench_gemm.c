@@ -1,0 +1,202 @@
+/* GEMM throughput of nt_gemm (cuBLASLt) at the linear layers of the small GPT (nanoGPT
+ * shakespeare_char: 64 x 256 tokens, C 384, vocab 65) and GPT-2 124M (16 x 1024 tokens, C 768,
+ * vocab 50304), forward and both backward products, plus 8192^3.
+ *
+ *   bench_gemm [--dtype bf16|f16] [--repeats 20] [--shapes all|small|gpt2|square]
+ *
+ * One line per shape: "RESULT name M N K ta tb ms tflops". A repeat times a batch of calls
+ * (enough for >= 2 ms) with CUDA events; ms is the median per call after warm-up (which also
+ * covers the plan cache's first-use autotuning). Inputs are random normal; when a shape's
+ * A + B + D fit in 4x the L2 cache, calls rotate over copies so every call reads from HBM,
+ * as bench_gemm.py does for torch. */
+#include "core/nt.h"
+#include "ops/gemm.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef NT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+typedef struct {
+  const char *name;
+  int64_t M, N, K;
+  bool ta, tb;
+} shape;
+
+#define MAX_SHAPES 40
+#define MAX_ROT 16
+
+/* A linear layer y[R, out] = x[R, in] W^T: forward (TN), dx = dy W (NN), dW = dy^T x (NT in
+ * our row-major terms: trans_a). */
+static int add_linear(shape *s, int n, const char *model, const char *layer, int64_t R,
+                      int64_t in, int64_t out) {
+  static char names[MAX_SHAPES][64];
+  const char *kinds[3] = {"fwd", "dx", "dW"};
+  for (int i = 0; i < 3 && n < MAX_SHAPES; i++) {
+    snprintf(names[n], sizeof names[n], "%s.%s.%s", model, layer, kinds[i]);
+    if (i == 0) s[n] = (shape){names[n], R, out, in, false, true};
+    if (i == 1) s[n] = (shape){names[n], R, in, out, false, false};
+    if (i == 2) s[n] = (shape){names[n], out, in, R, true, false};
+    n++;
+  }
+  return n;
+}
+
+static int make_shapes(const char *which, shape *s) {
+  int n = 0;
+  bool all = !strcmp(which, "all");
+  if (all || !strcmp(which, "small")) {
+    int64_t R = 64 * 256, C = 384;
+    n = add_linear(s, n, "small", "qkv", R, C, 3 * C);
+    n = add_linear(s, n, "small", "proj", R, C, C);
+    n = add_linear(s, n, "small", "fc", R, C, 4 * C);
+    n = add_linear(s, n, "small", "fcproj", R, 4 * C, C);
+    n = add_linear(s, n, "small", "lmhead", R, C, 65);
+  }
+  if (all || !strcmp(which, "gpt2")) {
+    int64_t R = 16 * 1024, C = 768;
+    n = add_linear(s, n, "gpt2", "qkv", R, C, 3 * C);
+    n = add_linear(s, n, "gpt2", "proj", R, C, C);
+    n = add_linear(s, n, "gpt2", "fc", R, C, 4 * C);
+    n = add_linear(s, n, "gpt2", "fcproj", R, 4 * C, C);
+    n = add_linear(s, n, "gpt2", "lmhead", R, C, 50304);
+  }
+  if (all || !strcmp(which, "square")) s[n++] = (shape){"square.8192", 8192, 8192, 8192, 0, 0};
+  return n;
+}
+
+static int cmp_float(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return (x > y) - (x < y);
+}
+
+static nt_status random_tensor(nt_ctx *ctx, nt_tensor *t, nt_dtype dt, int64_t rows,
+                               int64_t cols, uint64_t seed) {
+  nt_tensor f;
+  int64_t shp[2] = {rows, cols};
+  nt_status st = nt_tensor_alloc(ctx, t, dt, 2, shp);
+  if (st) return st;
+  if ((st = nt_tensor_alloc(ctx, &f, NT_F32, 2, shp))) return st;
+  st = nt_rng_normal(ctx, &f, seed, 0, 0.0f, 1.0f);
+  if (!st) st = nt_convert(ctx, t, &f);
+  if (!st) st = nt_ctx_synchronize(ctx);
+  nt_tensor_free(ctx, &f);
+  return st;
+}
+
+static nt_status bench_one(nt_ctx *ctx, const shape *s, nt_dtype dt, int repeats, size_t l2,
+                           double *ms_out) {
+  nt_tensor A[MAX_ROT], B[MAX_ROT], D[MAX_ROT];
+  memset(A, 0, sizeof A); memset(B, 0, sizeof B); memset(D, 0, sizeof D);
+  nt_event *e0 = NULL, *e1 = NULL;
+  float *times = calloc((size_t)repeats, sizeof *times);
+  size_t es = nt_dtype_size(dt);
+  size_t set = (size_t)(s->M * s->K + s->K * s->N + s->M * s->N) * es;
+  int rot = set < 4 * l2 ? (int)((4 * l2 + set - 1) / set) : 1;
+  if (rot > MAX_ROT) rot = MAX_ROT;
+  nt_status st = times ? NT_OK : NT_ERR_OOM;
+  for (int r = 0; r < rot && !st; r++) {
+    st = random_tensor(ctx, &A[r], dt, s->ta ? s->K : s->M, s->ta ? s->M : s->K, 1 + 3 * r);
+    if (!st) st = random_tensor(ctx, &B[r], dt, s->tb ? s->N : s->K, s->tb ? s->K : s->N, 2 + 3 * r);
+    if (!st) st = nt_tensor_alloc(ctx, &D[r], dt, 2, (int64_t[]){s->M, s->N});
+  }
+  if (!st) st = nt_event_create(ctx, &e0, true);
+  if (!st) st = nt_event_create(ctx, &e1, true);
+  nt_gemm_opts o = nt_gemm_defaults();
+  o.trans_a = s->ta;
+  o.trans_b = s->tb;
+  /* Warm-up (plan creation and autotuning happen here), then the batch size per repeat. */
+  for (int i = 0; i < 3 && !st; i++) st = nt_gemm(ctx, &A[i % rot], &B[i % rot], &D[i % rot], &o);
+  float ms = 0;
+  int inner = 1;
+  if (!st) st = nt_event_record(ctx, e0, NULL);
+  for (int i = 0; i < 5 && !st; i++) st = nt_gemm(ctx, &A[i % rot], &B[i % rot], &D[i % rot], &o);
+  if (!st) st = nt_event_record(ctx, e1, NULL);
+  if (!st) st = nt_event_synchronize(ctx, e1);
+  if (!st) st = nt_event_elapsed_ms(ctx, e0, e1, &ms);
+  if (!st && ms > 0) inner = (int)(2.0f / (ms / 5)) + 1;
+  if (inner > 2000) inner = 2000;
+  for (int r = 0; r < repeats && !st; r++) {
+    st = nt_event_record(ctx, e0, NULL);
+    for (int i = 0; i < inner && !st; i++) {
+      int k = (r * inner + i) % rot;
+      st = nt_gemm(ctx, &A[k], &B[k], &D[k], &o);
+    }
+    if (!st) st = nt_event_record(ctx, e1, NULL);
+    if (!st) st = nt_event_synchronize(ctx, e1);
+    if (!st) st = nt_event_elapsed_ms(ctx, e0, e1, &times[r]);
+    times[r] /= (float)inner;
+  }
+  if (!st) {
+    qsort(times, (size_t)repeats, sizeof *times, cmp_float);
+    *ms_out = times[repeats / 2];
+  }
+  for (int r = 0; r < rot; r++) {
+    nt_tensor_free(ctx, &A[r]); nt_tensor_free(ctx, &B[r]); nt_tensor_free(ctx, &D[r]);
+  }
+  nt_event_free(ctx, e0);
+  nt_event_free(ctx, e1);
+  free(times);
+  return st;
+}
+
+int main(int argc, char **argv) {
+  const char *dtype = "bf16", *which = "all";
+  int repeats = 20;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--dtype") && i + 1 < argc) dtype = argv[++i];
+    else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--shapes") && i + 1 < argc) which = argv[++i];
+    else {
+      fprintf(stderr, "usage: %s [--dtype bf16|f16] [--repeats N] [--shapes all|small|gpt2|square]\n",
+              argv[0]);
+      return 2;
+    }
+  }
+  nt_dtype dt;
+  if (!nt_dtype_parse(dtype, &dt) || (dt != NT_BF16 && dt != NT_F16)) {
+    fprintf(stderr, "bench_gemm: --dtype must be bf16 or f16\n");
+    return 2;
+  }
+  if (repeats < 1) repeats = 1;
+  nt_ctx *ctx;
+  if (nt_ctx_create(&ctx, nt_cuda(0))) {
+    fprintf(stderr, "bench_gemm: %s\n", nt_last_error(ctx));
+    nt_ctx_free(ctx);
+    return 1;
+  }
+  size_t l2 = (size_t)50 << 20;
+#ifdef NT_HAVE_CUDA
+  int l2b = 0;
+  if (cudaDeviceGetAttribute(&l2b, cudaDevAttrL2CacheSize, 0) == cudaSuccess && l2b > 0)
+    l2 = (size_t)l2b;
+#endif
+  shape s[MAX_SHAPES];
+  int n = make_shapes(which, s);
+  const char *at = getenv("NT_GEMM_AUTOTUNE");
+  printf("# nt_gemm %s, median of %d repeats, autotune %s, L2 %zu MiB\n", dtype, repeats,
+         (at && at[0] == '0') ? "off" : "on", l2 >> 20);
+  printf("%-22s %6s %6s %6s %3s %3s %10s %9s\n", "# shape", "M", "N", "K", "ta", "tb", "ms",
+         "TFLOP/s");
+  int rc = 0;
+  for (int i = 0; i < n; i++) {
+    double ms = 0;
+    nt_status st = bench_one(ctx, &s[i], dt, repeats, l2, &ms);
+    if (st) {
+      fprintf(stderr, "bench_gemm: %s: %s\n", s[i].name, nt_last_error(ctx));
+      rc = 1;
+      continue;
+    }
+    double tflops = 2.0 * (double)s[i].M * (double)s[i].N * (double)s[i].K / (ms * 1e-3) / 1e12;
+    printf("RESULT %-15s %6lld %6lld %6lld %3d %3d %10.4f %9.1f\n", s[i].name, (long long)s[i].M,
+           (long long)s[i].N, (long long)s[i].K, s[i].ta, s[i].tb, ms, tflops);
+    fflush(stdout);
+  }
+  nt_gemm_stats gs;
+  nt_gemm_get_stats(ctx, &gs);
+  printf("# plans %llu, autotuned %llu, descriptors %llu\n", (unsigned long long)gs.plans,
+         (unsigned long long)gs.autotuned, (unsigned long long)gs.descriptors);
+  nt_ctx_free(ctx);
+  return rc;
+}
