@@ -1,0 +1,102 @@
+/* Causal attention forward, backward and forward+backward timed with CUDA events (median of
+ * repeats after warm-up) in bf16 at the small GPT's (B 64, H 6, T 256, D 64) and GPT-2's
+ * (B 16, H 12, T 1024, D 64) shapes. Prints a table and "RESULT nt <shape> <fwd> <bwd> <total>"
+ * lines (ms) for run_attention.sh. Usage: bench_attention [repeats] (NT_ATTN_SIMPLE=1 times
+ * the fallback kernels). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/nt.h"
+#include "ops/attention.h"
+
+typedef struct { int B, H, T, D; } shape;
+
+static int cmp_float(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void die(nt_ctx *ctx, const char *what) {
+  fprintf(stderr, "bench_attention: %s: %s\n", what, nt_last_error(ctx));
+  exit(1);
+}
+
+/* which: 0 forward, 1 backward, 2 both. Returns the median ms of `reps` timed calls. */
+static float time_it(nt_ctx *ctx, int which, int reps, nt_tensor *t, nt_tensor *lse) {
+  nt_event *e0, *e1;
+  float *ms = malloc(sizeof(float) * (size_t)reps);
+  if (nt_event_create(ctx, &e0, true) || nt_event_create(ctx, &e1, true)) die(ctx, "events");
+  for (int r = -3; r < reps; r++) {   /* three untimed warm-up calls */
+    if (nt_event_record(ctx, e0, NULL)) die(ctx, "record");
+    if (which != 1 && nt_attention_forward(ctx, &t[0], &t[1], &t[2], &t[3], lse))
+      die(ctx, "forward");
+    if (which != 0 && nt_attention_backward(ctx, &t[4], &t[0], &t[1], &t[2], &t[3], lse, &t[5],
+                                            &t[6], &t[7]))
+      die(ctx, "backward");
+    if (nt_event_record(ctx, e1, NULL) || nt_event_synchronize(ctx, e1)) die(ctx, "sync");
+    if (r >= 0 && nt_event_elapsed_ms(ctx, e0, e1, &ms[r])) die(ctx, "elapsed");
+  }
+  qsort(ms, (size_t)reps, sizeof(float), cmp_float);
+  float med = ms[reps / 2];
+  free(ms);
+  nt_event_free(ctx, e0);
+  nt_event_free(ctx, e1);
+  return med;
+}
+
+int main(int argc, char **argv) {
+  const int reps = argc > 1 ? atoi(argv[1]) : 30;
+  if (reps < 1) {
+    fprintf(stderr, "usage: bench_attention [repeats >= 1]\n");
+    return 2;
+  }
+  nt_ctx *ctx;
+  if (nt_cuda_device_count() == 0) {
+    fprintf(stderr, "bench_attention: no GPU\n");
+    return 1;
+  }
+  if (nt_ctx_create(&ctx, nt_cuda(0))) die(ctx, "context");
+  const shape shapes[2] = {{64, 6, 256, 64}, {16, 12, 1024, 64}};
+  const char *simple = getenv("NT_ATTN_SIMPLE");
+  printf("nanotrain causal attention, bf16, %s kernels, median of %d\n",
+         simple && *simple && strcmp(simple, "0") ? "simple" : "tensor-core", reps);
+  printf("%-22s %10s %10s %10s %12s\n", "B,H,T,D", "fwd ms", "bwd ms", "fwd+bwd ms", "TFLOP/s");
+  for (int s = 0; s < 2; s++) {
+    const shape sh = shapes[s];
+    int64_t dims[4] = {sh.B, sh.H, sh.T, sh.D}, ldims[3] = {sh.B, sh.H, sh.T};
+    const size_t n = (size_t)sh.B * sh.H * sh.T * sh.D;
+    nt_tensor t[8], lse;   /* q k v out dout dq dk dv */
+    uint16_t *host = malloc(2 * n);
+    uint64_t st = 0x9e3779b97f4a7c15ull * (uint64_t)(s + 1);
+    for (int i = 0; i < 8; i++) {
+      if (nt_tensor_alloc(ctx, &t[i], NT_BF16, 4, dims)) die(ctx, "alloc");
+      if (i < 5) {
+        for (size_t j = 0; j < n; j++) {
+          st = st * 6364136223846793005ull + 1442695040888963407ull;
+          host[j] = nt_f32_to_bf16((float)((double)(st >> 40) / (double)(1u << 24) * 2.0 - 1.0));
+        }
+        nt_tensor h = nt_tensor_view(host, NT_BF16, nt_cpu(), 4, dims);
+        if (nt_tensor_copy(ctx, &t[i], &h)) die(ctx, "upload");
+      } else if (nt_tensor_zero(ctx, &t[i])) {
+        die(ctx, "zero");
+      }
+    }
+    if (nt_tensor_alloc(ctx, &lse, NT_F32, 3, ldims)) die(ctx, "alloc lse");
+    const float f = time_it(ctx, 0, reps, t, &lse);
+    const float b = time_it(ctx, 1, reps, t, &lse);
+    const float fb = time_it(ctx, 2, reps, t, &lse);
+    /* Causal FLOPs as FlashAttention counts them: forward 2 matmuls of B*H*T*T*D/2 MACs,
+     * backward 2.5x the forward. */
+    const double flops = 3.5 * 4.0 * sh.B * sh.H * (double)sh.T * sh.T * sh.D / 2.0;
+    char name[64];
+    snprintf(name, sizeof name, "%d,%d,%d,%d", sh.B, sh.H, sh.T, sh.D);
+    printf("%-22s %10.3f %10.3f %10.3f %12.1f\n", name, f, b, fb, flops / (fb * 1e-3) / 1e12);
+    printf("RESULT nt %s %.4f %.4f %.4f\n", name, f, b, fb);
+    for (int i = 0; i < 8; i++) nt_tensor_free(ctx, &t[i]);
+    nt_tensor_free(ctx, &lse);
+    free(host);
+  }
+  nt_ctx_free(ctx);
+  return 0;
+}

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Causal attention, bf16: nanotrain's kernels (bench_attention) next to torch's
+# scaled_dot_product_attention (bench_attention.py) on the same shapes, one table with the
+# ratio torch_ms / nanotrain_ms (>= 1.00 means nanotrain is at least as fast).
+# Usage: bench/run_attention.sh [build-dir] [repeats]
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+build="${1:-build}"
+reps="${2:-30}"
+bin="$build/bench/bench_attention"
+[ -x "$bin" ] || { echo "run_attention.sh: $bin not found (build first: cmake --build $build)" >&2; exit 1; }
+
+out_nt="$("$bin" "$reps")"
+echo "$out_nt" | grep -v '^RESULT'
+echo
+out_pt="$(python3 "$here/bench_attention.py" --repeats "$reps" 2>&1)" || { echo "$out_pt" >&2; out_pt=""; }
+echo "$out_pt" | grep -v '^RESULT' || true
+echo
+
+printf '%s\n%s\n' "$out_nt" "$out_pt" | awk '
+  $1 == "RESULT" { key = $3; v[$2, key, 1] = $4; v[$2, key, 2] = $5; v[$2, key, 3] = $6;
+                   if (!(key in seen)) { seen[key] = 1; order[n++] = key } }
+  END {
+    printf "%-18s | %-25s | %-25s | %-25s\n", "B,H,T,D (bf16)", "forward ms nt/torch (x)",
+           "backward ms nt/torch (x)", "fwd+bwd ms nt/torch (x)"
+    for (i = 0; i < n; i++) {
+      k = order[i]; line = sprintf("%-18s", k)
+      for (j = 1; j <= 3; j++) {
+        a = v["nt", k, j]; b = v["torch", k, j]
+        r = (a > 0 && b > 0) ? sprintf("%.2f", b / a) : "-"
+        line = line sprintf(" | %8s %8s %6s", a == "" ? "-" : a, b == "" ? "-" : b, r)
+      }
+      print line
+    }
+  }'
