@@ -432,8 +432,8 @@ int main(int argc, char **argv) {
 #else
   r.status = "cpu_build";
   snprintf(r.message, sizeof r.message,
-           "no CUDA driver/GPU used: this nanotrain was built without the CUDA backend (NT_CUDA=OFF, "
-           "or no CUDA toolkit found at build time); the CPU backend works");
+           "no CUDA driver/GPU used: this nanotrain was built without the CUDA backend "
+           "(NT_CUDA=OFF, or no CUDA toolkit found at build time); the CPU backend works");
 #endif
   if (json) print_json(&r);
   else print_text(&r);
