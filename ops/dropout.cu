@@ -1,8 +1,8 @@
-/* Dropout with cuRAND's Philox: element i uses number offset + i of the stream, exactly as the
- * CPU's nt_rng_u32(seed, offset + i); offset is a multiple of 4, so element 4j starts a
- * Philox block and curand4 after curand_init(seed, 0, offset + 4j) gives elements 4j..4j+3. */
+/* Dropout with cuRAND's Philox4x32-10: element i uses number offset + i of the stream, exactly
+ * as the CPU's nt_rng_u32(seed, offset + i); offset is a multiple of 4, so elements 4j..4j+3
+ * are the four words of one Philox block (counter (offset + 4j) / 4, key seed). */
 #include "ops/memops_cuda.cuh"
-#include <curand_kernel.h>
+#include <curand_philox4x32_x.h>
 
 namespace {
 
@@ -12,10 +12,12 @@ __device__ __forceinline__ float u32_to_uniform(unsigned int x) {
   return __fmaf_rn((float)x, inv, inv / 2.0f);
 }
 
+/* Numbers first..first+3 of the stream (first a multiple of 4): Philox4x32-10 of counter
+ * first / 4 under key seed, as curand_init(seed, 0, first) + curand4 would return them. */
 __device__ __forceinline__ uint4 philox_block(uint64_t seed, uint64_t first) {
-  curandStatePhilox4_32_10_t s;
-  curand_init(seed, 0ull, first, &s);
-  return curand4(&s);
+  uint64_t block = first >> 2;
+  return curand_Philox4x32_10(make_uint4((unsigned)block, (unsigned)(block >> 32), 0u, 0u),
+                              make_uint2((unsigned)seed, (unsigned)(seed >> 32)));
 }
 
 template <typename T, bool ACC>
