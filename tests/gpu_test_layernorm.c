@@ -1,0 +1,91 @@
+/* GPU LayerNorm against the CPU reference: every dtype, f32 and same-dtype weights, vector and
+ * scalar paths (C = 383 odd, misaligned data), C up to the kernel's 12800, many rows (several
+ * blocks of partial sums), fp16 inputs near 3e4, accumulation, deterministic dweight/dbias. */
+#include "ops/layernorm.h"
+#include "tests/memops_test.h"
+
+static void run_case(nt_ctx *cc, nt_ctx *gc, nt_test_rng *r, nt_dtype dt, nt_dtype wdt,
+                     int64_t rows, int64_t C, float range, int misalign) {
+  int64_t xs[2] = {rows, C}, ws[1] = {C}, ms[1] = {rows}, n = rows * C;
+  float *xv = memops_random(r, n, -range, range), *wv = memops_random(r, C, 0.5f, 1.5f);
+  float *bv = memops_random(r, C, -0.5f, 0.5f), *dyv = memops_random(r, n, -1, 1);
+  float *dx0 = memops_random(r, n, -1, 1), *dw0 = memops_random(r, C, -1, 1);
+  float *db0 = memops_random(r, C, -1, 1);
+  for (int64_t i = 0; i < n; i++) xv[i] += 0.25f * range * (float)((i / C) % 3);
+  memops_pair x = memops_pair_new(cc, gc, dt, 2, xs, xv, misalign);
+  memops_pair y = memops_pair_new(cc, gc, dt, 2, xs, NULL, misalign);
+  memops_pair dy = memops_pair_new(cc, gc, dt, 2, xs, dyv, misalign);
+  memops_pair dx = memops_pair_new(cc, gc, dt, 2, xs, dx0, misalign);
+  memops_pair w = memops_pair_new(cc, gc, wdt, 1, ws, wv, 0);
+  memops_pair b = memops_pair_new(cc, gc, wdt, 1, ws, bv, 0);
+  memops_pair mean = memops_pair_new(cc, gc, NT_F32, 1, ms, NULL, 0);
+  memops_pair rstd = memops_pair_new(cc, gc, NT_F32, 1, ms, NULL, 0);
+  memops_pair dw = memops_pair_new(cc, gc, NT_F32, 1, ws, dw0, 0);
+  memops_pair db = memops_pair_new(cc, gc, NT_F32, 1, ws, db0, 0);
+  double tol = memops_tol(dt);
+  const char *dn = nt_dtype_name(dt);
+  if (CHECK_OK(cc, nt_layernorm_forward(cc, &x.c, &w.c, &b.c, &y.c, &mean.c, &rstd.c)) &&
+      CHECK_OK(gc, nt_layernorm_forward(gc, &x.g, &w.g, &b.g, &y.g, &mean.g, &rstd.g))) {
+    CHECK(memops_pair_err(cc, gc, &y) < tol, "%s/%s %lldx%lld x~%g mis %d: y %g", dn,
+          nt_dtype_name(wdt), (long long)rows, (long long)C, (double)range, misalign,
+          memops_pair_err(cc, gc, &y));
+    CHECK(memops_pair_err(cc, gc, &mean) < 1e-5, "mean %g", memops_pair_err(cc, gc, &mean));
+    CHECK(memops_pair_err(cc, gc, &rstd) < 1e-5, "rstd %g", memops_pair_err(cc, gc, &rstd));
+  }
+  /* Backward from the CPU's statistics on both sides, so only the backward is compared. */
+  nt_tensor mg = memops_tensor(gc, NT_F32, 1, ms, NULL), rg = memops_tensor(gc, NT_F32, 1, ms, NULL);
+  CHECK_OK(gc, nt_tensor_copy(gc, &mg, &mean.c));
+  CHECK_OK(gc, nt_tensor_copy(gc, &rg, &rstd.c));
+  if (CHECK_OK(cc, nt_layernorm_backward(cc, &dy.c, &x.c, &w.c, &mean.c, &rstd.c, &dx.c, &dw.c, &db.c)) &&
+      CHECK_OK(gc, nt_layernorm_backward(gc, &dy.g, &x.g, &w.g, &mg, &rg, &dx.g, &dw.g, &db.g))) {
+    CHECK(memops_pair_err(cc, gc, &dx) < tol, "%s dx (+=) %g", dn, memops_pair_err(cc, gc, &dx));
+    double ptol = dt == NT_F32 ? 1e-5 : 1e-4;
+    CHECK(memops_pair_err(cc, gc, &dw) < ptol, "%s dweight (+=) %g", dn, memops_pair_err(cc, gc, &dw));
+    CHECK(memops_pair_err(cc, gc, &db) < ptol, "%s dbias (+=) %g", dn, memops_pair_err(cc, gc, &db));
+  }
+  /* Determinism: the same backward from the same start gives the same bits. */
+  nt_tensor dw1 = memops_tensor(gc, NT_F32, 1, ws, dw0), dw2 = memops_tensor(gc, NT_F32, 1, ws, dw0);
+  nt_tensor db1 = memops_tensor(gc, NT_F32, 1, ws, db0), db2 = memops_tensor(gc, NT_F32, 1, ws, db0);
+  if (CHECK_OK(gc, nt_layernorm_backward(gc, &dy.g, &x.g, &w.g, &mg, &rg, &dx.g, &dw1, &db1)) &&
+      CHECK_OK(gc, nt_layernorm_backward(gc, &dy.g, &x.g, &w.g, &mg, &rg, &dx.g, &dw2, &db2)))
+    CHECK(memops_same_bits(gc, &dw1, &dw2) && memops_same_bits(gc, &db1, &db2),
+          "dweight/dbias bit-identical across runs");
+  nt_tensor_free(gc, &dw1); nt_tensor_free(gc, &dw2); nt_tensor_free(gc, &db1); nt_tensor_free(gc, &db2);
+  nt_tensor_free(gc, &mg); nt_tensor_free(gc, &rg);
+  memops_pair *all[10] = {&x, &y, &dy, &dx, &w, &b, &mean, &rstd, &dw, &db};
+  for (int i = 0; i < 10; i++) memops_pair_free(cc, gc, all[i]);
+  free(xv); free(wv); free(bv); free(dyv); free(dx0); free(dw0); free(db0);
+}
+
+int main(void) {
+  nt_ctx *gc = nt_test_cuda_ctx();
+  if (!gc) return nt_test_skip("no GPU");
+  nt_ctx *cc;
+  if (nt_ctx_create(&cc, nt_cpu())) return 1;
+  nt_test_rng r = {303};
+  for (int d = 0; d < 3; d++) {
+    nt_dtype dt = memops_float_dtypes[d];
+    run_case(cc, gc, &r, dt, NT_F32, 37, 383, 3, 0);   /* scalar path (C odd) */
+    run_case(cc, gc, &r, dt, dt, 37, 383, 3, 0);
+    run_case(cc, gc, &r, dt, NT_F32, 3001, 768, 3, 0);  /* vector path, many blocks */
+    run_case(cc, gc, &r, dt, dt, 64, 768, 3, 1);       /* misaligned: scalar path */
+    run_case(cc, gc, &r, dt, NT_F32, 9, 4096, 3, 0);   /* fewer warps per block */
+    run_case(cc, gc, &r, dt, NT_F32, 3, 12800, 3, 0);  /* the largest C */
+    run_case(cc, gc, &r, dt, NT_F32, 5, 65, 3, 0);     /* C < 8 * 32 */
+  }
+  run_case(cc, gc, &r, NT_F16, NT_F16, 37, 384, 20000, 0); /* fp16 up to 3e4: near its limit */
+  /* C above the GPU limit is a clear error. */
+  int64_t xs[2] = {2, 12808}, ws[1] = {12808}, ms[1] = {2};
+  nt_tensor x = memops_tensor(gc, NT_F32, 2, xs, NULL), w = memops_tensor(gc, NT_F32, 1, ws, NULL);
+  nt_tensor m = memops_tensor(gc, NT_F32, 1, ms, NULL);
+  CHECK_ERR(gc, NT_ERR_UNSUPPORTED, nt_layernorm_backward(gc, &x, &x, &w, &m, &m, &x, &w, NULL));
+  /* A CPU tensor on the GPU context is a device error. */
+  int64_t cs[2] = {2, 4}, cw[1] = {4};
+  nt_tensor xc = memops_tensor(cc, NT_F32, 2, cs, NULL), wc = memops_tensor(gc, NT_F32, 1, cw, NULL);
+  CHECK_ERR(gc, NT_ERR_DEVICE, nt_layernorm_forward(gc, &xc, &wc, NULL, &xc, NULL, NULL));
+  nt_tensor_free(gc, &x); nt_tensor_free(gc, &w); nt_tensor_free(gc, &m);
+  nt_tensor_free(cc, &xc); nt_tensor_free(gc, &wc);
+  nt_ctx_free(cc);
+  nt_ctx_free(gc);
+  return nt_test_finish();
+}
