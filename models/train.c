@@ -17,24 +17,6 @@ double nt_now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-bool nt_precision_parse(const char *s, nt_precision *out) {
-  static const struct { const char *n; nt_precision p; } names[] = {
-      {"fp32", NT_PREC_FP32}, {"float32", NT_PREC_FP32}, {"tf32", NT_PREC_TF32},
-      {"bf16", NT_PREC_BF16}, {"bfloat16", NT_PREC_BF16}, {"fp16", NT_PREC_FP16},
-      {"float16", NT_PREC_FP16}, {"fp8", NT_PREC_FP8}};
-  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-    if (!strcasecmp(s, names[i].n)) {
-      *out = names[i].p;
-      return true;
-    }
-  return false;
-}
-
-const char *nt_precision_name(nt_precision p) {
-  static const char *const n[] = {"fp32", "tf32", "bf16", "fp16", "fp8"};
-  return (unsigned)p < 5 ? n[p] : "?";
-}
-
 nt_train_options nt_train_defaults(nt_model_kind model) {
   nt_train_options o;
   memset(&o, 0, sizeof o);
@@ -580,8 +562,15 @@ nt_status nt_train_run(nt_ctx *ctx, const nt_train_options *o, nt_train_result *
                     "(0, 1), growth_interval %d >= 1 required",
                     (double)o->init_scale, (double)o->growth_factor, (double)o->backoff_factor,
                     o->growth_interval);
-  nt_ctx_set_allow_tf32(ctx, o->precision == NT_PREC_TF32);
-  return o->model == NT_MODEL_GPT ? nt_train_gpt(ctx, o, res) : nt_train_cnn(ctx, o, res);
+  nt_policy pol;
+  nt_status st = nt_policy_make(ctx, o->precision, &pol);
+  if (st) return st;
+  nt_policy_apply(ctx, &pol);
+  if (pol.fp8)
+    nt_log(ctx, NT_LOG_WARN, "fp8: the models have no FP8 linear path yet; training in %s",
+           nt_dtype_name(pol.compute_dtype));
+  return o->model == NT_MODEL_GPT ? nt_train_gpt(ctx, o, &pol, res)
+                                  : nt_train_cnn(ctx, o, &pol, res);
 }
 
 void nt_train_result_free(nt_train_result *r) {

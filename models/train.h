@@ -10,15 +10,14 @@
 #include "core/nt.h"
 #include "models/cnn.h"
 #include "models/gpt.h"
+#include "amp/policy.h"
 NT_EXTERN_C_BEGIN
 
 typedef enum { NT_MODEL_GPT = 0, NT_MODEL_CNN } nt_model_kind;
 
-/* Precision policies (amp/): fp32; tf32 (fp32 storage, TF32 GEMMs); bf16; fp16 (with the
- * dynamic loss scaler); fp8 (not available for these models yet: runs as bf16, with a notice). */
-typedef enum { NT_PREC_FP32 = 0, NT_PREC_TF32, NT_PREC_BF16, NT_PREC_FP16, NT_PREC_FP8 } nt_precision;
-bool nt_precision_parse(const char *s, nt_precision *out);
-const char *nt_precision_name(nt_precision p);
+/* Precision policies are amp/policy.h's: fp32; tf32 (fp32 storage, TF32 GEMMs); bf16; fp16 (with
+ * the dynamic loss scaler); fp8 (the models have no FP8 linear path yet: it runs as bf16, with
+ * a notice). */
 
 typedef struct {
   nt_model_kind model;

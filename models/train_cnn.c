@@ -113,11 +113,9 @@ static void write_config(nt_jw *w, const void *arg) {
   nt_jw_num(w, FASHION_STD);
 }
 
-static nt_dtype compute_dtype(nt_precision p) {
-  return p == NT_PREC_BF16 || p == NT_PREC_FP8 ? NT_BF16 : p == NT_PREC_FP16 ? NT_F16 : NT_F32;
-}
 
-nt_status nt_train_cnn(nt_ctx *ctx, const nt_train_options *o, nt_train_result *res) {
+nt_status nt_train_cnn(nt_ctx *ctx, const nt_train_options *o, const nt_policy *pol,
+                       nt_train_result *res) {
   nt_cnn_config cfg = o->cnn;
   cnn_run r;
   nt_trainer T;
@@ -164,9 +162,7 @@ nt_status nt_train_cnn(nt_ctx *ctx, const nt_train_options *o, nt_train_result *
   lo.shuffle = false;
   lo.drop_last = false;
   if (!st) st = nt_loader_create(ctx, &te_ds, &lo, &test);
-  nt_dtype dt = compute_dtype(o->precision);
-  if (!st && o->precision == NT_PREC_FP8)
-    nt_log(ctx, NT_LOG_WARN, "fp8: the CNN has no FP8 path; training in bf16");
+  nt_dtype dt = pol->compute_dtype;
   if (!st) st = nt_cnn_create(ctx, &cfg, dt, (int)B, &r.m);
   if (!st) st = nt_params_init(ctx, nt_cnn_params(r.m), o->seed);
   int64_t xs[4] = {B, cfg.in_channels, cfg.height, cfg.width};

@@ -219,11 +219,9 @@ static void write_config(nt_jw *w, const void *arg) {
   nt_jw_num(w, c->dropout);
 }
 
-static nt_dtype compute_dtype(nt_precision p) {
-  return p == NT_PREC_BF16 || p == NT_PREC_FP8 ? NT_BF16 : p == NT_PREC_FP16 ? NT_F16 : NT_F32;
-}
 
-nt_status nt_train_gpt(nt_ctx *ctx, const nt_train_options *o, nt_train_result *res) {
+nt_status nt_train_gpt(nt_ctx *ctx, const nt_train_options *o, const nt_policy *pol,
+                       nt_train_result *res) {
   nt_gpt_config cfg = o->gpt;
   gpt_run r;
   nt_trainer T;
@@ -244,9 +242,7 @@ nt_status nt_train_gpt(nt_ctx *ctx, const nt_train_options *o, nt_train_result *
     }
   }
   if (!st) st = load_data(ctx, o, &r, &cfg);
-  nt_dtype dt = compute_dtype(o->precision);
-  if (!st && o->precision == NT_PREC_FP8)
-    nt_log(ctx, NT_LOG_WARN, "fp8: the linear layers have no FP8 path yet; training in bf16");
+  nt_dtype dt = pol->compute_dtype;
   int64_t B = o->batch_size, S = cfg.block_size;
   if (!st) st = nt_gpt_create(ctx, &cfg, dt, (int)B, (int)S, &r.g);
   if (!st) st = nt_params_init(ctx, nt_gpt_params(r.g), o->seed);

@@ -75,7 +75,9 @@ nt_status nt_trainer_read_sidecar(nt_ctx *ctx, const char *where, nt_json *root)
 /* End of run: peak memory next to the estimate. */
 void nt_trainer_finish(nt_trainer *T, const nt_mem_estimate *est);
 
-nt_status nt_train_gpt(nt_ctx *ctx, const nt_train_options *o, nt_train_result *res);
-nt_status nt_train_cnn(nt_ctx *ctx, const nt_train_options *o, nt_train_result *res);
+nt_status nt_train_gpt(nt_ctx *ctx, const nt_train_options *o, const nt_policy *pol,
+                       nt_train_result *res);
+nt_status nt_train_cnn(nt_ctx *ctx, const nt_train_options *o, const nt_policy *pol,
+                       nt_train_result *res);
 
 #endif

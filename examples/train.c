@@ -1,0 +1,368 @@
+/* train: trains the small GPT (tiny shakespeare, nanoGPT's shakespeare_char config by
+ * default; GPT-2 124M with --preset gpt2) or the small CNN (Fashion-MNIST) on the CPU or a GPU.
+ *   train gpt --device cuda --dtype bf16 --out-dir runs/gpt --sample 500
+ *   train cnn --device cuda --dtype fp16 --epochs 10 --out-dir runs/cnn
+ * Run `train --help` for every option. Exit status: 0 success, 1 a failure during the run,
+ * 2 a bad command line. */
+#include "models/train.h"
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+  O_MODEL = 256, O_DEVICE, O_DTYPE, O_BATCH, O_LR, O_MIN_LR, O_WD, O_BETA1, O_BETA2, O_EPS,
+  O_MAX_ITERS, O_EPOCHS, O_WARMUP, O_DECAY_ITERS, O_NO_DECAY, O_INIT_SCALE, O_GROWTH_INTERVAL,
+  O_GROWTH_FACTOR, O_BACKOFF, O_CLIP, O_DROPOUT, O_NLAYER, O_NHEAD, O_NEMBD, O_BLOCK, O_VOCAB,
+  O_PRESET, O_DATA, O_WIDTHS, O_SEED, O_EVAL_INTERVAL, O_EVAL_ITERS, O_LOG_INTERVAL,
+  O_METRICS_INTERVAL, O_WORKERS, O_DATA_DIR, O_OUT_DIR, O_RESUME, O_CKPT_INTERVAL, O_SAMPLE,
+  O_TEMP, O_TOPK, O_GRAPH, O_NO_GRAPH, O_PROGRESS, O_NO_PROGRESS, O_AUGMENT, O_TRAIN_SUBSET,
+  O_TEST_SUBSET, O_QUIET, O_HELP
+};
+
+static const struct option long_opts[] = {
+    {"model", required_argument, 0, O_MODEL},
+    {"device", required_argument, 0, O_DEVICE},
+    {"dtype", required_argument, 0, O_DTYPE},
+    {"batch-size", required_argument, 0, O_BATCH},
+    {"lr", required_argument, 0, O_LR},
+    {"min-lr", required_argument, 0, O_MIN_LR},
+    {"weight-decay", required_argument, 0, O_WD},
+    {"beta1", required_argument, 0, O_BETA1},
+    {"beta2", required_argument, 0, O_BETA2},
+    {"eps", required_argument, 0, O_EPS},
+    {"max-iters", required_argument, 0, O_MAX_ITERS},
+    {"epochs", required_argument, 0, O_EPOCHS},
+    {"warmup-iters", required_argument, 0, O_WARMUP},
+    {"lr-decay-iters", required_argument, 0, O_DECAY_ITERS},
+    {"no-decay-lr", no_argument, 0, O_NO_DECAY},
+    {"init-scale", required_argument, 0, O_INIT_SCALE},
+    {"growth-interval", required_argument, 0, O_GROWTH_INTERVAL},
+    {"growth-factor", required_argument, 0, O_GROWTH_FACTOR},
+    {"backoff-factor", required_argument, 0, O_BACKOFF},
+    {"grad-clip", required_argument, 0, O_CLIP},
+    {"dropout", required_argument, 0, O_DROPOUT},
+    {"n-layer", required_argument, 0, O_NLAYER},
+    {"n-head", required_argument, 0, O_NHEAD},
+    {"n-embd", required_argument, 0, O_NEMBD},
+    {"block-size", required_argument, 0, O_BLOCK},
+    {"vocab-size", required_argument, 0, O_VOCAB},
+    {"preset", required_argument, 0, O_PRESET},
+    {"data", required_argument, 0, O_DATA},
+    {"widths", required_argument, 0, O_WIDTHS},
+    {"seed", required_argument, 0, O_SEED},
+    {"eval-interval", required_argument, 0, O_EVAL_INTERVAL},
+    {"eval-iters", required_argument, 0, O_EVAL_ITERS},
+    {"log-interval", required_argument, 0, O_LOG_INTERVAL},
+    {"metrics-interval", required_argument, 0, O_METRICS_INTERVAL},
+    {"num-workers", required_argument, 0, O_WORKERS},
+    {"data-dir", required_argument, 0, O_DATA_DIR},
+    {"out-dir", required_argument, 0, O_OUT_DIR},
+    {"resume", required_argument, 0, O_RESUME},
+    {"checkpoint-interval", required_argument, 0, O_CKPT_INTERVAL},
+    {"sample", required_argument, 0, O_SAMPLE},
+    {"temperature", required_argument, 0, O_TEMP},
+    {"top-k", required_argument, 0, O_TOPK},
+    {"cuda-graph", no_argument, 0, O_GRAPH},
+    {"no-cuda-graph", no_argument, 0, O_NO_GRAPH},
+    {"progress", no_argument, 0, O_PROGRESS},
+    {"no-progress", no_argument, 0, O_NO_PROGRESS},
+    {"augment", no_argument, 0, O_AUGMENT},
+    {"train-subset", required_argument, 0, O_TRAIN_SUBSET},
+    {"test-subset", required_argument, 0, O_TEST_SUBSET},
+    {"quiet", no_argument, 0, O_QUIET},
+    {"help", no_argument, 0, O_HELP},
+    {0, 0, 0, 0}};
+
+static void usage(FILE *f) {
+  fprintf(f,
+"usage: train [gpt|cnn] [options]\n"
+"\n"
+"Trains the small GPT on tiny shakespeare (nanoGPT's shakespeare_char defaults) or the small\n"
+"CNN on Fashion-MNIST, on the CPU or a GPU, with mixed precision, checkpoints and metrics.\n"
+"\n"
+"  --model gpt|cnn            model to train (or give it as the first argument)\n"
+"  --device cpu|cuda[:N]      where to train (default: cuda when a GPU is present)\n"
+"  --dtype fp32|tf32|bf16|fp16|fp8   precision policy (default bf16 on a GPU, fp32 on the\n"
+"                             CPU); fp16 uses the dynamic loss scaler; fp8 runs as bf16\n"
+"  --batch-size N             (gpt 64, cnn 128)\n"
+"  --lr X                     peak learning rate (1e-3)\n"
+"  --min-lr X                 cosine floor (gpt 1e-4, cnn 1e-5)\n"
+"  --weight-decay X           AdamW decay on 2-D weights only (gpt 0.1, cnn 0.05)\n"
+"  --beta1 X --beta2 X --eps X   AdamW (0.9, gpt 0.99 / cnn 0.999, 1e-8)\n"
+"  --max-iters N              gpt iterations (5000); cnn: stop after N steps\n"
+"  --epochs N                 cnn epochs (10)\n"
+"  --warmup-iters N           linear warmup (gpt 100, cnn 0)\n"
+"  --lr-decay-iters N         cosine length (gpt 5000; cnn: the whole run)\n"
+"  --no-decay-lr              constant learning rate\n"
+"  --grad-clip X              clip by global norm (1.0; 0 disables)\n"
+"  --init-scale X             loss scaler (fp16): initial scale (65536)\n"
+"  --growth-interval N        steps without overflow before growing (gpt 2000, cnn 1000)\n"
+"  --growth-factor X          (2.0)\n"
+"  --backoff-factor X         (0.5)\n"
+"  --dropout X                gpt 0.2, cnn 0 (after the hidden layer)\n"
+"  --n-layer N --n-head N --n-embd N --block-size N --vocab-size N   GPT shape\n"
+"  --preset shakespeare-char|gpt2   GPT config (gpt2: 12/12/768, block 1024, vocab 50257,\n"
+"                             dropout 0, synthetic tokens unless --data is a shard)\n"
+"  --data shakespeare|synthetic|FILE   GPT text: tiny shakespeare, random tokens, or an\n"
+"                             llm.c token shard (.bin)\n"
+"  --widths C1,C2,HIDDEN      CNN widths (32,64,256)\n"
+"  --augment                  CNN: random crop (pad 2) + horizontal flip\n"
+"  --train-subset N --test-subset N   CNN: use the first N images\n"
+"  --seed N                   (1337)\n"
+"  --eval-interval N          gpt: evaluate every N iterations (250; 0 never)\n"
+"  --eval-iters N             gpt: batches per evaluation (200)\n"
+"  --log-interval N           print/log every N steps (gpt 10, cnn 50)\n"
+"  --metrics-interval N       rewrite metrics.prom every N steps (default: every log)\n"
+"  --num-workers N            cnn loader threads (2)\n"
+"  --data-dir DIR             tiny shakespeare's dir (default $NT_DATA_DIR) or\n"
+"                             Fashion-MNIST's (default $NT_FASHION_DIR or the system copy)\n"
+"  --out-dir DIR              checkpoints (ckpt.safetensors + ckpt.json), metrics.jsonl,\n"
+"                             metrics.prom\n"
+"  --resume DIR               continue from a checkpoint (bit-identical on one device)\n"
+"  --checkpoint-interval N    also save every N iterations\n"
+"  --sample N                 gpt: generate N characters after training\n"
+"  --temperature X --top-k N  sampling (0.8, 200)\n"
+"  --cuda-graph / --no-cuda-graph   capture the step as a CUDA graph (default on a GPU\n"
+"                             when dropout is 0; falls back to eager if capture fails)\n"
+"  --progress / --no-progress   progress bar (default when stdout is a terminal)\n"
+"  --quiet                    no per-step output\n"
+"  --help                     this text\n");
+}
+
+static int bad(const char *opt, const char *val, const char *why) {
+  fprintf(stderr, "train: invalid value '%s' for --%s: %s\n", val, opt, why);
+  fprintf(stderr, "Try 'train --help'.\n");
+  return 2;
+}
+
+static bool parse_double(const char *s, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || *end || !isfinite(v)) return false;
+  *out = v;
+  return true;
+}
+
+static bool parse_i64(const char *s, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || *end) return false;
+  *out = v;
+  return true;
+}
+
+int main(int argc, char **argv) {
+  nt_model_kind model = NT_MODEL_GPT;
+  /* the model picks the defaults, so find it first */
+  for (int i = 1; i < argc; i++) {
+    const char *m = NULL;
+    if (!strcmp(argv[i], "--model") && i + 1 < argc) m = argv[i + 1];
+    else if (!strncmp(argv[i], "--model=", 8)) m = argv[i] + 8;
+    else if (i == 1 && argv[i][0] != '-') m = argv[i];
+    if (m && !strcmp(m, "cnn")) model = NT_MODEL_CNN;
+    else if (m && strcmp(m, "gpt")) return bad("model", m, "expected gpt or cnn");
+  }
+  nt_train_options o = nt_train_defaults(model);
+  bool dtype_given = false, device_given = false, gpt2 = false, data_given = false;
+  int device_index = 0;
+  bool want_cuda = nt_cuda_device_count() > 0;
+  int c;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
+    const char *name = "";
+    for (const struct option *lo = long_opts; lo->name; lo++)
+      if (lo->val == c) name = lo->name;
+    double d = 0;
+    int64_t n = 0;
+    bool is_d = false, is_n = false;
+    switch (c) {
+    case O_LR: case O_MIN_LR: case O_WD: case O_BETA1: case O_BETA2: case O_EPS:
+    case O_INIT_SCALE: case O_GROWTH_FACTOR: case O_BACKOFF: case O_CLIP: case O_DROPOUT:
+    case O_TEMP:
+      if (!parse_double(optarg, &d)) return bad(name, optarg, "expected a number");
+      is_d = true;
+      break;
+    case O_BATCH: case O_MAX_ITERS: case O_EPOCHS: case O_WARMUP: case O_DECAY_ITERS:
+    case O_GROWTH_INTERVAL: case O_NLAYER: case O_NHEAD: case O_NEMBD: case O_BLOCK:
+    case O_VOCAB: case O_SEED: case O_EVAL_INTERVAL: case O_EVAL_ITERS: case O_LOG_INTERVAL:
+    case O_METRICS_INTERVAL: case O_WORKERS: case O_CKPT_INTERVAL: case O_SAMPLE: case O_TOPK:
+    case O_TRAIN_SUBSET: case O_TEST_SUBSET:
+      if (!parse_i64(optarg, &n)) return bad(name, optarg, "expected an integer");
+      if (n < 0) return bad(name, optarg, "must not be negative");
+      is_n = true;
+      break;
+    default:
+      break;
+    }
+    (void)is_d;
+    (void)is_n;
+    switch (c) {
+    case O_MODEL: break;
+    case O_DEVICE:
+      device_given = true;
+      if (!strcmp(optarg, "cpu")) want_cuda = false;
+      else if (!strcmp(optarg, "cuda")) want_cuda = true;
+      else if (!strncmp(optarg, "cuda:", 5) && parse_i64(optarg + 5, &n) && n >= 0) {
+        want_cuda = true;
+        device_index = (int)n;
+      } else return bad(name, optarg, "expected cpu, cuda or cuda:N");
+      break;
+    case O_DTYPE:
+      if (nt_precision_parse(NULL, optarg, &o.precision))
+        return bad(name, optarg, "expected fp32, tf32, bf16, fp16 or fp8");
+      dtype_given = true;
+      break;
+    case O_BATCH:
+      if (n < 1) return bad(name, optarg, "must be >= 1");
+      o.batch_size = n;
+      break;
+    case O_LR: o.lr = d; break;
+    case O_MIN_LR: o.min_lr = d; break;
+    case O_WD: o.weight_decay = d; break;
+    case O_BETA1: o.beta1 = d; break;
+    case O_BETA2: o.beta2 = d; break;
+    case O_EPS: o.eps = d; break;
+    case O_MAX_ITERS: o.max_iters = n; break;
+    case O_EPOCHS: o.epochs = (int)n; break;
+    case O_WARMUP: o.warmup_iters = n; break;
+    case O_DECAY_ITERS: o.lr_decay_iters = n; break;
+    case O_NO_DECAY: o.decay_lr = false; break;
+    case O_INIT_SCALE:
+      if (!(d > 0)) return bad(name, optarg, "must be > 0");
+      o.init_scale = (float)d;
+      break;
+    case O_GROWTH_INTERVAL:
+      if (n < 1) return bad(name, optarg, "must be >= 1");
+      o.growth_interval = (int)n;
+      break;
+    case O_GROWTH_FACTOR:
+      if (!(d > 1)) return bad(name, optarg, "must be > 1");
+      o.growth_factor = (float)d;
+      break;
+    case O_BACKOFF:
+      if (!(d > 0 && d < 1)) return bad(name, optarg, "must be in (0, 1)");
+      o.backoff_factor = (float)d;
+      break;
+    case O_CLIP: o.grad_clip = d; break;
+    case O_DROPOUT:
+      if (!(d >= 0 && d < 1)) return bad(name, optarg, "must be in [0, 1)");
+      o.gpt.dropout = o.cnn.dropout = (float)d;
+      break;
+    case O_NLAYER: o.gpt.n_layer = (int)n; break;
+    case O_NHEAD: o.gpt.n_head = (int)n; break;
+    case O_NEMBD: o.gpt.n_embd = (int)n; break;
+    case O_BLOCK: o.gpt.block_size = (int)n; break;
+    case O_VOCAB: o.gpt.vocab_size = (int)n; break;
+    case O_PRESET:
+      if (!strcmp(optarg, "gpt2")) {
+        o.gpt = nt_gpt_config_gpt2();
+        gpt2 = true;
+      } else if (!strcmp(optarg, "shakespeare-char") || !strcmp(optarg, "shakespeare_char")) {
+        o.gpt = nt_gpt_config_shakespeare_char();
+      } else {
+        return bad(name, optarg, "expected shakespeare-char or gpt2");
+      }
+      break;
+    case O_DATA:
+      o.gpt_data = optarg;
+      data_given = true;
+      break;
+    case O_WIDTHS: {
+      int a, b, h;
+      char tail;
+      if (sscanf(optarg, "%d,%d,%d%c", &a, &b, &h, &tail) != 3 || a < 1 || b < 1 || h < 1)
+        return bad(name, optarg, "expected three positive integers C1,C2,HIDDEN");
+      o.cnn.c1 = a;
+      o.cnn.c2 = b;
+      o.cnn.hidden = h;
+      break;
+    }
+    case O_SEED: o.seed = (uint64_t)n; break;
+    case O_EVAL_INTERVAL: o.eval_interval = n; break;
+    case O_EVAL_ITERS: o.eval_iters = n; break;
+    case O_LOG_INTERVAL: o.log_interval = n; break;
+    case O_METRICS_INTERVAL: o.metrics_interval = n; break;
+    case O_WORKERS: o.num_workers = (int)n; break;
+    case O_DATA_DIR: o.data_dir = optarg; break;
+    case O_OUT_DIR: o.out_dir = optarg; break;
+    case O_RESUME: o.resume = optarg; break;
+    case O_CKPT_INTERVAL: o.checkpoint_interval = n; break;
+    case O_SAMPLE: o.sample_tokens = (int)n; break;
+    case O_TEMP:
+      if (!(d > 0)) return bad(name, optarg, "must be > 0");
+      o.temperature = (float)d;
+      break;
+    case O_TOPK: o.top_k = (int)n; break;
+    case O_GRAPH: o.cuda_graph = 1; break;
+    case O_NO_GRAPH: o.cuda_graph = 0; break;
+    case O_PROGRESS: o.progress = 1; break;
+    case O_NO_PROGRESS: o.progress = 0; break;
+    case O_AUGMENT: o.augment = true; break;
+    case O_TRAIN_SUBSET: o.train_subset = n; break;
+    case O_TEST_SUBSET: o.test_subset = n; break;
+    case O_QUIET: o.quiet = true; break;
+    case 'h':
+    case O_HELP: usage(stdout); return 0;
+    case ':':
+      fprintf(stderr, "train: option '%s' needs a value\nTry 'train --help'.\n",
+              argv[optind - 1]);
+      return 2;
+    default:
+      fprintf(stderr, "train: unknown option '%s'\nTry 'train --help'.\n",
+              argv[optind - 1]);
+      return 2;
+    }
+  }
+  for (int i = optind; i < argc; i++) {
+    if (i == 1 && (!strcmp(argv[i], "gpt") || !strcmp(argv[i], "cnn"))) continue;
+    if (!strcmp(argv[i], "gpt") || !strcmp(argv[i], "cnn")) continue;
+    fprintf(stderr, "train: unexpected argument '%s'\nTry 'train --help'.\n", argv[i]);
+    return 2;
+  }
+  if (gpt2 && !data_given) o.gpt_data = "synthetic";
+  if (model == NT_MODEL_GPT && gpt2) {
+    if (o.lr_decay_iters == 5000 && o.max_iters != 5000) o.lr_decay_iters = o.max_iters;
+  }
+  if (want_cuda && nt_cuda_device_count() == 0) {
+    fprintf(stderr, "train: --device %s: no usable GPU (or built without CUDA)\n",
+            device_given ? "cuda" : "auto");
+    return 2;
+  }
+  if (!dtype_given) o.precision = want_cuda ? NT_PREC_BF16 : NT_PREC_FP32;
+  o.device = want_cuda ? nt_cuda(device_index) : nt_cpu();
+  nt_ctx *ctx = NULL;
+  if (nt_ctx_create(&ctx, o.device)) {
+    fprintf(stderr, "train: cannot create the %s context: %s\n",
+            want_cuda ? "CUDA" : "CPU", nt_last_error(ctx));
+    nt_ctx_free(ctx);
+    return 1;
+  }
+  nt_train_result res;
+  nt_status st = nt_train_run(ctx, &o, &res);
+  int rc = 0;
+  if (st) {
+    fprintf(stderr, "train: %s: %s\n", nt_status_str(st), nt_last_error(ctx));
+    rc = st == NT_ERR_INVALID_ARG ? 2 : 1;
+  } else {
+    if (model == NT_MODEL_GPT)
+      printf("done: %lld steps, final val loss %.4f, train loss %.4f", (long long)res.steps,
+             res.val_loss, res.train_loss);
+    else
+      printf("done: %lld steps, test accuracy %.2f%%", (long long)res.steps,
+             100 * res.test_accuracy);
+    if (res.items_per_sec > 0)
+      printf(", %.0f %s/s", res.items_per_sec, model == NT_MODEL_GPT ? "tokens" : "images");
+    printf("%s\n", res.used_cuda_graph ? " (CUDA graph)" : "");
+    if (o.out_dir)
+      printf("logs: %s/metrics.jsonl, %s/metrics.prom; checkpoint: %s/ckpt.safetensors + "
+             "%s/ckpt.json\n", o.out_dir, o.out_dir, o.out_dir, o.out_dir);
+  }
+  nt_train_result_free(&res);
+  nt_ctx_free(ctx);
+  return rc;
+}
