@@ -356,7 +356,7 @@ static nt_status run_matmul(nt_ctx *ctx, const plan *pl, const nt_gemm_problem *
 }
 
 static nt_status autotune(nt_ctx *ctx, plan *pl, const nt_gemm_problem *p,
-                          const cublasLtMatmulHeuristicResult_t *res, int n);
+                          const cublasLtMatmulHeuristicResult_t *res, int n, bool *ran);
 
 /* Builds the plan for p: layouts, then the fused epilogue variants in order of preference,
  * then the plain product with a split epilogue. */
@@ -379,8 +379,9 @@ static nt_status build_plan(nt_ctx *ctx, gemm_cache *c, const plan_key *k,
   nt_dtype dt = p->D->dtype;
   const nt_gemm_opts *o = p->o;
   void *bias = (void *)bias_ptr(p);
-  int bias_t = -1;
-  if (bias && o->bias->dtype != dt) bias_t = (int)lt_type(o->bias->dtype);
+  /* Always explicit: the default bias type differs between cases (FP8 kernels with an f32 D
+   * expect bf16); a combination cuBLASLt rejects ends in the split epilogue. */
+  int bias_t = bias ? (int)lt_type(o->bias->dtype) : -1;
   switch (o->epilogue) {
     case NT_EPI_BIAS:
       st = try_desc(ctx, c, pl, p, CUBLASLT_EPILOGUE_BIAS, bias_t, bias, res, &n);
@@ -412,6 +413,17 @@ static nt_status build_plan(nt_ctx *ctx, gemm_cache *c, const plan_key *k,
     default: break;
   }
   if (st) goto fail;
+  bool ran = true;
+  if (n > 0) {
+    pl->algo = res[0].algo;
+    if (c->autotune && (st = autotune(ctx, pl, p, res, n, &ran))) goto fail;
+    /* The heuristic offered a fused variant but none of its kernels launched: split. */
+    if (!ran && o->epilogue != NT_EPI_NONE) {
+      cublasLtMatmulDescDestroy(pl->desc);
+      pl->desc = NULL;
+      n = 0;
+    }
+  }
   if (n == 0) {
     pl->split = o->epilogue != NT_EPI_NONE;
     if ((st = try_desc(ctx, c, pl, p, CUBLASLT_EPILOGUE_DEFAULT, -1, NULL, res, &n))) goto fail;
@@ -427,9 +439,9 @@ static nt_status build_plan(nt_ctx *ctx, gemm_cache *c, const plan_key *k,
       goto fail;
     }
     if (pl->split) c->stats.split_epilogues++;
+    pl->algo = res[0].algo;
+    if (c->autotune && (st = autotune(ctx, pl, p, res, n, &ran))) goto fail;
   }
-  pl->algo = res[0].algo;
-  if (n > 1 && (st = autotune(ctx, pl, p, res, n))) goto fail;
   *out = pl;
   return NT_OK;
 fail:
@@ -441,10 +453,11 @@ fail:
  * written) and keeps the fastest in pl->algo. Skipped while the stream is being captured
  * into a CUDA graph (timing needs a host sync): the heuristic's first choice stays. */
 static nt_status autotune(nt_ctx *ctx, plan *pl, const nt_gemm_problem *p,
-                          const cublasLtMatmulHeuristicResult_t *res, int n) {
+                          const cublasLtMatmulHeuristicResult_t *res, int n, bool *ran) {
   gemm_cache *c = ctx->gemm_cache;
   cudaStream_t s = nt_cuda_stream(ctx);
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  *ran = true;  /* unknown (not tried) counts as usable */
   nt_status st = NT_CUDA(ctx, cudaStreamIsCapturing(s, &cap));
   if (st || cap != cudaStreamCaptureStatusNone) return st;
   size_t ed = nt_dtype_size(p->D->dtype);
@@ -489,8 +502,9 @@ static nt_status autotune(nt_ctx *ctx, plan *pl, const nt_gemm_problem *p,
   }
   if (best_i >= 0) {
     pl->algo = res[best_i].algo;
-    c->stats.autotuned++;
+    if (n > 1) c->stats.autotuned++;
   }
+  *ran = best_i >= 0;
 done:
   if (aux_saved) {
     nt_status s2 = SET(ctx, pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux_saved);
