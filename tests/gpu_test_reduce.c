@@ -76,7 +76,8 @@ static void test_unscale(nt_ctx *cc, nt_ctx *gc, nt_test_rng *r) {
       for (int k = 0; k < 60; k++) { /* 60 tensors: two launches */
         int64_t n[1] = {(int64_t)nt_test_uniform(r, 1, k == 7 ? 100000 : 2000)};
         float *v = memops_random(r, n[0], -60000, 60000);
-        if (bad >= 0 && k == 48 + where) v[n[0] / 2] = bads[bad]; /* 2nd launch, dtype `where` */
+        if (bad >= 0 && k == (where == 1 ? 48 : 3) + where) /* 1st or 2nd launch */
+          v[n[0] / 2] = bads[bad];
         ts[k] = memops_pair_new(cc, gc, memops_float_dtypes[k % 3], 1, n, v, k % 5 == 2);
         lc[k] = &ts[k].c;
         lg[k] = &ts[k].g;
