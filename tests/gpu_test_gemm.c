@@ -178,9 +178,13 @@ static double run_case(ctxs *c, const gcase *g, const char *name) {
   gD.h = malloc(D.bytes); gX.h = malloc(X.bytes); gBG.h = malloc(BG.bytes);
   if (buf_copy(c, &gD, false) && buf_copy(c, &gX, false) && buf_copy(c, &gBG, false)) {
     bool fin;
-    double tol = tol_of(g);
+    double tol = tol_of(g), tol_d = tol;
+    /* cuBLASLt's fused GELU may evaluate tanh with the hardware approximation (relative error
+     * up to 2^-11): D after GELU / DGELU is held to 1e-3 where the dtype asks for less; the
+     * pre-activation (aux) keeps the dtype's tolerance. */
+    if ((g->epi == NT_EPI_GELU_AUX || g->epi == NT_EPI_DGELU) && tol_d < 1e-3) tol_d = 1e-3;
     err = rel_err(gD.h, D.h, g->out, n, &fin);
-    CHECK(err < tol && fin, "%s: D rel err %.3g (tol %.1g)%s", name, err, tol,
+    CHECK(err < tol_d && fin, "%s: D rel err %.3g (tol %.1g)%s", name, err, tol_d,
           fin ? "" : ", non-finite values");
     if (g->epi == NT_EPI_GELU_AUX) {
       double ex = rel_err(gX.h, X.h, g->out, n, &fin);
