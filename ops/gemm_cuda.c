@@ -165,6 +165,15 @@ static int32_t align_of(const void *ptr) {
   return ptr ? al : 0;
 }
 
+static int32_t align_batched(const void *ptr, int64_t batch_stride, nt_dtype dt, int64_t batch) {
+  int32_t a = align_of(ptr);
+  if (batch > 1 && batch_stride) {
+    int32_t b = align_of((const void *)(uintptr_t)((uint64_t)batch_stride * nt_dtype_size(dt)));
+    if (b < a) a = b;
+  }
+  return a;
+}
+
 /* One operand in cuBLASLt terms: a rows x cols column-major matrix, op N when the element
  * (r, c) of the logical matrix sits at r*s_r + c*s_c with s_r == 1, op T when s_c == 1. */
 static bool map_operand(int64_t rows, int64_t cols, int64_t s_r, int64_t s_c, int32_t *op,
@@ -225,9 +234,10 @@ static nt_status make_key(nt_ctx *ctx, const gemm_cache *c, const nt_gemm_proble
     k->ldx = p->M == 1 ? p->N : p->x_m;
     k->align_aux = align_of(p->o->aux->data);
   }
-  k->align_a = align_of(p->B->data);
-  k->align_b = align_of(p->A->data);
-  k->align_d = align_of(p->D->data);
+  /* Every batch's matrix must meet the alignment promised to the heuristic. */
+  k->align_a = align_batched(p->B->data, p->b_batch, p->B->dtype, p->batch);
+  k->align_b = align_batched(p->A->data, p->a_batch, p->A->dtype, p->batch);
+  k->align_d = align_batched(p->D->data, p->d_batch, p->D->dtype, p->batch);
   if (is_fp8(p->A->dtype)) {
     k->has_scale = (p->o->scale_inv_a ? 1 : 0) | (p->o->scale_inv_b ? 2 : 0);
     if (c->cc < 89)
