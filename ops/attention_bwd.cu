@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const int ql = nt * 8 + 2 * (lane & 3) + (e & 1);
-        float p = exp2f(fmaf(st[nt][e], sl2, -lb[ql]));
+        float p = fast_exp2(fmaf(st[nt][e], sl2, -lb[ql]));
         if (qt == kt && qt * kBr + ql < key_a + (e >> 1) * 8) p = 0.f;
         st[nt][e] = p;
         dpt[nt][e] = p * (dpt[nt][e] - drb[ql]);

@@ -98,12 +98,12 @@ __global__ void __launch_bounds__(kThreads)
       for (int nt = 0; nt < kSt; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * h], s[nt][2 * h + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float corr = exp2f((m_r[h] - mx) * sl2), off = mx * sl2;
+      const float corr = fast_exp2((m_r[h] - mx) * sl2), off = mx * sl2;
       float sum = 0.f;
 #pragma unroll
       for (int nt = 0; nt < kSt; nt++) {
-        s[nt][2 * h] = exp2f(fmaf(s[nt][2 * h], sl2, -off));
-        s[nt][2 * h + 1] = exp2f(fmaf(s[nt][2 * h + 1], sl2, -off));
+        s[nt][2 * h] = fast_exp2(fmaf(s[nt][2 * h], sl2, -off));
+        s[nt][2 * h + 1] = fast_exp2(fmaf(s[nt][2 * h + 1], sl2, -off));
         sum += s[nt][2 * h] + s[nt][2 * h + 1];
       }
       l_r[h] = l_r[h] * corr + sum;

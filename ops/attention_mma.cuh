@@ -43,6 +43,13 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t r[4], const void *p) {
                : "r"(smem_addr(p)));
 }
 
+/* 2^x with the hardware approximation (2 ulp; exact 0 for -inf), as the softmax needs. */
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 template <typename T> struct mma_op;
 template <> struct mma_op<__nv_bfloat16> {
   static __device__ __forceinline__ void run(float c[4], const uint32_t a[4], uint32_t b0,
