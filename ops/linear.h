@@ -1,6 +1,10 @@
 /* Linear layer as torch.nn.Linear: y[.., out] = x[.., in] @ W^T + b, W is [out, in].
- * x and y may have any leading dims (flattened to rows). Backward accumulates (+=) into dx,
- * dW and db (each may be NULL to skip). */
+ * x and y may have any leading dims (flattened to rows; with more than 2 dims they must be
+ * contiguous). Backward accumulates (+=) into dx, dW and db (each may be NULL to skip).
+ * Built on nt_gemm (ops/gemm.h), whose dtype rules apply: x, W and dy share one dtype; y, dx
+ * and dW are that dtype or F32; b is F32 or y's dtype. The forward fuses bias and activation
+ * into the GEMM's epilogue; the backward's bias gradient rides on the dW GEMM (BGRADA) when db
+ * is F32 and dW is wanted, otherwise it is its own GEMM against a vector of ones. */
 #ifndef NT_OPS_LINEAR_H
 #define NT_OPS_LINEAR_H
 #include "core/nt.h"
