@@ -21,7 +21,7 @@ const char *nt_sharding_name(nt_sharding s) {
 
 void nt_memest_compute(const nt_model_sizes *sz, nt_dtype compute_dtype, int64_t batch,
                        int64_t input_elems, int64_t output_elems, nt_sharding sharding,
-                       int world, nt_mem_estimate *e) {
+                       int world, double workspace_bytes, nt_mem_estimate *e) {
   memset(e, 0, sizeof *e);
   double P = (double)sz->n_flat, N = world < 1 ? 1 : world;
   double cs = (double)nt_dtype_size(compute_dtype);
@@ -44,7 +44,7 @@ void nt_memest_compute(const nt_model_sizes *sz, nt_dtype compute_dtype, int64_t
     e->parameters = e->parameters / N + gathered;
   }
   e->activations = (double)sz->activation_bytes;
-  e->workspace = NT_MEMEST_WORKSPACE_BYTES;
+  e->workspace = workspace_bytes;
   e->total = e->parameters + e->gradients + e->master + e->optimizer + e->activations +
              e->workspace;
   double p = (double)sz->n_params;

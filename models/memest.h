@@ -21,6 +21,7 @@ typedef enum { NT_SHARD_NO_SHARD = 0, NT_SHARD_GRAD_OP, NT_SHARD_FULL } nt_shard
 bool nt_sharding_parse(const char *s, nt_sharding *out);
 const char *nt_sharding_name(nt_sharding s);
 
+/* The GPU's allowance for the cuBLASLt workspace and op scratch (0 on the CPU). */
 #define NT_MEMEST_WORKSPACE_BYTES (64.0 * 1024 * 1024)
 
 typedef struct {
@@ -33,7 +34,7 @@ typedef struct {
 /* sizes from nt_gpt_estimate / nt_cnn_estimate; input/output: elements per sample. */
 void nt_memest_compute(const nt_model_sizes *sizes, nt_dtype compute_dtype, int64_t batch,
                        int64_t input_elems, int64_t output_elems, nt_sharding sharding,
-                       int world, nt_mem_estimate *out);
+                       int world, double workspace_bytes, nt_mem_estimate *out);
 /* Prints the breakdown as a table (one line per part), with an optional measured peak
  * (bytes; < 0 for none). */
 void nt_memest_print(FILE *f, const nt_mem_estimate *e, double measured_peak);

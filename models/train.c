@@ -256,6 +256,7 @@ static nt_status log_step(nt_trainer *T, float loss) {
   T->res->skipped = sv.skipped_total;
   bool prom = o->metrics_interval <= 0 || T->iter % o->metrics_interval == 0 ||
               T->iter == T->total_iters;
+  T->last_train = m;
   st = write_metrics(T, &m, prom);
   if (!o->quiet) {
     char eta[32], ips[32];
@@ -348,13 +349,20 @@ nt_status nt_trainer_log_eval(nt_trainer *T, double train_loss, double val_loss,
   m.accuracy = accuracy;
   m.elapsed_s = nt_now_s() - T->t_start;
   fill_memory(T, &m);
+  nt_status st = T->log ? nt_metrics_log_write(T->ctx, T->log, &m) : NT_OK;
+  /* the Prometheus file keeps the latest training gauges plus the evaluation's */
+  nt_train_metrics p = T->last_train.model ? T->last_train : m;
+  p.kind = "train";
+  p.val_loss = val_loss;
+  p.accuracy = accuracy;
+  if (!st && T->prom_path[0]) st = nt_metrics_prometheus_write(T->ctx, T->prom_path, &p);
   if (T->o->model == NT_MODEL_GPT)
     nt_trainer_print(T, "step %lld: train loss %.4f, val loss %.4f\n", (long long)T->iter,
                      train_loss, val_loss);
   else
     nt_trainer_print(T, "epoch %llu (step %lld): test loss %.4f, test accuracy %.2f%%\n",
                      (unsigned long long)T->epoch, (long long)T->iter, val_loss, 100 * accuracy);
-  return write_metrics(T, &m, true);
+  return st;
 }
 
 /* ---- checkpoints ---- */

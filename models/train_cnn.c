@@ -188,7 +188,8 @@ nt_status nt_train_cnn(nt_ctx *ctx, const nt_train_options *o, const nt_policy *
   if (!st) st = nt_cnn_estimate(ctx, &cfg, dt, (int)B, &sizes);
   if (!st)
     nt_memest_compute(&sizes, dt, B, (int64_t)cfg.in_channels * cfg.height * cfg.width,
-                      cfg.classes, NT_SHARD_NO_SHARD, 1, &est);
+                      cfg.classes, NT_SHARD_NO_SHARD, 1,
+                      nt_ctx_is_cuda(ctx) ? NT_MEMEST_WORKSPACE_BYTES : 0, &est);
   if (!st)
     nt_trainer_print(&T, "cnn: widths %d/%d, hidden %d, %.2fM parameters, %s on %s, batch %lld, "
                      "%lld/%lld train/test images, %d epochs (%lld steps)\n",

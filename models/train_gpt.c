@@ -268,7 +268,8 @@ nt_status nt_train_gpt(nt_ctx *ctx, const nt_train_options *o, const nt_policy *
   nt_mem_estimate est;
   memset(&est, 0, sizeof est);
   if (!st) st = nt_gpt_estimate(ctx, &cfg, dt, (int)B, (int)S, &sizes);
-  if (!st) nt_memest_compute(&sizes, dt, B, S, S * cfg.vocab_size, NT_SHARD_NO_SHARD, 1, &est);
+  if (!st) nt_memest_compute(&sizes, dt, B, S, S * cfg.vocab_size, NT_SHARD_NO_SHARD, 1,
+                      nt_ctx_is_cuda(ctx) ? NT_MEMEST_WORKSPACE_BYTES : 0, &est);
   if (!st)
     nt_trainer_print(&T, "gpt: %d layers, %d heads, %d wide, block %d, vocab %d, %.2fM "
                      "parameters, %s on %s, batch %lld, %lld iterations\n",

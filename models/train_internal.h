@@ -43,6 +43,7 @@ typedef struct {
   double wait_s;                /* data wait since the last log */
   double last_loss, last_ips, last_step_ms;
   bool bar;
+  nt_train_metrics last_train;  /* the latest train record (the Prometheus file's base) */
 } nt_trainer;
 
 double nt_now_s(void);

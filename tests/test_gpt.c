@@ -1,0 +1,268 @@
+/* The GPT on the CPU: whole-model gradients against finite differences (every parameter
+ * tensor, along a random direction), gradients accumulate, GPT-2 init statistics, parameter
+ * count and layout, dropout determinism, evaluation at smaller sizes, bf16 close to fp32,
+ * and clear errors for bad configs and inputs. */
+#include "tests/testutil.h"
+#include "models/gpt.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static nt_gpt_config tiny(void) {
+  nt_gpt_config c = {2, 2, 16, 8, 11, 0.0f};
+  return c;
+}
+
+static void fill_tokens(nt_test_rng *r, int32_t *x, int n, int vocab) {
+  for (int i = 0; i < n; i++) x[i] = (int32_t)nt_test_uniform(r, 0, vocab - 1e-9);
+}
+
+static double loss_of(nt_ctx *ctx, nt_gpt *g, const nt_tensor *x, const nt_tensor *y) {
+  float l = NAN;
+  if (nt_gpt_eval_loss(ctx, g, x, y)) return NAN;
+  memcpy(&l, nt_gpt_loss(g)->data, sizeof l);
+  return l;
+}
+
+static void test_gradcheck(nt_ctx *ctx) {
+  nt_gpt_config c = tiny();
+  enum { B = 3, T = 7 };
+  nt_gpt *g = NULL;
+  if (!CHECK_OK(ctx, nt_gpt_create(ctx, &c, NT_F32, B, T, &g))) return;
+  nt_params *p = nt_gpt_params(g);
+  CHECK_OK(ctx, nt_params_init(ctx, p, 42));
+  nt_test_rng r = {7};
+  int32_t xs[B * T], ys[B * T];
+  fill_tokens(&r, xs, B * T, c.vocab_size);
+  fill_tokens(&r, ys, B * T, c.vocab_size);
+  int64_t sh[2] = {B, T};
+  nt_tensor x = nt_tensor_view(xs, NT_I32, nt_cpu(), 2, sh);
+  nt_tensor y = nt_tensor_view(ys, NT_I32, nt_cpu(), 2, sh);
+  CHECK_OK(ctx, nt_params_zero_grad(ctx, p));
+  CHECK_OK(ctx, nt_gpt_train_step(ctx, g, &x, &y, NULL));
+  float l0;
+  memcpy(&l0, nt_gpt_loss(g)->data, sizeof l0);
+  CHECK(fabs(l0 - log(11.0)) < 0.2, "initial loss %g should be near ln(11) = %g", l0, log(11.0));
+  double worst = 0;
+  int checked = 0;
+  for (int u = 0; u < p->n_units; u++) {
+    for (int i = 0; i < p->units[u].n_params; i++) {
+      nt_tensor w = nt_params_view(p, u, i, NT_VIEW_MASTER);
+      nt_tensor gr = nt_params_view(p, u, i, NT_VIEW_GRAD);
+      int64_t n = nt_tensor_numel(&w);
+      float *wd = w.data, *gd = gr.data;
+      float *dir = malloc((size_t)n * sizeof *dir), *save = malloc((size_t)n * sizeof *save);
+      double expect = 0;
+      for (int64_t k = 0; k < n; k++) {
+        dir[k] = nt_test_uniform(&r, 0, 1) < 0.5 ? -1.0f : 1.0f;
+        expect += (double)gd[k] * dir[k];
+      }
+      memcpy(save, wd, (size_t)n * sizeof *save);
+      const double eps = 1e-3;
+      for (int64_t k = 0; k < n; k++) wd[k] = (float)(save[k] + eps * dir[k]);
+      double lp = loss_of(ctx, g, &x, &y);
+      for (int64_t k = 0; k < n; k++) wd[k] = (float)(save[k] - eps * dir[k]);
+      double lm = loss_of(ctx, g, &x, &y);
+      memcpy(wd, save, (size_t)n * sizeof *save);
+      double fd = (lp - lm) / (2 * eps);
+      /* fp32 losses quantise the difference quotient to ~1e-4: a floor of 1e-2 below */
+      double err = fabs(fd - expect) / fmax(fabs(expect), 1e-2);
+      if (err > worst) worst = err;
+      CHECK(err < 3e-2, "%s: analytic %.6g vs finite difference %.6g (rel %.3g)",
+            p->units[u].params[i].name, expect, fd, err);
+      checked++;
+      free(dir);
+      free(save);
+    }
+  }
+  printf("  gradcheck: %d parameter tensors, worst relative error %.3g\n", checked, worst);
+  CHECK(checked == 2 + 12 * 2 + 2, "checked %d tensors", checked);
+  /* gradients accumulate: a second step without zeroing doubles them */
+  nt_tensor g0 = p->units[1].grad;
+  int64_t n = nt_tensor_numel(&g0);
+  float *before = malloc((size_t)n * sizeof *before);
+  memcpy(before, g0.data, (size_t)n * sizeof *before);
+  CHECK_OK(ctx, nt_gpt_train_step(ctx, g, &x, &y, NULL));
+  double e = 0, ref = 0;
+  for (int64_t k = 0; k < n; k++) {
+    double d = ((float *)g0.data)[k] - 2.0 * before[k];
+    e += d * d;
+    ref += 4.0 * before[k] * before[k];
+  }
+  CHECK(sqrt(e / ref) < 1e-5, "second backward adds: rel err %g", sqrt(e / ref));
+  /* a loss scale multiplies the gradients */
+  float scale = 8.0f;
+  CHECK_OK(ctx, nt_params_zero_grad(ctx, p));
+  CHECK_OK(ctx, nt_gpt_train_step(ctx, g, &x, &y, &scale));
+  e = ref = 0;
+  for (int64_t k = 0; k < n; k++) {
+    double d = ((float *)g0.data)[k] - 8.0 * before[k];
+    e += d * d;
+    ref += 64.0 * before[k] * before[k];
+  }
+  CHECK(sqrt(e / ref) < 1e-5, "loss scale 8 scales the grads: rel err %g", sqrt(e / ref));
+  free(before);
+  nt_gpt_free(ctx, g);
+}
+
+static void test_init_and_layout(nt_ctx *ctx) {
+  nt_gpt_config c = {4, 4, 64, 32, 65, 0.0f};
+  nt_gpt *g = NULL;
+  if (!CHECK_OK(ctx, nt_gpt_create(ctx, &c, NT_F32, 2, 32, &g))) return;
+  nt_params *p = nt_gpt_params(g);
+  CHECK_OK(ctx, nt_params_init(ctx, p, 1));
+  int64_t C = 64, L = 4, V = 65, T = 32;
+  int64_t expect = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C;
+  CHECK(p->n_real == expect, "parameter count %lld, expected %lld", (long long)p->n_real,
+        (long long)expect);
+  CHECK(nt_gpt_num_params(g, true) == expect - T * C, "non-embedding count");
+  CHECK(p->n_units == L + 2, "units: embeddings, %lld blocks, ln_f", (long long)L);
+  int u, i;
+  CHECK(nt_params_find(p, "transformer.h.3.attn.c_proj.weight", &u, &i), "find c_proj");
+  nt_tensor w = nt_params_view(p, u, i, NT_VIEW_MASTER);
+  double s = 0, s2 = 0;
+  int64_t n = nt_tensor_numel(&w);
+  for (int64_t k = 0; k < n; k++) {
+    s += ((float *)w.data)[k];
+    s2 += (double)((float *)w.data)[k] * ((float *)w.data)[k];
+  }
+  double std = sqrt(s2 / n - (s / n) * (s / n)), want = 0.02 / sqrt(2.0 * L);
+  CHECK(fabs(std - want) < 0.1 * want, "c_proj std %g, expected %g", std, want);
+  CHECK(p->units[u].params[i].decay, "2-D weights decay");
+  CHECK(nt_params_find(p, "transformer.h.0.mlp.c_fc.weight", &u, &i), "find c_fc");
+  w = nt_params_view(p, u, i, NT_VIEW_MASTER);
+  s = s2 = 0;
+  n = nt_tensor_numel(&w);
+  for (int64_t k = 0; k < n; k++) s2 += (double)((float *)w.data)[k] * ((float *)w.data)[k];
+  CHECK(fabs(sqrt(s2 / n) - 0.02) < 0.002, "c_fc std %g, expected 0.02", sqrt(s2 / n));
+  CHECK(nt_params_find(p, "transformer.h.1.ln_2.weight", &u, &i), "find ln_2");
+  w = nt_params_view(p, u, i, NT_VIEW_MASTER);
+  CHECK(((float *)w.data)[0] == 1.0f && ((float *)w.data)[63] == 1.0f, "LN weight 1");
+  CHECK(!p->units[u].params[i].decay, "LN weights do not decay");
+  CHECK(p->units[u].params[i].offset >= p->units[u].n_decay, "no-decay after decay range");
+  CHECK(nt_params_find(p, "transformer.h.1.attn.c_attn.bias", &u, &i), "find bias");
+  w = nt_params_view(p, u, i, NT_VIEW_MASTER);
+  CHECK(((float *)w.data)[0] == 0.0f && ((float *)w.data)[191] == 0.0f, "biases 0");
+  for (int k = 0; k < p->n_units; k++)
+    for (int j = 0; j < p->units[k].n_params; j++)
+      CHECK(p->units[k].params[j].offset % NT_PARAM_ALIGN == 0, "offset aligned");
+  /* the same seed gives the same weights; another seed others */
+  nt_gpt *g2 = NULL;
+  CHECK_OK(ctx, nt_gpt_create(ctx, &c, NT_F32, 2, 32, &g2));
+  CHECK_OK(ctx, nt_params_init(ctx, nt_gpt_params(g2), 1));
+  nt_tensor a = p->units[2].master, b = nt_gpt_params(g2)->units[2].master;
+  CHECK(!memcmp(a.data, b.data, nt_tensor_nbytes(&a)), "init is deterministic");
+  CHECK_OK(ctx, nt_params_init(ctx, nt_gpt_params(g2), 2));
+  CHECK(memcmp(a.data, b.data, nt_tensor_nbytes(&a)), "another seed differs");
+  /* the estimate without allocation agrees with the real model */
+  nt_model_sizes sz;
+  CHECK_OK(ctx, nt_gpt_estimate(ctx, &c, NT_F32, 2, 32, &sz));
+  CHECK(sz.n_params == p->n_real && sz.activation_bytes == nt_gpt_activation_bytes(g),
+        "estimate %lld params %zu bytes", (long long)sz.n_params, sz.activation_bytes);
+  nt_gpt_free(ctx, g2);
+  nt_gpt_free(ctx, g);
+}
+
+static void test_dropout_and_sizes(nt_ctx *ctx) {
+  nt_gpt_config c = tiny();
+  c.dropout = 0.3f;
+  enum { B = 2, T = 8 };
+  nt_gpt *g = NULL;
+  if (!CHECK_OK(ctx, nt_gpt_create(ctx, &c, NT_F32, B, T, &g))) return;
+  nt_params *p = nt_gpt_params(g);
+  CHECK_OK(ctx, nt_params_init(ctx, p, 3));
+  nt_test_rng r = {11};
+  int32_t xs[B * T], ys[B * T];
+  fill_tokens(&r, xs, B * T, c.vocab_size);
+  fill_tokens(&r, ys, B * T, c.vocab_size);
+  int64_t sh[2] = {B, T};
+  nt_tensor x = nt_tensor_view(xs, NT_I32, nt_cpu(), 2, sh);
+  nt_tensor y = nt_tensor_view(ys, NT_I32, nt_cpu(), 2, sh);
+  nt_ctx_manual_seed(ctx, 5);
+  nt_ctx_set_rng_offset(ctx, 0);
+  float l1, l2, l3, le1, le2;
+  CHECK_OK(ctx, nt_gpt_train_step(ctx, g, &x, &y, NULL));
+  memcpy(&l1, nt_gpt_loss(g)->data, 4);
+  CHECK_OK(ctx, nt_gpt_train_step(ctx, g, &x, &y, NULL));
+  memcpy(&l2, nt_gpt_loss(g)->data, 4);
+  nt_ctx_set_rng_offset(ctx, 0);
+  CHECK_OK(ctx, nt_gpt_train_step(ctx, g, &x, &y, NULL));
+  memcpy(&l3, nt_gpt_loss(g)->data, 4);
+  CHECK(l1 != l2, "dropout draws new masks each step (%g vs %g)", l1, l2);
+  CHECK(l1 == l3, "the same RNG offset gives the same loss (%g vs %g)", l1, l3);
+  CHECK(nt_ctx_rng_offset(ctx) > 0, "training consumes random numbers");
+  uint64_t off = nt_ctx_rng_offset(ctx);
+  le1 = (float)loss_of(ctx, g, &x, &y);
+  le2 = (float)loss_of(ctx, g, &x, &y);
+  CHECK(le1 == le2 && nt_ctx_rng_offset(ctx) == off, "evaluation is deterministic, no RNG");
+  /* a smaller batch / shorter sequence: the first row's logits are causal, so a prefix of
+   * row 0 gives the same logits as the full row's first positions */
+  nt_tensor logits;
+  CHECK_OK(ctx, nt_gpt_logits(ctx, g, &x, &logits));
+  float full[5 * 11];
+  memcpy(full, logits.data, sizeof full);
+  int64_t sh2[2] = {1, 5};
+  nt_tensor x2 = nt_tensor_view(xs, NT_I32, nt_cpu(), 2, sh2);
+  CHECK_OK(ctx, nt_gpt_logits(ctx, g, &x2, &logits));
+  CHECK(logits.shape[0] == 5 && logits.shape[1] == 11, "logits [5, 11]");
+  CHECK(nt_test_rel_err(logits.data, full, 5 * 11) < 1e-6, "prefix logits match (%g)",
+        nt_test_rel_err(logits.data, full, 5 * 11));
+  /* errors */
+  int64_t big[2] = {B, T + 1};
+  int32_t xb[B * (T + 1)];
+  memset(xb, 0, sizeof xb);
+  nt_tensor xl = nt_tensor_view(xb, NT_I32, nt_cpu(), 2, big);
+  CHECK_ERR(ctx, NT_ERR_SHAPE, nt_gpt_logits(ctx, g, &xl, &logits));
+  xs[3] = 11;
+  CHECK_ERR(ctx, NT_ERR_INVALID_ARG, nt_gpt_logits(ctx, g, &x, &logits));
+  nt_gpt_free(ctx, g);
+  nt_gpt_config bad = tiny();
+  bad.n_head = 3;
+  CHECK_ERR(ctx, NT_ERR_INVALID_ARG, nt_gpt_create(ctx, &bad, NT_F32, 1, 4, &g));
+  bad = tiny();
+  bad.dropout = 1.0f;
+  CHECK_ERR(ctx, NT_ERR_INVALID_ARG, nt_gpt_create(ctx, &bad, NT_F32, 1, 4, &g));
+  bad = tiny();
+  CHECK_ERR(ctx, NT_ERR_INVALID_ARG, nt_gpt_create(ctx, &bad, NT_F32, 1, 9, &g));
+}
+
+static void test_bf16_close_to_fp32(nt_ctx *ctx) {
+  nt_gpt_config c = {2, 2, 32, 16, 13, 0.0f};
+  enum { B = 2, T = 16 };
+  nt_gpt *a = NULL, *b = NULL;
+  if (!CHECK_OK(ctx, nt_gpt_create(ctx, &c, NT_F32, B, T, &a))) return;
+  if (!CHECK_OK(ctx, nt_gpt_create(ctx, &c, NT_BF16, B, T, &b))) return;
+  CHECK_OK(ctx, nt_params_init(ctx, nt_gpt_params(a), 9));
+  CHECK_OK(ctx, nt_params_init(ctx, nt_gpt_params(b), 9));
+  nt_test_rng r = {3};
+  int32_t xs[B * T], ys[B * T];
+  fill_tokens(&r, xs, B * T, c.vocab_size);
+  fill_tokens(&r, ys, B * T, c.vocab_size);
+  int64_t sh[2] = {B, T};
+  nt_tensor x = nt_tensor_view(xs, NT_I32, nt_cpu(), 2, sh);
+  nt_tensor y = nt_tensor_view(ys, NT_I32, nt_cpu(), 2, sh);
+  double la = loss_of(ctx, a, &x, &y), lb = loss_of(ctx, b, &x, &y);
+  CHECK(fabs(la - lb) < 1e-2 * fabs(la), "bf16 loss %g vs fp32 %g", lb, la);
+  CHECK_OK(ctx, nt_params_zero_grad(ctx, nt_gpt_params(a)));
+  CHECK_OK(ctx, nt_params_zero_grad(ctx, nt_gpt_params(b)));
+  CHECK_OK(ctx, nt_gpt_train_step(ctx, a, &x, &y, NULL));
+  CHECK_OK(ctx, nt_gpt_train_step(ctx, b, &x, &y, NULL));
+  for (int u = 0; u < nt_gpt_params(a)->n_units; u++) {
+    nt_tensor ga = nt_gpt_params(a)->units[u].grad, gb = nt_gpt_params(b)->units[u].grad;
+    double e = nt_test_rel_err(gb.data, ga.data, nt_tensor_numel(&ga));
+    CHECK(e < 5e-2, "unit %d: bf16 gradients within 5%% of fp32 (%g)", u, e);
+  }
+  nt_gpt_free(ctx, a);
+  nt_gpt_free(ctx, b);
+}
+
+int main(void) {
+  nt_ctx *ctx;
+  if (nt_ctx_create(&ctx, nt_cpu())) return 1;
+  test_gradcheck(ctx);
+  test_init_and_layout(ctx);
+  test_dropout_and_sizes(ctx);
+  test_bf16_close_to_fp32(ctx);
+  nt_ctx_free(ctx);
+  return nt_test_finish();
+}
