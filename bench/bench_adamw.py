@@ -81,7 +81,11 @@ def time_case(shapes, flat, clip, bf16_copy, repeats, steps):
             torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         if copies is not None:
-            torch._foreach_copy_(copies, params)
+            if hasattr(torch, "_foreach_copy_"):
+                torch._foreach_copy_(copies, params)
+            else:
+                for c, p in zip(copies, params):
+                    c.copy_(p)
 
     ms = median_ms(step, repeats, steps)
     del params, opt, copies
