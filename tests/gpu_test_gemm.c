@@ -257,14 +257,14 @@ static void test_epilogues(ctxs *c) {
           if (aligned) { g.M = 64; g.N = 96; g.K = 80; }
           g.epi = (nt_gemm_epilogue)e;
           bool biasable = e == NT_EPI_BIAS || e == NT_EPI_GELU_AUX || e == NT_EPI_RELU;
-          if (variant && !biasable) continue;
-          g.bias = e == NT_EPI_BIAS || variant;
+          if (variant && !biasable && e != NT_EPI_BGRADA) continue;
+          g.bias = e == NT_EPI_BIAS || (variant && biasable);
           if (e == NT_EPI_BIAS && variant) g.bias_dt = g.out;
           if (e == NT_EPI_BGRADA) { g.ta = true; g.beta = variant ? 0.0f : 1.0f; }
           if (e == NT_EPI_DGELU) g.tb = true;
-          snprintf(name, sizeof name, "%s %s epi %d bias %s", kinds[i].name,
+          snprintf(name, sizeof name, "%s %s epi %d bias %s beta %g", kinds[i].name,
                    aligned ? "64x96x80" : "37x53x29", e,
-                   g.bias ? nt_dtype_name(g.bias_dt) : "none");
+                   g.bias ? nt_dtype_name(g.bias_dt) : "none", (double)g.beta);
           run_case(c, &g, name);
         }
   }
