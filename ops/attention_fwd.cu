@@ -1,8 +1,8 @@
-/* Tensor-core causal attention forward (FlashAttention-2): a block owns 64 query rows (four
- * warps of 16) and walks the key/value tiles of 64 rows up to the diagonal, double-buffered
+/* Tensor-core causal attention forward (FlashAttention-2): a block owns 128 query rows (four
+ * warps of 2 x 16) and walks the key/value tiles of 64 rows up to the diagonal, double-buffered
  * with cp.async. S = Q K^T and O += P V run on mma.sync m16n8k16 with fp32 accumulation; the
  * softmax keeps a running max and sum per row in fp32 (base-2 exponentials with log2(e)
- * folded into the scale). */
+ * folded into the scale). Rows and keys past T are zero-filled on load and masked. */
 #include "ops/attention_cuda.cuh"
 #include "ops/attention_mma.cuh"
 #include "core/cuda_util.h"
@@ -11,7 +11,10 @@ namespace {
 
 using namespace nt_attn;
 
-constexpr int kBr = 64, kBc = 64, kWarps = 4, kThreads = 32 * kWarps;
+constexpr int kBc = 64, kWarps = 4, kThreads = 32 * kWarps;
+/* Each warp owns kM blocks of 16 query rows, so every K/V fragment read from shared memory
+ * feeds kM tensor-core products: a block covers kBr = 64 * kM rows. */
+constexpr int kM = 2, kBr = 16 * kWarps * kM;
 constexpr float kLog2e = 1.4426950408889634f;
 
 template <int D> constexpr int smem_bytes() { return (kBr + 4 * kBc) * (D + kLdPad) * 2; }
@@ -26,30 +29,37 @@ __global__ void __launch_bounds__(kThreads)
   T *ks = qs + kBr * kLd;   /* two buffers of K then two of V */
   T *vs = ks + 2 * kBc * kLd;
 
-  const int n_qt = (T_ + kBr - 1) / kBr;
+  const int n_qt = (T_ + kBr - 1) / kBr, n_kt = (T_ + kBc - 1) / kBc;
   /* Heaviest tiles (most keys) first so the tail of the grid is short. */
   const int qt = n_qt - 1 - (int)(blockIdx.x / BH);
   const long bh = blockIdx.x % BH;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const long head = bh * (long)T_ * D;
   const int q0 = qt * kBr;
+  const int kt_end = min(n_kt - 1, (q0 + kBr - 1) / kBc);   /* last key tile any row sees */
   const float sl2 = scale * kLog2e;
+  const int wrow0 = warp * 16 * kM;   /* the warp's first row within the block */
 
   load_tile<T, kBr, D, kThreads>(qs, q + head, q0, T_, tid);
   load_tile<T, kBc, D, kThreads>(ks, k + head, 0, T_, tid);
   load_tile<T, kBc, D, kThreads>(vs, v + head, 0, T_, tid);
   cp_async_commit();
 
-  uint32_t qf[kKs][4];
-  float o[kDt][4];
+  uint32_t qf[kM][kKs][4];
+  float o[kM][kDt][4], m_r[kM][2], l_r[kM][2];
 #pragma unroll
-  for (int i = 0; i < kDt; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-  float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.f, 0.f};
-  const int row_a = q0 + warp * 16 + (lane >> 2);   /* this thread's rows: row_a, row_a + 8 */
+  for (int mi = 0; mi < kM; mi++) {
+    m_r[mi][0] = m_r[mi][1] = -INFINITY;
+    l_r[mi][0] = l_r[mi][1] = 0.f;
+#pragma unroll
+    for (int i = 0; i < kDt; i++) o[mi][i][0] = o[mi][i][1] = o[mi][i][2] = o[mi][i][3] = 0.f;
+  }
+  /* This thread's rows in m-block mi: row_a + mi * 16 and row_a + mi * 16 + 8. */
+  const int row_a = q0 + wrow0 + (lane >> 2);
 
-  for (int kt = 0; kt <= qt; kt++) {
+  for (int kt = 0; kt <= kt_end; kt++) {
     const int buf = kt & 1;
-    if (kt < qt) {
+    if (kt < kt_end) {
       load_tile<T, kBc, D, kThreads>(ks + (buf ^ 1) * kBc * kLd, k + head, (kt + 1) * kBc, T_,
                                      tid);
       load_tile<T, kBc, D, kThreads>(vs + (buf ^ 1) * kBc * kLd, v + head, (kt + 1) * kBc, T_,
@@ -62,98 +72,127 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     if (kt == 0) {
 #pragma unroll
-      for (int kk = 0; kk < kKs; kk++) ldsm_x4(qf[kk], a_frag_addr(qs, kLd, warp * 16, kk * 16, lane));
+      for (int mi = 0; mi < kM; mi++)
+#pragma unroll
+        for (int kk = 0; kk < kKs; kk++)
+          ldsm_x4(qf[mi][kk], a_frag_addr(qs, kLd, wrow0 + mi * 16, kk * 16, lane));
     }
     const T *kb = ks + buf * kBc * kLd, *vb = vs + buf * kBc * kLd;
-
-    float s[kSt][4];
+    /* An m-block whose last row precedes this tile's first key sees nothing here: skipped
+     * (warp-uniform). Tile 0 is never skipped, so every row's running max is finite after it. */
+    bool active[kM];
 #pragma unroll
-    for (int i = 0; i < kSt; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+    for (int mi = 0; mi < kM; mi++) active[mi] = q0 + wrow0 + mi * 16 + 15 >= kt * kBc;
+    const bool needs_mask = kt * kBc + kBc - 1 > q0;   /* some key may follow some row */
+
+    float s[kM][kSt][4];
+#pragma unroll
+    for (int mi = 0; mi < kM; mi++)
+#pragma unroll
+      for (int i = 0; i < kSt; i++) s[mi][i][0] = s[mi][i][1] = s[mi][i][2] = s[mi][i][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < kKs; kk++) {
 #pragma unroll
       for (int np = 0; np < kSt / 2; np++) {
         uint32_t b[4];
         ldsm_x4(b, bt_frag_addr(kb, kLd, np * 16, kk * 16, lane));
-        mma_op<T>::run(s[2 * np], qf[kk], b[0], b[1]);
-        mma_op<T>::run(s[2 * np + 1], qf[kk], b[2], b[3]);
-      }
-    }
-    if (kt == qt) {   /* the diagonal tile: keys after the query (and past T) are masked */
 #pragma unroll
-      for (int nt = 0; nt < kSt; nt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const int key = kt * kBc + nt * 8 + 2 * (lane & 3) + (e & 1);
-          const int row = row_a + (e >> 1) * 8;
-          if (key > row) s[nt][e] = -INFINITY;
+        for (int mi = 0; mi < kM; mi++) {
+          if (!active[mi]) continue;
+          mma_op<T>::run(s[mi][2 * np], qf[mi][kk], b[0], b[1]);
+          mma_op<T>::run(s[mi][2 * np + 1], qf[mi][kk], b[2], b[3]);
         }
-    }
-    /* Online softmax over this tile, per row (two rows per thread; a row's 64 values are
-     * spread over the 4 lanes of a quad). */
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-      float mx = m_r[h];
-#pragma unroll
-      for (int nt = 0; nt < kSt; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * h], s[nt][2 * h + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float corr = fast_exp2((m_r[h] - mx) * sl2), off = mx * sl2;
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < kSt; nt++) {
-        s[nt][2 * h] = fast_exp2(fmaf(s[nt][2 * h], sl2, -off));
-        s[nt][2 * h + 1] = fast_exp2(fmaf(s[nt][2 * h + 1], sl2, -off));
-        sum += s[nt][2 * h] + s[nt][2 * h + 1];
       }
-      l_r[h] = l_r[h] * corr + sum;
-      m_r[h] = mx;
+    }
 #pragma unroll
-      for (int dt = 0; dt < kDt; dt++) {
-        o[dt][2 * h] *= corr;
-        o[dt][2 * h + 1] *= corr;
+    for (int mi = 0; mi < kM; mi++) {
+      if (!active[mi]) continue;
+      if (needs_mask) {   /* keys after the query (and past T) are masked */
+#pragma unroll
+        for (int nt = 0; nt < kSt; nt++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) {
+            const int key = kt * kBc + nt * 8 + 2 * (lane & 3) + (e & 1);
+            const int row = row_a + mi * 16 + (e >> 1) * 8;
+            if (key > row) s[mi][nt][e] = -INFINITY;
+          }
+      }
+      /* Online softmax over this tile, per row (two rows per thread per m-block; a row's 64
+       * values are spread over the 4 lanes of a quad). */
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        float mx = m_r[mi][h];
+#pragma unroll
+        for (int nt = 0; nt < kSt; nt++)
+          mx = fmaxf(mx, fmaxf(s[mi][nt][2 * h], s[mi][nt][2 * h + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float corr = fast_exp2((m_r[mi][h] - mx) * sl2), off = mx * sl2;
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < kSt; nt++) {
+          s[mi][nt][2 * h] = fast_exp2(fmaf(s[mi][nt][2 * h], sl2, -off));
+          s[mi][nt][2 * h + 1] = fast_exp2(fmaf(s[mi][nt][2 * h + 1], sl2, -off));
+          sum += s[mi][nt][2 * h] + s[mi][nt][2 * h + 1];
+        }
+        l_r[mi][h] = l_r[mi][h] * corr + sum;
+        m_r[mi][h] = mx;
+#pragma unroll
+        for (int dt = 0; dt < kDt; dt++) {
+          o[mi][dt][2 * h] *= corr;
+          o[mi][dt][2 * h + 1] *= corr;
+        }
       }
     }
     /* O += P V: the accumulator layout of S is the A-fragment layout of P. */
 #pragma unroll
     for (int kk = 0; kk < kBc / 16; kk++) {
-      uint32_t a[4];
-      a[0] = mma_op<T>::pack(s[2 * kk][0], s[2 * kk][1]);
-      a[1] = mma_op<T>::pack(s[2 * kk][2], s[2 * kk][3]);
-      a[2] = mma_op<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      a[3] = mma_op<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      uint32_t a[kM][4];
+#pragma unroll
+      for (int mi = 0; mi < kM; mi++) {
+        a[mi][0] = mma_op<T>::pack(s[mi][2 * kk][0], s[mi][2 * kk][1]);
+        a[mi][1] = mma_op<T>::pack(s[mi][2 * kk][2], s[mi][2 * kk][3]);
+        a[mi][2] = mma_op<T>::pack(s[mi][2 * kk + 1][0], s[mi][2 * kk + 1][1]);
+        a[mi][3] = mma_op<T>::pack(s[mi][2 * kk + 1][2], s[mi][2 * kk + 1][3]);
+      }
 #pragma unroll
       for (int dp = 0; dp < kDt / 2; dp++) {
         uint32_t b[4];
         ldsm_x4_t(b, b_frag_addr_t(vb, kLd, kk * 16, dp * 16, lane));
-        mma_op<T>::run(o[2 * dp], a, b[0], b[1]);
-        mma_op<T>::run(o[2 * dp + 1], a, b[2], b[3]);
+#pragma unroll
+        for (int mi = 0; mi < kM; mi++) {
+          if (!active[mi]) continue;
+          mma_op<T>::run(o[mi][2 * dp], a[mi], b[0], b[1]);
+          mma_op<T>::run(o[mi][2 * dp + 1], a[mi], b[2], b[3]);
+        }
       }
     }
     __syncthreads();   /* the next iteration's prefetch overwrites this buffer */
   }
 
-  /* Normalise, stage the warp's 16 rows in the (now free) Q tile, write 16-byte pieces. */
+  /* Normalise, stage the warp's rows in the (now free) Q tile, write 16-byte pieces. */
 #pragma unroll
-  for (int h = 0; h < 2; h++) {
-    float l = l_r[h];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const float inv = 1.f / l;
-    const int r = warp * 16 + (lane >> 2) + h * 8;
+  for (int mi = 0; mi < kM; mi++)
 #pragma unroll
-    for (int dt = 0; dt < kDt; dt++) {
-      const uint32_t pk = mma_op<T>::pack(o[dt][2 * h] * inv, o[dt][2 * h + 1] * inv);
-      *reinterpret_cast<uint32_t *>(qs + r * kLd + dt * 8 + 2 * (lane & 3)) = pk;
+    for (int h = 0; h < 2; h++) {
+      float l = l_r[mi][h];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float inv = 1.f / l;
+      const int r = wrow0 + mi * 16 + (lane >> 2) + h * 8;
+#pragma unroll
+      for (int dt = 0; dt < kDt; dt++) {
+        const uint32_t pk = mma_op<T>::pack(o[mi][dt][2 * h] * inv, o[mi][dt][2 * h + 1] * inv);
+        *reinterpret_cast<uint32_t *>(qs + r * kLd + dt * 8 + 2 * (lane & 3)) = pk;
+      }
+      const int row = q0 + r;
+      if ((lane & 3) == 0 && row < T_) lse[bh * T_ + row] = m_r[mi][h] * scale + logf(l);
     }
-    const int row = row_a + h * 8;
-    if ((lane & 3) == 0 && row < T_) lse[bh * T_ + row] = m_r[h] * scale + logf(l);
-  }
   __syncwarp();
   constexpr int kChunks = D / 8;
 #pragma unroll
-  for (int c = lane; c < 16 * kChunks; c += 32) {
-    const int r = warp * 16 + c / kChunks, col = (c % kChunks) * 8;
+  for (int c = lane; c < 16 * kM * kChunks; c += 32) {
+    const int r = wrow0 + c / kChunks, col = (c % kChunks) * 8;
     if (q0 + r < T_)
       *reinterpret_cast<uint4 *>(out + head + (long)(q0 + r) * D + col) =
           *reinterpret_cast<const uint4 *>(qs + r * kLd + col);
