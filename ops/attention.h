@@ -1,7 +1,15 @@
 /* Causal multi-head self-attention, FlashAttention style on the GPU (no T x T matrix in
  * memory): q, k, v, out [B, H, T, D] (F32, F16, BF16; D <= 128), scale = 1/sqrt(D).
- * lse [B, H, T] F32 keeps each row's log-sum-exp for backward. Backward accumulates into
- * dq, dk, dv. Softmax and its statistics in fp32. */
+ * lse [B, H, T] F32 keeps each row's natural log-sum-exp of the scaled scores for backward.
+ * All operands contiguous, one dtype, on the context's device; any T >= 1.
+ * Backward accumulates (+=) into dq, dk, dv. Softmax and its statistics in fp32.
+ *
+ * CPU: plain loops, fp64 sums. CUDA: F16/BF16 with D 32 or 64 (16-byte aligned data) run
+ * tensor-core FlashAttention-2 kernels (mma.sync m16n8k16, fp32 accumulation; backward
+ * recomputes P from lse and adds dQ with fp32 atomics into pool scratch of B*H*T*D floats);
+ * everything else, or any call while the environment has NT_ATTN_SIMPLE=1, runs simple
+ * fp32 kernels (one warp per row, online softmax) — the fallback that isolates a fast-path
+ * problem. Backward also takes B*H*T floats of scratch for rowsum(dO * O). */
 #ifndef NT_OPS_ATTENTION_H
 #define NT_OPS_ATTENTION_H
 #include "core/nt.h"
