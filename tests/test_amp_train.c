@@ -10,9 +10,12 @@
  *    and the compute copy bitwise unchanged, t unchanged, the scale halved, one skip counted;
  *  - saving the optimizer and scaler state at step 30 and resuming in a fresh model gives the
  *    same losses and master weights bit for bit.
+ * Also: the precision policies (names, dtype table, FP8's Hopper check and bf16 fallback) and
+ * FP8 delayed scaling against a plain reference (amax history roll, margin, 0/inf/NaN amax).
  * Compiled twice: the CPU test and, with NT_TEST_GPU, gpu_test_amp_train.c. */
 #include "testutil.h"
 #include "amp/policy.h"
+#include "amp/fp8.h"
 #include "amp/scaler.h"
 #include "optim/adamw.h"
 #include "optim/schedule.h"
@@ -287,6 +290,121 @@ static void test_resume(nt_ctx *ctx) {
   remove(path);
 }
 
+static void test_policy(nt_ctx *ctx) {
+  nt_precision p;
+  CHECK(nt_precision_parse(ctx, "bf16", &p) == NT_OK && p == NT_PREC_BF16, "parse bf16");
+  CHECK(nt_precision_parse(ctx, "float16", &p) == NT_OK && p == NT_PREC_FP16, "parse float16");
+  CHECK(nt_precision_parse(ctx, "fp8", &p) == NT_OK && p == NT_PREC_FP8, "parse fp8");
+  CHECK_ERR(ctx, NT_ERR_INVALID_ARG, nt_precision_parse(ctx, "int8", &p));
+  for (int i = 0; i < NT_PREC_COUNT; i++)
+    CHECK(nt_precision_parse(ctx, nt_precision_name((nt_precision)i), &p) == NT_OK && (int)p == i,
+          "name round trip %d", i);
+  nt_policy pol;
+  const struct { nt_precision p; nt_dtype dt; bool scaler, tf32; } table[] = {
+      {NT_PREC_FP32, NT_F32, false, false}, {NT_PREC_TF32, NT_F32, false, true},
+      {NT_PREC_BF16, NT_BF16, false, false}, {NT_PREC_FP16, NT_F16, true, false}};
+  for (int i = 0; i < 4; i++) {
+    CHECK_OK(ctx, nt_policy_make_for(ctx, table[i].p, 90, &pol));
+    CHECK(pol.compute_dtype == table[i].dt && pol.needs_scaler == table[i].scaler &&
+              pol.allow_tf32 == table[i].tf32 && !pol.fp8 && pol.precision == table[i].p,
+          "policy table %s", nt_precision_name(table[i].p));
+  }
+  CHECK_OK(ctx, nt_policy_make_for(ctx, NT_PREC_FP8, 90, &pol));
+  CHECK(pol.fp8 && pol.precision == NT_PREC_FP8 && pol.fp8_forward == NT_FP8_E4M3 &&
+            pol.fp8_backward == NT_FP8_E5M2 && pol.compute_dtype == NT_BF16 && !pol.needs_scaler,
+        "fp8 on Hopper");
+  CHECK_OK(ctx, nt_policy_make_for(ctx, NT_PREC_FP8, 80, &pol));
+  CHECK(!pol.fp8 && pol.precision == NT_PREC_BF16 && pol.requested == NT_PREC_FP8 &&
+            pol.compute_dtype == NT_BF16, "fp8 on an A100 falls back to bf16");
+  int cc = -1;
+  CHECK_OK(ctx, nt_policy_compute_capability(ctx, &cc));
+  CHECK_OK(ctx, nt_policy_make(ctx, NT_PREC_FP8, &pol));
+  CHECK(pol.fp8 == (cc >= 90), "fp8 on this device (cc %d): %d", cc, (int)pol.fp8);
+  CHECK_OK(ctx, nt_policy_make(ctx, NT_PREC_TF32, &pol));
+  nt_policy_apply(ctx, &pol);
+  CHECK(nt_ctx_allow_tf32(ctx), "tf32 policy sets the context flag");
+  CHECK_OK(ctx, nt_policy_make(ctx, NT_PREC_FP32, &pol));
+  nt_policy_apply(ctx, &pol);
+  CHECK(!nt_ctx_allow_tf32(ctx), "fp32 policy clears it");
+}
+
+/* FP8 delayed scaling: tensor 0 E4M3 (history 4, margin 0), tensor 1 E5M2 (history 4,
+ * margin 1) against a reference that keeps the history newest-first and shifts it. */
+static void test_fp8(nt_ctx *ctx) {
+  const float amaxes[] = {2, 4, 1, 0.5f, 0.25f, 0.125f, 0, 0, 0, 0, 0, 3, NAN, 1, 1, 1, 1,
+                          INFINITY, 2, 1e-45f, 0.5f};
+  const int n_steps = (int)(sizeof amaxes / sizeof amaxes[0]);
+  nt_fp8_state *s = NULL;
+  nt_dtype fmts[2] = {NT_FP8_E4M3, NT_FP8_E5M2};
+  nt_fp8_options o = nt_fp8_defaults();
+  CHECK(o.history_len == 1024 && o.margin == 0, "TE defaults");
+  CHECK(nt_fp8_max(NT_FP8_E4M3) == 448.0f && nt_fp8_max(NT_FP8_E5M2) == 57344.0f, "fp8 max");
+  o.history_len = 4;
+  CHECK_ERR(ctx, NT_ERR_DTYPE, nt_fp8_state_create(ctx, &o, (nt_dtype[]){NT_BF16}, 1, &s));
+  /* Two states so the two tensors can have different margins. */
+  nt_fp8_state *st[2] = {NULL, NULL};
+  for (int k = 0; k < 2; k++) {
+    o.margin = k;
+    if (!CHECK_OK(ctx, nt_fp8_state_create(ctx, &o, &fmts[k], 1, &st[k]))) return;
+  }
+  float ref_hist[2][4] = {{0}}, ref_scale[2] = {1, 1};
+  int64_t two = 2;
+  nt_tensor x;
+  if (!CHECK_OK(ctx, nt_tensor_alloc(ctx, &x, NT_F32, 1, &two))) goto done;
+  for (int i = 0; i < n_steps; i++) {
+    float xv[2] = {-amaxes[i], amaxes[i] * 0.5f};
+    upload(ctx, &x, xv);
+    for (int k = 0; k < 2; k++) {
+      CHECK_OK(ctx, nt_fp8_record_amax(ctx, st[k], 0, &x));
+      CHECK_OK(ctx, nt_fp8_update(ctx, st[k]));
+      /* Reference. */
+      float *h = ref_hist[k];
+      h[0] = fabsf(amaxes[i]);
+      float m = 0;
+      bool nan = false;
+      for (int j = 0; j < 4; j++) { if (isnan(h[j])) nan = true; else if (h[j] > m) m = h[j]; }
+      if (!nan && isfinite(m) && m > 0) {
+        float sc = ldexpf(nt_fp8_max(fmts[k]) / m, -k);
+        ref_scale[k] = isinf(sc) ? 3.4028235e38f : sc;
+      }
+      memmove(h + 1, h, 3 * sizeof(float));
+      h[0] = 0;
+      float scale, scale_inv, hist[4];
+      if (!CHECK_OK(ctx, nt_fp8_read(ctx, st[k], 0, &scale, &scale_inv, hist))) goto done;
+      CHECK(memcmp(&scale, &ref_scale[k], 4) == 0 && scale_inv == 1.0f / scale,
+            "fp8 tensor %d step %d (amax %g): scale %.9g, expected %.9g", k, i, (double)amaxes[i],
+            (double)scale, (double)ref_scale[k]);
+      bool same = true;
+      for (int j = 0; j < 4; j++) same = same && (memcmp(&hist[j], &h[j], 4) == 0 || (isnan(hist[j]) && isnan(h[j])));
+      CHECK(same, "fp8 tensor %d step %d: history %g %g %g %g, expected %g %g %g %g", k, i,
+            (double)hist[0], (double)hist[1], (double)hist[2], (double)hist[3], (double)h[0],
+            (double)h[1], (double)h[2], (double)h[3]);
+    }
+  }
+  /* Spot values: E4M3 after the first two steps: 448/2 then 448/4. */
+  {
+    nt_fp8_state *q = NULL;
+    o.margin = 0;
+    float sc = 0;
+    if (CHECK_OK(ctx, nt_fp8_state_create(ctx, &o, fmts, 2, &q))) {
+      nt_tensor a = nt_fp8_amax_tensor(q, 1);
+      float v = 7.0f;
+      upload(ctx, &a, &v);
+      CHECK_OK(ctx, nt_fp8_update(ctx, q));
+      CHECK_OK(ctx, nt_fp8_read(ctx, q, 1, &sc, NULL, NULL));
+      CHECK(sc == 57344.0f / 7.0f, "E5M2 scale %g", (double)sc);
+      CHECK_OK(ctx, nt_fp8_read(ctx, q, 0, &sc, NULL, NULL));
+      CHECK(sc == 1.0f, "a tensor without amax keeps scale 1 (%g)", (double)sc);
+      CHECK_ERR(ctx, NT_ERR_INVALID_ARG, nt_fp8_read(ctx, q, 2, &sc, NULL, NULL));
+      nt_fp8_state_free(ctx, q);
+    }
+  }
+done:
+  nt_tensor_free(ctx, &x);
+  nt_fp8_state_free(ctx, st[0]);
+  nt_fp8_state_free(ctx, st[1]);
+}
+
 int main(void) {
   nt_ctx *cpu = NULL;
   if (nt_ctx_create(&cpu, nt_cpu()) != NT_OK) return 1;
@@ -309,11 +427,15 @@ int main(void) {
   model_free(&m);
   test_inject(ctx);
   test_resume(ctx);
+  test_policy(ctx);
+  test_fp8(ctx);
   nt_ctx_free(ctx);
 #else
   test_curves(cpu, NULL);
   test_inject(cpu);
   test_resume(cpu);
+  test_policy(cpu);
+  test_fp8(cpu);
 #endif
   nt_ctx_free(cpu);
   return nt_test_finish();
