@@ -83,7 +83,7 @@ def main():
         driver = "?"
     red = (torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction if dtype == torch.bfloat16
            else torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction)
-    print(f"GEMM {args.dtype}, {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {props.name}, "
+    print(f"GEMM {args.dtype}, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {props.name}, "
           f"driver {driver}, torch {torch.__version__} (CUDA {torch.version.cuda}, "
           f"reduced-precision reduction {red}), median of {args.repeats} repeats")
     print()
