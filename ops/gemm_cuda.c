@@ -459,9 +459,11 @@ fail:
   return st;
 }
 
-/* Times each candidate on scratch outputs (the caller's D, aux and bias gradient are never
- * written) and keeps the fastest in pl->algo. Skipped while the stream is being captured
- * into a CUDA graph (timing needs a host sync): the heuristic's first choice stays. */
+/* Times each candidate (on the caller's D when beta is 0: the real call overwrites it; on
+ * scratch otherwise; the fused bias gradient goes to the plan's scratch) and keeps the
+ * fastest in pl->algo; *ran tells whether any candidate launched. Skipped while the stream is
+ * being captured into a CUDA graph (timing needs a host sync): the heuristic's first choice
+ * stays. */
 static nt_status autotune(nt_ctx *ctx, plan *pl, const nt_gemm_problem *p,
                           const cublasLtMatmulHeuristicResult_t *res, int n, bool *ran) {
   gemm_cache *c = ctx->gemm_cache;
@@ -474,14 +476,29 @@ static nt_status autotune(nt_ctx *ctx, plan *pl, const nt_gemm_problem *p,
   size_t extent = (size_t)((p->batch - 1) * p->d_batch + (p->M - 1) * p->d_m + p->N) * ed;
   bool aux_out = p->o->epilogue == NT_EPI_GELU_AUX && !pl->split;
   size_t aux_extent = aux_out ? (size_t)((p->M - 1) * p->x_m + p->N) * ed : 0;
-  void *dscratch = NULL, *xscratch = NULL, *aux_saved = NULL;
+  void *dscratch = NULL, *xscratch = NULL, *aux_saved = NULL, *owned = NULL;
   cudaEvent_t e0 = NULL, e1 = NULL;
-  if ((st = nt_alloc(ctx, extent, &dscratch))) goto done;
-  if ((st = NT_CUDA(ctx, cudaMemsetAsync(dscratch, 0, extent, s)))) goto done;
-  if (aux_out) {
-    if ((st = nt_alloc(ctx, aux_extent, &xscratch))) goto done;
-    aux_saved = p->o->aux->data;
-    if ((st = SET(ctx, pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, xscratch))) goto done;
+  if (p->o->beta == 0.0f && p->o->epilogue != NT_EPI_DGELU) {
+    /* D (and aux) are pure outputs that the real call overwrites: time on them directly,
+     * which spares a scratch copy of a possibly large output (the logits). DGELU reads aux,
+     * which a caller may overwrite in place (D == aux): scratch there. */
+    dscratch = p->D->data;
+  } else {
+    /* D is read: time on zeroed scratch. Out of memory only skips the tuning. */
+    if (nt_alloc(ctx, extent, &owned) != NT_OK ||
+        (aux_out && nt_alloc(ctx, aux_extent, &xscratch) != NT_OK)) {
+      nt_log(ctx, NT_LOG_DEBUG, "gemm: autotune skipped (no memory for scratch): %s",
+             nt_last_error(ctx));
+      nt_clear_error(ctx);
+      goto done;
+    }
+    dscratch = owned;
+    if ((st = NT_CUDA(ctx, cudaMemsetAsync(dscratch, 0, extent, s)))) goto done;
+    if (aux_out) {
+      aux_saved = p->o->aux->data;
+      if ((st = SET(ctx, pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, xscratch)))
+        goto done;
+    }
   }
   if ((st = NT_CUDA(ctx, cudaEventCreate(&e0))) || (st = NT_CUDA(ctx, cudaEventCreate(&e1))))
     goto done;
@@ -522,7 +539,7 @@ done:
   }
   if (e0) cudaEventDestroy(e0);
   if (e1) cudaEventDestroy(e1);
-  nt_free(ctx, dscratch);
+  nt_free(ctx, owned);
   nt_free(ctx, xscratch);
   return st;
 }
