@@ -10,6 +10,7 @@ namespace {
 constexpr size_t kSmemRowMax = 112 * 1024; /* two blocks per SM still fit */
 
 __device__ __forceinline__ void online_add(float &m, float &s, float v) {
+  if (v == -INFINITY) return;
   if (v > m) {
     s = s * __expf(m - v) + 1.0f;
     m = v;
@@ -39,23 +40,25 @@ __global__ void ce_kernel(int V, const T *logits, const int32_t *__restrict__ ta
   }
   float m = -INFINITY, s = 0.0f;
   if (VEC) {
+#pragma unroll 4
     for (int p = threadIdx.x * NT_PACK; p < V; p += blockDim.x * NT_PACK) {
       nt_raw_pack<T> raw = nt_load_raw<T>(x + p);
       if (SMEM) nt_store_raw<T>(cache + p, raw);
       float v[NT_PACK];
       nt_unpack<T>(raw, v);
+#pragma unroll
+      for (int i = 0; i < NT_PACK; i++)
+        if (p + i == t) target_logit = v[i];
       float pm = v[0];
 #pragma unroll
       for (int i = 1; i < NT_PACK; i++) pm = fmaxf(pm, v[i]);
+      if (pm == -INFINITY) continue; /* masked logits add nothing (and no inf - inf) */
       if (pm > m) {
         s *= __expf(m - pm);
         m = pm;
       }
 #pragma unroll
       for (int i = 0; i < NT_PACK; i++) s += __expf(v[i] - m);
-#pragma unroll
-      for (int i = 0; i < NT_PACK; i++)
-        if (p + i == t) target_logit = v[i];
     }
   } else {
     for (int c = threadIdx.x; c < V; c += blockDim.x) {

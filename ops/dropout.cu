@@ -8,7 +8,7 @@ namespace {
 
 /* Same arithmetic as nt_rng_u32_to_uniform (cuRAND's mapping to (0, 1], as one FMA). */
 __device__ __forceinline__ float u32_to_uniform(unsigned int x) {
-  const float inv = 2.3283064e-10f; /* 2^-32 */
+  const float inv = 0x1p-32f;
   return __fmaf_rn((float)x, inv, inv / 2.0f);
 }
 

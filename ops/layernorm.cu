@@ -22,6 +22,7 @@ __global__ void ln_forward_kernel(int64_t rows, int C, const T *__restrict__ x,
   T *yr = y + row * C;
   float s = 0.0f;
   if (VEC) {
+#pragma unroll 4
     for (int p = lane * NT_PACK; p < C; p += 32 * NT_PACK) {
       float v[NT_PACK];
       nt_load8(xr + p, v);
@@ -83,6 +84,7 @@ __global__ void ln_backward_kernel(int64_t rows, int C, const T *__restrict__ dy
     T *dxr = dx + row * C;
     float m = mean[row], r = rstd[row], sg = 0.0f, sgx = 0.0f;
     if (VEC) {
+#pragma unroll 4
       for (int p = lane * NT_PACK; p < C; p += 32 * NT_PACK) {
         float xv[NT_PACK], dv[NT_PACK], wv[NT_PACK];
         nt_load8(xr + p, xv);
