@@ -55,8 +55,8 @@ nt_gemm_opts nt_gemm_defaults(void);
  * autotuning (default on for CUDA contexts, NT_GEMM_AUTOTUNE=0 turns it off) the first call of
  * a new shape times cuBLASLt's top 8 heuristic candidates once and keeps the fastest: that
  * call waits for the GPU (a one-time cost per shape: 6 runs per candidate, ~0.1 s for the
- * GPT-2 logits GEMMs, far less for the rest); while the stream is
- * being captured into a CUDA graph the heuristic's first choice is used instead. */
+ * GPT-2 logits GEMMs, far less for the rest); while the stream is being captured into a CUDA
+ * graph the heuristic's first choice is used instead. */
 nt_status nt_gemm(nt_ctx *ctx, const nt_tensor *A, const nt_tensor *B, nt_tensor *D,
                   const nt_gemm_opts *opts);
 
