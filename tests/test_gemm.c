@@ -18,6 +18,7 @@ typedef struct {
   nt_gemm_epilogue epi;
   bool bias;
   nt_dtype bias_dt;
+  float lo, hi;                        /* input range when hi > lo */
 } gcase;
 
 /* A stored operand: tensor view over host memory, and the rounded values of op(X) as doubles
@@ -91,6 +92,7 @@ static void run_case(nt_ctx *ctx, const gcase *c, const char *name) {
   nt_test_rng r = {(uint64_t)(c->M * 131 + c->N * 7 + c->K + c->epi * 1000 + c->out * 17)};
   bool fp8 = c->in_a == NT_FP8_E4M3 || c->in_a == NT_FP8_E5M2;
   float lo = fp8 ? -4.0f : -1.0f, hi = -lo;
+  if (c->hi > c->lo) { lo = c->lo; hi = c->hi; }
   operand A = make_operand(&r, c->in_a, c->batch_a, c->M, c->K, c->ta, c->view_a, c->pad, lo, hi);
   operand B = make_operand(&r, c->in_b, c->batch_b, c->K, c->N, c->tb, c->view_b, c->pad, lo, hi);
   int64_t nb = c->batch_d ? c->batch_d : 1, MN = c->M * c->N, n = nb * MN;
@@ -288,6 +290,14 @@ static void test_low_precision(nt_ctx *ctx) {
       snprintf(name, sizeof name, "%s->%s t%d", nt_dtype_name(c.in_a), nt_dtype_name(c.out), t);
       run_case(ctx, &c, name);
     }
+  /* Products summing to ~58000, near fp16's max 65504: no overflow, correct rounding. */
+  gcase r = base(NT_F16, NT_F16);
+  r.M = 33; r.N = 41; r.K = 64;
+  r.lo = 29.0f; r.hi = 31.0f;
+  r.tb = true;
+  run_case(ctx, &r, "f16 sums near 60000");
+  r.epi = NT_EPI_BIAS; r.bias = true; r.bias_dt = NT_F16;
+  run_case(ctx, &r, "f16 sums near 60000 + f16 bias");
   gcase c = base(NT_FP8_E4M3, NT_BF16);
   c.tb = true;
   c.M = 32; c.N = 48; c.K = 64;
