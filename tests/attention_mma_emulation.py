@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""Host-side checks of the tensor-core attention kernels (needs numpy, no GPU); not a CTest.
+1) emulates ldmatrix.x4 (+.trans) and mma.m16n8k16 per the PTX fragment layouts and runs the
+   fragment-address helpers of ops/attention_mma.cuh the way attention_fwd.cu / attention_bwd.cu
+   use them (S = Q K^T, O = P V, dQ = dS K, the dS^T store);
+2) replays the kernels tile loops, causal masks, online softmax and lse/D padding at matrix
+   level for odd T against a dense causal reference.
+Usage: python3 tests/attention_mma_emulation.py  (every error printed should be ~1e-14)"""
+import numpy as np
+
+rng = np.random.default_rng(0)
+D = 64; LD = D + 8
+
+def ldsm(smem, addrs, trans):
+    # smem: flat array; addrs[lane] = flat element index of row start for matrix lane//8
+    regs = [[None]*32 for _ in range(4)]
+    for i in range(4):
+        M = np.array([smem[addrs[8*i + r]: addrs[8*i + r] + 8] for r in range(8)])
+        for L in range(32):
+            g, c = L // 4, 2 * (L % 4)
+            regs[i][L] = (M[g, c], M[g, c+1]) if not trans else (M[c, g], M[c+1, g])
+    return regs  # regs[i][lane] = pair
+
+def mma(C, a, b0, b1):
+    # C[lane] = [c0..c3]; a[j][lane] pairs (4 regs), b0/b1[lane] pairs
+    A = np.zeros((16, 16)); B = np.zeros((16, 8))
+    for L in range(32):
+        g, c = L // 4, 2 * (L % 4)
+        A[g, c:c+2] = a[0][L]; A[g+8, c:c+2] = a[1][L]; A[g, c+8:c+10] = a[2][L]; A[g+8, c+8:c+10] = a[3][L]
+        B[c:c+2, g] = b0[L]; B[c+8:c+10, g] = b1[L]
+    R = A @ B
+    for L in range(32):
+        g, c = L // 4, 2 * (L % 4)
+        C[L][0] += R[g, c]; C[L][1] += R[g, c+1]; C[L][2] += R[g+8, c]; C[L][3] += R[g+8, c+1]
+
+def a_frag_addr(ld, r0, c0, L): return (r0 + (L & 7) + ((L >> 3) & 1) * 8) * ld + c0 + (L >> 4) * 8
+def bt_frag_addr(ld, n0, k0, L): return (n0 + (L & 7) + (L >> 4) * 8) * ld + k0 + ((L >> 3) & 1) * 8
+def b_frag_addr_t(ld, k0, n0, L): return (k0 + (L & 7) + ((L >> 3) & 1) * 8) * ld + n0 + (L >> 4) * 8
+def at_frag_addr_t(ld, m0, k0, L): return (k0 + (L & 7) + (L >> 4) * 8) * ld + m0 + ((L >> 3) & 1) * 8
+
+def tile(rows, ld, cols):
+    t = np.zeros((rows, ld)); t[:, :cols] = rng.standard_normal((rows, cols)); return t
+
+def acc_to_mat(C, ntiles):   # per-lane accumulators [ntiles][lane][4] -> 16 x (8*ntiles)
+    M = np.zeros((16, 8 * ntiles))
+    for nt in range(ntiles):
+        for L in range(32):
+            g, c = L // 4, 2 * (L % 4)
+            M[g, nt*8+c:nt*8+c+2] = C[nt][L][0:2]; M[g+8, nt*8+c:nt*8+c+2] = C[nt][L][2:4]
+    return M
+
+def pack_A(S, kk):  # accumulator layout of S (ntiles) -> A fragment for k-chunk kk
+    return [[tuple(S[2*kk][L][0:2]) for L in range(32)], [tuple(S[2*kk][L][2:4]) for L in range(32)],
+            [tuple(S[2*kk+1][L][0:2]) for L in range(32)], [tuple(S[2*kk+1][L][2:4]) for L in range(32)]]
+
+warp = 1; KS = D // 16; ST = 8
+Q = tile(128, LD, D); K = tile(64, LD, D); V = tile(64, LD, D)
+q, k, v = Q.ravel(), K.ravel(), V.ravel()
+for mi in range(2):
+    r0 = warp * 32 + mi * 16
+    qf = [ldsm(q, [a_frag_addr(LD, r0, kk*16, L) for L in range(32)], False) for kk in range(KS)]
+    S = [[[0.0]*4 for _ in range(32)] for _ in range(ST)]
+    for kk in range(KS):
+        for np_ in range(ST // 2):
+            b = ldsm(k, [bt_frag_addr(LD, np_*16, kk*16, L) for L in range(32)], False)
+            mma(S[2*np_], qf[kk], b[0], b[1]); mma(S[2*np_+1], qf[kk], b[2], b[3])
+    ref = Q[r0:r0+16, :D] @ K[:, :D].T
+    print("S = Q K^T   max err", np.abs(acc_to_mat(S, ST) - ref).max())
+    O = [[[0.0]*4 for _ in range(32)] for _ in range(D // 8)]
+    for kk in range(4):
+        a = pack_A(S, kk)
+        for dp in range(D // 16):
+            b = ldsm(v, [b_frag_addr_t(LD, kk*16, dp*16, L) for L in range(32)], True)
+            mma(O[2*dp], a, b[0], b[1]); mma(O[2*dp+1], a, b[2], b[3])
+    print("O = S V     max err", np.abs(acc_to_mat(O, D // 8) - ref @ V[:, :D]).max())
+
+# backward: dQ[16 q of warp] = dS K with dS^T stored [key][query] (ld 72); K tile [key][d]
+LDS = 64 + 8
+dST = tile(64, LDS, 64)   # [key][query]
+dst = dST.ravel()
+dQ = [[[0.0]*4 for _ in range(32)] for _ in range(D // 8)]
+for kk in range(4):
+    a = ldsm(dst, [at_frag_addr_t(LDS, warp*16, kk*16, L) for L in range(32)], True)
+    for dp in range(D // 16):
+        b = ldsm(k, [b_frag_addr_t(LD, kk*16, dp*16, L) for L in range(32)], True)
+        mma(dQ[2*dp], a, b[0], b[1]); mma(dQ[2*dp+1], a, b[2], b[3])
+ref = dST[:, warp*16:warp*16+16].T @ K[:, :D]
+print("dQ = dS K   max err", np.abs(acc_to_mat(dQ, D // 8) - ref).max())
+# dS^T store layout check: as[] written to dss as the kernel does, then read back
+S = [[[float(x) for x in rng.standard_normal(4)] for _ in range(32)] for _ in range(8)]
+M = acc_to_mat(S, 8); dss = np.zeros((64, LDS))
+for kk in range(4):
+    a = pack_A(S, kk)
+    for L in range(32):
+        kr, qc = warp*16 + L // 4, kk*16 + 2*(L % 4)
+        dss[kr, qc:qc+2] = a[0][L]; dss[kr+8, qc:qc+2] = a[1][L]; dss[kr, qc+8:qc+10] = a[2][L]; dss[kr+8, qc+8:qc+10] = a[3][L]
+print("dS^T store  max err", np.abs(dss[warp*16:warp*16+16, :64] - M).max())
+
+print("--- tile flow (T, D, max err of O, lse, dq, dk, dv)")
+rng = np.random.default_rng(1)
+kBc, kWarps, kM = 64, 4, 2
+kBr = 16 * kWarps * kM
+def ex2(x): return np.exp2(x)
+
+def fwd(Q, K, V):
+    T, D = Q.shape; scale = 1/np.sqrt(D); sl2 = scale*np.log2(np.e)
+    n_qt, n_kt = -(-T//kBr), -(-T//kBc)
+    O = np.zeros((T, D)); LSE = np.zeros(T)
+    pad = lambda X, r0, n: np.vstack([X[r0:min(r0+n, T)], np.zeros((max(0, r0+n-T), D))])
+    for qt in range(n_qt):
+        q0 = qt*kBr; kt_end = min(n_kt-1, (q0+kBr-1)//kBc)
+        Qs = pad(Q, q0, kBr)
+        m = np.full(kBr, -np.inf); l = np.zeros(kBr); o = np.zeros((kBr, D))
+        for kt in range(kt_end+1):
+            Ks, Vs = pad(K, kt*kBc, kBc), pad(V, kt*kBc, kBc)
+            needs_mask = kt*kBc + kBc - 1 > q0
+            for w in range(kWarps):
+                for mi in range(kM):
+                    r = w*16*kM + mi*16; rows = slice(r, r+16)
+                    if not (q0 + r + 15 >= kt*kBc): continue
+                    s = Qs[rows] @ Ks.T
+                    if needs_mask:
+                        key = kt*kBc + np.arange(kBc)[None, :]; row = q0 + r + np.arange(16)[:, None]
+                        s = np.where(key > row, -np.inf, s)
+                    mx = np.maximum(m[rows], s.max(1))
+                    corr = ex2((m[rows]-mx)*sl2); p = ex2(s*sl2 - (mx*sl2)[:, None])
+                    l[rows] = l[rows]*corr + p.sum(1); m[rows] = mx
+                    o[rows] = o[rows]*corr[:, None] + p @ Vs
+        for i in range(kBr):
+            if q0+i < T: O[q0+i] = o[i]/l[i]; LSE[q0+i] = m[i]*scale + np.log(l[i])
+    return O, LSE
+
+def bwd(Q, K, V, O, dO, LSE):
+    T, D = Q.shape; scale = 1/np.sqrt(D); sl2 = scale*np.log2(np.e); Br = 64; Bc = 64
+    n_t = -(-T//Br); Dr = (dO*O).sum(1)
+    dq = np.zeros((T, D)); dk = np.zeros((T, D)); dv = np.zeros((T, D))
+    pad = lambda X, r0, n: np.vstack([X[r0:min(r0+n, T)], np.zeros((max(0, r0+n-T), D))])
+    for kt in range(n_t):
+        k0 = kt*Bc; Ks, Vs = pad(K, k0, Bc), pad(V, k0, Bc); gk = np.zeros((Bc, D)); gv = np.zeros((Bc, D))
+        for qt in range(kt, n_t):
+            Qs, dOs = pad(Q, qt*Br, Br), pad(dO, qt*Br, Br)
+            rows = qt*Br + np.arange(Br)
+            lb = np.where(rows < T, LSE[np.minimum(rows, T-1)]*np.log2(np.e), np.inf)
+            drb = np.where(rows < T, Dr[np.minimum(rows, T-1)], 0.0)
+            st = Ks @ Qs.T; dpt = Vs @ dOs.T                       # [key][query]
+            p = ex2(st*sl2 - lb[None, :])
+            if qt == kt:
+                p = np.where((qt*Br + np.arange(Br))[None, :] < (k0 + np.arange(Bc))[:, None], 0, p)
+            ds = p*(dpt - drb[None, :])
+            gv += p @ dOs; gk += ds @ Qs
+            dqa = ds.T @ Ks
+            for i in range(Br):
+                if qt*Br + i < T: dq[qt*Br+i] += dqa[i]
+        for j in range(Bc):
+            if k0 + j < T: dk[k0+j] += gk[j]*scale; dv[k0+j] += gv[j]
+    return dq*scale, dk, dv
+
+def ref(Q, K, V, dO):
+    T, D = Q.shape; s = Q @ K.T / np.sqrt(D); s[np.triu_indices(T, 1)] = -np.inf
+    m = s.max(1, keepdims=True); P = np.exp(s-m); l = P.sum(1, keepdims=True); P /= l
+    O = P @ V; lse = (m + np.log(l)).ravel()
+    dP = dO @ V.T; dS = P*(dP - (dO*O).sum(1, keepdims=True)) / np.sqrt(D)
+    return O, lse, dS @ K, dS.T @ Q, P.T @ dO
+
+for T in [1, 37, 64, 65, 100, 128, 129, 200, 257, 300]:
+    for D in [32, 64]:
+        Q, K, V, dO = (rng.uniform(-2, 2, (T, D)) for _ in range(4))
+        O, L = fwd(Q, K, V); Or, Lr, dqr, dkr, dvr = ref(Q, K, V, dO)
+        dq, dk, dv = bwd(Q, K, V, O, dO, L)
+        e = [np.abs(a-b).max() for a, b in [(O, Or), (L, Lr), (dq, dqr), (dk, dkr), (dv, dvr)]]
+        print(T, D, ["%.1e" % x for x in e])
