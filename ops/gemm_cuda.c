@@ -38,6 +38,7 @@ typedef struct {
   bool split;          /* the epilogue runs as a separate kernel after a plain product */
   void *bgrad;         /* fused BGRADA: cuBLASLt writes the bias gradient here (M entries) */
   nt_dtype bgrad_dt;
+  cublasStatus_t heuristic_status;   /* of the last heuristic query, for error messages */
 } plan;
 
 typedef struct {
@@ -342,6 +343,7 @@ static nt_status try_desc(nt_ctx *ctx, gemm_cache *c, plan *pl, const nt_gemm_pr
       c->autotune ? MAX_CANDIDATES : 1, res, &n);
   cublasLtMatmulPreferenceDestroy(pref);
   pref = NULL;
+  pl->heuristic_status = hs;
   /* NOT_SUPPORTED (or INVALID_VALUE for an epilogue this build rejects) means "no fused
    * variant": the caller tries the next one. */
   if (hs != CUBLAS_STATUS_SUCCESS || n == 0) {
@@ -440,8 +442,9 @@ static nt_status build_plan(nt_ctx *ctx, gemm_cache *c, const plan_key *k,
     if (n == 0) {
       char ba[96], bb[96], bd[96];
       st = NT_ERROR(ctx, NT_ERR_UNSUPPORTED,
-                    "gemm: cuBLASLt offers no algorithm for A %s, B %s -> D %s (m %lld n %lld k "
-                    "%lld batch %lld, leading dims %lld/%lld/%lld, alignments %d/%d/%d bytes)",
+                    "gemm: cuBLASLt offers no algorithm (%s) for A %s, B %s -> D %s (m %lld n "
+                    "%lld k %lld batch %lld, leading dims %lld/%lld/%lld, alignments %d/%d/%d "
+                    "bytes)", cublasLtGetStatusString(pl->heuristic_status),
                     nt_tensor_describe(p->A, ba, sizeof ba), nt_tensor_describe(p->B, bb, sizeof bb),
                     nt_tensor_describe(p->D, bd, sizeof bd), (long long)p->M, (long long)p->N,
                     (long long)p->K, (long long)p->batch, (long long)k->ldb, (long long)k->lda,
