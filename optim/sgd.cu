@@ -19,8 +19,10 @@ sgd_kernel(const nt_optim_chunk *__restrict__ chunks, float *__restrict__ master
   const nt_optim_record rec = *rec_ptr;
   if (rec.skip) return;
   const nt_optim_chunk c = chunks[blockIdx.x];
-  const float neg_lr = (float)(-groups.lr[c.group]);
-  const float wd = groups.wd[c.group];
+  double lr;
+  float decay, wd;
+  nt_optim_group_select(&groups, c.group, &lr, &decay, &wd);
+  const float neg_lr = (float)(-lr);
   const int first = rec.step == 1;
   const float clip = rec.clip_coef;
   const int64_t end = c.offset + c.length;

@@ -38,14 +38,32 @@ typedef struct {
   int use_wd;
 } nt_adam_coefs;
 
+/* Reads group `group`'s values with compile-time indices only: a kernel indexing its parameter
+ * arrays with a runtime index would copy them to local memory in every thread. */
+static inline NT_HD void nt_optim_group_select(const nt_optim_group_coefs *g, int group,
+                                               double *lr, float *decay, float *wd) {
+  *lr = g->lr[0];
+  *decay = g->decay[0];
+  *wd = g->wd[0];
+#ifdef __CUDA_ARCH__
+#pragma unroll
+#endif
+  for (int i = 1; i < NT_OPTIM_MAX_GROUPS; i++)
+    if (i == group) {
+      *lr = g->lr[i];
+      *decay = g->decay[i];
+      *wd = g->wd[i];
+    }
+}
+
 static inline NT_HD nt_adam_coefs nt_adam_coefs_make(const nt_optim_group_coefs *g, int group,
                                                      const nt_optim_record *r) {
   nt_adam_coefs k;
-  k.neg_step_size = (float)(-(g->lr[group] / r->bias1));
+  double lr;
+  nt_optim_group_select(g, group, &lr, &k.decay, &k.wd);
+  k.neg_step_size = (float)(-(lr / r->bias1));
   k.bias2_sqrt = (float)r->bias2_sqrt;
-  k.decay = g->decay[group];
-  k.wd = g->wd[group];
-  k.use_wd = g->wd[group] != 0.0f;
+  k.use_wd = k.wd != 0.0f;
   return k;
 }
 
