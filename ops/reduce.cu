@@ -1,12 +1,14 @@
-/* Multi-tensor reductions. Each launch covers up to kMaxTensors tensors, passed by value: every
- * tensor is cut into chunks of kChunk elements and block b takes global chunk b, so the work
- * split (and with it the sum order) depends only on the tensor sizes: deterministic. */
+/* Multi-tensor reductions. One launch covers up to kMaxTensors tensors, their descriptors
+ * passed by value as the kernel's parameter (about 8 KB: Volta+ with CUDA 12.1+ take up to
+ * 32 KB), so nothing is copied from the host and the launch can be captured in a CUDA graph.
+ * Every tensor is cut into chunks of kChunk elements and block b takes global chunk b, so the
+ * work split (and with it the sum order) depends only on the tensor sizes: deterministic. */
 #include "ops/memops_cuda.cuh"
 #include <math.h>
 
 namespace {
 
-constexpr int kMaxTensors = 48;
+constexpr int kMaxTensors = 288;
 constexpr int64_t kChunk = 16384; /* a multiple of NT_PACK: chunk starts stay 16-byte aligned */
 constexpr int kThreads = 256;
 
@@ -14,15 +16,20 @@ struct mt_args {
   void *ptr[kMaxTensors];
   int64_t n[kMaxTensors];
   int64_t first_chunk[kMaxTensors + 1]; /* tensor k owns chunks [first_chunk[k], first_chunk[k+1]) */
-  int dtype[kMaxTensors];
+  uint8_t dtype[kMaxTensors];
   int ntensors;
 };
+static_assert(sizeof(mt_args) < 32000, "kernel parameters are limited to 32 KB");
 
-/* Which tensor and element range block `b` covers. */
+/* The tensor that block `b` works on: binary search over the chunk starts. */
 __device__ __forceinline__ int find_tensor(const mt_args &a, int64_t b) {
-  int k = 0;
-  while (k + 1 < a.ntensors && b >= a.first_chunk[k + 1]) k++;
-  return k;
+  int lo = 0, hi = a.ntensors - 1;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) >> 1;
+    if (a.first_chunk[mid] <= b) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
 }
 
 template <typename T>
@@ -146,7 +153,7 @@ int fill_args(const nt_tensor *const *xs, int n, int from, mt_args *a) {
     int k = a->ntensors++;
     a->ptr[k] = xs[i]->data;
     a->n[k] = m;
-    a->dtype[k] = (int)xs[i]->dtype;
+    a->dtype[k] = (uint8_t)xs[i]->dtype;
     a->first_chunk[k + 1] = a->first_chunk[k] + (m + kChunk - 1) / kChunk;
   }
   return i;

@@ -1,10 +1,11 @@
-/* GPU reductions against the CPU: sum of squares over 100 tensors (mixed dtypes, odd and empty
+/* GPU reductions against the CPU: sum of squares over 300 tensors (mixed dtypes, odd and empty
  * sizes, misaligned, more than one launch's worth), bit-identical across runs; unscale + the
  * non-finite check for NaN/+inf/-inf in each dtype, the flag never cleared; mean. */
 #include "ops/reduce.h"
 #include "tests/memops_test.h"
 
-#define NT 100
+#define NT 300 /* more than one launch's 288 */
+#define NU 300
 
 static void test_sum_squares(nt_ctx *cc, nt_ctx *gc, nt_test_rng *r) {
   memops_pair ts[NT];
@@ -71,12 +72,12 @@ static void test_unscale(nt_ctx *cc, nt_ctx *gc, nt_test_rng *r) {
   for (int bad = -1; bad < 3; bad++) {
     for (int where = 0; where < 3; where++) {
       if (bad < 0 && where > 0) continue;
-      memops_pair ts[60];
-      nt_tensor *lc[60], *lg[60];
-      for (int k = 0; k < 60; k++) { /* 60 tensors: two launches */
+      memops_pair ts[NU];
+      nt_tensor *lc[NU], *lg[NU];
+      for (int k = 0; k < NU; k++) { /* two launches */
         int64_t n[1] = {(int64_t)nt_test_uniform(r, 1, k == 7 ? 100000 : 2000)};
         float *v = memops_random(r, n[0], -60000, 60000);
-        if (bad >= 0 && k == (where == 1 ? 48 : 3) + where) /* 1st or 2nd launch */
+        if (bad >= 0 && k == (where == 1 ? 288 : 3) + where) /* 1st or 2nd launch */
           v[n[0] / 2] = bads[bad];
         ts[k] = memops_pair_new(cc, gc, memops_float_dtypes[k % 3], 1, n, v, k % 5 == 2);
         lc[k] = &ts[k].c;
@@ -85,14 +86,14 @@ static void test_unscale(nt_ctx *cc, nt_ctx *gc, nt_test_rng *r) {
       }
       set_scalar(gc, &found, 0.0f);
       *(float *)foundc.data = 0.0f;
-      if (CHECK_OK(gc, nt_unscale_and_check(gc, lg, 60, &invg, &found)) &&
-          CHECK_OK(cc, nt_unscale_and_check(cc, lc, 60, &invc, &foundc))) {
+      if (CHECK_OK(gc, nt_unscale_and_check(gc, lg, NU, &invg, &found)) &&
+          CHECK_OK(cc, nt_unscale_and_check(cc, lc, NU, &invc, &foundc))) {
         float f = get_scalar(gc, &found);
         CHECK(f == (bad >= 0 ? 1.0f : 0.0f), "found_inf %g (kind %d in %s)", (double)f, bad,
               nt_dtype_name(memops_float_dtypes[where]));
         double e = 0;
         int same_nonfinite = 1;
-        for (int k = 0; k < 60; k++) {
+        for (int k = 0; k < NU; k++) {
           float *a = memops_values(gc, &ts[k].g), *b = memops_values(cc, &ts[k].c);
           for (int64_t i = 0; i < nt_tensor_numel(&ts[k].c); i++) {
             if (isfinite(b[i])) e = fmax(e, fabs((double)a[i] - b[i]));
@@ -103,7 +104,7 @@ static void test_unscale(nt_ctx *cc, nt_ctx *gc, nt_test_rng *r) {
         }
         CHECK(e == 0 && same_nonfinite, "unscaled values equal the CPU's (max diff %g)", e);
       }
-      for (int k = 0; k < 60; k++) memops_pair_free(cc, gc, &ts[k]);
+      for (int k = 0; k < NU; k++) memops_pair_free(cc, gc, &ts[k]);
     }
   }
   /* Never cleared by a finite pass. */
