@@ -90,12 +90,45 @@ static void test_edges(nt_ctx *ctx, nt_test_rng *r) {
   nt_tensor_free(ctx, &x); nt_tensor_free(ctx, &y); nt_tensor_free(ctx, &z); nt_tensor_free(ctx, &h);
 }
 
+/* Backward against finite differences of sum(dropout(x) * w). */
+typedef struct {
+  nt_ctx *ctx;
+  float *x, *w;
+  int64_t n;
+} drop_state;
+
+static double drop_loss(void *sp) {
+  drop_state *s = sp;
+  int64_t shape[1] = {s->n};
+  float y[64];
+  nt_tensor xt = nt_tensor_view(s->x, NT_F32, nt_cpu(), 1, shape);
+  nt_tensor yt = nt_tensor_view(y, NT_F32, nt_cpu(), 1, shape);
+  nt_dropout_forward(s->ctx, &xt, &yt, 0.4f, 99, 16);
+  return memops_dot(y, s->w, s->n);
+}
+
+static void test_fd(nt_ctx *ctx, nt_test_rng *r) {
+  int64_t n = 64, shape[1] = {64};
+  float *x = memops_random(r, n, -2, 2), *w = memops_random(r, n, -1, 1);
+  float *dx = calloc((size_t)n, sizeof(float));
+  nt_tensor wt = nt_tensor_view(w, NT_F32, nt_cpu(), 1, shape);
+  nt_tensor dxt = nt_tensor_view(dx, NT_F32, nt_cpu(), 1, shape);
+  CHECK_OK(ctx, nt_dropout_backward(ctx, &wt, &dxt, 0.4f, 99, 16));
+  double num[64];
+  drop_state s = {ctx, x, w, n};
+  memops_fd(drop_loss, &s, x, n, 1e-3f, num);
+  CHECK(memops_rel_err_fd(dx, num, n) < 1e-3, "dropout backward vs finite differences %g",
+        memops_rel_err_fd(dx, num, n));
+  free(x); free(w); free(dx);
+}
+
 int main(void) {
   nt_ctx *ctx;
   if (nt_ctx_create(&ctx, nt_cpu())) return 1;
   nt_test_rng r = {7};
   for (int d = 0; d < 3; d++) test_mask(ctx, &r, memops_float_dtypes[d]);
   test_edges(ctx, &r);
+  test_fd(ctx, &r);
   nt_ctx_free(ctx);
   return nt_test_finish();
 }
