@@ -130,25 +130,31 @@ def fwd(Q, K, V):
             if q0+i < T: O[q0+i] = o[i]/l[i]; LSE[q0+i] = m[i]*scale + np.log(l[i])
     return O, LSE
 
-def bwd(Q, K, V, O, dO, LSE):
-    T, D = Q.shape; scale = 1/np.sqrt(D); sl2 = scale*np.log2(np.e); Br = 64; Bc = 64
-    n_t = -(-T//Br); Dr = (dO*O).sum(1)
+def bwd(Q, K, V, O, dO, LSE, W):
+    T, D = Q.shape; scale = 1/np.sqrt(D); sl2 = scale*np.log2(np.e); Br = 64; Bc = 16 * W
+    n_t = -(-T//Br); n_kt = -(-T//Bc); Dr = (dO*O).sum(1)
     dq = np.zeros((T, D)); dk = np.zeros((T, D)); dv = np.zeros((T, D))
     pad = lambda X, r0, n: np.vstack([X[r0:min(r0+n, T)], np.zeros((max(0, r0+n-T), D))])
-    for kt in range(n_t):
-        k0 = kt*Bc; Ks, Vs = pad(K, k0, Bc), pad(V, k0, Bc); gk = np.zeros((Bc, D)); gv = np.zeros((Bc, D))
-        for qt in range(kt, n_t):
+    for kt in range(n_kt):
+        k0 = kt*Bc; qt0 = k0 // Br
+        Ks, Vs = pad(K, k0, Bc), pad(V, k0, Bc); gk = np.zeros((Bc, D)); gv = np.zeros((Bc, D))
+        for qt in range(qt0, n_t):
             Qs, dOs = pad(Q, qt*Br, Br), pad(dO, qt*Br, Br)
             rows = qt*Br + np.arange(Br)
             lb = np.where(rows < T, LSE[np.minimum(rows, T-1)]*np.log2(np.e), np.inf)
             drb = np.where(rows < T, Dr[np.minimum(rows, T-1)], 0.0)
-            st = Ks @ Qs.T; dpt = Vs @ dOs.T                       # [key][query]
-            p = ex2(st*sl2 - lb[None, :])
-            if qt == kt:
-                p = np.where((qt*Br + np.arange(Br))[None, :] < (k0 + np.arange(Bc))[:, None], 0, p)
-            ds = p*(dpt - drb[None, :])
-            gv += p @ dOs; gk += ds @ Qs
-            dqa = ds.T @ Ks
+            needs_mask = qt*Br < k0 + Bc - 1
+            dss = np.zeros((Bc, Br))
+            for w in range(W):
+                ks_ = slice(w*16, w*16+16)
+                if not (qt*Br + Br - 1 >= k0 + w*16): continue   # inactive: zeros in dS^T
+                st = Ks[ks_] @ Qs.T; dpt = Vs[ks_] @ dOs.T         # [key][query]
+                p = ex2(st*sl2 - lb[None, :])
+                if needs_mask:
+                    p = np.where(rows[None, :] < (k0 + w*16 + np.arange(16))[:, None], 0, p)
+                ds = p*(dpt - drb[None, :])
+                gv[ks_] += p @ dOs; gk[ks_] += ds @ Qs; dss[ks_] = ds
+            dqa = dss.T @ Ks
             for i in range(Br):
                 if qt*Br + i < T: dq[qt*Br+i] += dqa[i]
         for j in range(Bc):
@@ -162,10 +168,11 @@ def ref(Q, K, V, dO):
     dP = dO @ V.T; dS = P*(dP - (dO*O).sum(1, keepdims=True)) / np.sqrt(D)
     return O, lse, dS @ K, dS.T @ Q, P.T @ dO
 
-for T in [1, 37, 64, 65, 100, 128, 129, 200, 257, 300]:
+for T in [1, 37, 64, 65, 100, 128, 129, 200, 257, 300, 513, 700]:
     for D in [32, 64]:
         Q, K, V, dO = (rng.uniform(-2, 2, (T, D)) for _ in range(4))
         O, L = fwd(Q, K, V); Or, Lr, dqr, dkr, dvr = ref(Q, K, V, dO)
-        dq, dk, dv = bwd(Q, K, V, O, dO, L)
-        e = [np.abs(a-b).max() for a, b in [(O, Or), (L, Lr), (dq, dqr), (dk, dkr), (dv, dvr)]]
-        print(T, D, ["%.1e" % x for x in e])
+        for W in (4, 8):
+            dq, dk, dv = bwd(Q, K, V, O, dO, L, W)
+            e = [np.abs(a-b).max() for a, b in [(O, Or), (L, Lr), (dq, dqr), (dk, dkr), (dv, dvr)]]
+            print(T, D, "bwd warps", W, ["%.1e" % x for x in e])

@@ -1,6 +1,7 @@
 /* CUDA causal attention vs the CPU reference, F32 / F16 / BF16, for both the tensor-core path
  * (F16/BF16, D 32 and 64) and the simple kernels (NT_ATTN_SIMPLE=1, other D, unaligned
- * views). Odd T (1, 37, 65, 100, 257), several tiles of T (64, 128, 1024), B and H > 1,
+ * views). Odd T (1, 37, 65, 100, 257, 513, 700), several tiles of T (64, 128, 1024; from
+ * T = 512 the backward uses 8-warp blocks), B and H > 1,
  * large-magnitude scores. Gradients are checked once from zero and again after a second
  * backward call (must be exactly twice: accumulation). Tolerances ||gpu - ref|| / ||ref||:
  * F16 2e-3, BF16 1e-2; F32 1e-5 forward and 1e-4 backward (dS = P * (dP - D) cancels: the
@@ -203,7 +204,7 @@ int main(void) {
       {2, 3, 37, 64, 2.f},  {1, 2, 100, 32, 2.f}, {2, 2, 257, 64, 2.f}, {1, 1, 1, 64, 2.f},
       {3, 2, 64, 64, 2.f},  {1, 1, 128, 64, 2.f}, {2, 1, 65, 32, 2.f},  {2, 3, 200, 64, 6.f},
       {1, 2, 1024, 64, 1.f}, {4, 6, 256, 64, 1.f}, {1, 2, 100, 48, 2.f}, {1, 1, 50, 128, 2.f},
-      {2, 1, 20, 7, 2.f},   {1, 1, 130, 96, 1.f}};
+      {2, 1, 20, 7, 2.f},   {1, 1, 130, 96, 1.f}, {1, 3, 700, 64, 1.f}, {2, 1, 513, 32, 2.f}};
   const nt_dtype dts[3] = {NT_BF16, NT_F16, NT_F32};
   const int ncases = (int)(sizeof cases / sizeof cases[0]);
   for (int mode = 0; mode < 2; mode++) {
