@@ -1,6 +1,7 @@
 /* Tensor-core causal attention backward (FlashAttention-2): a block owns 64 or 128 key rows
- * (4 or 8 warps of 16 keys) and walks the query tiles of 64 from the diagonal to the end, double-buffering
- * Q and dO with cp.async. Per query tile, each warp recomputes P^T from the saved lse, then
+ * (4 or 8 warps of 16 keys) and walks the query tiles of 64 from the diagonal to the end,
+ * double-buffering Q and dO with cp.async. Per query tile, each warp recomputes P^T from the
+ * saved lse, then
  *   dV += P^T dO,  dP^T = V dO^T,  dS^T = P^T * (dP^T - D),  dK += dS^T Q
  * in registers (fp32 accumulators), and dQ += dS K is reduced across key blocks with fp32
  * atomics into dq_acc (scaled and added into dq by the caller). */

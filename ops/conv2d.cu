@@ -31,11 +31,11 @@ struct geom {
   __host__ __device__ long K() const { return (long)Cin * KH * KW; }
 };
 
-#define GRID_STRIDE(i, n) \
-  for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long)gridDim.x * blockDim.x)
+#define GRID_STRIDE(i, n)                                             \
+  for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+       i += (long)gridDim.x * blockDim.x)
 
-template <typename T>
-__global__ void im2col(const T *__restrict__ x, T *__restrict__ col, geom g) {
+template <typename T> __global__ void im2col(const T *__restrict__ x, T *__restrict__ col, geom g) {
   const long P = g.P(), NP = g.N * P, total = g.K() * NP;
   GRID_STRIDE(idx, total) {
     const long kk = idx / NP, np = idx % NP;
@@ -48,9 +48,9 @@ __global__ void im2col(const T *__restrict__ x, T *__restrict__ col, geom g) {
 }
 
 /* y[n, co, p] = yp[co, n*P + p] (+ b[co]). */
-template <typename T, typename B>
-__global__ void scatter_bias(const float *__restrict__ yp, const B *__restrict__ b, T *__restrict__ y,
-                             geom g) {
+template <typename T, typename B> __global__ void scatter_bias(const float *__restrict__ yp,
+                                                               const B *__restrict__ b,
+                                                               T *__restrict__ y, geom g) {
   const long P = g.P(), total = (long)g.N * g.Cout * P;
   GRID_STRIDE(idx, total) {
     const long p = idx % P, co = (idx / P) % g.Cout, n = idx / (P * g.Cout);
@@ -125,11 +125,17 @@ unsigned grid_for(long n) {
 
 geom make_geom(const nt_tensor *x, const nt_tensor *w, nt_conv2d_params p) {
   geom g;
-  g.N = (int)x->shape[0]; g.Cin = (int)x->shape[1]; g.H = (int)x->shape[2]; g.W = (int)x->shape[3];
-  g.Cout = (int)w->shape[0]; g.KH = (int)w->shape[2]; g.KW = (int)w->shape[3];
+  g.N = (int)x->shape[0];
+  g.Cin = (int)x->shape[1];
+  g.H = (int)x->shape[2];
+  g.W = (int)x->shape[3];
+  g.Cout = (int)w->shape[0];
+  g.KH = (int)w->shape[2];
+  g.KW = (int)w->shape[3];
   g.OH = (g.H + 2 * p.pad - g.KH) / p.stride + 1;
   g.OW = (g.W + 2 * p.pad - g.KW) / p.stride + 1;
-  g.stride = p.stride; g.pad = p.pad;
+  g.stride = p.stride;
+  g.pad = p.pad;
   return g;
 }
 
@@ -138,9 +144,8 @@ nt_status mat(nt_ctx *ctx, nt_tensor *out, nt_dtype dt, long rows, long cols) {
   return nt_tensor_alloc(ctx, out, dt, 2, s);
 }
 
-template <typename T>
-nt_status forward_t(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w, const nt_tensor *b,
-                    nt_tensor *y, const geom &g) {
+template <typename T> nt_status forward_t(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
+                                          const nt_tensor *b, nt_tensor *y, const geom &g) {
   cudaStream_t s = nt_cuda_stream(ctx);
   const long NP = g.N * g.P();
   nt_tensor col = {}, yp = {}, w2;
@@ -165,9 +170,9 @@ done:
   return st;
 }
 
-template <typename T>
-nt_status backward_t(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *x, const nt_tensor *w,
-                     nt_tensor *dx, nt_tensor *dw, nt_tensor *db, const geom &g) {
+template <typename T> nt_status backward_t(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *x,
+                                           const nt_tensor *w, nt_tensor *dx, nt_tensor *dw,
+                                           nt_tensor *db, const geom &g) {
   cudaStream_t s = nt_cuda_stream(ctx);
   const long NP = g.N * g.P();
   nt_tensor col = {}, dyp = {}, dcol = {}, w2, dw2;
@@ -182,8 +187,8 @@ nt_status backward_t(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *x, const
   }
   if (!dx && !dw) return NT_OK;
   if ((st = mat(ctx, &dyp, x->dtype, g.Cout, NP))) goto done;
-  gather_dy<T><<<grid_for((long)g.N * g.Cout * g.P()), 256, 0, s>>>((const T *)dy->data,
-                                                                    (T *)dyp.data, g);
+  gather_dy<T>
+      <<<grid_for((long)g.N * g.Cout * g.P()), 256, 0, s>>>((const T *)dy->data, (T *)dyp.data, g);
   if ((st = NT_CUDA_LAUNCHED(ctx))) goto done;
   if (dw) {
     if ((st = mat(ctx, &col, x->dtype, g.K(), NP))) goto done;
@@ -192,7 +197,7 @@ nt_status backward_t(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *x, const
     if ((st = nt_tensor_reshape(ctx, dw, 2, wshape, &dw2))) goto done;
     nt_gemm_opts o = nt_gemm_defaults();
     o.trans_b = true;
-    o.beta = 1.f;   /* dW accumulates */
+    o.beta = 1.f; /* dW accumulates */
     if ((st = nt_gemm(ctx, &dyp, &col, &dw2, &o))) goto done;
   }
   if (dx) {
@@ -214,38 +219,46 @@ done:
 
 nt_status too_big(nt_ctx *ctx, const geom &g) {
   if ((double)g.K() * g.N * g.P() > 2e9 || (double)g.N * g.Cin * g.H * g.W > 2e9)
-    return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "conv2d: problem too large for one im2col "
-                    "(K %ld x N*P %ld)", g.K(), (long)g.N * g.P());
+    return NT_ERROR(ctx, NT_ERR_UNSUPPORTED,
+                    "conv2d: problem too large for one im2col "
+                    "(K %ld x N*P %ld)",
+                    g.K(), (long)g.N * g.P());
   return NT_OK;
 }
 
 }  // namespace
 
 extern "C" nt_status nt_conv2d_forward_cuda(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
-                                            const nt_tensor *b, nt_tensor *y,
-                                            nt_conv2d_params p) {
+                                            const nt_tensor *b, nt_tensor *y, nt_conv2d_params p) {
   const geom g = make_geom(x, w, p);
   nt_status st = nt_cuda_set_device(ctx);
   if (st || (st = too_big(ctx, g))) return st;
   switch (x->dtype) {
-    case NT_F32: return forward_t<float>(ctx, x, w, b, y, g);
-    case NT_F16: return forward_t<__half>(ctx, x, w, b, y, g);
-    case NT_BF16: return forward_t<__nv_bfloat16>(ctx, x, w, b, y, g);
-    default: return NT_ERROR(ctx, NT_ERR_DTYPE, "conv2d: unsupported dtype");
+    case NT_F32:
+      return forward_t<float>(ctx, x, w, b, y, g);
+    case NT_F16:
+      return forward_t<__half>(ctx, x, w, b, y, g);
+    case NT_BF16:
+      return forward_t<__nv_bfloat16>(ctx, x, w, b, y, g);
+    default:
+      return NT_ERROR(ctx, NT_ERR_DTYPE, "conv2d: unsupported dtype");
   }
 }
 
-extern "C" nt_status nt_conv2d_backward_cuda(nt_ctx *ctx, const nt_tensor *dy,
-                                             const nt_tensor *x, const nt_tensor *w,
-                                             nt_tensor *dx, nt_tensor *dw, nt_tensor *db,
-                                             nt_conv2d_params p) {
+extern "C" nt_status nt_conv2d_backward_cuda(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *x,
+                                             const nt_tensor *w, nt_tensor *dx, nt_tensor *dw,
+                                             nt_tensor *db, nt_conv2d_params p) {
   const geom g = make_geom(x, w, p);
   nt_status st = nt_cuda_set_device(ctx);
   if (st || (st = too_big(ctx, g))) return st;
   switch (x->dtype) {
-    case NT_F32: return backward_t<float>(ctx, dy, x, w, dx, dw, db, g);
-    case NT_F16: return backward_t<__half>(ctx, dy, x, w, dx, dw, db, g);
-    case NT_BF16: return backward_t<__nv_bfloat16>(ctx, dy, x, w, dx, dw, db, g);
-    default: return NT_ERROR(ctx, NT_ERR_DTYPE, "conv2d: unsupported dtype");
+    case NT_F32:
+      return backward_t<float>(ctx, dy, x, w, dx, dw, db, g);
+    case NT_F16:
+      return backward_t<__half>(ctx, dy, x, w, dx, dw, db, g);
+    case NT_BF16:
+      return backward_t<__nv_bfloat16>(ctx, dy, x, w, dx, dw, db, g);
+    default:
+      return NT_ERROR(ctx, NT_ERR_DTYPE, "conv2d: unsupported dtype");
   }
 }

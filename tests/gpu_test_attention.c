@@ -12,10 +12,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct { int B, H, T, D; float mag; } acase;
+typedef struct {
+  int B, H, T, D;
+  float mag;
+} acase;
 
-static double tol_fwd(nt_dtype dt) { return dt == NT_F32 ? 1e-5 : dt == NT_F16 ? 2e-3 : 1e-2; }
-static double tol_bwd(nt_dtype dt) { return dt == NT_F32 ? 1e-4 : dt == NT_F16 ? 2e-3 : 1e-2; }
+static double tol_fwd(nt_dtype dt) {
+  return dt == NT_F32 ? 1e-5 : dt == NT_F16 ? 2e-3 : 1e-2;
+}
+static double tol_bwd(nt_dtype dt) {
+  return dt == NT_F32 ? 1e-4 : dt == NT_F16 ? 2e-3 : 1e-2;
+}
 
 /* Host buffer in dtype dt holding x (rounded); x is replaced by the rounded values. */
 static void *to_dtype(float *x, size_t n, nt_dtype dt) {
@@ -44,8 +51,8 @@ static nt_status download_f32(nt_ctx *g, const nt_tensor *dev, float *out) {
 
 /* unaligned: the device tensors start 2 elements into their allocation (forces the simple
  * kernels through the alignment check). */
-static void run_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, acase a, const char *mode,
-                     bool unaligned, uint64_t seed) {
+static void run_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, acase a, const char *mode, bool unaligned,
+                     uint64_t seed) {
   const size_t n = (size_t)a.B * a.H * a.T * a.D, rows = (size_t)a.B * a.H * a.T;
   int64_t shape[4] = {a.B, a.H, a.T, a.D}, lshape[3] = {a.B, a.H, a.T};
   nt_test_rng rng = {seed};
@@ -60,8 +67,8 @@ static void run_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, acase a, const char *mod
   void *hq = to_dtype(q, n, dt), *hk = to_dtype(k, n, dt), *hv = to_dtype(v, n, dt),
        *hd = to_dtype(dout, n, dt);
   char label[160];
-  snprintf(label, sizeof label, "%s %s B%d H%d T%d D%d mag %g%s", mode, nt_dtype_name(dt), a.B,
-           a.H, a.T, a.D, (double)a.mag, unaligned ? " unaligned" : "");
+  snprintf(label, sizeof label, "%s %s B%d H%d T%d D%d mag %g%s", mode, nt_dtype_name(dt), a.B, a.H,
+           a.T, a.D, (double)a.mag, unaligned ? " unaligned" : "");
 
   /* CPU reference in f32 storage from the same (rounded) inputs. */
   nt_tensor cq = nt_tensor_view(q, NT_F32, nt_cpu(), 4, shape),
@@ -78,7 +85,7 @@ static void run_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, acase a, const char *mod
     goto free_host;
 
   /* Device tensors: one allocation each, optionally viewed 2 elements in. */
-  nt_tensor alloc[8], t[8];   /* q k v dout out dq dk dv */
+  nt_tensor alloc[8], t[8]; /* q k v dout out dq dk dv */
   nt_tensor dl = {0};
   memset(alloc, 0, sizeof alloc);
   const int64_t pad = unaligned ? 2 : 0;
@@ -95,7 +102,8 @@ static void run_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, acase a, const char *mod
   ok = ok && CHECK_OK(g, upload(g, &t[0], hq)) && CHECK_OK(g, upload(g, &t[1], hk)) &&
        CHECK_OK(g, upload(g, &t[2], hv)) && CHECK_OK(g, upload(g, &t[3], hd));
   ok = ok && CHECK_OK(g, nt_attention_forward(g, &t[0], &t[1], &t[2], &t[4], &dl));
-  ok = ok && CHECK_OK(g, download_f32(g, &t[4], o_got)) && CHECK_OK(g, download_f32(g, &dl, lse_got));
+  ok = ok && CHECK_OK(g, download_f32(g, &t[4], o_got)) &&
+       CHECK_OK(g, download_f32(g, &dl, lse_got));
   if (ok) {
     double eo = nt_test_rel_err(o_got, o_ref, (int64_t)n);
     double el = nt_test_rel_err(lse_got, lse_ref, (int64_t)rows);
@@ -106,8 +114,8 @@ static void run_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, acase a, const char *mod
   }
   for (int i = 5; i < 8 && ok; i++) ok = CHECK_OK(g, nt_tensor_zero(g, &t[i]));
   for (int pass = 1; pass <= 2 && ok; pass++) {
-    ok = CHECK_OK(g, nt_attention_backward(g, &t[3], &t[0], &t[1], &t[2], &t[4], &dl, &t[5],
-                                           &t[6], &t[7]));
+    ok = CHECK_OK(
+        g, nt_attention_backward(g, &t[3], &t[0], &t[1], &t[2], &t[4], &dl, &t[5], &t[6], &t[7]));
     const char *names[3] = {"dq", "dk", "dv"};
     for (int i = 0; i < 3 && ok; i++) {
       ok = CHECK_OK(g, download_f32(g, &t[5 + i], g_got + i * n));
@@ -123,7 +131,11 @@ static void run_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, acase a, const char *mod
   for (int i = 0; i < 8; i++) nt_tensor_free(g, &alloc[i]);
   nt_tensor_free(g, &dl);
 free_host:
-  free(hq); free(hk); free(hv); free(hd); free(h);
+  free(hq);
+  free(hk);
+  free(hv);
+  free(hd);
+  free(h);
 }
 
 static void test_layout_gpu(nt_ctx *g, nt_ctx *c, nt_dtype dt) {
@@ -192,7 +204,10 @@ static void test_layout_gpu(nt_ctx *g, nt_ctx *c, nt_dtype dt) {
   nt_tensor_free(g, &gx);
   nt_tensor_free(g, &gy);
   nt_tensor_free(g, &gback);
-  free(hx); free(hpre); free(x); free(cparts);
+  free(hx);
+  free(hpre);
+  free(x);
+  free(cparts);
 }
 
 int main(void) {
@@ -201,10 +216,10 @@ int main(void) {
   nt_ctx *c;
   if (nt_ctx_create(&c, nt_cpu())) return 1;
   const acase cases[] = {
-      {2, 3, 37, 64, 2.f},  {1, 2, 100, 32, 2.f}, {2, 2, 257, 64, 2.f}, {1, 1, 1, 64, 2.f},
-      {3, 2, 64, 64, 2.f},  {1, 1, 128, 64, 2.f}, {2, 1, 65, 32, 2.f},  {2, 3, 200, 64, 6.f},
+      {2, 3, 37, 64, 2.f},   {1, 2, 100, 32, 2.f}, {2, 2, 257, 64, 2.f}, {1, 1, 1, 64, 2.f},
+      {3, 2, 64, 64, 2.f},   {1, 1, 128, 64, 2.f}, {2, 1, 65, 32, 2.f},  {2, 3, 200, 64, 6.f},
       {1, 2, 1024, 64, 1.f}, {4, 6, 256, 64, 1.f}, {1, 2, 100, 48, 2.f}, {1, 1, 50, 128, 2.f},
-      {2, 1, 20, 7, 2.f},   {1, 1, 130, 96, 1.f}, {1, 3, 700, 64, 1.f}, {2, 1, 513, 32, 2.f}};
+      {2, 1, 20, 7, 2.f},    {1, 1, 130, 96, 1.f}, {1, 3, 700, 64, 1.f}, {2, 1, 513, 32, 2.f}};
   const nt_dtype dts[3] = {NT_BF16, NT_F16, NT_F32};
   const int ncases = (int)(sizeof cases / sizeof cases[0]);
   for (int mode = 0; mode < 2; mode++) {
@@ -213,7 +228,7 @@ int main(void) {
     if (mode == 1) setenv("NT_ATTN_SIMPLE", "1", 1);
     for (int d = 0; d < 3; d++)
       for (int i = 0; i < ncases; i++) {
-        if (mode == 1 && cases[i].T > 300) continue;   /* the simple kernels are slow */
+        if (mode == 1 && cases[i].T > 300) continue; /* the simple kernels are slow */
         run_case(g, c, dts[d], cases[i], mode ? "simple" : "auto", false, 100 + (uint64_t)i);
       }
     unsetenv("NT_ATTN_SIMPLE");

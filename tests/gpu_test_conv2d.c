@@ -8,9 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct { int N, Cin, H, W, Cout, KH, KW, stride, pad; } ccase;
+typedef struct {
+  int N, Cin, H, W, Cout, KH, KW, stride, pad;
+} ccase;
 
-static double tol(nt_dtype dt) { return dt == NT_F32 ? 1e-5 : dt == NT_F16 ? 2e-3 : 1e-2; }
+static double tol(nt_dtype dt) {
+  return dt == NT_F32 ? 1e-5 : dt == NT_F16 ? 2e-3 : 1e-2;
+}
 
 /* Rounds x to dt in place and returns a host buffer of dt holding it. */
 static void *to_dtype(float *x, size_t n, nt_dtype dt) {
@@ -41,7 +45,8 @@ static bool get(nt_ctx *g, const nt_tensor *dev, float *out) {
 
 static void conv_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, ccase k, bool bias, bool f32_bias,
                       uint64_t seed) {
-  const int OH = (k.H + 2 * k.pad - k.KH) / k.stride + 1, OW = (k.W + 2 * k.pad - k.KW) / k.stride + 1;
+  const int OH = (k.H + 2 * k.pad - k.KH) / k.stride + 1,
+            OW = (k.W + 2 * k.pad - k.KW) / k.stride + 1;
   const size_t nx = (size_t)k.N * k.Cin * k.H * k.W, nw = (size_t)k.Cout * k.Cin * k.KH * k.KW;
   const size_t ny = (size_t)k.N * k.Cout * OH * OW, nb = (size_t)k.Cout;
   const nt_dtype bdt = f32_bias ? NT_F32 : dt;
@@ -59,27 +64,35 @@ static void conv_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, ccase k, bool bias, boo
   void *hx = to_dtype(x, nx, dt), *hw = to_dtype(w, nw, dt), *hb = to_dtype(b, nb, bdt),
        *hdy = to_dtype(dy, ny, dt);
   /* Gradients start at zero on both sides, then a second GPU backward must double them. */
-  memset(px, 0, 4 * nx); memset(pw, 0, 4 * nw); memset(pb, 0, 4 * nb);
+  memset(px, 0, 4 * nx);
+  memset(pw, 0, 4 * nw);
+  memset(pb, 0, 4 * nb);
   void *hpx = to_dtype(px, nx, dt), *hpw = to_dtype(pw, nw, dt), *hpb = to_dtype(pb, nb, bdt);
   char label[128];
-  snprintf(label, sizeof label, "conv %s N%d Cin%d %dx%d Cout%d k%dx%d s%d p%d%s", nt_dtype_name(dt),
-           k.N, k.Cin, k.H, k.W, k.Cout, k.KH, k.KW, k.stride, k.pad,
+  snprintf(label, sizeof label, "conv %s N%d Cin%d %dx%d Cout%d k%dx%d s%d p%d%s",
+           nt_dtype_name(dt), k.N, k.Cin, k.H, k.W, k.Cout, k.KH, k.KW, k.stride, k.pad,
            bias ? (f32_bias ? " f32-bias" : " bias") : "");
   nt_conv2d_params p = {k.stride, k.pad};
-  nt_tensor cx = nt_tensor_view(x, NT_F32, nt_cpu(), 4, sx), cw = nt_tensor_view(w, NT_F32, nt_cpu(), 4, sw),
-            cb = nt_tensor_view(b, NT_F32, nt_cpu(), 1, sb), cy = nt_tensor_view(ry, NT_F32, nt_cpu(), 4, sy),
+  nt_tensor cx = nt_tensor_view(x, NT_F32, nt_cpu(), 4, sx),
+            cw = nt_tensor_view(w, NT_F32, nt_cpu(), 4, sw),
+            cb = nt_tensor_view(b, NT_F32, nt_cpu(), 1, sb),
+            cy = nt_tensor_view(ry, NT_F32, nt_cpu(), 4, sy),
             cdy = nt_tensor_view(dy, NT_F32, nt_cpu(), 4, sy),
             cdx = nt_tensor_view(rdx, NT_F32, nt_cpu(), 4, sx),
             cdw = nt_tensor_view(rdw, NT_F32, nt_cpu(), 4, sw),
             cdb = nt_tensor_view(rdb, NT_F32, nt_cpu(), 1, sb);
-  memset(rdx, 0, 4 * nx); memset(rdw, 0, 4 * nw); memset(rdb, 0, 4 * nb);
+  memset(rdx, 0, 4 * nx);
+  memset(rdw, 0, 4 * nw);
+  memset(rdb, 0, 4 * nb);
   nt_tensor tx = {0}, tw = {0}, tb = {0}, ty = {0}, tdy = {0}, tdx = {0}, tdw = {0}, tdb = {0};
   bool ok = CHECK_OK(c, nt_conv2d_forward(c, &cx, &cw, bias ? &cb : NULL, &cy, p)) &&
             CHECK_OK(c, nt_conv2d_backward(c, &cdy, &cx, &cw, &cdx, &cdw, bias ? &cdb : NULL, p));
-  ok = ok && put(g, &tx, dt, 4, sx, hx) && put(g, &tw, dt, 4, sw, hw) && put(g, &tb, bdt, 1, sb, hb) &&
-       put(g, &tdy, dt, 4, sy, hdy) && put(g, &tdx, dt, 4, sx, hpx) && put(g, &tdw, dt, 4, sw, hpw) &&
+  ok = ok && put(g, &tx, dt, 4, sx, hx) && put(g, &tw, dt, 4, sw, hw) &&
+       put(g, &tb, bdt, 1, sb, hb) && put(g, &tdy, dt, 4, sy, hdy) &&
+       put(g, &tdx, dt, 4, sx, hpx) && put(g, &tdw, dt, 4, sw, hpw) &&
        put(g, &tdb, bdt, 1, sb, hpb) && CHECK_OK(g, nt_tensor_alloc(g, &ty, dt, 4, sy));
-  ok = ok && CHECK_OK(g, nt_conv2d_forward(g, &tx, &tw, bias ? &tb : NULL, &ty, p)) && get(g, &ty, gy);
+  ok = ok && CHECK_OK(g, nt_conv2d_forward(g, &tx, &tw, bias ? &tb : NULL, &ty, p)) &&
+       get(g, &ty, gy);
   if (ok) {
     double e = nt_test_rel_err(gy, ry, (int64_t)ny);
     CHECK(e < tol(dt), "%s: y rel err %.3g", label, e);
@@ -102,9 +115,28 @@ static void conv_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, ccase k, bool bias, boo
   printf("\n");
   nt_tensor *all[8] = {&tx, &tw, &tb, &ty, &tdy, &tdx, &tdw, &tdb};
   for (int i = 0; i < 8; i++) nt_tensor_free(g, all[i]);
-  free(hx); free(hw); free(hb); free(hdy); free(hpx); free(hpw); free(hpb);
-  free(x); free(w); free(b); free(dy); free(px); free(pw); free(pb);
-  free(ry); free(rdx); free(rdw); free(rdb); free(gy); free(gdx); free(gdw); free(gdb);
+  free(hx);
+  free(hw);
+  free(hb);
+  free(hdy);
+  free(hpx);
+  free(hpw);
+  free(hpb);
+  free(x);
+  free(w);
+  free(b);
+  free(dy);
+  free(px);
+  free(pw);
+  free(pb);
+  free(ry);
+  free(rdx);
+  free(rdw);
+  free(rdb);
+  free(gy);
+  free(gdx);
+  free(gdw);
+  free(gdb);
 }
 
 static void pool_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, int N, int C, int H, int W, int k) {
@@ -122,16 +154,20 @@ static void pool_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, int N, int C, int H, in
   /* CPU reference in the same dtype: both sides round identically. */
   void *cyb = malloc(ny * nt_dtype_size(dt)), *cdxb = malloc(nx * nt_dtype_size(dt));
   memcpy(cdxb, hpre, nx * nt_dtype_size(dt));
-  nt_tensor cx = nt_tensor_view(hx, dt, nt_cpu(), 4, sx), cy = nt_tensor_view(cyb, dt, nt_cpu(), 4, sy),
+  nt_tensor cx = nt_tensor_view(hx, dt, nt_cpu(), 4, sx),
+            cy = nt_tensor_view(cyb, dt, nt_cpu(), 4, sy),
             ca = nt_tensor_view(ram, NT_I32, nt_cpu(), 4, sy),
-            cdy = nt_tensor_view(hdy, dt, nt_cpu(), 4, sy), cdx = nt_tensor_view(cdxb, dt, nt_cpu(), 4, sx);
+            cdy = nt_tensor_view(hdy, dt, nt_cpu(), 4, sy),
+            cdx = nt_tensor_view(cdxb, dt, nt_cpu(), 4, sx);
   nt_tensor tx = {0}, ty = {0}, ta = {0}, tdy = {0}, tdx = {0};
   bool ok = CHECK_OK(c, nt_maxpool2d_forward(c, &cx, &cy, &ca, k)) &&
             CHECK_OK(c, nt_maxpool2d_backward(c, &cdy, &ca, &cdx));
-  ok = ok && put(g, &tx, dt, 4, sx, hx) && put(g, &tdy, dt, 4, sy, hdy) && put(g, &tdx, dt, 4, sx, hpre) &&
-       CHECK_OK(g, nt_tensor_alloc(g, &ty, dt, 4, sy)) && CHECK_OK(g, nt_tensor_alloc(g, &ta, NT_I32, 4, sy));
+  ok = ok && put(g, &tx, dt, 4, sx, hx) && put(g, &tdy, dt, 4, sy, hdy) &&
+       put(g, &tdx, dt, 4, sx, hpre) && CHECK_OK(g, nt_tensor_alloc(g, &ty, dt, 4, sy)) &&
+       CHECK_OK(g, nt_tensor_alloc(g, &ta, NT_I32, 4, sy));
   ok = ok && CHECK_OK(g, nt_maxpool2d_forward(g, &tx, &ty, &ta, k)) &&
-       CHECK_OK(g, nt_maxpool2d_backward(g, &tdy, &ta, &tdx)) && get(g, &ty, gy) && get(g, &tdx, gdx);
+       CHECK_OK(g, nt_maxpool2d_backward(g, &tdy, &ta, &tdx)) && get(g, &ty, gy) &&
+       get(g, &tdx, gdx);
   if (ok) {
     nt_tensor ha = nt_tensor_view(gam, NT_I32, nt_cpu(), 4, sy);
     ok = CHECK_OK(g, nt_tensor_copy(g, &ha, &ta));
@@ -144,13 +180,25 @@ static void pool_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, int N, int C, int H, in
       rdx[i] = nt_load_f32(cdxb, dt, (int64_t)i);
       bad += gdx[i] != rdx[i];
     }
-    CHECK(bad == 0, "maxpool %s %dx%d k%d: %d elements differ from the CPU", nt_dtype_name(dt), H, W,
-          k, bad);
+    CHECK(bad == 0, "maxpool %s %dx%d k%d: %d elements differ from the CPU", nt_dtype_name(dt), H,
+          W, k, bad);
   }
   nt_tensor *all[5] = {&tx, &ty, &ta, &tdy, &tdx};
   for (int i = 0; i < 5; i++) nt_tensor_free(g, all[i]);
-  free(hx); free(hdy); free(hpre); free(cyb); free(cdxb);
-  free(x); free(dy); free(pre); free(ry); free(rdx); free(gy); free(gdx); free(ram); free(gam);
+  free(hx);
+  free(hdy);
+  free(hpre);
+  free(cyb);
+  free(cdxb);
+  free(x);
+  free(dy);
+  free(pre);
+  free(ry);
+  free(rdx);
+  free(gy);
+  free(gdx);
+  free(ram);
+  free(gam);
 }
 
 int main(void) {
@@ -158,8 +206,8 @@ int main(void) {
   if (!g) return nt_test_skip("no GPU");
   nt_ctx *c;
   if (nt_ctx_create(&c, nt_cpu())) return 1;
-  const ccase cases[] = {{4, 3, 28, 28, 5, 3, 3, 1, 1}, {3, 3, 13, 13, 5, 3, 3, 2, 1},
-                         {2, 2, 7, 9, 4, 5, 3, 3, 2},   {5, 1, 28, 28, 8, 5, 5, 1, 0},
+  const ccase cases[] = {{4, 3, 28, 28, 5, 3, 3, 1, 1},   {3, 3, 13, 13, 5, 3, 3, 2, 1},
+                         {2, 2, 7, 9, 4, 5, 3, 3, 2},     {5, 1, 28, 28, 8, 5, 5, 1, 0},
                          {2, 16, 13, 13, 32, 3, 3, 1, 1}, {3, 7, 6, 6, 3, 1, 1, 1, 0}};
   const nt_dtype dts[3] = {NT_F32, NT_F16, NT_BF16};
   for (int d = 0; d < 3; d++)

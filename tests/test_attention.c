@@ -8,8 +8,8 @@
 #include <string.h>
 
 /* Naive fp64 attention over one [B*H, T, D] problem with the full T x T score matrix. */
-static void ref_forward(const double *q, const double *k, const double *v, double *o,
-                        double *lse, int BH, int T, int D) {
+static void ref_forward(const double *q, const double *k, const double *v, double *o, double *lse,
+                        int BH, int T, int D) {
   const double scale = 1.0 / sqrt((double)D);
   double *s = malloc(sizeof(double) * (size_t)T * T);
   for (int bh = 0; bh < BH; bh++) {
@@ -63,7 +63,8 @@ static void test_forward(nt_ctx *ctx, int B, int H, int T, int D, uint64_t seed)
     ref_forward(qd, kd, vd, od, lsed, B * H, T, D);
     to_double(o, ofd, n);
     to_double(lse, lfd, rows);
-    double eo = nt_test_rel_err_d(ofd, od, (int64_t)n), el = nt_test_rel_err_d(lfd, lsed, (int64_t)rows);
+    double eo = nt_test_rel_err_d(ofd, od, (int64_t)n),
+           el = nt_test_rel_err_d(lfd, lsed, (int64_t)rows);
     CHECK(eo < 1e-6, "forward B%d H%d T%d D%d: out rel err %.3g", B, H, T, D, eo);
     CHECK(el < 1e-6, "forward B%d H%d T%d D%d: lse rel err %.3g", B, H, T, D, el);
   }
@@ -91,8 +92,18 @@ static void test_forward(nt_ctx *ctx, int B, int H, int T, int D, uint64_t seed)
     }
     free(buf);
   }
-  free(q); free(k); free(v); free(o); free(lse);
-  free(qd); free(kd); free(vd); free(od); free(lsed); free(ofd); free(lfd);
+  free(q);
+  free(k);
+  free(v);
+  free(o);
+  free(lse);
+  free(qd);
+  free(kd);
+  free(vd);
+  free(od);
+  free(lsed);
+  free(ofd);
+  free(lfd);
 }
 
 /* loss = sum(out * g) of the fp64 reference. */
@@ -108,8 +119,8 @@ static void test_backward(nt_ctx *ctx, int B, int H, int T, int D, uint64_t seed
   const size_t n = (size_t)B * H * T * D, rows = (size_t)B * H * T;
   nt_test_rng rng = {seed};
   float *f = malloc(4 * n * 9), *lse = malloc(4 * rows);
-  float *q = f, *k = f + n, *v = f + 2 * n, *g = f + 4 * n, *dq = f + 5 * n,
-        *dk = f + 6 * n, *dv = f + 7 * n, *pre = f + 8 * n;
+  float *q = f, *k = f + n, *v = f + 2 * n, *g = f + 4 * n, *dq = f + 5 * n, *dk = f + 6 * n,
+        *dv = f + 7 * n, *pre = f + 8 * n;
   nt_test_fill_uniform(&rng, f, (int64_t)(5 * n), -1.5f, 1.5f);
   nt_test_fill_uniform(&rng, pre, (int64_t)n, -1, 1);
   /* Gradients start from a known non-zero value: the backward must add to it. */
@@ -147,12 +158,15 @@ static void test_backward(nt_ctx *ctx, int B, int H, int T, int D, uint64_t seed
       ana[i] = (double)got[which][i] - (double)pre[i];
     }
     double e = nt_test_rel_err_d(ana, num, (int64_t)n);
-    CHECK(e < 1e-5, "backward B%d H%d T%d D%d: %s vs finite differences rel err %.3g", B, H, T,
-          D, names[which], e);
+    CHECK(e < 1e-5, "backward B%d H%d T%d D%d: %s vs finite differences rel err %.3g", B, H, T, D,
+          names[which], e);
   }
-  free(num); free(ana); free(d);
+  free(num);
+  free(ana);
+  free(d);
 done:
-  free(f); free(lse);
+  free(f);
+  free(lse);
 }
 
 static void test_layout(nt_ctx *ctx) {
@@ -206,7 +220,11 @@ static void test_layout(nt_ctx *ctx) {
   wrong.shape[2] = T - 1;
   CHECK_ERR(ctx, NT_ERR_SHAPE, nt_qkv_split(ctx, &tqkv, H, &tp[0], &tp[1], &wrong));
   CHECK_ERR(ctx, NT_ERR_SHAPE, nt_heads_merge(ctx, &tp[0], &tqkv));
-  free(qkv); free(parts); free(back); free(y); free(dh);
+  free(qkv);
+  free(parts);
+  free(back);
+  free(y);
+  free(dh);
 }
 
 static void test_errors(nt_ctx *ctx) {
@@ -242,8 +260,7 @@ static void test_errors(nt_ctx *ctx) {
   qc.device = nt_cuda(0);
   CHECK_ERR(ctx, NT_ERR_DEVICE, nt_attention_forward(ctx, &qc, &k, &v, &o, &lse));
   CHECK_ERR(ctx, NT_ERR_INVALID_ARG, nt_attention_forward(ctx, &q, &k, &v, &o, NULL));
-  CHECK_ERR(ctx, NT_ERR_SHAPE,
-            nt_attention_backward(ctx, &o, &q, &k, &v, &o, &lse, &q, &kbad, &v));
+  CHECK_ERR(ctx, NT_ERR_SHAPE, nt_attention_backward(ctx, &o, &q, &k, &v, &o, &lse, &q, &kbad, &v));
 }
 
 int main(void) {

@@ -7,9 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct { int N, Cin, H, W, Cout, KH, KW, stride, pad; } ccase;
+typedef struct {
+  int N, Cin, H, W, Cout, KH, KW, stride, pad;
+} ccase;
 
-static int out_dim(int in, int k, int s, int p) { return (in + 2 * p - k) / s + 1; }
+static int out_dim(int in, int k, int s, int p) {
+  return (in + 2 * p - k) / s + 1;
+}
 
 static void ref_conv(const double *x, const double *w, const double *b, double *y, ccase c) {
   const int OH = out_dim(c.H, c.KH, c.stride, c.pad), OW = out_dim(c.W, c.KW, c.stride, c.pad);
@@ -73,8 +77,18 @@ static void test_forward(nt_ctx *ctx, ccase c, bool bias, uint64_t seed) {
     CHECK(e < 1e-2, "conv forward bf16 (f32 bias): rel err vs f32 %.3g", e);
     free(yb);
   }
-  free(lx); free(lw); free(ly);
-  free(x); free(w); free(b); free(y); free(xd); free(wd); free(bd); free(yd); free(yg);
+  free(lx);
+  free(lw);
+  free(ly);
+  free(x);
+  free(w);
+  free(b);
+  free(y);
+  free(xd);
+  free(wd);
+  free(bd);
+  free(yd);
+  free(yg);
 }
 
 static double loss(const double *x, const double *w, const double *b, const double *g, double *y,
@@ -137,12 +151,18 @@ static void test_backward(nt_ctx *ctx, ccase c, uint64_t seed) {
         ana[i] = (double)got[which][i] - (double)pre[which][i];
       }
       double e = nt_test_rel_err_d(ana, num, (int64_t)ns[which]);
-      CHECK(e < 1e-5, "conv backward N%d Cin%d %dx%d Cout%d k%dx%d s%d p%d: %s vs finite "
-            "differences rel err %.3g", c.N, c.Cin, c.H, c.W, c.Cout, c.KH, c.KW, c.stride, c.pad,
-            names[which], e);
-      free(num); free(ana);
+      CHECK(e < 1e-5,
+            "conv backward N%d Cin%d %dx%d Cout%d k%dx%d s%d p%d: %s vs finite "
+            "differences rel err %.3g",
+            c.N, c.Cin, c.H, c.W, c.Cout, c.KH, c.KW, c.stride, c.pad, names[which], e);
+      free(num);
+      free(ana);
     }
-    free(xd); free(wd); free(bd); free(gd); free(yd);
+    free(xd);
+    free(wd);
+    free(bd);
+    free(gd);
+    free(yd);
   }
   /* Only dw requested: dx and db untouched. */
   memcpy(dx, px, 4 * nx);
@@ -150,7 +170,16 @@ static void test_backward(nt_ctx *ctx, ccase c, uint64_t seed) {
   if (CHECK_OK(ctx, nt_conv2d_backward(ctx, &tg, &tx, &tw, NULL, &tdw, NULL, p)))
     CHECK(memcmp(dx, px, 4 * nx) == 0 && memcmp(db, pb, 4 * nb) == 0,
           "NULL gradients must not be written");
-  free(x); free(w); free(b); free(g); free(dx); free(dw); free(db); free(px); free(pw); free(pb);
+  free(x);
+  free(w);
+  free(b);
+  free(g);
+  free(dx);
+  free(dw);
+  free(db);
+  free(px);
+  free(pw);
+  free(pb);
 }
 
 static void test_errors(nt_ctx *ctx) {
@@ -200,9 +229,12 @@ int main(void) {
     test_forward(ctx, fwd[i], true, 10 + (uint64_t)i);
     test_forward(ctx, fwd[i], false, 20 + (uint64_t)i);
   }
-  const ccase bwd[] = {{2, 3, 6, 7, 4, 3, 3, 2, 1}, {1, 2, 5, 5, 3, 3, 3, 1, 0},
-                       {2, 3, 13, 13, 5, 3, 3, 2, 1}, {1, 1, 4, 6, 2, 2, 3, 1, 2}};
-  for (int i = 0; i < (int)(sizeof bwd / sizeof bwd[0]); i++) test_backward(ctx, bwd[i], 40 + (uint64_t)i);
+  const ccase bwd[] = {{2, 3, 6, 7, 4, 3, 3, 2, 1},
+                       {1, 2, 5, 5, 3, 3, 3, 1, 0},
+                       {2, 3, 13, 13, 5, 3, 3, 2, 1},
+                       {1, 1, 4, 6, 2, 2, 3, 1, 2}};
+  for (int i = 0; i < (int)(sizeof bwd / sizeof bwd[0]); i++)
+    test_backward(ctx, bwd[i], 40 + (uint64_t)i);
   test_errors(ctx);
   nt_ctx_free(ctx);
   return nt_test_finish();
