@@ -8,12 +8,16 @@ here="$(cd "$(dirname "$0")" && pwd)"
 build="${1:-build}"
 reps="${2:-30}"
 bin="$build/bench/bench_attention"
-[ -x "$bin" ] || { echo "run_attention.sh: $bin not found (build first: cmake --build $build)" >&2; exit 1; }
+if [ ! -x "$bin" ]; then
+  echo "run_attention.sh: $bin not found (build first: cmake --build $build)" >&2
+  exit 1
+fi
 
 out_nt="$("$bin" "$reps")"
 echo "$out_nt" | grep -v '^RESULT'
 echo
-out_pt="$(python3 "$here/bench_attention.py" --repeats "$reps" 2>&1)" || { echo "$out_pt" >&2; out_pt=""; }
+out_pt="$(python3 "$here/bench_attention.py" --repeats "$reps" 2>&1)" ||
+  { echo "$out_pt" >&2; out_pt=""; }
 echo "$out_pt" | grep -v '^RESULT' || true
 echo
 
