@@ -10,8 +10,8 @@
 #ifdef NT_HAVE_CUDA
 nt_status nt_adamw_unit_cuda(nt_ctx *ctx, const nt_optim_chunk *chunks, int64_t n_chunks,
                              float *master, float *m, float *v, const void *grad, nt_dtype gdt,
-                             void *lp, nt_dtype pdt, const nt_optim_group_coefs *groups,
-                             const nt_adam_hyper *h, const nt_optim_record *rec);
+                             void *lp, nt_dtype pdt, const nt_adam_hyper *h,
+                             const nt_optim_record *rec);
 #endif
 
 struct nt_adamw {
@@ -79,11 +79,10 @@ static void store_param(void *p, nt_dtype dt, int64_t i, float x) {
 
 static void adamw_unit_cpu(const nt_optim_chunk *chunks, int64_t n_chunks, float *master,
                            float *m, float *v, const void *grad, nt_dtype gdt, void *lp,
-                           nt_dtype pdt, const nt_optim_group_coefs *groups,
-                           const nt_adam_hyper *h, const nt_optim_record *rec) {
+                           nt_dtype pdt, const nt_adam_hyper *h, const nt_optim_record *rec) {
   if (rec->skip) return;
   for (int64_t c = 0; c < n_chunks; c++) {
-    nt_adam_coefs k = nt_adam_coefs_make(groups, chunks[c].group, rec);
+    nt_adam_coefs k = nt_adam_coefs_make(rec, chunks[c].group);
     int64_t end = chunks[c].offset + chunks[c].length;
     for (int64_t i = chunks[c].offset; i < end; i++) {
       nt_adam_update(&master[i], &m[i], &v[i], load_grad(grad, gdt, i), rec->clip_coef, h, &k);
@@ -92,27 +91,13 @@ static void adamw_unit_cpu(const nt_optim_chunk *chunks, int64_t n_chunks, float
   }
 }
 
-/* Host-side per-group values of this step (they depend on the lr only). */
-static void group_coefs(const nt_optim_base *b, double lr, nt_optim_group_coefs *g) {
-  memset(g, 0, sizeof *g);
-  for (int i = 0; i < b->n_groups; i++) {
-    double wd = b->groups.weight_decay[i];
-    g->lr[i] = lr * (double)b->groups.lr_mult[i];
-    g->decay[i] = (float)(1.0 - g->lr[i] * wd);
-    g->wd[i] = (float)wd;
-  }
-}
-
 nt_status nt_adamw_step(nt_ctx *ctx, nt_adamw *a, const nt_optim_step_args *args) {
   nt_optim_step_args def = nt_optim_args(-1.0);
   nt_status st;
   if (!a) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "adamw is NULL");
   if (!args) args = &def;
-  double lr = args->lr >= 0.0 ? args->lr : a->opt.lr;
-  if (!isfinite(lr)) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "adamw: lr %g is not finite", lr);
-  if ((st = nt_optim_base_prepare(ctx, &a->base, args, a->opt.beta1, a->opt.beta2))) return st;
-  nt_optim_group_coefs g;
-  group_coefs(&a->base, lr, &g);
+  if ((st = nt_optim_base_prepare(ctx, &a->base, args, a->opt.beta1, a->opt.beta2, a->opt.lr)))
+    return st;
   nt_adam_hyper h;
   h.beta1 = (float)a->opt.beta1;
   h.one_minus_beta1 = (float)(1.0 - a->opt.beta1);
@@ -127,7 +112,7 @@ nt_status nt_adamw_step(nt_ctx *ctx, nt_adamw *a, const nt_optim_step_args *args
     if (nt_ctx_is_cuda(ctx)) {
       st = nt_adamw_unit_cuda(ctx, a->base.chunks[u], a->base.n_chunks[u], a->base.master[u],
                               a->m[u], a->v[u], pu->grads.data, pu->grads.dtype, pu->params.data,
-                              pu->params.dtype, &g, &h, a->base.rec);
+                              pu->params.dtype, &h, a->base.rec);
       if (st) return st;
       continue;
     }
@@ -135,7 +120,7 @@ nt_status nt_adamw_step(nt_ctx *ctx, nt_adamw *a, const nt_optim_step_args *args
     if (a->base.device.type != NT_DEV_CPU)
       return NT_ERROR(ctx, NT_ERR_NO_DEVICE, "adamw on a CUDA device without the backend");
     adamw_unit_cpu(a->base.chunks[u], a->base.n_chunks[u], a->base.master[u], a->m[u], a->v[u],
-                   pu->grads.data, pu->grads.dtype, pu->params.data, pu->params.dtype, &g, &h,
+                   pu->grads.data, pu->grads.dtype, pu->params.data, pu->params.dtype, &h,
                    a->base.rec);
   }
   return NT_OK;

@@ -9,7 +9,8 @@
 
 #ifdef NT_HAVE_CUDA
 nt_status nt_optim_prepare_cuda(nt_ctx *ctx, nt_optim_record *rec, const float *found,
-                                const float *sumsq, float max_norm, double beta1, double beta2);
+                                const float *sumsq, float max_norm, double beta1, double beta2,
+                                double lr, const float *lr_dev, const nt_optim_groups *g);
 #endif
 
 nt_status nt_optim_copy(nt_ctx *ctx, void *dst, bool dst_host, const void *src, bool src_host,
@@ -202,8 +203,9 @@ nt_status nt_optim_base_init(nt_ctx *ctx, nt_optim_base *b, const nt_param_unit 
   }
   b->n_units = n_units;
   b->n_groups = n_groups ? n_groups : 1;
+  b->groups.n = b->n_groups;
   if (n_groups == 0) {
-    b->groups.lr_mult[0] = 1.0f;
+    b->groups.lr_mult[0] = 1.0;
     b->groups.weight_decay[0] = default_weight_decay;
   }
   for (int g = 0; g < n_groups; g++) {
@@ -286,25 +288,36 @@ nt_status nt_optim_base_write(nt_ctx *ctx, nt_optim_base *b, const nt_optim_reco
   return nt_optim_copy(ctx, b->rec, b->device.type == NT_DEV_CPU, in, true, sizeof *in);
 }
 
-nt_status nt_optim_base_prepare(nt_ctx *ctx, nt_optim_base *b, const nt_optim_step_args *a,
-                                double beta1, double beta2) {
+static nt_status check_scalar(nt_ctx *ctx, const nt_tensor *t, const char *what) {
   nt_status st;
-  const float *found = NULL, *sumsq = NULL;
+  if ((st = nt_check_dtype(ctx, t, NT_F32, what)) || (st = nt_check_device(ctx, t, what))) return st;
+  if (nt_tensor_numel(t) != 1)
+    return NT_ERROR(ctx, NT_ERR_SHAPE, "%s must be a scalar (1 element), has %lld", what,
+                    (long long)nt_tensor_numel(t));
+  return NT_OK;
+}
+
+nt_status nt_optim_base_prepare(nt_ctx *ctx, nt_optim_base *b, const nt_optim_step_args *a,
+                                double beta1, double beta2, double default_lr) {
+  nt_status st;
+  const float *found = NULL, *sumsq = NULL, *lr_dev = NULL;
   if (!a) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "optimizer step arguments are NULL");
+  double lr = a->lr >= 0.0 ? a->lr : default_lr;
+  if (!isfinite(lr)) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "optimizer step: lr %g is not finite", lr);
+  if (a->lr_tensor) {
+    if ((st = check_scalar(ctx, a->lr_tensor, "lr_tensor"))) return st;
+    lr_dev = (const float *)a->lr_tensor->data;
+  }
   if (!(a->max_norm >= 0.0f) || !isfinite(a->max_norm))
     return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "optimizer step: max_norm %g must be >= 0",
                     (double)a->max_norm);
   if (a->found_inf) {
-    if ((st = nt_check_dtype(ctx, a->found_inf, NT_F32, "found_inf")) ||
-        (st = nt_check_device(ctx, a->found_inf, "found_inf")))
-      return st;
+    if ((st = check_scalar(ctx, a->found_inf, "found_inf"))) return st;
     found = (const float *)a->found_inf->data;
   }
   if (a->max_norm > 0.0f) {
     if (a->grad_sumsq) {
-      if ((st = nt_check_dtype(ctx, a->grad_sumsq, NT_F32, "grad_sumsq")) ||
-          (st = nt_check_device(ctx, a->grad_sumsq, "grad_sumsq")))
-        return st;
+      if ((st = check_scalar(ctx, a->grad_sumsq, "grad_sumsq"))) return st;
       sumsq = (const float *)a->grad_sumsq->data;
     } else {
       /* Sum of squares over this optimizer's gradients, in one launch. */
@@ -325,11 +338,12 @@ nt_status nt_optim_base_prepare(nt_ctx *ctx, nt_optim_base *b, const nt_optim_st
   }
 #ifdef NT_HAVE_CUDA
   if (nt_ctx_is_cuda(ctx))
-    return nt_optim_prepare_cuda(ctx, b->rec, found, sumsq, a->max_norm, beta1, beta2);
+    return nt_optim_prepare_cuda(ctx, b->rec, found, sumsq, a->max_norm, beta1, beta2, lr, lr_dev,
+                                 &b->groups);
 #endif
   if (b->device.type != NT_DEV_CPU)
     return NT_ERROR(ctx, NT_ERR_NO_DEVICE, "optimizer on a CUDA device without the backend");
-  nt_optim_prepare_rule(b->rec, found, sumsq, a->max_norm, beta1, beta2);
+  nt_optim_prepare_rule(b->rec, found, sumsq, a->max_norm, beta1, beta2, lr, lr_dev, &b->groups);
   return NT_OK;
 }
 

@@ -24,7 +24,9 @@ typedef struct {
 } nt_optim_chunk;
 #define NT_OPTIM_CHUNK 4096
 
-/* Per-step values computed on the device by the prepare step. */
+/* Per-step values computed on the device by the prepare step; the update kernels read them
+ * (nothing per step is a kernel argument, so a captured CUDA graph replays correctly when the
+ * lr comes from a device tensor). */
 typedef struct {
   int32_t step;        /* completed steps (the step being applied when !skip) */
   int32_t skip;        /* this step is skipped (found_inf != 0) */
@@ -32,11 +34,18 @@ typedef struct {
   float total_norm;    /* sqrt(sumsq) of the latest clipped step (0 without clipping) */
   double bias1;        /* 1 - beta1^step (AdamW) */
   double bias2_sqrt;   /* sqrt(1 - beta2^step) */
+  /* Per group: */
+  float neg_step[NT_OPTIM_MAX_GROUPS];   /* AdamW: (float)-(lr / bias1) */
+  float decay[NT_OPTIM_MAX_GROUPS];      /* AdamW: (float)(1 - lr * wd) */
+  float wd[NT_OPTIM_MAX_GROUPS];         /* (float)wd */
+  float neg_lr[NT_OPTIM_MAX_GROUPS];     /* SGD: (float)-lr */
 } nt_optim_record;
 
+/* Static per-group configuration (a kernel argument of the prepare step). */
 typedef struct {
-  float lr_mult[NT_OPTIM_MAX_GROUPS];
+  double lr_mult[NT_OPTIM_MAX_GROUPS];
   double weight_decay[NT_OPTIM_MAX_GROUPS];
+  int32_t n;
 } nt_optim_groups;
 
 /* Host-side state common to every optimizer. */
@@ -46,7 +55,7 @@ typedef struct {
   float **master;                /* per unit: fp32 master (aliases params when F32) */
   bool *master_owned;
   int n_groups;
-  nt_optim_groups groups;
+  nt_optim_groups groups;   /* groups.n == n_groups */
   nt_optim_chunk **chunks;       /* per unit, on the ctx's device */
   int64_t *n_chunks;
   nt_optim_record *rec;          /* on the ctx's device */
@@ -58,9 +67,10 @@ nt_status nt_optim_base_init(nt_ctx *ctx, nt_optim_base *b, const nt_param_unit 
                              int n_units, const nt_param_group *groups, int n_groups,
                              double default_weight_decay);
 void nt_optim_base_free(nt_ctx *ctx, nt_optim_base *b);
-/* Skip flag, step counter, clip coefficient, bias corrections: one tiny launch (or host code). */
+/* Skip flag, step counter, clip coefficient, bias corrections and the groups' step values:
+ * one tiny launch (or host code). default_lr is used when a->lr < 0 and no lr_tensor. */
 nt_status nt_optim_base_prepare(nt_ctx *ctx, nt_optim_base *b, const nt_optim_step_args *a,
-                                double beta1, double beta2);
+                                double beta1, double beta2, double default_lr);
 /* Allocates n floats per unit on the device, zeroed (moments). */
 nt_status nt_optim_base_alloc_state(nt_ctx *ctx, nt_optim_base *b, float ***out);
 void nt_optim_base_free_state(nt_ctx *ctx, nt_optim_base *b, float **bufs);
@@ -89,10 +99,19 @@ static inline NT_HD double nt_optim_powi(double base, int32_t t) {
   return r;
 }
 
-/* The prepare rule (host and device). found/sumsq may be NULL. */
+#ifdef __CUDA_ARCH__
+#define NT_DMUL(a, b) __dmul_rn((a), (b))
+#define NT_DSUB(a, b) __dsub_rn((a), (b))
+#else
+#define NT_DMUL(a, b) ((a) * (b))
+#define NT_DSUB(a, b) ((a) - (b))
+#endif
+
+/* The prepare rule (host and device). found, sumsq and lr_dev may be NULL. */
 static inline NT_HD void nt_optim_prepare_rule(nt_optim_record *r, const float *found,
                                                const float *sumsq, float max_norm,
-                                               double beta1, double beta2) {
+                                               double beta1, double beta2, double lr,
+                                               const float *lr_dev, const nt_optim_groups *g) {
   r->skip = (found && *found != 0.0f) ? 1 : 0;
   if (r->skip) return;
   r->step += 1;
@@ -107,6 +126,15 @@ static inline NT_HD void nt_optim_prepare_rule(nt_optim_record *r, const float *
   }
   r->bias1 = 1.0 - nt_optim_powi(beta1, r->step);
   r->bias2_sqrt = sqrt(1.0 - nt_optim_powi(beta2, r->step));
+  if (lr_dev) lr = (double)*lr_dev;
+  for (int i = 0; i < NT_OPTIM_MAX_GROUPS; i++) {
+    double lrg = i < g->n ? NT_DMUL(lr, g->lr_mult[i]) : 0.0;
+    double wd = i < g->n ? g->weight_decay[i] : 0.0;
+    r->neg_step[i] = (float)(-(lrg / r->bias1));
+    r->decay[i] = (float)NT_DSUB(1.0, NT_DMUL(lrg, wd));
+    r->wd[i] = (float)wd;
+    r->neg_lr[i] = (float)(-lrg);
+  }
 }
 
 NT_EXTERN_C_END

@@ -51,10 +51,13 @@ typedef struct {
   const nt_tensor *found_inf;     /* F32 scalar on the ctx's device, or NULL: no overflow check */
   float max_norm;                 /* > 0: clip by global norm; 0: no clipping */
   const nt_tensor *grad_sumsq;    /* F32 scalar sum of squares of all grads, or NULL */
+  const nt_tensor *lr_tensor;     /* F32 scalar on the device, or NULL: the lr read on the device
+                                   * (overrides lr), so a captured CUDA graph of the step can
+                                   * follow a schedule written into it */
 } nt_optim_step_args;
 
 static inline nt_optim_step_args nt_optim_args(double lr) {
-  nt_optim_step_args a = {lr, NULL, 0.0f, NULL};
+  nt_optim_step_args a = {lr, NULL, 0.0f, NULL, NULL};
   return a;
 }
 

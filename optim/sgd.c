@@ -8,8 +8,7 @@
 #ifdef NT_HAVE_CUDA
 nt_status nt_sgd_unit_cuda(nt_ctx *ctx, const nt_optim_chunk *chunks, int64_t n_chunks,
                            float *master, float *buf, const void *grad, nt_dtype gdt, void *lp,
-                           nt_dtype pdt, const nt_optim_group_coefs *groups,
-                           const nt_sgd_hyper *h, const nt_optim_record *rec);
+                           nt_dtype pdt, const nt_sgd_hyper *h, const nt_optim_record *rec);
 #endif
 
 struct nt_sgd {
@@ -67,16 +66,15 @@ static float load_grad(const void *g, nt_dtype dt, int64_t i) {
 
 static void sgd_unit_cpu(const nt_optim_chunk *chunks, int64_t n_chunks, float *master,
                          float *buf, const void *grad, nt_dtype gdt, void *lp, nt_dtype pdt,
-                         const nt_optim_group_coefs *groups, const nt_sgd_hyper *h,
-                         const nt_optim_record *rec) {
+                         const nt_sgd_hyper *h, const nt_optim_record *rec) {
   if (rec->skip) return;
   for (int64_t c = 0; c < n_chunks; c++) {
     int grp = chunks[c].group;
-    float neg_lr = (float)(-groups->lr[grp]);
+    float neg_lr = rec->neg_lr[grp], wd = rec->wd[grp];
     int64_t end = chunks[c].offset + chunks[c].length;
     for (int64_t i = chunks[c].offset; i < end; i++) {
       nt_sgd_update(&master[i], buf ? &buf[i] : NULL, load_grad(grad, gdt, i), rec->clip_coef,
-                    groups->wd[grp], neg_lr, rec->step == 1, h);
+                    wd, neg_lr, rec->step == 1, h);
       if (pdt == NT_F16) ((uint16_t *)lp)[i] = nt_f32_to_f16(master[i]);
       else if (pdt == NT_BF16) ((uint16_t *)lp)[i] = nt_f32_to_bf16(master[i]);
     }
@@ -88,15 +86,7 @@ nt_status nt_sgd_step(nt_ctx *ctx, nt_sgd *s, const nt_optim_step_args *args) {
   nt_status st;
   if (!s) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "sgd is NULL");
   if (!args) args = &def;
-  double lr = args->lr >= 0.0 ? args->lr : s->opt.lr;
-  if (!isfinite(lr)) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "sgd: lr %g is not finite", lr);
-  if ((st = nt_optim_base_prepare(ctx, &s->base, args, 0.0, 0.0))) return st;
-  nt_optim_group_coefs g;
-  for (int i = 0; i < NT_OPTIM_MAX_GROUPS; i++) {
-    g.lr[i] = i < s->base.n_groups ? lr * (double)s->base.groups.lr_mult[i] : 0.0;
-    g.wd[i] = i < s->base.n_groups ? (float)s->base.groups.weight_decay[i] : 0.0f;
-    g.decay[i] = 1.0f;
-  }
+  if ((st = nt_optim_base_prepare(ctx, &s->base, args, 0.0, 0.0, s->opt.lr))) return st;
   nt_sgd_hyper h;
   h.momentum = (float)s->opt.momentum;
   h.one_minus_dampening = (float)(1.0 - s->opt.dampening);
@@ -110,7 +100,7 @@ nt_status nt_sgd_step(nt_ctx *ctx, nt_sgd *s, const nt_optim_step_args *args) {
     if (nt_ctx_is_cuda(ctx)) {
       st = nt_sgd_unit_cuda(ctx, s->base.chunks[u], s->base.n_chunks[u], s->base.master[u], buf,
                             pu->grads.data, pu->grads.dtype, pu->params.data, pu->params.dtype,
-                            &g, &h, s->base.rec);
+                            &h, s->base.rec);
       if (st) return st;
       continue;
     }
@@ -118,7 +108,7 @@ nt_status nt_sgd_step(nt_ctx *ctx, nt_sgd *s, const nt_optim_step_args *args) {
     if (s->base.device.type != NT_DEV_CPU)
       return NT_ERROR(ctx, NT_ERR_NO_DEVICE, "sgd on a CUDA device without the backend");
     sgd_unit_cpu(s->base.chunks[u], s->base.n_chunks[u], s->base.master[u], buf, pu->grads.data,
-                 pu->grads.dtype, pu->params.data, pu->params.dtype, &g, &h, s->base.rec);
+                 pu->grads.dtype, pu->params.data, pu->params.dtype, &h, s->base.rec);
   }
   return NT_OK;
 }

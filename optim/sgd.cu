@@ -14,17 +14,13 @@ template <typename G, typename P>
 __global__ void __launch_bounds__(kThreads)
 sgd_kernel(const nt_optim_chunk *__restrict__ chunks, float *__restrict__ master,
            float *__restrict__ buf, const G *__restrict__ grad, P *__restrict__ lp,
-           nt_optim_group_coefs groups, nt_sgd_hyper h,
-           const nt_optim_record *__restrict__ rec_ptr, bool vec_ok) {
-  const nt_optim_record rec = *rec_ptr;
-  if (rec.skip) return;
+           nt_sgd_hyper h, const nt_optim_record *__restrict__ rec, bool vec_ok) {
+  if (rec->skip) return;
   const nt_optim_chunk c = chunks[blockIdx.x];
-  double lr;
-  float decay, wd;
-  nt_optim_group_select(&groups, c.group, &lr, &decay, &wd);
-  const float neg_lr = (float)(-lr);
-  const int first = rec.step == 1;
-  const float clip = rec.clip_coef;
+  const float neg_lr = rec->neg_lr[c.group];
+  const float wd = rec->wd[c.group];
+  const int first = rec->step == 1;
+  const float clip = rec->clip_coef;
   const int64_t end = c.offset + c.length;
   const bool write_lp = !std::is_same<P, float>::value;
   for (int64_t i = c.offset + 4 * (int64_t)threadIdx.x; i < end; i += 4 * kThreads) {
@@ -54,8 +50,7 @@ sgd_kernel(const nt_optim_chunk *__restrict__ chunks, float *__restrict__ master
 
 template <typename G, typename P>
 nt_status launch(nt_ctx *ctx, const nt_optim_chunk *chunks, int64_t n_chunks, float *master,
-                 float *buf, const void *grad, void *lp, const nt_optim_group_coefs *g,
-                 const nt_sgd_hyper *h, const nt_optim_record *rec) {
+                 float *buf, const void *grad, void *lp, const nt_sgd_hyper *h, const nt_optim_record *rec) {
   const G *gp = static_cast<const G *>(grad);
   P *pp = std::is_same<P, float>::value ? nullptr : static_cast<P *>(lp);
   bool vec_ok = nt_vec::aligned4(master) && nt_vec::aligned4(buf) && nt_vec::aligned4(gp) &&
@@ -63,20 +58,19 @@ nt_status launch(nt_ctx *ctx, const nt_optim_chunk *chunks, int64_t n_chunks, fl
   if (n_chunks > 0x7fffffff)
     return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "sgd: %lld chunks in one unit", (long long)n_chunks);
   sgd_kernel<G, P><<<(unsigned)n_chunks, kThreads, 0, nt_cuda_stream(ctx)>>>(
-      chunks, master, buf, gp, pp, *g, *h, rec, vec_ok);
+      chunks, master, buf, gp, pp, *h, rec, vec_ok);
   return NT_CUDA_LAUNCHED(ctx);
 }
 
 template <typename G>
 nt_status launch_p(nt_ctx *ctx, nt_dtype pdt, const nt_optim_chunk *chunks, int64_t n_chunks,
                    float *master, float *buf, const void *grad, void *lp,
-                   const nt_optim_group_coefs *g, const nt_sgd_hyper *h,
-                   const nt_optim_record *rec) {
+                   const nt_sgd_hyper *h, const nt_optim_record *rec) {
   switch (pdt) {
-    case NT_F32: return launch<G, float>(ctx, chunks, n_chunks, master, buf, grad, lp, g, h, rec);
-    case NT_F16: return launch<G, __half>(ctx, chunks, n_chunks, master, buf, grad, lp, g, h, rec);
+    case NT_F32: return launch<G, float>(ctx, chunks, n_chunks, master, buf, grad, lp, h, rec);
+    case NT_F16: return launch<G, __half>(ctx, chunks, n_chunks, master, buf, grad, lp, h, rec);
     case NT_BF16:
-      return launch<G, __nv_bfloat16>(ctx, chunks, n_chunks, master, buf, grad, lp, g, h, rec);
+      return launch<G, __nv_bfloat16>(ctx, chunks, n_chunks, master, buf, grad, lp, h, rec);
     default: return NT_ERROR(ctx, NT_ERR_DTYPE, "sgd: params dtype %s", nt_dtype_name(pdt));
   }
 }
@@ -85,16 +79,15 @@ nt_status launch_p(nt_ctx *ctx, nt_dtype pdt, const nt_optim_chunk *chunks, int6
 
 extern "C" nt_status nt_sgd_unit_cuda(nt_ctx *ctx, const nt_optim_chunk *chunks, int64_t n_chunks,
                                       float *master, float *buf, const void *grad, nt_dtype gdt,
-                                      void *lp, nt_dtype pdt, const nt_optim_group_coefs *groups,
-                                      const nt_sgd_hyper *h, const nt_optim_record *rec) {
+                                      void *lp, nt_dtype pdt, const nt_sgd_hyper *h,
+                                      const nt_optim_record *rec) {
   switch (gdt) {
     case NT_F32:
-      return launch_p<float>(ctx, pdt, chunks, n_chunks, master, buf, grad, lp, groups, h, rec);
+      return launch_p<float>(ctx, pdt, chunks, n_chunks, master, buf, grad, lp, h, rec);
     case NT_F16:
-      return launch_p<__half>(ctx, pdt, chunks, n_chunks, master, buf, grad, lp, groups, h, rec);
+      return launch_p<__half>(ctx, pdt, chunks, n_chunks, master, buf, grad, lp, h, rec);
     case NT_BF16:
-      return launch_p<__nv_bfloat16>(ctx, pdt, chunks, n_chunks, master, buf, grad, lp, groups, h,
-                                     rec);
+      return launch_p<__nv_bfloat16>(ctx, pdt, chunks, n_chunks, master, buf, grad, lp, h, rec);
     default: return NT_ERROR(ctx, NT_ERR_DTYPE, "sgd: grads dtype %s", nt_dtype_name(gdt));
   }
 }

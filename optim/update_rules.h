@@ -21,13 +21,6 @@
 #define NT_FSQRT(a) sqrtf(a)
 #endif
 
-/* Per-group step values computed on the host (they depend on the lr, not on the device step). */
-typedef struct {
-  double lr[NT_OPTIM_MAX_GROUPS];       /* the group's lr (step lr * lr_mult) */
-  float decay[NT_OPTIM_MAX_GROUPS];     /* AdamW: (float)(1 - lr * wd) */
-  float wd[NT_OPTIM_MAX_GROUPS];        /* Adam/SGD: (float)wd */
-} nt_optim_group_coefs;
-
 typedef struct {
   float beta1, one_minus_beta1, beta2, one_minus_beta2, eps;
   int decoupled;                        /* AdamW (1) or Adam with L2 (0) */
@@ -38,31 +31,13 @@ typedef struct {
   int use_wd;
 } nt_adam_coefs;
 
-/* Reads group `group`'s values with compile-time indices only: a kernel indexing its parameter
- * arrays with a runtime index would copy them to local memory in every thread. */
-static inline NT_HD void nt_optim_group_select(const nt_optim_group_coefs *g, int group,
-                                               double *lr, float *decay, float *wd) {
-  *lr = g->lr[0];
-  *decay = g->decay[0];
-  *wd = g->wd[0];
-#ifdef __CUDA_ARCH__
-#pragma unroll
-#endif
-  for (int i = 1; i < NT_OPTIM_MAX_GROUPS; i++)
-    if (i == group) {
-      *lr = g->lr[i];
-      *decay = g->decay[i];
-      *wd = g->wd[i];
-    }
-}
-
-static inline NT_HD nt_adam_coefs nt_adam_coefs_make(const nt_optim_group_coefs *g, int group,
-                                                     const nt_optim_record *r) {
+/* The group's values of this step, from the record (global memory on the device). */
+static inline NT_HD nt_adam_coefs nt_adam_coefs_make(const nt_optim_record *r, int group) {
   nt_adam_coefs k;
-  double lr;
-  nt_optim_group_select(g, group, &lr, &k.decay, &k.wd);
-  k.neg_step_size = (float)(-(lr / r->bias1));
+  k.neg_step_size = r->neg_step[group];
   k.bias2_sqrt = (float)r->bias2_sqrt;
+  k.decay = r->decay[group];
+  k.wd = r->wd[group];
   k.use_wd = k.wd != 0.0f;
   return k;
 }

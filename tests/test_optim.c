@@ -520,6 +520,47 @@ done:
   nt_tensor_free(ctx, &u.grads);
 }
 
+/* The lr read from a device tensor (CUDA-graph friendly) gives the host lr's bits. */
+static void test_lr_tensor(nt_ctx *ctx) {
+  int64_t n = 101;
+  nt_param_unit u[2];
+  nt_adamw *opt[2] = {NULL, NULL};
+  nt_tensor lr_t;
+  float h[N0], out[2][101];   /* data_init/data_grad fill unit 0 (N0 values) */
+  memset(u, 0, sizeof u);
+  memset(&lr_t, 0, sizeof lr_t);
+  if (!CHECK_OK(ctx, nt_tensor_alloc(ctx, &lr_t, NT_F32, 0, NULL))) return;
+  set_scalar(ctx, &lr_t, 0.015625f);
+  for (int k = 0; k < 2; k++) {
+    CHECK_OK(ctx, nt_tensor_alloc(ctx, &u[k].params, NT_F32, 1, &n));
+    CHECK_OK(ctx, nt_tensor_alloc(ctx, &u[k].grads, NT_F32, 1, &n));
+    data_init(h, 0);
+    upload(ctx, &u[k].params, h);
+    if (!CHECK_OK(ctx, nt_adamw_create(ctx, NULL, &u[k], 1, NULL, 0, &opt[k]))) goto done;
+  }
+  for (int s = 0; s < 3; s++)
+    for (int k = 0; k < 2; k++) {
+      data_grad(h, 0, s);
+      upload(ctx, &u[k].grads, h);
+      nt_optim_step_args a = nt_optim_args(k == 0 ? 0.015625 : 123.0);
+      if (k == 1) a.lr_tensor = &lr_t;
+      CHECK_OK(ctx, nt_adamw_step(ctx, opt[k], &a));
+    }
+  download(ctx, &u[0].params, out[0]);
+  download(ctx, &u[1].params, out[1]);
+  CHECK(memcmp(out[0], out[1], sizeof out[0]) == 0, "lr_tensor run differs from the host-lr run");
+  nt_optim_step_args bad = nt_optim_args(0.1);
+  bad.lr_tensor = &u[0].grads;
+  CHECK_ERR(ctx, NT_ERR_SHAPE, nt_adamw_step(ctx, opt[0], &bad));
+done:
+  for (int k = 0; k < 2; k++) {
+    nt_adamw_free(ctx, opt[k]);
+    nt_tensor_free(ctx, &u[k].params);
+    nt_tensor_free(ctx, &u[k].grads);
+  }
+  nt_tensor_free(ctx, &lr_t);
+}
+
 static void test_schedules(nt_ctx *ctx) {
   nt_schedule s = nt_schedule_warmup_cosine(6e-4, 6e-5, 10, 110);
   CHECK_OK(ctx, nt_schedule_check(ctx, &s));
@@ -597,6 +638,7 @@ static void run_all(nt_ctx *ctx, nt_ctx *cpu) {
   test_save_load(ctx, false);
   test_clip(ctx);
   test_scaled_step(ctx);
+  test_lr_tensor(ctx);
   test_schedules(ctx);
   test_errors(ctx);
 }
