@@ -15,6 +15,11 @@
  *
  * Only nt_scaler_read / nt_scaler_log / nt_scaler_state_get copy values to the host (they sync).
  *
+ * Several optimizers: unscale all their gradients in one nt_scaler_unscale, pass
+ * nt_scaler_found_inf_tensor() to each optimizer's step (optim/optimizer.h), then update.
+ * Data parallel: all-reduce (sum) the found_inf tensor between unscale and the optimizer step;
+ * any non-zero sum is an overflow on some rank, so every rank skips and backs off alike.
+ *
  * Extras (all off by default, so the defaults behave exactly as PyTorch):
  *   min_scale > 0: a backoff never goes below min_scale (scale = max(scale*backoff, min_scale)).
  *   max_scale > 0: a growth never goes above max_scale (grown = min(scale*growth, max_scale)).
