@@ -55,7 +55,8 @@ static inline NT_HD void nt_adam_update(float *p, float *m, float *v, float g, f
   float mm = NT_FADD(*m, NT_FMUL(h->one_minus_beta1, NT_FSUB(g, *m)));
   float vv = NT_FADD(NT_FMUL(*v, h->beta2), NT_FMUL(NT_FMUL(h->one_minus_beta2, g), g));
   float denom = NT_FADD(NT_FDIV(NT_FSQRT(vv), k->bias2_sqrt), h->eps);
-  *p = NT_FADD(pp, NT_FMUL(k->neg_step_size, NT_FDIV(mm, denom)));
+  /* p.addcdiv_(m, denom, value=-step_size): torch computes value * m / denom, left to right */
+  *p = NT_FADD(pp, NT_FDIV(NT_FMUL(k->neg_step_size, mm), denom));
   *m = mm;
   *v = vv;
 }
