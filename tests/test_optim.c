@@ -636,6 +636,8 @@ static void run_all(nt_ctx *ctx, nt_ctx *cpu) {
   test_skip(ctx);
   test_save_load(ctx, true);   /* writes the sgd file the adamw case then refuses */
   test_save_load(ctx, false);
+  remove("test_optim_sgd.state");
+  remove("test_optim_adamw.state");
   test_clip(ctx);
   test_scaled_step(ctx);
   test_lr_tensor(ctx);
