@@ -25,6 +25,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The CPU and GPU builds of this test may run at once (ctest -j): distinct file names. */
+#ifdef NT_TEST_GPU
+#define STATE_PREFIX "gpu_"
+#else
+#define STATE_PREFIX ""
+#endif
+
 #define B 64
 #define IN 13
 #define H 37
@@ -270,7 +277,7 @@ done:
 }
 
 static void test_resume(nt_ctx *ctx) {
-  const char *path = "test_amp_train.state";
+  const char *path = STATE_PREFIX "test_amp_train.state";
   model a, b;
   double la[STEPS], lb[STEPS];
   static float sa[4 * NPARAM], sb[4 * NPARAM];

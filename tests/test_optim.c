@@ -14,6 +14,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The CPU and GPU builds of this test may run at once (ctest -j): distinct file names. */
+#ifdef NT_TEST_GPU
+#define STATE_PREFIX "gpu_"
+#else
+#define STATE_PREFIX ""
+#endif
+
 #define N0 1003   /* unit sizes: odd, not multiples of 4 or 8 */
 #define N1 4101   /* more than one 4096-element chunk */
 #define STEPS 5
@@ -380,7 +387,7 @@ static void snapshot(nt_ctx *ctx, nt_param_unit *u, void *opt, bool sgd, float *
 }
 
 static void test_save_load(nt_ctx *ctx, bool sgd) {
-  const char *path = sgd ? "test_optim_sgd.state" : "test_optim_adamw.state";
+  const char *path = sgd ? STATE_PREFIX "test_optim_sgd.state" : STATE_PREFIX "test_optim_adamw.state";
   nt_param_unit u[2];
   void *opt[2] = {NULL, NULL};
   float *snap = malloc(sizeof(float) * 8 * N1), h[N1];
@@ -417,7 +424,7 @@ static void test_save_load(nt_ctx *ctx, bool sgd) {
     nt_adamw_get_step(ctx, opt[1], &s1);
     CHECK(s0 == 6 && s1 == 6, "steps after resume: %d %d", s0, s1);
     /* A state file of another kind or layout is refused. */
-    CHECK_ERR(ctx, NT_ERR_FORMAT, nt_adamw_load(ctx, opt[1], "test_optim_sgd.state"));
+    CHECK_ERR(ctx, NT_ERR_FORMAT, nt_adamw_load(ctx, opt[1], STATE_PREFIX "test_optim_sgd.state"));
     CHECK_ERR(ctx, NT_ERR_IO, nt_adamw_load(ctx, opt[1], "/nonexistent/dir/x.state"));
   }
 done:
@@ -636,8 +643,8 @@ static void run_all(nt_ctx *ctx, nt_ctx *cpu) {
   test_skip(ctx);
   test_save_load(ctx, true);   /* writes the sgd file the adamw case then refuses */
   test_save_load(ctx, false);
-  remove("test_optim_sgd.state");
-  remove("test_optim_adamw.state");
+  remove(STATE_PREFIX "test_optim_sgd.state");
+  remove(STATE_PREFIX "test_optim_adamw.state");
   test_clip(ctx);
   test_scaled_step(ctx);
   test_lr_tensor(ctx);
