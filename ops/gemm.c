@@ -36,8 +36,9 @@ static nt_status check_dtypes(nt_ctx *ctx, const nt_tensor *A, const nt_tensor *
       return NT_ERROR(ctx, NT_ERR_DTYPE, "gemm: A is %s and B is %s: FP8 needs both inputs FP8",
                       nt_dtype_name(a), nt_dtype_name(b));
     if (a == NT_FP8_E5M2 && b == NT_FP8_E5M2)
-      return NT_ERROR(ctx, NT_ERR_DTYPE,
-                      "gemm: e5m2 x e5m2 is not supported (cuBLASLt needs at least one e4m3)");
+      return NT_ERROR(ctx, NT_ERR_UNSUPPORTED,
+                      "gemm: FP8 e5m2 x e5m2 is not supported (cuBLASLt's FP8 kernels take at "
+                      "most one e5m2 input; make A or B e4m3)");
     if (d != NT_F32 && d != NT_F16 && d != NT_BF16)
       return NT_ERROR(ctx, NT_ERR_DTYPE, "gemm: FP8 inputs give D in f32, f16 or bf16, not %s",
                       nt_dtype_name(d));

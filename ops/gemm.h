@@ -39,7 +39,8 @@ typedef struct {
 nt_gemm_opts nt_gemm_defaults(void);
 
 /* Rules (the same on the CPU and the GPU, so a CPU run rejects what a GPU run would):
- * - A and B share one dtype (F32, F16, BF16), or are FP8 with at most one E5M2.
+ * - A and B share one dtype (F32, F16, BF16), or are FP8 with at most one E5M2 (E5M2 x E5M2
+ *   is NT_ERR_UNSUPPORTED: cuBLASLt has no such kernel).
  *   D: F32 inputs -> F32; F16 -> F16 or F32; BF16 -> BF16 or F32; FP8 -> F32, F16 or BF16.
  * - beta == 0: D is not read (NaN in D does not propagate).
  * - GELU_AUX, DGELU and BGRADA need an unbatched product; BGRADA ignores alpha (the bias
@@ -53,10 +54,13 @@ nt_gemm_opts nt_gemm_defaults(void);
  * gradient is written by cuBLASLt into a per-plan scratch vector and then added to bias_grad.
  * Plans (descriptors, layouts and the chosen algorithm) are cached per context; with
  * autotuning (default on for CUDA contexts, NT_GEMM_AUTOTUNE=0 turns it off) the first call of
- * a new shape times cuBLASLt's top 8 heuristic candidates once and keeps the fastest: that
- * call waits for the GPU (a one-time cost per shape: 6 runs per candidate, ~0.1 s for the
- * GPT-2 logits GEMMs, far less for the rest); while the stream is being captured into a CUDA
- * graph the heuristic's first choice is used instead. */
+ * a new shape times cuBLASLt's top 16 heuristic candidates (3 samples of 5 runs each, taken
+ * round-robin, median) and keeps the fastest: that call waits for the GPU (a one-time cost per
+ * shape: 16 runs per candidate, ~0.5 s for the GPT-2 logits GEMMs, far less for the rest);
+ * while the stream is being captured into a CUDA graph the heuristic's first choice is used
+ * instead. NT_LOG=debug logs each new plan: the candidates' times and the kernel kept.
+ * FP8 with beta 0 passes C as NULL (CUDA 13's cuBLASLt refuses FP8 with C aliasing D); FP8
+ * with beta != 0 runs in place, or reads C from a copy of D where cuBLASLt refuses that. */
 nt_status nt_gemm(nt_ctx *ctx, const nt_tensor *A, const nt_tensor *B, nt_tensor *D,
                   const nt_gemm_opts *opts);
 

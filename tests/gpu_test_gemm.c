@@ -346,6 +346,17 @@ static void test_fp8(ctxs *c, int cc) {
   g.in_a = NT_FP8_E4M3;
   g.epi = NT_EPI_BIAS; g.bias = true; g.bias_dt = NT_BF16;
   run_case(c, &g, "fp8 e4m3 x e4m3 -> bf16 + bf16 bias");
+  /* Accumulation (beta != 0): C is D, in place or through a copy (see gemm.h). */
+  g.epi = NT_EPI_NONE; g.bias = false;
+  g.beta = 1.0f; g.out = NT_F32;
+  run_case(c, &g, "fp8 e4m3 x e4m3 -> f32, beta 1");
+  g.beta = 0.5f; g.alpha = 2.0f; g.out = NT_BF16;
+  run_case(c, &g, "fp8 e4m3 x e4m3 -> bf16, alpha 2 beta 0.5");
+  g.beta = 0.0f; g.alpha = 1.0f;
+  /* Odd M (rows of D need not be a multiple of 16: only the leading dims do). */
+  g.M = 37; g.out = NT_F16;
+  run_case(c, &g, "fp8 e4m3 x e4m3 -> f16, M 37");
+  g.M = 64;
   /* Layouts other than TN are refused with a clear message. */
   buf A, B, D;
   if (!buf_make(c, &A, 64 * 96) || !buf_make(c, &B, 128 * 96) || !buf_make(c, &D, 64 * 128 * 2))
@@ -354,6 +365,15 @@ static void test_fp8(ctxs *c, int cc) {
   nt_tensor tb = nt_tensor_view(B.d, NT_FP8_E4M3, nt_cuda(0), 2, (int64_t[]){96, 128});
   nt_tensor td = nt_tensor_view(D.d, NT_BF16, nt_cuda(0), 2, (int64_t[]){64, 128});
   CHECK_ERR(c->gpu, NT_ERR_UNSUPPORTED, nt_gemm(c->gpu, &ta, &tb, &td, NULL));
+  printf("  fp8 NN refused: %s\n", nt_last_error(c->gpu));
+  /* e5m2 x e5m2 has no cuBLASLt kernel: refused by name. */
+  nt_tensor tbt = nt_tensor_view(B.d, NT_FP8_E5M2, nt_cuda(0), 2, (int64_t[]){128, 96});
+  ta.dtype = NT_FP8_E5M2;
+  nt_gemm_opts o = nt_gemm_defaults();
+  o.trans_b = true;
+  CHECK_ERR(c->gpu, NT_ERR_UNSUPPORTED, nt_gemm(c->gpu, &ta, &tbt, &td, &o));
+  CHECK(strstr(nt_last_error(c->gpu), "e5m2 x e5m2") != NULL, "names the pair: %s",
+        nt_last_error(c->gpu));
   buf_free(c, &A); buf_free(c, &B); buf_free(c, &D);
 }
 
@@ -408,11 +428,20 @@ static int compute_capability(void) {
   return major * 10 + minor;
 }
 
-int main(void) {
+/* "gpu_test_gemm fp8" runs the FP8 cases only (tests/gemm.cmake runs it with NT_LOG=debug, so
+ * the log shows each FP8 plan: layouts, types, heuristic status and count, kernel kept). */
+int main(int argc, char **argv) {
   ctxs c;
+  bool fp8_only = argc > 1 && !strcmp(argv[1], "fp8");
   c.gpu = nt_test_cuda_ctx();
   if (!c.gpu) return nt_test_skip("no GPU");
   if (nt_ctx_create(&c.cpu, nt_cpu())) return 1;
+  if (fp8_only) {
+    test_fp8(&c, compute_capability());
+    nt_ctx_free(c.cpu);
+    nt_ctx_free(c.gpu);
+    return nt_test_finish();
+  }
   test_transposes(&c);
   test_epilogues(&c);
   test_batched_alpha_beta(&c);

@@ -320,7 +320,9 @@ static void test_errors(nt_ctx *ctx) {
   A.dtype = NT_F32; B.dtype = NT_F32; D.dtype = NT_BF16;
   CHECK_ERR(ctx, NT_ERR_DTYPE, nt_gemm(ctx, &A, &B, &D, NULL));
   A.dtype = B.dtype = NT_FP8_E5M2;
-  CHECK_ERR(ctx, NT_ERR_DTYPE, nt_gemm(ctx, &A, &B, &D, NULL));
+  CHECK_ERR(ctx, NT_ERR_UNSUPPORTED, nt_gemm(ctx, &A, &B, &D, NULL));
+  CHECK(strstr(nt_last_error(ctx), "e5m2 x e5m2") != NULL, "names the FP8 pair: %s",
+        nt_last_error(ctx));
   A.dtype = B.dtype = D.dtype = NT_F32;
   nt_tensor bias = nt_tensor_view(buf, NT_F32, nt_cpu(), 1, (int64_t[]){6});
   nt_gemm_opts o = nt_gemm_defaults();
