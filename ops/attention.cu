@@ -153,11 +153,48 @@ __global__ void simple_backward_dkv(const T *dout, const T *q, const T *k, const
   add_lane(dv + row * D, D, lane, gv, 1.f);
 }
 
-/* dq += scale * dq_acc (the tensor-core backward accumulates dQ in fp32 with atomics). */
+/* Tensor-core path, before the backward kernel: d_rows = rowsum(dO * O) and dq_acc = 0 in
+ * one pass of 16-byte pieces (8 elements per thread, D / 8 adjacent lanes per row; D is 32
+ * or 64 and every row 16-byte aligned there). */
+template <typename T, int D>
+__global__ void prep_rows_vec(const T *__restrict__ dout, const T *__restrict__ out,
+                              float *__restrict__ d_rows, float *__restrict__ dq_acc,
+                              long rows) {
+  constexpr int kLanes = D / 8;
+  const long piece = (long)blockIdx.x * blockDim.x + threadIdx.x;
+  const long row = piece / kLanes;
+  float acc = 0.f;
+  if (row < rows) {
+    const uint4 a = reinterpret_cast<const uint4 *>(dout)[piece];
+    const uint4 b = reinterpret_cast<const uint4 *>(out)[piece];
+    const T *x = reinterpret_cast<const T *>(&a), *y = reinterpret_cast<const T *>(&b);
+#pragma unroll
+    for (int e = 0; e < 8; e++) acc += nt_attn_to_f32(x[e]) * nt_attn_to_f32(y[e]);
+    float4 *z = reinterpret_cast<float4 *>(dq_acc) + 2 * piece;
+    z[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+    z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  /* kLanes divides 32 and rows start at multiples of kLanes: the groups never straddle. */
+#pragma unroll
+  for (int o = kLanes / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (row < rows && piece % kLanes == 0) d_rows[row] = acc;
+}
+
+/* dq += scale * dq_acc (the tensor-core backward accumulates dQ in fp32 with atomics), eight
+ * elements per thread in 16-byte pieces (n is a multiple of 8, dq 16-byte aligned). */
 template <typename T>
-__global__ void dq_finish(const float *acc, T *dq, long n, float scale) {
+__global__ void dq_finish(const float *__restrict__ acc, T *__restrict__ dq, long n8,
+                          float scale) {
   const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) dq[i] = nt_attn_from_f32<T>(nt_attn_to_f32(dq[i]) + acc[i] * scale);
+  if (i >= n8) return;
+  const float4 a0 = reinterpret_cast<const float4 *>(acc)[2 * i];
+  const float4 a1 = reinterpret_cast<const float4 *>(acc)[2 * i + 1];
+  const float add[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+  uint4 v = reinterpret_cast<const uint4 *>(dq)[i];
+  T *x = reinterpret_cast<T *>(&v);
+#pragma unroll
+  for (int e = 0; e < 8; e++) x[e] = nt_attn_from_f32<T>(nt_attn_to_f32(x[e]) + add[e] * scale);
+  reinterpret_cast<uint4 *>(dq)[i] = v;
 }
 
 /* [B, T, parts * H * D] <-> parts x [B, H, T, D]; one thread per element of the packed side.
@@ -207,6 +244,45 @@ nt_status forward_simple(nt_ctx *ctx, const nt_tensor *q, const nt_tensor *k, co
   return NT_CUDA_LAUNCHED(ctx);
 }
 
+/* Tensor-core backward (F16/BF16 only): one pass prepares d_rows and the zeroed dQ
+ * accumulator, the kernel adds into it, a last pass folds it into dq; all three move 16-byte
+ * pieces. */
+template <typename T>
+nt_status backward_mma_path(nt_ctx *ctx, const nt_tensor *dout, const nt_tensor *q,
+                            const nt_tensor *k, const nt_tensor *v, const nt_tensor *out,
+                            const nt_tensor *lse, nt_tensor *dq, nt_tensor *dk, nt_tensor *dv,
+                            float *d_rows) {
+  if constexpr (sizeof(T) != 2) {
+    return NT_ERROR(ctx, NT_ERR_INTERNAL, "attention: tensor-core backward needs F16/BF16");
+  } else {
+    const int BH = (int)(q->shape[0] * q->shape[1]), T_ = (int)q->shape[2];
+    const int D = (int)q->shape[3];
+    const long rows = (long)BH * T_, n8 = rows * D / 8;
+    const unsigned grid = (unsigned)((n8 + 255) / 256);
+    cudaStream_t s = nt_cuda_stream(ctx);
+    float *dq_acc = NULL;
+    nt_status st = nt_alloc(ctx, sizeof(float) * (size_t)rows * (size_t)D, (void **)&dq_acc);
+    if (st) return st;
+    if (D == 64)
+      prep_rows_vec<T, 64><<<grid, 256, 0, s>>>((const T *)dout->data, (const T *)out->data,
+                                                d_rows, dq_acc, rows);
+    else
+      prep_rows_vec<T, 32><<<grid, 256, 0, s>>>((const T *)dout->data, (const T *)out->data,
+                                                d_rows, dq_acc, rows);
+    if ((st = NT_CUDA_LAUNCHED(ctx))) goto done;
+    st = nt_attention_backward_mma(ctx, q->dtype, dout->data, q->data, k->data, v->data,
+                                   (const float *)lse->data, d_rows, dq_acc, dk->data, dv->data,
+                                   BH, T_, D);
+    if (st) goto done;
+    dq_finish<T><<<grid, 256, 0, s>>>(dq_acc, (T *)dq->data, n8, 1.f / sqrtf((float)D));
+    st = NT_CUDA_LAUNCHED(ctx);
+  done:
+    /* The pool reuses blocks in stream order, so freeing right after queueing is safe. */
+    nt_free(ctx, dq_acc);
+    return st;
+  }
+}
+
 template <typename T>
 nt_status backward_all(nt_ctx *ctx, const nt_tensor *dout, const nt_tensor *q,
                        const nt_tensor *k, const nt_tensor *v, const nt_tensor *out,
@@ -216,24 +292,15 @@ nt_status backward_all(nt_ctx *ctx, const nt_tensor *dout, const nt_tensor *q,
   const long rows = (long)BH * T_;
   const float scale = 1.f / sqrtf((float)D);
   cudaStream_t s = nt_cuda_stream(ctx);
-  float *d_rows = NULL, *dq_acc = NULL;
+  float *d_rows = NULL;
   nt_status st = nt_alloc(ctx, sizeof(float) * (size_t)rows, (void **)&d_rows);
   if (st) return st;
-  row_dot<T><<<rows_grid(rows), 32 * kWarpsPerBlock, 0, s>>>(
-      (const T *)dout->data, (const T *)out->data, d_rows, rows, D);
-  if ((st = NT_CUDA_LAUNCHED(ctx))) goto done;
   if (mma) {
-    const size_t acc_bytes = sizeof(float) * (size_t)rows * (size_t)D;
-    if ((st = nt_alloc(ctx, acc_bytes, (void **)&dq_acc))) goto done;
-    if ((st = NT_CUDA(ctx, cudaMemsetAsync(dq_acc, 0, acc_bytes, s)))) goto done;
-    st = nt_attention_backward_mma(ctx, q->dtype, dout->data, q->data, k->data, v->data,
-                                   (const float *)lse->data, d_rows, dq_acc, dk->data, dv->data,
-                                   BH, T_, D);
-    if (st) goto done;
-    const long n = rows * D;
-    dq_finish<T><<<(unsigned)((n + 255) / 256), 256, 0, s>>>(dq_acc, (T *)dq->data, n, scale);
-    st = NT_CUDA_LAUNCHED(ctx);
+    st = backward_mma_path<T>(ctx, dout, q, k, v, out, lse, dq, dk, dv, d_rows);
   } else {
+    row_dot<T><<<rows_grid(rows), 32 * kWarpsPerBlock, 0, s>>>(
+        (const T *)dout->data, (const T *)out->data, d_rows, rows, D);
+    if ((st = NT_CUDA_LAUNCHED(ctx))) goto done;
     simple_backward_dq<T><<<rows_grid(rows), 32 * kWarpsPerBlock, 0, s>>>(
         (const T *)dout->data, (const T *)q->data, (const T *)k->data, (const T *)v->data,
         (const float *)lse->data, d_rows, (T *)dq->data, BH, T_, D, scale);
@@ -245,7 +312,6 @@ nt_status backward_all(nt_ctx *ctx, const nt_tensor *dout, const nt_tensor *q,
   }
 done:
   /* The pool reuses blocks in stream order, so freeing right after queueing is safe. */
-  nt_free(ctx, dq_acc);
   nt_free(ctx, d_rows);
   return st;
 }

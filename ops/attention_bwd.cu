@@ -4,7 +4,7 @@
  * saved lse, then
  *   dV += P^T dO,  dP^T = V dO^T,  dS^T = P^T * (dP^T - D),  dK += dS^T Q
  * in registers (fp32 accumulators), and dQ += dS K is reduced across key blocks with fp32
- * atomics into dq_acc (scaled and added into dq by the caller). */
+ * atomics (two floats per reduction) into dq_acc (scaled and added into dq by the caller). */
 #include "ops/attention_cuda.cuh"
 #include "ops/attention_mma.cuh"
 #include "core/cuda_util.h"
@@ -195,10 +195,8 @@ __global__ void __launch_bounds__(32 * W)
       if (row < T_) {
         float *dst = dq_acc + head + (long)row * D + d0 + 2 * (lane & 3);
 #pragma unroll
-        for (int dt = 0; dt < kDw / 8; dt++) {
-          atomicAdd(dst + dt * 8, gq[dt][2 * h]);
-          atomicAdd(dst + dt * 8 + 1, gq[dt][2 * h + 1]);
-        }
+        for (int dt = 0; dt < kDw / 8; dt++)
+          red_add_f32x2(dst + dt * 8, gq[dt][2 * h], gq[dt][2 * h + 1]);
       }
     }
     __syncthreads();   /* dS^T and this tile's buffers are reused by the next iteration */
