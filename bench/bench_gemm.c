@@ -2,13 +2,17 @@
  * shakespeare_char: 64 x 256 tokens, C 384, vocab 65) and GPT-2 124M (16 x 1024 tokens, C 768,
  * vocab 50304), forward and both backward products, plus 8192^3.
  *
- *   bench_gemm [--dtype bf16|f16] [--repeats 20] [--shapes all|small|gpt2|square]
+ *   bench_gemm [--dtype bf16|f16] [--repeats 20] [--shapes all|small|gpt2|square|NAME]
+ *              [--no-graph] [--list]
  *
- * One line per shape: "RESULT name M N K ta tb ms tflops". A repeat times a batch of calls
- * (enough for >= 2 ms) with CUDA events; ms is the median per call after warm-up (which also
- * covers the plan cache's first-use autotuning). Inputs are random normal; when a shape's
- * A + B + D fit in 4x the L2 cache, calls rotate over copies so every call reads from HBM,
- * as bench_gemm.py does for torch. */
+ * One line per shape: "RESULT name M N K ta tb ms tflops inner rot graph". A repeat times a
+ * batch of `inner` calls (enough for >= 2 ms) between CUDA events; ms is the median per call
+ * after warm-up (which also covers the plan cache's first-use autotuning). The batch is
+ * replayed as a CUDA graph (unless --no-graph or capture fails: graph 0), so host overhead
+ * per call is out of the measurement, as bench_gemm.py does for torch. Inputs are random
+ * normal; when a shape's A + B + D fit in 4x the L2 cache, call i uses copy i % rot, so every
+ * call reads from HBM. bench_gemm.py runs this per shape and times torch right after with the
+ * same inner, rot and repeats. --list prints the shape names. */
 #include "core/nt.h"
 #include "ops/gemm.h"
 #include <stdio.h>
@@ -63,6 +67,12 @@ static int make_shapes(const char *which, shape *s) {
     n = add_linear(s, n, "gpt2", "lmhead", R, C, 50304);
   }
   if (all || !strcmp(which, "square")) s[n++] = (shape){"square.8192", 8192, 8192, 8192, 0, 0};
+  if (n == 0) {  /* one shape by name */
+    shape every[MAX_SHAPES];
+    int m = make_shapes("all", every);
+    for (int i = 0; i < m; i++)
+      if (!strcmp(every[i].name, which)) s[n++] = every[i];
+  }
   return n;
 }
 
@@ -85,8 +95,47 @@ static nt_status random_tensor(nt_ctx *ctx, nt_tensor *t, nt_dtype dt, int64_t r
   return st;
 }
 
+typedef struct {
+  double ms;
+  int inner, rot;
+  bool graph;
+} bench_result;
+
+#ifdef NT_HAVE_CUDA
+/* The batch of `inner` calls captured once into a graph on the context's stream; NULL when
+ * capture is not possible (then the caller runs the calls eagerly). */
+static cudaGraphExec_t capture_batch(nt_ctx *ctx, nt_tensor *A, nt_tensor *B, nt_tensor *D,
+                                     int rot, int inner, const nt_gemm_opts *o) {
+  cudaStream_t cs = (cudaStream_t)nt_ctx_stream(ctx);
+  cudaGraph_t g = NULL;
+  cudaGraphExec_t exec = NULL;
+  if (cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return NULL;
+  }
+  nt_status st = NT_OK;
+  for (int i = 0; i < inner && !st; i++) st = nt_gemm(ctx, &A[i % rot], &B[i % rot], &D[i % rot], o);
+  cudaError_t ce = cudaStreamEndCapture(cs, &g);
+  if (!st && ce == cudaSuccess && g && cudaGraphInstantiate(&exec, g, 0) != cudaSuccess) exec = NULL;
+  if (g) cudaGraphDestroy(g);
+  if (st || ce != cudaSuccess) {
+    fprintf(stderr, "bench_gemm: graph capture failed (%s), timing eagerly\n",
+            st ? nt_last_error(ctx) : cudaGetErrorString(ce));
+    (void)cudaGetLastError();
+  }
+  return exec;
+}
+
+static nt_status launch_graph(nt_ctx *ctx, cudaGraphExec_t exec) {
+  cudaError_t e = cudaGraphLaunch(exec, (cudaStream_t)nt_ctx_stream(ctx));
+  if (e == cudaSuccess) return NT_OK;
+  fprintf(stderr, "bench_gemm: cudaGraphLaunch: %s\n", cudaGetErrorString(e));
+  return NT_ERR_CUDA;
+}
+#endif
+
 static nt_status bench_one(nt_ctx *ctx, const shape *s, nt_dtype dt, int repeats, size_t l2,
-                           double *ms_out) {
+                           bool use_graph, bench_result *out) {
   nt_tensor A[MAX_ROT], B[MAX_ROT], D[MAX_ROT];
   memset(A, 0, sizeof A); memset(B, 0, sizeof B); memset(D, 0, sizeof D);
   nt_event *e0 = NULL, *e1 = NULL;
@@ -117,10 +166,22 @@ static nt_status bench_one(nt_ctx *ctx, const shape *s, nt_dtype dt, int repeats
   if (!st) st = nt_event_elapsed_ms(ctx, e0, e1, &ms);
   if (!st && ms > 0) inner = (int)(2.0f / (ms / 5)) + 1;
   if (inner > 2000) inner = 2000;
+  bool graph = false;
+#ifdef NT_HAVE_CUDA
+  cudaGraphExec_t exec = NULL;
+  if (!st && use_graph) exec = capture_batch(ctx, A, B, D, rot, inner, &o);
+  graph = exec != NULL;
+  if (graph) st = launch_graph(ctx, exec);  /* upload and warm */
+#else
+  (void)use_graph;
+#endif
   for (int r = 0; r < repeats && !st; r++) {
     st = nt_event_record(ctx, e0, NULL);
-    for (int i = 0; i < inner && !st; i++) {
-      int k = (r * inner + i) % rot;
+#ifdef NT_HAVE_CUDA
+    if (graph && !st) st = launch_graph(ctx, exec);
+#endif
+    for (int i = 0; i < inner && !st && !graph; i++) {
+      int k = i % rot;  /* the same call sequence as the graph's */
       st = nt_gemm(ctx, &A[k], &B[k], &D[k], &o);
     }
     if (!st) st = nt_event_record(ctx, e1, NULL);
@@ -130,8 +191,14 @@ static nt_status bench_one(nt_ctx *ctx, const shape *s, nt_dtype dt, int repeats
   }
   if (!st) {
     qsort(times, (size_t)repeats, sizeof *times, cmp_float);
-    *ms_out = times[repeats / 2];
+    out->ms = times[repeats / 2];
+    out->inner = inner;
+    out->rot = rot;
+    out->graph = graph;
   }
+#ifdef NT_HAVE_CUDA
+  if (exec) cudaGraphExecDestroy(exec);
+#endif
   for (int r = 0; r < rot; r++) {
     nt_tensor_free(ctx, &A[r]); nt_tensor_free(ctx, &B[r]); nt_tensor_free(ctx, &D[r]);
   }
@@ -144,15 +211,24 @@ static nt_status bench_one(nt_ctx *ctx, const shape *s, nt_dtype dt, int repeats
 int main(int argc, char **argv) {
   const char *dtype = "bf16", *which = "all";
   int repeats = 20;
+  bool use_graph = true, list = false;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--dtype") && i + 1 < argc) dtype = argv[++i];
     else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--shapes") && i + 1 < argc) which = argv[++i];
+    else if (!strcmp(argv[i], "--no-graph")) use_graph = false;
+    else if (!strcmp(argv[i], "--list")) list = true;
     else {
-      fprintf(stderr, "usage: %s [--dtype bf16|f16] [--repeats N] [--shapes all|small|gpt2|square]\n",
-              argv[0]);
+      fprintf(stderr, "usage: %s [--dtype bf16|f16] [--repeats N] "
+              "[--shapes all|small|gpt2|square|NAME] [--no-graph] [--list]\n", argv[0]);
       return 2;
     }
+  }
+  if (list) {
+    shape every[MAX_SHAPES];
+    int m = make_shapes(which, every);
+    for (int i = 0; i < m; i++) printf("%s\n", every[i].name);
+    return 0;
   }
   nt_dtype dt;
   if (!nt_dtype_parse(dtype, &dt) || (dt != NT_BF16 && dt != NT_F16)) {
@@ -174,23 +250,29 @@ int main(int argc, char **argv) {
 #endif
   shape s[MAX_SHAPES];
   int n = make_shapes(which, s);
+  if (n == 0) {
+    fprintf(stderr, "bench_gemm: no shape named %s (--list prints them)\n", which);
+    nt_ctx_free(ctx);
+    return 2;
+  }
   const char *at = getenv("NT_GEMM_AUTOTUNE");
   printf("# nt_gemm %s, median of %d repeats, autotune %s, L2 %zu MiB\n", dtype, repeats,
          (at && at[0] == '0') ? "off" : "on", l2 >> 20);
-  printf("%-22s %6s %6s %6s %3s %3s %10s %9s\n", "# shape", "M", "N", "K", "ta", "tb", "ms",
-         "TFLOP/s");
+  printf("%-22s %6s %6s %6s %3s %3s %10s %9s %5s %3s %5s\n", "# shape", "M", "N", "K", "ta",
+         "tb", "ms", "TFLOP/s", "inner", "rot", "graph");
   int rc = 0;
   for (int i = 0; i < n; i++) {
-    double ms = 0;
-    nt_status st = bench_one(ctx, &s[i], dt, repeats, l2, &ms);
+    bench_result r = {0};
+    nt_status st = bench_one(ctx, &s[i], dt, repeats, l2, use_graph, &r);
     if (st) {
       fprintf(stderr, "bench_gemm: %s: %s\n", s[i].name, nt_last_error(ctx));
       rc = 1;
       continue;
     }
-    double tflops = 2.0 * (double)s[i].M * (double)s[i].N * (double)s[i].K / (ms * 1e-3) / 1e12;
-    printf("RESULT %-15s %6lld %6lld %6lld %3d %3d %10.4f %9.1f\n", s[i].name, (long long)s[i].M,
-           (long long)s[i].N, (long long)s[i].K, s[i].ta, s[i].tb, ms, tflops);
+    double tflops = 2.0 * (double)s[i].M * (double)s[i].N * (double)s[i].K / (r.ms * 1e-3) / 1e12;
+    printf("RESULT %-15s %6lld %6lld %6lld %3d %3d %10.4f %9.1f %5d %3d %5d\n", s[i].name,
+           (long long)s[i].M, (long long)s[i].N, (long long)s[i].K, s[i].ta, s[i].tb, r.ms,
+           tflops, r.inner, r.rot, r.graph);
     fflush(stdout);
   }
   nt_gemm_stats gs;
