@@ -32,10 +32,10 @@ typedef struct {
   int32_t skip;        /* this step is skipped (found_inf != 0) */
   float clip_coef;     /* gradients are multiplied by this (1 without clipping) */
   float total_norm;    /* sqrt(sumsq) of the latest clipped step (0 without clipping) */
-  double bias1;        /* 1 - beta1^step (AdamW) */
-  double bias2_sqrt;   /* sqrt(1 - beta2^step) */
+  float bias1;         /* (float)(1 - beta1^step), beta^step in double (AdamW) */
+  float bias2_sqrt;    /* sqrtf((float)(1 - beta2^step)) */
   /* Per group: */
-  float neg_step[NT_OPTIM_MAX_GROUPS];   /* AdamW: (float)-(lr / bias1) */
+  float neg_step[NT_OPTIM_MAX_GROUPS];   /* AdamW: -((float)lr / bias1), a float division */
   float decay[NT_OPTIM_MAX_GROUPS];      /* AdamW: (float)(1 - lr * wd) */
   float wd[NT_OPTIM_MAX_GROUPS];         /* (float)wd */
   float neg_lr[NT_OPTIM_MAX_GROUPS];     /* SGD: (float)-lr */
@@ -124,13 +124,15 @@ static inline NT_HD void nt_optim_prepare_rule(nt_optim_record *r, const float *
     r->clip_coef = c;
     r->total_norm = total;
   }
-  r->bias1 = 1.0 - nt_optim_powi(beta1, r->step);
-  r->bias2_sqrt = sqrt(1.0 - nt_optim_powi(beta2, r->step));
+  /* torch's arithmetic (it reproduces SEMANTICS.md's vectors bit for bit): the corrections
+   * rounded to fp32, the step size an fp32 division. */
+  r->bias1 = (float)(1.0 - nt_optim_powi(beta1, r->step));
+  r->bias2_sqrt = sqrtf((float)(1.0 - nt_optim_powi(beta2, r->step)));
   if (lr_dev) lr = (double)*lr_dev;
   for (int i = 0; i < NT_OPTIM_MAX_GROUPS; i++) {
     double lrg = i < g->n ? NT_DMUL(lr, g->lr_mult[i]) : 0.0;
     double wd = i < g->n ? g->weight_decay[i] : 0.0;
-    r->neg_step[i] = (float)(-(lrg / r->bias1));
+    r->neg_step[i] = -((float)lrg / r->bias1);
     r->decay[i] = (float)NT_DSUB(1.0, NT_DMUL(lrg, wd));
     r->wd[i] = (float)wd;
     r->neg_lr[i] = (float)(-lrg);

@@ -1,7 +1,8 @@
 /* The per-element update rules of Adam/AdamW and SGD, shared by the CPU loops and the CUDA
  * kernels. Every multiply/add/divide is an explicitly rounded fp32 operation (no contraction
- * into FMA on the device), so the CPU and the GPU produce the same bits. The order of
- * operations follows torch.optim's single-tensor implementations. Private. */
+ * into FMA on the device; the one FMA is explicit on both sides), so the CPU and the GPU
+ * produce the same bits. The order of operations is torch.optim's: it reproduces the Adam and
+ * AdamW vectors of SEMANTICS.md bit for bit. Private. */
 #ifndef NT_OPTIM_UPDATE_RULES_H
 #define NT_OPTIM_UPDATE_RULES_H
 #include <math.h>
@@ -13,12 +14,14 @@
 #define NT_FSUB(a, b) __fsub_rn((a), (b))
 #define NT_FDIV(a, b) __fdiv_rn((a), (b))
 #define NT_FSQRT(a) __fsqrt_rn(a)
+#define NT_FFMA(a, b, c) __fmaf_rn((a), (b), (c))
 #else
 #define NT_FMUL(a, b) ((a) * (b))
 #define NT_FADD(a, b) ((a) + (b))
 #define NT_FSUB(a, b) ((a) - (b))
 #define NT_FDIV(a, b) ((a) / (b))
 #define NT_FSQRT(a) sqrtf(a)
+#define NT_FFMA(a, b, c) fmaf((a), (b), (c))   /* correctly rounded, as the device's */
 #endif
 
 typedef struct {
@@ -35,7 +38,7 @@ typedef struct {
 static inline NT_HD nt_adam_coefs nt_adam_coefs_make(const nt_optim_record *r, int group) {
   nt_adam_coefs k;
   k.neg_step_size = r->neg_step[group];
-  k.bias2_sqrt = (float)r->bias2_sqrt;
+  k.bias2_sqrt = r->bias2_sqrt;
   k.decay = r->decay[group];
   k.wd = r->wd[group];
   k.use_wd = k.wd != 0.0f;
@@ -51,9 +54,10 @@ static inline NT_HD void nt_adam_update(float *p, float *m, float *v, float g, f
     if (h->decoupled) pp = NT_FMUL(pp, k->decay);
     else g = NT_FADD(g, NT_FMUL(k->wd, pp));
   }
-  /* m.lerp_(g, 1 - beta1) and v.mul_(beta2).addcmul_(g, g, value=1 - beta2) */
+  /* m.lerp_(g, 1 - beta1) and v.mul_(beta2).addcmul_(g, g, value=1 - beta2), the latter as
+   * torch evaluates it: fma(value, g * g, v * beta2) */
   float mm = NT_FADD(*m, NT_FMUL(h->one_minus_beta1, NT_FSUB(g, *m)));
-  float vv = NT_FADD(NT_FMUL(*v, h->beta2), NT_FMUL(NT_FMUL(h->one_minus_beta2, g), g));
+  float vv = NT_FFMA(h->one_minus_beta2, NT_FMUL(g, g), NT_FMUL(*v, h->beta2));
   float denom = NT_FADD(NT_FDIV(NT_FSQRT(vv), k->bias2_sqrt), h->eps);
   /* p.addcdiv_(m, denom, value=-step_size): torch computes value * m / denom, left to right */
   *p = NT_FADD(pp, NT_FDIV(NT_FMUL(k->neg_step_size, mm), denom));
