@@ -187,7 +187,8 @@ double nt_trainer_lr(const nt_trainer *T, int64_t it) {
   const nt_train_options *o = T->o;
   if (!o->decay_lr) return o->lr;
   int64_t warm = o->warmup_iters;
-  int64_t decay = o->lr_decay_iters > 0 ? o->lr_decay_iters : T->total_iters;
+  int64_t decay = o->lr_decay_iters > 0 ? o->lr_decay_iters
+                  : T->schedule_iters > 0 ? T->schedule_iters : T->total_iters;
   if (it < warm) return o->lr * (double)(it + 1) / (double)(warm + 1);
   if (it > decay || decay <= warm) return o->min_lr;
   double ratio = (double)(it - warm) / (double)(decay - warm);

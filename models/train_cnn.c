@@ -177,7 +177,7 @@ nt_status nt_train_cnn(nt_ctx *ctx, const nt_train_options *o, const nt_policy *
   T.body_arg = &r;
   T.graph_wanted = T.graph_wanted && (o->cuda_graph == 1 || cfg.dropout == 0.0f);
   int64_t nb = nt_loader_num_batches(train);
-  T.total_iters = nb * o->epochs;
+  T.total_iters = T.schedule_iters = nb * o->epochs;   /* --max-iters stops, not reshapes */
   if (o->max_iters > 0 && o->max_iters < T.total_iters) T.total_iters = o->max_iters;
   T.items_per_step = B;
   T.flops_per_item = nt_cnn_flops_per_image(r.m);

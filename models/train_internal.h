@@ -32,6 +32,7 @@ typedef struct {
   /* loop position */
   int64_t iter;                 /* iterations completed (skipped ones included) */
   int64_t total_iters;
+  int64_t schedule_iters;        /* the cosine's length when lr_decay_iters is 0 */
   uint64_t epoch;
   int64_t batch_in_epoch;
   double best_val;

@@ -1,0 +1,205 @@
+/* End to end on the CPU (a few minutes on 2 cores):
+ *  - resume is bit-identical: N steps + save, then resume for M more, gives the same losses as
+ *    one N+M run (GPT with dropout in fp32 and in fp16 with the loss scaler; the CNN resumed
+ *    mid-epoch across an epoch boundary);
+ *  - the checkpoint and metrics files exist and look right;
+ *  - a tiny GPT learns tiny shakespeare: validation loss < 2.6 after 250 steps (skipped when
+ *    NT_DATA_DIR is unset or lacks tinyshakespeare.txt);
+ *  - a small CNN on a 10k-image subset of Fashion-MNIST passes 80% test accuracy (skipped when
+ *    the dataset is absent).
+ * The test exits 77 (skipped) only if neither dataset is present. */
+#include "tests/testutil.h"
+#include "models/train.h"
+#include "data/idx.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char tmpdir[256];
+
+static bool have_shakespeare(void) {
+  const char *d = getenv("NT_DATA_DIR");
+  if (!d || !*d) return false;
+  char p[4096];
+  snprintf(p, sizeof p, "%s/tinyshakespeare.txt", d);
+  return access(p, R_OK) == 0;
+}
+
+static bool have_fashion(void) {
+  char p[4096];
+  snprintf(p, sizeof p, "%s/train-images-idx3-ubyte.gz", nt_fashion_mnist_dir());
+  return access(p, R_OK) == 0;
+}
+
+static nt_train_options tiny_gpt(void) {
+  nt_train_options o = nt_train_defaults(NT_MODEL_GPT);
+  o.gpt.n_layer = 2;
+  o.gpt.n_head = 2;
+  o.gpt.n_embd = 32;
+  o.gpt.block_size = 16;
+  o.gpt.dropout = 0.1f;
+  o.batch_size = 4;
+  o.lr_decay_iters = 20;
+  o.warmup_iters = 3;
+  o.eval_interval = 0;
+  o.log_interval = 2;
+  o.quiet = true;
+  o.record_losses = true;
+  o.num_workers = 0;
+  return o;
+}
+
+/* Runs N+M steps straight, then N steps + checkpoint, then a resume to N+M; the losses of
+ * steps N..N+M-1 must agree bit for bit. */
+static void check_resume(nt_ctx *ctx, nt_train_options base, int64_t n, int64_t m,
+                         const char *what) {
+  char full[512], part[512];
+  snprintf(full, sizeof full, "%s/%s-full", tmpdir, what);
+  snprintf(part, sizeof part, "%s/%s-part", tmpdir, what);
+  nt_train_result a, b, c;
+  nt_train_options o = base;
+  o.max_iters = n + m;
+  o.out_dir = full;
+  if (!CHECK_OK(ctx, nt_train_run(ctx, &o, &a))) return;
+  o.max_iters = n;
+  o.out_dir = part;
+  if (!CHECK_OK(ctx, nt_train_run(ctx, &o, &b))) return;
+  o.max_iters = n + m;
+  o.resume = part;
+  if (!CHECK_OK(ctx, nt_train_run(ctx, &o, &c))) return;
+  CHECK(a.n_losses == n + m && b.n_losses == n && c.n_losses == m,
+        "%s: loss counts %lld/%lld/%lld", what, (long long)a.n_losses, (long long)b.n_losses,
+        (long long)c.n_losses);
+  CHECK(c.first_step == n, "%s: resumed at step %lld", what, (long long)c.first_step);
+  int same = 0;
+  for (int64_t i = 0; i < n && i < b.n_losses; i++)
+    same += memcmp(&a.losses[i], &b.losses[i], sizeof(double)) == 0;
+  CHECK(same == n, "%s: the first %lld steps agree (%d)", what, (long long)n, same);
+  same = 0;
+  for (int64_t i = 0; i < m && i < c.n_losses; i++) {
+    bool eq = memcmp(&a.losses[n + i], &c.losses[i], sizeof(double)) == 0;
+    if (!eq)
+      fprintf(stderr, "  %s step %lld: uninterrupted %.9g, resumed %.9g\n", what,
+              (long long)(n + i), a.losses[n + i], c.losses[i]);
+    same += eq;
+  }
+  CHECK(same == m, "%s: resumed losses are bit-identical (%d of %lld)", what, same,
+        (long long)m);
+  printf("  %s: resume after %lld steps, %d of %lld later losses bit-identical (last %.6f)\n",
+         what, (long long)n, same, (long long)m, c.n_losses ? c.losses[c.n_losses - 1] : NAN);
+  nt_train_result_free(&a);
+  nt_train_result_free(&b);
+  nt_train_result_free(&c);
+}
+
+static void check_files(void) {
+  char p[600];
+  const char *files[] = {"ckpt.safetensors", "ckpt.json", "metrics.jsonl", "metrics.prom"};
+  for (int i = 0; i < 4; i++) {
+    snprintf(p, sizeof p, "%s/gpt-fp32-part/%s", tmpdir, files[i]);
+    CHECK(access(p, R_OK) == 0, "%s exists", p);
+  }
+  snprintf(p, sizeof p, "%s/gpt-fp32-part/ckpt.safetensors.tmp", tmpdir);
+  CHECK(access(p, F_OK) != 0, "no temporary file left behind");
+  snprintf(p, sizeof p, "%s/gpt-fp32-part/metrics.prom", tmpdir);
+  FILE *f = fopen(p, "r");
+  char line[256];
+  bool step = false;
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "nanotrain_step{model=\"gpt\"}", 27)) step = true;
+  if (f) fclose(f);
+  CHECK(step, "metrics.prom has nanotrain_step");
+}
+
+static void learn_gpt(nt_ctx *ctx) {
+  nt_train_options o = nt_train_defaults(NT_MODEL_GPT);
+  o.gpt.n_layer = 2;
+  o.gpt.n_head = 4;
+  o.gpt.n_embd = 64;
+  o.gpt.block_size = 64;
+  o.gpt.dropout = 0.0f;
+  o.batch_size = 16;
+  o.max_iters = 250;
+  o.lr_decay_iters = 250;
+  o.warmup_iters = 20;
+  o.lr = 3e-3;
+  o.min_lr = 3e-4;
+  o.eval_interval = 250;
+  o.eval_iters = 10;
+  o.log_interval = 50;
+  o.quiet = true;
+  nt_train_result r;
+  if (!CHECK_OK(ctx, nt_train_run(ctx, &o, &r))) return;
+  printf("  tiny GPT, 250 steps: val loss %.4f (bound 2.6), train %.4f\n", r.val_loss,
+         r.train_loss);
+  CHECK(r.val_loss < 2.6, "validation loss %.4f < 2.6", r.val_loss);
+  nt_train_result_free(&r);
+}
+
+static void learn_cnn(nt_ctx *ctx) {
+  nt_train_options o = nt_train_defaults(NT_MODEL_CNN);
+  o.cnn.c1 = 4;
+  o.cnn.c2 = 8;
+  o.cnn.hidden = 128;
+  o.epochs = 2;
+  o.train_subset = 10000;
+  o.test_subset = 2000;
+  o.batch_size = 32;
+  o.lr = 2e-3;
+  o.num_workers = 1;
+  o.log_interval = 0;
+  o.quiet = true;
+  nt_train_result r;
+  if (!CHECK_OK(ctx, nt_train_run(ctx, &o, &r))) return;
+  printf("  CNN, 10k images x 2 epochs: test accuracy %.2f%% (bar 80%%)\n", 100 * r.test_accuracy);
+  CHECK(r.test_accuracy > 0.80, "test accuracy %.4f > 0.80", r.test_accuracy);
+  nt_train_result_free(&r);
+}
+
+int main(void) {
+  bool text = have_shakespeare(), fashion = have_fashion();
+  if (!text && !fashion)
+    return nt_test_skip("no data: set NT_DATA_DIR (tinyshakespeare.txt) / install Fashion-MNIST");
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/nt_e2e_XXXXXX");
+  if (!mkdtemp(tmpdir)) return 1;
+  nt_ctx *ctx;
+  if (nt_ctx_create(&ctx, nt_cpu())) return 1;
+  if (text) {
+    check_resume(ctx, tiny_gpt(), 6, 7, "gpt-fp32");
+    check_files();
+    nt_train_options o = tiny_gpt();
+    o.precision = NT_PREC_FP16;
+    o.growth_interval = 3;   /* the scale grows during the run: its state must resume too */
+    o.init_scale = 1e6f;      /* and overflows early: skipped steps resume too */
+    check_resume(ctx, o, 5, 6, "gpt-fp16");
+    learn_gpt(ctx);
+  } else {
+    printf("  skipping the GPT parts: NT_DATA_DIR/tinyshakespeare.txt not found\n");
+  }
+  if (fashion) {
+    nt_train_options o = nt_train_defaults(NT_MODEL_CNN);
+    o.cnn.c1 = 2;
+    o.cnn.c2 = 4;
+    o.cnn.hidden = 16;
+    o.train_subset = 320;
+    o.test_subset = 64;
+    o.batch_size = 32;     /* 10 batches per epoch: the resume point 13 is mid-epoch 1 */
+    o.epochs = 3;
+    o.num_workers = 2;
+    o.log_interval = 0;
+    o.quiet = true;
+    o.record_losses = true;
+    check_resume(ctx, o, 13, 9, "cnn");
+    o.num_workers = 0;   /* synchronous loading resumes identically too */
+    check_resume(ctx, o, 13, 4, "cnn-sync");
+    learn_cnn(ctx);
+  } else {
+    printf("  skipping the CNN parts: Fashion-MNIST not found in %s\n", nt_fashion_mnist_dir());
+  }
+  nt_ctx_free(ctx);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+  if (system(cmd)) fprintf(stderr, "could not remove %s\n", tmpdir);
+  return nt_test_finish();
+}
