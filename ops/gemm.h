@@ -54,9 +54,10 @@ nt_gemm_opts nt_gemm_defaults(void);
  * gradient is written by cuBLASLt into a per-plan scratch vector and then added to bias_grad.
  * Plans (descriptors, layouts and the chosen algorithm) are cached per context; with
  * autotuning (default on for CUDA contexts, NT_GEMM_AUTOTUNE=0 turns it off) the first call of
- * a new shape times cuBLASLt's top 16 heuristic candidates (3 samples of 5 runs each, taken
- * round-robin, median) and keeps the fastest: that call waits for the GPU (a one-time cost per
- * shape: 16 runs per candidate, ~0.5 s for the GPT-2 logits GEMMs, far less for the rest);
+ * a new shape runs cuBLASLt's top 32 heuristic candidates twice, times those within 1.3x of
+ * the fastest single run (3 samples of 5 runs each, taken round-robin, median) and keeps the
+ * fastest: that call waits for the GPU (a one-time cost per shape, ~0.5 s for each GPT-2
+ * logits GEMM, far less for the rest);
  * while the stream is being captured into a CUDA graph the heuristic's first choice is used
  * instead. NT_LOG=debug logs each new plan: the candidates' times and the kernel kept.
  * FP8 with beta 0 passes C as NULL (CUDA 13's cuBLASLt refuses FP8 with C aliasing D); FP8

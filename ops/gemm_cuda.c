@@ -18,9 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Heuristic candidates: the first is used as is without autotuning; with autotuning this many
- * are timed (split-K / stream-K variants for long-K products are often past the top 8). */
-#define MAX_CANDIDATES 16
+/* Heuristic candidates: the first is used as is without autotuning; with autotuning up to this
+ * many are tried (split-K / stream-K variants and other tiles for skinny or long-K products are
+ * often past the top 8); those within PRUNE of the fastest single run get the full timing. */
+#define MAX_CANDIDATES 32
+#define PRUNE 1.3f
 #define TUNE_ROUNDS 3    /* timed samples per candidate, taken round-robin; the median counts */
 _Static_assert(TUNE_ROUNDS == 3, "autotune's median is written for 3 samples");
 
@@ -654,17 +656,30 @@ static nt_status autotune(nt_ctx *ctx, plan *pl, const nt_gemm_problem *p,
   }
   if ((st = NT_CUDA(ctx, cudaEventCreate(&e0))) || (st = NT_CUDA(ctx, cudaEventCreate(&e1))))
     goto done;
-  /* Each candidate runs once (warm-up, and whether it launches at all), then TUNE_ROUNDS
-   * samples of `reps` back-to-back calls are taken round-robin over the candidates, so clock
-   * changes during tuning hit every candidate alike; the median sample counts. */
+  /* Each candidate runs once untimed (warm-up, lazy module loading, and whether it launches
+   * at all) and once timed; those within PRUNE of the fastest then get TUNE_ROUNDS samples of
+   * `reps` back-to-back calls, taken round-robin so clock changes during tuning hit every
+   * candidate alike; the median sample counts. */
   bool ok[MAX_CANDIDATES];
-  float t[MAX_CANDIDATES][TUNE_ROUNDS];
+  float t[MAX_CANDIDATES][TUNE_ROUNDS], t1[MAX_CANDIDATES];
   const int reps = 5;
   int n_ok = 0;
+  float fastest = 1e30f;
   for (int i = 0; i < n; i++) {
+    t1[i] = -1.0f;  /* not launched */
     cublasStatus_t ls = launch(ctx, pl, p, &res[i].algo, dscratch, c_in);
     ok[i] = ls == CUBLAS_STATUS_SUCCESS;  /* a candidate that fails to launch is skipped */
     if (!ok[i] && pl->launch_status == CUBLAS_STATUS_SUCCESS) pl->launch_status = ls;
+    if (!ok[i]) continue;
+    if ((st = NT_CUDA(ctx, cudaEventRecord(e0, s)))) goto done;
+    (void)launch(ctx, pl, p, &res[i].algo, dscratch, c_in);
+    if ((st = NT_CUDA(ctx, cudaEventRecord(e1, s)))) goto done;
+    if ((st = NT_CUDA(ctx, cudaEventSynchronize(e1)))) goto done;
+    if ((st = NT_CUDA(ctx, cudaEventElapsedTime(&t1[i], e0, e1)))) goto done;
+    if (t1[i] < fastest) fastest = t1[i];
+  }
+  for (int i = 0; i < n; i++) {
+    if (ok[i] && n > 1 && t1[i] > PRUNE * fastest) ok[i] = false;
     n_ok += ok[i];
   }
   for (int r = 0; r < TUNE_ROUNDS && n_ok > 1; r++)
@@ -678,7 +693,7 @@ static nt_status autotune(nt_ctx *ctx, plan *pl, const nt_gemm_problem *p,
     }
   float best = 1e30f;
   int best_i = -1;
-  char times[MAX_CANDIDATES * 12 + 1] = "";
+  char times[MAX_CANDIDATES * 14 + 1] = "";
   size_t tl = 0;
   for (int i = 0; i < n; i++) {
     float m = 0;
@@ -687,15 +702,19 @@ static nt_status autotune(nt_ctx *ctx, plan *pl, const nt_gemm_problem *p,
       float lo = v[0] < v[1] ? v[0] : v[1], hi = v[0] < v[1] ? v[1] : v[0];
       m = (v[2] < lo ? lo : (v[2] > hi ? hi : v[2])) / (float)reps;
     }
-    int w = snprintf(times + tl, sizeof times - tl, ok[i] ? " %.4f" : " fail", (double)m);
+    /* kept candidates' medians; (single run) for pruned ones; "fail" where none launched */
+    int w = ok[i] ? snprintf(times + tl, sizeof times - tl, " %.4f", (double)m)
+            : t1[i] < 0 ? snprintf(times + tl, sizeof times - tl, " fail")
+                        : snprintf(times + tl, sizeof times - tl, " (%.4f)", (double)t1[i]);
     if (w > 0 && (size_t)w < sizeof times - tl) tl += (size_t)w;
     if (ok[i] && (best_i < 0 || m < best)) {
       best = m;
       best_i = i;
     }
   }
-  nt_log(ctx, NT_LOG_DEBUG, "gemm autotune: ms per call of the heuristic's candidates:%s; kept #%d",
-         times, best_i);
+  nt_log(ctx, NT_LOG_DEBUG,
+         "gemm autotune: ms per call of the heuristic's %d candidates:%s; kept #%d", n, times,
+         best_i);
   if (best_i >= 0) {
     pl->algo = res[best_i].algo;
     if (n_ok > 1) c->stats.autotuned++;
