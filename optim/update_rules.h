@@ -52,7 +52,7 @@ static inline NT_HD void nt_adam_update(float *p, float *m, float *v, float g, f
   g = NT_FMUL(g, clip);
   if (k->use_wd) {
     if (h->decoupled) pp = NT_FMUL(pp, k->decay);
-    else g = NT_FADD(g, NT_FMUL(k->wd, pp));
+    else g = NT_FFMA(k->wd, pp, g);   /* g.add(p, alpha=wd) */
   }
   /* m.lerp_(g, 1 - beta1) and v.mul_(beta2).addcmul_(g, g, value=1 - beta2), the latter as
    * torch evaluates it: fma(value, g * g, v * beta2) */
@@ -70,18 +70,19 @@ typedef struct {
   int nesterov;
 } nt_sgd_hyper;
 
-/* One element of SGD; buf is NULL without momentum. first: this is the first applied step. */
+/* One element of SGD; buf is NULL without momentum. first: this is the first applied step.
+ * torch's x.add(y, alpha=a) is fma(a, y, x) here, as its CUDA kernels evaluate it. */
 static inline NT_HD void nt_sgd_update(float *p, float *buf, float g, float clip, float wd,
                                        float neg_lr, int first, const nt_sgd_hyper *h) {
   float pp = *p;
   g = NT_FMUL(g, clip);
-  if (wd != 0.0f) g = NT_FADD(g, NT_FMUL(wd, pp));
+  if (wd != 0.0f) g = NT_FFMA(wd, pp, g);
   if (buf) {
-    float b = first ? g : NT_FADD(NT_FMUL(*buf, h->momentum), NT_FMUL(h->one_minus_dampening, g));
+    float b = first ? g : NT_FFMA(h->one_minus_dampening, g, NT_FMUL(*buf, h->momentum));
     *buf = b;
-    g = h->nesterov ? NT_FADD(g, NT_FMUL(h->momentum, b)) : b;
+    g = h->nesterov ? NT_FFMA(h->momentum, b, g) : b;
   }
-  *p = NT_FADD(pp, NT_FMUL(neg_lr, g));
+  *p = NT_FFMA(neg_lr, g, pp);
 }
 
 #endif
