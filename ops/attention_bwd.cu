@@ -199,7 +199,9 @@ __global__ void __launch_bounds__(32 * W)
           red_add_f32x2(dst + dt * 8, gq[dt][2 * h], gq[dt][2 * h + 1]);
       }
     }
-    __syncthreads();   /* dS^T and this tile's buffers are reused by the next iteration */
+    /* No barrier here: the next iteration's prefetch only touches this tile's Q/dO/lse/D
+     * buffers, all read before the barrier above, and its dS^T writes come after its own
+     * top barrier, which every warp reaches only once done with this tile's dQ. */
   }
 
 #pragma unroll

@@ -19,11 +19,112 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 template <int D> constexpr int smem_bytes() { return (kBr + 4 * kBc) * (D + kLdPad) * 2; }
 
+/* One key/value tile for one warp: S = Q K^T, online softmax, O += P V. kDiag: the tile
+ * meets the diagonal, so keys after a row (and past T) are masked and m-blocks that see no
+ * key are skipped; the other tiles run without any branch. */
+template <typename T, int D, bool kDiag>
+__device__ __forceinline__ void fwd_tile(const T *kb, const T *vb,
+                                         const uint32_t (&qf)[kM][D / 16][4],
+                                         float (&o)[kM][D / 8][4], float (&m_r)[kM][2],
+                                         float (&l_r)[kM][2], int key0, int row_w, int lane,
+                                         float sl2) {
+  constexpr int kLd = D + kLdPad, kDt = D / 8, kKs = D / 16, kSt = kBc / 8;
+  /* An m-block whose last row precedes the tile's first key sees nothing here (warp-uniform).
+   * Tile 0 is never skipped, so every row's running max is finite after it. */
+  bool active[kM];
+#pragma unroll
+  for (int mi = 0; mi < kM; mi++) active[mi] = !kDiag || row_w + mi * 16 + 15 >= key0;
+
+  float s[kM][kSt][4];
+#pragma unroll
+  for (int mi = 0; mi < kM; mi++)
+#pragma unroll
+    for (int i = 0; i < kSt; i++) s[mi][i][0] = s[mi][i][1] = s[mi][i][2] = s[mi][i][3] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < kKs; kk++) {
+#pragma unroll
+    for (int np = 0; np < kSt / 2; np++) {
+      uint32_t b[4];
+      ldsm_x4(b, bt_frag_addr(kb, kLd, np * 16, kk * 16, lane));
+#pragma unroll
+      for (int mi = 0; mi < kM; mi++) {
+        if (!active[mi]) continue;
+        mma_op<T>::run(s[mi][2 * np], qf[mi][kk], b[0], b[1]);
+        mma_op<T>::run(s[mi][2 * np + 1], qf[mi][kk], b[2], b[3]);
+      }
+    }
+  }
+  const int row_a = row_w + (lane >> 2);   /* this thread's rows: row_a + mi * 16 (+ 8) */
+#pragma unroll
+  for (int mi = 0; mi < kM; mi++) {
+    if (!active[mi]) continue;
+    if (kDiag) {   /* keys after the query (and past T) are masked */
+#pragma unroll
+      for (int nt = 0; nt < kSt; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int key = key0 + nt * 8 + 2 * (lane & 3) + (e & 1);
+          const int row = row_a + mi * 16 + (e >> 1) * 8;
+          if (key > row) s[mi][nt][e] = -INFINITY;
+        }
+    }
+    /* Online softmax over this tile, per row (two rows per thread per m-block; a row's 64
+     * values are spread over the 4 lanes of a quad). */
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      float mx = m_r[mi][h];
+#pragma unroll
+      for (int nt = 0; nt < kSt; nt++)
+        mx = fmaxf(mx, fmaxf(s[mi][nt][2 * h], s[mi][nt][2 * h + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float corr = fast_exp2((m_r[mi][h] - mx) * sl2), off = mx * sl2;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < kSt; nt++) {
+        s[mi][nt][2 * h] = fast_exp2(fmaf(s[mi][nt][2 * h], sl2, -off));
+        s[mi][nt][2 * h + 1] = fast_exp2(fmaf(s[mi][nt][2 * h + 1], sl2, -off));
+        sum += s[mi][nt][2 * h] + s[mi][nt][2 * h + 1];
+      }
+      l_r[mi][h] = l_r[mi][h] * corr + sum;
+      m_r[mi][h] = mx;
+#pragma unroll
+      for (int dt = 0; dt < kDt; dt++) {
+        o[mi][dt][2 * h] *= corr;
+        o[mi][dt][2 * h + 1] *= corr;
+      }
+    }
+  }
+  /* O += P V: the accumulator layout of S is the A-fragment layout of P. */
+#pragma unroll
+  for (int kk = 0; kk < kBc / 16; kk++) {
+    uint32_t a[kM][4];
+#pragma unroll
+    for (int mi = 0; mi < kM; mi++) {
+      a[mi][0] = mma_op<T>::pack(s[mi][2 * kk][0], s[mi][2 * kk][1]);
+      a[mi][1] = mma_op<T>::pack(s[mi][2 * kk][2], s[mi][2 * kk][3]);
+      a[mi][2] = mma_op<T>::pack(s[mi][2 * kk + 1][0], s[mi][2 * kk + 1][1]);
+      a[mi][3] = mma_op<T>::pack(s[mi][2 * kk + 1][2], s[mi][2 * kk + 1][3]);
+    }
+#pragma unroll
+    for (int dp = 0; dp < kDt / 2; dp++) {
+      uint32_t b[4];
+      ldsm_x4_t(b, b_frag_addr_t(vb, kLd, kk * 16, dp * 16, lane));
+#pragma unroll
+      for (int mi = 0; mi < kM; mi++) {
+        if (!active[mi]) continue;
+        mma_op<T>::run(o[mi][2 * dp], a[mi], b[0], b[1]);
+        mma_op<T>::run(o[mi][2 * dp + 1], a[mi], b[2], b[3]);
+      }
+    }
+  }
+}
+
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads)
     fwd_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
                T *__restrict__ out, float *__restrict__ lse, int BH, int T_, float scale) {
-  constexpr int kLd = D + kLdPad, kDt = D / 8, kKs = D / 16, kSt = kBc / 8;
+  constexpr int kLd = D + kLdPad, kDt = D / 8, kKs = D / 16;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T *qs = reinterpret_cast<T *>(smem_raw);
   T *ks = qs + kBr * kLd;   /* two buffers of K then two of V */
@@ -54,22 +155,20 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int i = 0; i < kDt; i++) o[mi][i][0] = o[mi][i][1] = o[mi][i][2] = o[mi][i][3] = 0.f;
   }
-  /* This thread's rows in m-block mi: row_a + mi * 16 and row_a + mi * 16 + 8. */
-  const int row_a = q0 + wrow0 + (lane >> 2);
 
   for (int kt = 0; kt <= kt_end; kt++) {
     const int buf = kt & 1;
+    cp_async_wait<0>();
+    /* One barrier per tile: tile kt is visible to all, and every warp is done with tile
+     * kt - 1, whose buffers the prefetch below refills while this tile is computed. */
+    __syncthreads();
     if (kt < kt_end) {
       load_tile<T, kBc, D, kThreads>(ks + (buf ^ 1) * kBc * kLd, k + head, (kt + 1) * kBc, T_,
                                      tid);
       load_tile<T, kBc, D, kThreads>(vs + (buf ^ 1) * kBc * kLd, v + head, (kt + 1) * kBc, T_,
                                      tid);
       cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
     }
-    __syncthreads();
     if (kt == 0) {
 #pragma unroll
       for (int mi = 0; mi < kM; mi++)
@@ -78,99 +177,14 @@ __global__ void __launch_bounds__(kThreads)
           ldsm_x4(qf[mi][kk], a_frag_addr(qs, kLd, wrow0 + mi * 16, kk * 16, lane));
     }
     const T *kb = ks + buf * kBc * kLd, *vb = vs + buf * kBc * kLd;
-    /* An m-block whose last row precedes this tile's first key sees nothing here: skipped
-     * (warp-uniform). Tile 0 is never skipped, so every row's running max is finite after it. */
-    bool active[kM];
-#pragma unroll
-    for (int mi = 0; mi < kM; mi++) active[mi] = q0 + wrow0 + mi * 16 + 15 >= kt * kBc;
-    const bool needs_mask = kt * kBc + kBc - 1 > q0;   /* some key may follow some row */
-
-    float s[kM][kSt][4];
-#pragma unroll
-    for (int mi = 0; mi < kM; mi++)
-#pragma unroll
-      for (int i = 0; i < kSt; i++) s[mi][i][0] = s[mi][i][1] = s[mi][i][2] = s[mi][i][3] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < kKs; kk++) {
-#pragma unroll
-      for (int np = 0; np < kSt / 2; np++) {
-        uint32_t b[4];
-        ldsm_x4(b, bt_frag_addr(kb, kLd, np * 16, kk * 16, lane));
-#pragma unroll
-        for (int mi = 0; mi < kM; mi++) {
-          if (!active[mi]) continue;
-          mma_op<T>::run(s[mi][2 * np], qf[mi][kk], b[0], b[1]);
-          mma_op<T>::run(s[mi][2 * np + 1], qf[mi][kk], b[2], b[3]);
-        }
-      }
-    }
-#pragma unroll
-    for (int mi = 0; mi < kM; mi++) {
-      if (!active[mi]) continue;
-      if (needs_mask) {   /* keys after the query (and past T) are masked */
-#pragma unroll
-        for (int nt = 0; nt < kSt; nt++)
-#pragma unroll
-          for (int e = 0; e < 4; e++) {
-            const int key = kt * kBc + nt * 8 + 2 * (lane & 3) + (e & 1);
-            const int row = row_a + mi * 16 + (e >> 1) * 8;
-            if (key > row) s[mi][nt][e] = -INFINITY;
-          }
-      }
-      /* Online softmax over this tile, per row (two rows per thread per m-block; a row's 64
-       * values are spread over the 4 lanes of a quad). */
-#pragma unroll
-      for (int h = 0; h < 2; h++) {
-        float mx = m_r[mi][h];
-#pragma unroll
-        for (int nt = 0; nt < kSt; nt++)
-          mx = fmaxf(mx, fmaxf(s[mi][nt][2 * h], s[mi][nt][2 * h + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float corr = fast_exp2((m_r[mi][h] - mx) * sl2), off = mx * sl2;
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < kSt; nt++) {
-          s[mi][nt][2 * h] = fast_exp2(fmaf(s[mi][nt][2 * h], sl2, -off));
-          s[mi][nt][2 * h + 1] = fast_exp2(fmaf(s[mi][nt][2 * h + 1], sl2, -off));
-          sum += s[mi][nt][2 * h] + s[mi][nt][2 * h + 1];
-        }
-        l_r[mi][h] = l_r[mi][h] * corr + sum;
-        m_r[mi][h] = mx;
-#pragma unroll
-        for (int dt = 0; dt < kDt; dt++) {
-          o[mi][dt][2 * h] *= corr;
-          o[mi][dt][2 * h + 1] *= corr;
-        }
-      }
-    }
-    /* O += P V: the accumulator layout of S is the A-fragment layout of P. */
-#pragma unroll
-    for (int kk = 0; kk < kBc / 16; kk++) {
-      uint32_t a[kM][4];
-#pragma unroll
-      for (int mi = 0; mi < kM; mi++) {
-        a[mi][0] = mma_op<T>::pack(s[mi][2 * kk][0], s[mi][2 * kk][1]);
-        a[mi][1] = mma_op<T>::pack(s[mi][2 * kk][2], s[mi][2 * kk][3]);
-        a[mi][2] = mma_op<T>::pack(s[mi][2 * kk + 1][0], s[mi][2 * kk + 1][1]);
-        a[mi][3] = mma_op<T>::pack(s[mi][2 * kk + 1][2], s[mi][2 * kk + 1][3]);
-      }
-#pragma unroll
-      for (int dp = 0; dp < kDt / 2; dp++) {
-        uint32_t b[4];
-        ldsm_x4_t(b, b_frag_addr_t(vb, kLd, kk * 16, dp * 16, lane));
-#pragma unroll
-        for (int mi = 0; mi < kM; mi++) {
-          if (!active[mi]) continue;
-          mma_op<T>::run(o[mi][2 * dp], a[mi], b[0], b[1]);
-          mma_op<T>::run(o[mi][2 * dp + 1], a[mi], b[2], b[3]);
-        }
-      }
-    }
-    __syncthreads();   /* the next iteration's prefetch overwrites this buffer */
+    if (kt * kBc + kBc - 1 > q0)   /* some key may follow some row of the block */
+      fwd_tile<T, D, true>(kb, vb, qf, o, m_r, l_r, kt * kBc, q0 + wrow0, lane, sl2);
+    else
+      fwd_tile<T, D, false>(kb, vb, qf, o, m_r, l_r, kt * kBc, q0 + wrow0, lane, sl2);
   }
 
-  /* Normalise, stage the warp's rows in the (now free) Q tile, write 16-byte pieces. */
+  /* Normalise, stage the warp's rows in its own rows of the Q tile (only this warp read
+   * them, at kt == 0), write 16-byte pieces. */
 #pragma unroll
   for (int mi = 0; mi < kM; mi++)
 #pragma unroll
