@@ -57,9 +57,9 @@ nt_gemm_opts nt_gemm_defaults(void);
  * a new shape runs cuBLASLt's top 32 heuristic candidates twice, times those within 1.3x of
  * the fastest single run (3 samples of 5 runs each, taken round-robin, median) and keeps the
  * fastest: that call waits for the GPU (a one-time cost per shape, ~0.5 s for each GPT-2
- * logits GEMM, far less for the rest);
- * while the stream is being captured into a CUDA graph the heuristic's first choice is used
- * instead. NT_LOG=debug logs each new plan: the candidates' times and the kernel kept.
+ * logits GEMM, far less for the rest); while the stream is being captured into a CUDA graph
+ * the heuristic's first choice is used instead. NT_LOG=debug logs each new plan: the
+ * candidates' times and the kernel kept.
  * FP8 with beta 0 passes C as NULL (CUDA 13's cuBLASLt refuses FP8 with C aliasing D); FP8
  * with beta != 0 runs in place, or reads C from a copy of D where cuBLASLt refuses that. */
 nt_status nt_gemm(nt_ctx *ctx, const nt_tensor *A, const nt_tensor *B, nt_tensor *D,
