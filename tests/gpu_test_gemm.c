@@ -28,6 +28,9 @@ typedef struct {
   float lo, hi;              /* input range */
   bool tf32_exact;           /* inputs representable in TF32 (10-bit mantissa) */
   double tol;                /* 0: the dtype's tolerance */
+  int scale_b_at;            /* FP8: B's scale at this float index of the scale buffer (0: 4,
+                                16-byte aligned; 1 puts it 4 bytes after A's, as views into one
+                                scale array do) */
 } gcase;
 
 typedef struct { nt_ctx *cpu, *gpu; } ctxs;
@@ -122,7 +125,7 @@ static double run_case(ctxs *c, const gcase *g, const char *name) {
       !make_operand(c, &r, g, g->in_b, g->batch_b, g->K, g->N, g->tb, g->view_b, &B, &tb) ||
       !buf_make(c, &D, (size_t)n * ed) || !buf_make(c, &X, (size_t)n * ed) ||
       !buf_make(c, &Bias, (size_t)g->N * 4) || !buf_make(c, &BG, (size_t)g->M * 4) ||
-      !buf_make(c, &S, 8))
+      !buf_make(c, &S, 64))
     goto done;
   for (int64_t i = 0; i < n; i++) {
     nt_store_f32(D.h, g->out, i, g->beta != 0.0f ? (float)nt_test_uniform(&r, -1, 1) : NAN);
@@ -131,8 +134,9 @@ static double run_case(ctxs *c, const gcase *g, const char *name) {
   for (int64_t j = 0; j < g->N; j++)
     nt_store_f32(Bias.h, g->bias_dt, j, (float)nt_test_uniform(&r, -1, 1));
   for (int64_t m = 0; m < g->M; m++) ((float *)BG.h)[m] = 0.5f - 0.125f * (float)(m % 9);
+  int sb = g->scale_b_at ? g->scale_b_at : 4;
   ((float *)S.h)[0] = 0.5f;
-  ((float *)S.h)[1] = 0.25f;
+  ((float *)S.h)[sb] = 0.25f;
   if (!buf_copy(c, &D, true) || !buf_copy(c, &X, true) || !buf_copy(c, &Bias, true) ||
       !buf_copy(c, &BG, true) || !buf_copy(c, &S, true))
     goto done;
@@ -160,7 +164,7 @@ static double run_case(ctxs *c, const gcase *g, const char *name) {
   o.bias = g->bias ? &dBias : NULL;
   o.aux = &dX;
   o.bias_grad = &dBG;
-  if (fp8) { o.scale_inv_a = (float *)S.d; o.scale_inv_b = (float *)S.d + 1; }
+  if (fp8) { o.scale_inv_a = (float *)S.d; o.scale_inv_b = (float *)S.d + sb; }
   nt_ctx_set_allow_tf32(c->gpu, g->tf32);
   nt_status st = nt_gemm(c->gpu, &dA, &dB, &dD, &o);
   nt_ctx_set_allow_tf32(c->gpu, false);
@@ -171,7 +175,7 @@ static double run_case(ctxs *c, const gcase *g, const char *name) {
   o.bias = g->bias ? &hBias : NULL;
   o.aux = &hX;
   o.bias_grad = &hBG;
-  if (fp8) { o.scale_inv_a = (float *)S.h; o.scale_inv_b = (float *)S.h + 1; }
+  if (fp8) { o.scale_inv_a = (float *)S.h; o.scale_inv_b = (float *)S.h + sb; }
   if (!CHECK_OK(c->cpu, nt_gemm(c->cpu, &hA, &hB, &hD, &o))) goto done;
   /* The GPU results come back into the device buffers' host twins, in fresh memory. */
   buf gD = D, gX = X, gBG = BG;
@@ -357,6 +361,10 @@ static void test_fp8(ctxs *c, int cc) {
   g.M = 37; g.out = NT_F16;
   run_case(c, &g, "fp8 e4m3 x e4m3 -> f16, M 37");
   g.M = 64;
+  /* Scale pointers only 4-byte aligned (adjacent floats of one array). */
+  g.scale_b_at = 1; g.out = NT_BF16;
+  run_case(c, &g, "fp8 e4m3 x e4m3 -> bf16, scales 4 bytes apart");
+  g.scale_b_at = 0;
   /* Layouts other than TN are refused with a clear message. */
   buf A, B, D;
   if (!buf_make(c, &A, 64 * 96) || !buf_make(c, &B, 128 * 96) || !buf_make(c, &D, 64 * 128 * 2))
