@@ -123,6 +123,21 @@ def main():
                            text=True, check=True).stdout.split()
     if not names:
         sys.exit(f"bench_gemm.py: no shapes for --shapes {args.shapes}")
+    # Interleaving needs two processes on the GPU at once (torch idle while bench_gemm runs);
+    # a GPU in an exclusive compute mode allows one: then every nanotrain run comes first,
+    # before torch touches the GPU (said in the header).
+    try:
+        cmode = subprocess.run(["nvidia-smi", "--query-gpu=compute_mode", "--format=csv,noheader"],
+                               capture_output=True, text=True).stdout.split("\n")[0].strip()
+    except OSError:
+        cmode = "?"
+    sequential = cmode.lower().startswith("exclusive")
+    rounds = max(1, args.rounds)
+    nt_runs = {}
+    if sequential:
+        for name in names:
+            nt_runs[name] = [run_nt(args.binary, name, args.dtype, args.repeats, graph)
+                             for _ in range(rounds)]
     props = torch.cuda.get_device_properties(0)
     try:
         driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
@@ -138,15 +153,17 @@ def main():
     print(f"GEMM {args.dtype}, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
           f"{props.name}, driver {driver}, torch {torch.__version__} (CUDA {torch.version.cuda}, "
           f"blas {blas}, reduced-precision reduction {red}), median of {args.repeats} repeats, "
-          f"best of {args.rounds} interleaved rounds, CUDA graphs {'on' if graph else 'off'}")
+          f"best of {rounds} {'sequential (GPU compute mode ' + cmode + ')' if sequential else 'interleaved'} "
+          f"rounds, CUDA graphs {'on' if graph else 'off'}")
     print()
     print("| shape | M | N | K | op | nanotrain TFLOP/s | torch TFLOP/s | ratio | inner | rot | |")
     print("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---|")
     worst = None
     for name in names:
         nt_ms, th_ms, r, graphs = [], [], None, set()
-        for _ in range(max(1, args.rounds)):
-            r = run_nt(args.binary, name, args.dtype, args.repeats, graph)
+        for i in range(rounds):
+            r = nt_runs[name][i] if sequential else run_nt(args.binary, name, args.dtype,
+                                                           args.repeats, graph)
             nt_ms.append(r["ms"])
             ms, g = time_torch(r, dtype, args.repeats, graph)
             th_ms.append(ms)
