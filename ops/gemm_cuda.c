@@ -667,7 +667,9 @@ static nt_status autotune(nt_ctx *ctx, plan *pl, const nt_gemm_problem *p,
   float fastest = 1e30f;
   for (int i = 0; i < n; i++) {
     t1[i] = -1.0f;  /* not launched */
-    cublasStatus_t ls = launch(ctx, pl, p, &res[i].algo, dscratch, c_in);
+    cublasStatus_t ls = res[i].state != CUBLAS_STATUS_SUCCESS
+                            ? res[i].state
+                            : launch(ctx, pl, p, &res[i].algo, dscratch, c_in);
     ok[i] = ls == CUBLAS_STATUS_SUCCESS;  /* a candidate that fails to launch is skipped */
     if (!ok[i] && pl->launch_status == CUBLAS_STATUS_SUCCESS) pl->launch_status = ls;
     if (!ok[i]) continue;
