@@ -425,8 +425,9 @@ static cublasStatus_t launch(nt_ctx *ctx, const plan *pl, const nt_gemm_problem 
 /* FP8 accumulation (beta != 0) runs in place (C = D, one layout), as cuBLAS documents. Should
  * cuBLASLt refuse that (CUDA 13 added checks on C aliasing D for FP8), the plan switches to an
  * out-of-place product that reads C from a copy of D. */
-static bool may_copy_c(const plan *pl) {
-  return is_fp8((nt_dtype)pl->key.tb) && !pl->key.beta_zero && !pl->c_copy;
+static bool may_copy_c(const plan *pl, cublasStatus_t s) {
+  return (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE) &&
+         is_fp8((nt_dtype)pl->key.tb) && !pl->key.beta_zero && !pl->c_copy;
 }
 
 static nt_status use_c_copy(nt_ctx *ctx, gemm_cache *c, plan *pl) {
@@ -451,7 +452,7 @@ static nt_status launch_error(nt_ctx *ctx, const plan *pl, const nt_gemm_problem
 }
 
 /* The real call: D itself, C per the plan (a fresh copy of D for c_copy plans). A plan that
- * may still switch to c_copy does so on NOT_SUPPORTED (nothing was launched) and retries. */
+ * may still switch to c_copy does so when refused (nothing was launched) and retries. */
 static nt_status run_matmul(nt_ctx *ctx, gemm_cache *c, plan *pl, const nt_gemm_problem *p) {
   void *copy = NULL;
   cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
@@ -465,7 +466,7 @@ static nt_status run_matmul(nt_ctx *ctx, gemm_cache *c, plan *pl, const nt_gemm_
       if (st) break;
     }
     s = launch(ctx, pl, p, &pl->algo, p->D->data, copy);
-    if (s != CUBLAS_STATUS_NOT_SUPPORTED || !may_copy_c(pl)) break;
+    if (!may_copy_c(pl, s)) break;
     if ((st = use_c_copy(ctx, c, pl))) break;
   }
   nt_free(ctx, copy);
@@ -593,7 +594,7 @@ static nt_status build_plan(nt_ctx *ctx, gemm_cache *c, const plan_key *k,
     if (pl->split) c->stats.split_epilogues++;
     pl->algo = res[0].algo;
     if (c->autotune && (st = autotune(ctx, pl, p, res, n, &ran))) goto fail;
-    if (!ran && pl->launch_status == CUBLAS_STATUS_NOT_SUPPORTED && may_copy_c(pl)) {
+    if (!ran && may_copy_c(pl, pl->launch_status)) {
       if ((st = use_c_copy(ctx, c, pl))) goto fail;
       pl->launch_status = CUBLAS_STATUS_SUCCESS;
       if ((st = autotune(ctx, pl, p, res, n, &ran))) goto fail;
