@@ -37,3 +37,12 @@ printf '%s\n%s\n' "$out_nt" "$out_pt" | awk '
       print line
     }
   }'
+
+# The backward's two block shapes forced (64 keys / 4 warps and 128 keys / 8 warps; the default
+# switches at T = 512), to check that switch point on this GPU.
+echo
+echo "backward block shape (NT_ATTN_BWD_WARPS), ms:  fwd  bwd  fwd+bwd"
+for w in 4 8; do
+  NT_ATTN_BWD_WARPS=$w "$bin" "$reps" | awk -v w="$w" '$1 == "RESULT" {
+    printf "  %d warps %-18s %8s %8s %8s\n", w, $3, $4, $5, $6 }'
+done

@@ -9,7 +9,9 @@
  * recomputes P from lse and adds dQ with fp32 atomics into pool scratch of B*H*T*D floats);
  * everything else, or any call while the environment has NT_ATTN_SIMPLE=1, runs simple
  * fp32 kernels (one warp per row, online softmax) — the fallback that isolates a fast-path
- * problem. Backward also takes B*H*T floats of scratch for rowsum(dO * O). */
+ * problem. Backward also takes B*H*T floats of scratch for rowsum(dO * O).
+ * NT_ATTN_BWD_WARPS=4|8 forces the tensor-core backward's block shape (64 or 128 keys; by
+ * default 128 from T = 512 on), for benchmarks and tests. */
 #ifndef NT_OPS_ATTENTION_H
 #define NT_OPS_ATTENTION_H
 #include "core/nt.h"

@@ -5,6 +5,7 @@
  *   dV += P^T dO,  dP^T = V dO^T,  dS^T = P^T * (dP^T - D),  dK += dS^T Q
  * in registers (fp32 accumulators), and dQ += dS K is reduced across key blocks with fp32
  * atomics (two floats per reduction) into dq_acc (scaled and added into dq by the caller). */
+#include <stdlib.h>
 #include "ops/attention_cuda.cuh"
 #include "ops/attention_mma.cuh"
 #include "core/cuda_util.h"
@@ -73,15 +74,16 @@ __global__ void __launch_bounds__(32 * W)
 
   for (int qt = qt0; qt < n_t; qt++) {
     const int buf = (qt - qt0) & 1;
+    /* The next tile's lse and D: past-the-end queries get lse = +inf, so their P is 0. */
+    float next_lse = INFINITY, next_dr = 0.f;
     if (qt + 1 < n_t) {
       const int nb = buf ^ 1, r0 = (qt + 1) * kBr;
       load_tile<T, kBr, D, kThreads>(qs + nb * kBr * kLd, q + head, r0, T_, tid);
       load_tile<T, kBr, D, kThreads>(dos + nb * kBr * kLd, dout + head, r0, T_, tid);
       cp_async_commit();
-      if (tid < kBr) {
-        const int row = r0 + tid;
-        lse_s[nb * kBr + tid] = row < T_ ? lse[bh * T_ + row] * kLog2e : INFINITY;
-        dr_s[nb * kBr + tid] = row < T_ ? d_rows[bh * T_ + row] : 0.f;
+      if (tid < kBr && r0 + tid < T_) {   /* in flight during this tile; stored at its end */
+        next_lse = lse[bh * T_ + r0 + tid];
+        next_dr = d_rows[bh * T_ + r0 + tid];
       }
       cp_async_wait<1>();
     } else {
@@ -199,9 +201,15 @@ __global__ void __launch_bounds__(32 * W)
           red_add_f32x2(dst + dt * 8, gq[dt][2 * h], gq[dt][2 * h + 1]);
       }
     }
-    /* No barrier here: the next iteration's prefetch only touches this tile's Q/dO/lse/D
-     * buffers, all read before the barrier above, and its dS^T writes come after its own
-     * top barrier, which every warp reaches only once done with this tile's dQ. */
+    /* The other lse/D buffer was last read before the barrier above; the next iteration's
+     * top barrier publishes it. */
+    if (qt + 1 < n_t && tid < kBr) {
+      lse_s[(buf ^ 1) * kBr + tid] = next_lse * kLog2e;
+      dr_s[(buf ^ 1) * kBr + tid] = next_dr;
+    }
+    /* No barrier here: the next iteration's prefetch only touches this tile's Q/dO
+     * buffers, read before the barrier above, and its dS^T writes come after its own top
+     * barrier, which every warp reaches only once done with this tile's dQ. */
   }
 
 #pragma unroll
@@ -238,12 +246,16 @@ nt_status launch(nt_ctx *ctx, const void *dout, const void *q, const void *k, co
 }
 
 /* Long sequences take 128-key blocks of 8 warps (half the Q/dO traffic and dQ atomics per
- * key); short ones keep 64-key blocks of 4 warps, which balance the causal work better. */
+ * key); short ones keep 64-key blocks of 4 warps, which balance the causal work better.
+ * NT_ATTN_BWD_WARPS=4 or 8 forces one (benchmarks and tests compare the two). */
 template <typename T, int D>
 nt_status launch_w(nt_ctx *ctx, const void *dout, const void *q, const void *k, const void *v,
                    const float *lse, const float *d_rows, float *dq_acc, void *dk, void *dv,
                    int BH, int T_) {
-  if (T_ >= kLongT)
+  const char *e = getenv("NT_ATTN_BWD_WARPS");
+  const int forced = e ? atoi(e) : 0;
+  const bool eight = forced == 8 || (forced != 4 && T_ >= kLongT);
+  if (eight)
     return launch<T, D, 8>(ctx, dout, q, k, v, lse, d_rows, dq_acc, dk, dv, BH, T_);
   return launch<T, D, 4>(ctx, dout, q, k, v, lse, d_rows, dq_acc, dk, dv, BH, T_);
 }
