@@ -293,8 +293,11 @@ static nt_status run_body(nt_trainer *T) {
   nt_ctx *ctx = T->ctx;
   if (T->graph) return nt_graph_launch(ctx, T->graph);
   nt_status st = T->body(ctx, T->body_arg);
-  if (st || !T->graph_wanted || T->graph_tried) return st;
-  /* the eager step above warmed the pool and the GEMM plans; capture from the next step on */
+  T->eager_steps++;
+  /* Capture after two eager steps: they warm the pool, tune the GEMM plans, and let lazily
+   * allocated buffers (the loader's device ring) exist before the graph bakes in the scratch
+   * addresses the ops free inside it; nothing allocated later may hold data across a replay. */
+  if (st || !T->graph_wanted || T->graph_tried || T->eager_steps < 2) return st;
   T->graph_tried = true;
   st = nt_graph_capture(ctx, T->body, T->body_arg, &T->graph);
   if (st) {

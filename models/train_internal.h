@@ -29,6 +29,7 @@ typedef struct {
   void *body_arg;
   nt_graph *graph;
   bool graph_wanted, graph_tried;
+  int eager_steps;
   /* loop position */
   int64_t iter;                 /* iterations completed (skipped ones included) */
   int64_t total_iters;

@@ -1,0 +1,263 @@
+/* The models and the training loop on the GPU, against the CPU:
+ *  - GPT and CNN: the same weights and batch give the CPU's loss and gradients (fp32 without
+ *    TF32: 1e-4; bf16/fp16 within their tolerances), and steady-state steps make no new
+ *    system allocations;
+ *  - short GPT (bf16, CUDA graph) and CNN (fp16 + loss scaler) runs whose loss falls, whose
+ *    first-step loss matches the CPU's closely, and a bit-identical resume on the GPU.
+ * Skips (77) without a GPU. The data-driven parts need NT_DATA_DIR / Fashion-MNIST. */
+#include "tests/testutil.h"
+#include "models/train.h"
+#include "data/idx.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char tmpdir[256];
+
+static int32_t *random_tokens(nt_test_rng *r, int n, int vocab) {
+  int32_t *x = malloc((size_t)n * sizeof *x);
+  for (int i = 0; i < n; i++) x[i] = (int32_t)nt_test_uniform(r, 0, vocab - 1e-9);
+  return x;
+}
+
+static float read_loss(nt_ctx *ctx, const nt_tensor *t) {
+  float l = NAN;
+  nt_tensor h = nt_tensor_view(&l, NT_F32, nt_cpu(), 0, NULL);
+  if (nt_tensor_copy(ctx, &h, t)) return NAN;
+  return l;
+}
+
+static double grads_err(nt_ctx *gctx, nt_params *g, nt_params *c) {
+  double worst = 0;
+  for (int u = 0; u < c->n_units; u++) {
+    int64_t n = nt_tensor_numel(&c->units[u].grad);
+    float *h = malloc((size_t)n * sizeof *h);
+    nt_tensor hv = nt_tensor_view(h, NT_F32, nt_cpu(), 1, &n);
+    if (nt_tensor_copy(gctx, &hv, &g->units[u].grad)) worst = INFINITY;
+    double e = nt_test_rel_err(h, c->units[u].grad.data, n);
+    if (e > worst) worst = e;
+    free(h);
+  }
+  return worst;
+}
+
+static void gpt_vs_cpu(nt_ctx *gctx, nt_ctx *cctx, nt_dtype dt, double tol) {
+  nt_gpt_config c = {3, 4, 96, 40, 67, 0.0f};
+  enum { B = 3, T = 37 };
+  nt_gpt *gg = NULL, *cg = NULL;
+  if (!CHECK_OK(gctx, nt_gpt_create(gctx, &c, dt, B, 40, &gg))) return;
+  if (!CHECK_OK(cctx, nt_gpt_create(cctx, &c, NT_F32, B, 40, &cg))) return;
+  CHECK_OK(gctx, nt_params_init(gctx, nt_gpt_params(gg), 123));
+  CHECK_OK(cctx, nt_params_init(cctx, nt_gpt_params(cg), 123));
+  nt_test_rng r = {99};
+  int32_t *xs = random_tokens(&r, B * T, c.vocab_size), *ys = random_tokens(&r, B * T, c.vocab_size);
+  int64_t sh[2] = {B, T};
+  nt_tensor hx = nt_tensor_view(xs, NT_I32, nt_cpu(), 2, sh);
+  nt_tensor hy = nt_tensor_view(ys, NT_I32, nt_cpu(), 2, sh);
+  nt_tensor dx, dy;
+  CHECK_OK(gctx, nt_tensor_alloc(gctx, &dx, NT_I32, 2, sh));
+  CHECK_OK(gctx, nt_tensor_alloc(gctx, &dy, NT_I32, 2, sh));
+  CHECK_OK(gctx, nt_tensor_copy(gctx, &dx, &hx));
+  CHECK_OK(gctx, nt_tensor_copy(gctx, &dy, &hy));
+  CHECK_OK(cctx, nt_params_zero_grad(cctx, nt_gpt_params(cg)));
+  CHECK_OK(cctx, nt_gpt_train_step(cctx, cg, &hx, &hy, NULL));
+  float lc = read_loss(cctx, nt_gpt_loss(cg));
+  nt_mem_stats m1, m2;
+  for (int i = 0; i < 4; i++) {
+    CHECK_OK(gctx, nt_params_zero_grad(gctx, nt_gpt_params(gg)));
+    CHECK_OK(gctx, nt_gpt_train_step(gctx, gg, &dx, &dy, NULL));
+    if (i == 1) nt_mem_get_stats(gctx, &m1);
+  }
+  nt_mem_get_stats(gctx, &m2);
+  CHECK(m2.n_system_allocs == m1.n_system_allocs, "steady-state GPT steps: no new cudaMalloc "
+        "(%llu -> %llu)", (unsigned long long)m1.n_system_allocs,
+        (unsigned long long)m2.n_system_allocs);
+  float lg = read_loss(gctx, nt_gpt_loss(gg));
+  double ge = grads_err(gctx, nt_gpt_params(gg), nt_gpt_params(cg));
+  printf("  gpt %s: loss gpu %.6f cpu %.6f, worst unit gradient rel err %.3g\n",
+         nt_dtype_name(dt), lg, lc, ge);
+  CHECK(fabsf(lg - lc) < tol * fabsf(lc), "%s GPT loss %g vs CPU %g", nt_dtype_name(dt), lg, lc);
+  CHECK(ge < 10 * tol, "%s GPT gradients within %g: %g", nt_dtype_name(dt), 10 * tol, ge);
+  nt_tensor_free(gctx, &dx);
+  nt_tensor_free(gctx, &dy);
+  free(xs);
+  free(ys);
+  nt_gpt_free(gctx, gg);
+  nt_gpt_free(cctx, cg);
+}
+
+static void cnn_vs_cpu(nt_ctx *gctx, nt_ctx *cctx, nt_dtype dt, double tol) {
+  nt_cnn_config c = nt_cnn_config_default();
+  enum { N = 37 };
+  nt_cnn *gm = NULL, *cm = NULL;
+  if (!CHECK_OK(gctx, nt_cnn_create(gctx, &c, dt, N, &gm))) return;
+  if (!CHECK_OK(cctx, nt_cnn_create(cctx, &c, NT_F32, N, &cm))) return;
+  CHECK_OK(gctx, nt_params_init(gctx, nt_cnn_params(gm), 5));
+  CHECK_OK(cctx, nt_params_init(cctx, nt_cnn_params(cm), 5));
+  nt_test_rng r = {17};
+  int64_t n = N * 28 * 28, xs[4] = {N, 1, 28, 28}, ys[1] = {N};
+  float *x = malloc((size_t)n * sizeof *x);
+  nt_test_fill_uniform(&r, x, n, -1, 2);
+  int32_t y[N];
+  for (int i = 0; i < N; i++) y[i] = i % 10;
+  nt_tensor hx = nt_tensor_view(x, NT_F32, nt_cpu(), 4, xs);
+  nt_tensor hy = nt_tensor_view(y, NT_I32, nt_cpu(), 1, ys);
+  nt_tensor dx32, dx, dy;
+  CHECK_OK(gctx, nt_tensor_alloc(gctx, &dx32, NT_F32, 4, xs));
+  CHECK_OK(gctx, nt_tensor_alloc(gctx, &dx, dt, 4, xs));
+  CHECK_OK(gctx, nt_tensor_alloc(gctx, &dy, NT_I32, 1, ys));
+  CHECK_OK(gctx, nt_tensor_copy(gctx, &dx32, &hx));
+  CHECK_OK(gctx, dt == NT_F32 ? nt_tensor_copy(gctx, &dx, &dx32) : nt_convert(gctx, &dx, &dx32));
+  CHECK_OK(gctx, nt_tensor_copy(gctx, &dy, &hy));
+  CHECK_OK(cctx, nt_params_zero_grad(cctx, nt_cnn_params(cm)));
+  CHECK_OK(cctx, nt_cnn_train_step(cctx, cm, &hx, &hy, NULL));
+  float lc = read_loss(cctx, nt_cnn_loss(cm));
+  nt_mem_stats m1, m2;
+  for (int i = 0; i < 4; i++) {
+    CHECK_OK(gctx, nt_params_zero_grad(gctx, nt_cnn_params(gm)));
+    CHECK_OK(gctx, nt_cnn_train_step(gctx, gm, &dx, &dy, NULL));
+    if (i == 1) nt_mem_get_stats(gctx, &m1);
+  }
+  nt_mem_get_stats(gctx, &m2);
+  CHECK(m2.n_system_allocs == m1.n_system_allocs, "steady-state CNN steps: no new cudaMalloc");
+  float lg = read_loss(gctx, nt_cnn_loss(gm));
+  double ge = grads_err(gctx, nt_cnn_params(gm), nt_cnn_params(cm));
+  printf("  cnn %s: loss gpu %.6f cpu %.6f, worst unit gradient rel err %.3g\n",
+         nt_dtype_name(dt), lg, lc, ge);
+  CHECK(fabsf(lg - lc) < tol * fabsf(lc), "%s CNN loss %g vs CPU %g", nt_dtype_name(dt), lg, lc);
+  CHECK(ge < 10 * tol, "%s CNN gradients within %g: %g", nt_dtype_name(dt), 10 * tol, ge);
+  nt_tensor_free(gctx, &dx32);
+  nt_tensor_free(gctx, &dx);
+  nt_tensor_free(gctx, &dy);
+  free(x);
+  nt_cnn_free(gctx, gm);
+  nt_cnn_free(cctx, cm);
+}
+
+static nt_train_options small_gpt(void) {
+  nt_train_options o = nt_train_defaults(NT_MODEL_GPT);
+  o.gpt.n_layer = 4;
+  o.gpt.n_head = 4;
+  o.gpt.n_embd = 128;
+  o.gpt.block_size = 128;
+  o.gpt.dropout = 0.0f;
+  o.batch_size = 32;
+  o.max_iters = 200;
+  o.lr_decay_iters = 200;
+  o.warmup_iters = 20;
+  o.lr = 2e-3;
+  o.min_lr = 2e-4;
+  o.eval_interval = 200;
+  o.eval_iters = 20;
+  o.log_interval = 50;
+  o.quiet = true;
+  o.record_losses = true;
+  return o;
+}
+
+static void gpt_runs(nt_ctx *gctx, nt_ctx *cctx) {
+  nt_train_options o = small_gpt();
+  o.precision = NT_PREC_BF16;
+  nt_train_result g, c;
+  if (!CHECK_OK(gctx, nt_train_run(gctx, &o, &g))) return;
+  printf("  gpt bf16 GPU run: loss %.4f -> %.4f, val %.4f, %.0f tokens/s, graph %d\n",
+         g.losses[0], g.last_loss, g.val_loss, g.items_per_sec, g.used_cuda_graph);
+  CHECK(g.used_cuda_graph, "the GPT step ran as a CUDA graph");
+  CHECK(g.last_loss < g.losses[0] - 1.0, "GPU loss falls: %g -> %g", g.losses[0], g.last_loss);
+  CHECK(g.val_loss < 2.4, "GPU val loss after 200 steps %g < 2.4", g.val_loss);
+  o.max_iters = 1;
+  o.precision = NT_PREC_FP32;
+  o.eval_interval = 0;
+  if (CHECK_OK(cctx, nt_train_run(cctx, &o, &c))) {
+    CHECK(fabs(g.losses[0] - c.losses[0]) < 1e-2 * c.losses[0],
+          "first-step loss: GPU bf16 %.6f vs CPU fp32 %.6f", g.losses[0], c.losses[0]);
+    nt_train_result f;
+    o.device = nt_cuda(0);
+    if (CHECK_OK(gctx, nt_train_run(gctx, &o, &f))) {
+      printf("  first-step loss: cpu fp32 %.7f, gpu fp32 %.7f, gpu bf16 %.7f\n", c.losses[0],
+             f.losses[0], g.losses[0]);
+      CHECK(fabs(f.losses[0] - c.losses[0]) < 1e-5 * c.losses[0], "GPU fp32 first loss %.7f vs "
+            "CPU %.7f", f.losses[0], c.losses[0]);
+      nt_train_result_free(&f);
+    }
+    nt_train_result_free(&c);
+  }
+  nt_train_result_free(&g);
+  /* fp16 with the scaler, resumed on the GPU: bit-identical */
+  o = small_gpt();
+  o.precision = NT_PREC_FP16;
+  o.eval_interval = 0;
+  o.max_iters = 30;
+  o.lr_decay_iters = 30;
+  char full[300], part[300];
+  snprintf(full, sizeof full, "%s/full", tmpdir);
+  snprintf(part, sizeof part, "%s/part", tmpdir);
+  nt_train_result a, b, r;
+  o.out_dir = full;
+  if (!CHECK_OK(gctx, nt_train_run(gctx, &o, &a))) return;
+  o.out_dir = part;
+  o.max_iters = 12;
+  if (!CHECK_OK(gctx, nt_train_run(gctx, &o, &b))) return;
+  o.max_iters = 30;
+  o.resume = part;
+  if (!CHECK_OK(gctx, nt_train_run(gctx, &o, &r))) return;
+  int same = 0;
+  for (int64_t i = 0; i < r.n_losses && 12 + i < a.n_losses; i++)
+    same += a.losses[12 + i] == r.losses[i];
+  printf("  gpt fp16 GPU resume: %d of %lld losses identical, loss %.4f -> %.4f\n", same,
+         (long long)r.n_losses, a.losses[0], a.last_loss);
+  CHECK(same == 18 && r.n_losses == 18, "GPU resume bit-identical (%d of 18)", same);
+  CHECK(a.last_loss < a.losses[0], "fp16 loss falls");
+  nt_train_result_free(&a);
+  nt_train_result_free(&b);
+  nt_train_result_free(&r);
+}
+
+static void cnn_run(nt_ctx *gctx) {
+  nt_train_options o = nt_train_defaults(NT_MODEL_CNN);
+  o.precision = NT_PREC_FP16;
+  o.epochs = 1;
+  o.train_subset = 10000;
+  o.quiet = true;
+  o.record_losses = true;
+  o.log_interval = 20;
+  nt_train_result r;
+  if (!CHECK_OK(gctx, nt_train_run(gctx, &o, &r))) return;
+  printf("  cnn fp16 GPU, 1 epoch of 10k: loss %.4f -> %.4f, test accuracy %.2f%%, %.0f images/s, "
+         "graph %d, skipped %lld\n", r.losses[0], r.last_loss, 100 * r.test_accuracy,
+         r.items_per_sec, r.used_cuda_graph, (long long)r.skipped);
+  CHECK(r.used_cuda_graph, "the CNN step ran as a CUDA graph");
+  CHECK(r.test_accuracy > 0.80, "test accuracy %g > 0.80", r.test_accuracy);
+  CHECK(r.last_loss < r.losses[0], "loss falls");
+  nt_train_result_free(&r);
+}
+
+int main(void) {
+  nt_ctx *gctx = nt_test_cuda_ctx();
+  if (!gctx) return nt_test_skip("no GPU");
+  nt_ctx *cctx;
+  if (nt_ctx_create(&cctx, nt_cpu())) return 1;
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/nt_gpu_train_XXXXXX");
+  if (!mkdtemp(tmpdir)) return 1;
+  gpt_vs_cpu(gctx, cctx, NT_F32, 1e-4);
+  gpt_vs_cpu(gctx, cctx, NT_BF16, 2e-2);
+  gpt_vs_cpu(gctx, cctx, NT_F16, 5e-3);
+  cnn_vs_cpu(gctx, cctx, NT_F32, 1e-4);
+  cnn_vs_cpu(gctx, cctx, NT_F16, 5e-3);
+  cnn_vs_cpu(gctx, cctx, NT_BF16, 2e-2);
+  const char *d = getenv("NT_DATA_DIR");
+  char p[4096];
+  snprintf(p, sizeof p, "%s/tinyshakespeare.txt", d ? d : "");
+  if (d && access(p, R_OK) == 0) gpt_runs(gctx, cctx);
+  else printf("  GPT runs skipped: NT_DATA_DIR/tinyshakespeare.txt not found\n");
+  snprintf(p, sizeof p, "%s/train-images-idx3-ubyte.gz", nt_fashion_mnist_dir());
+  if (access(p, R_OK) == 0) cnn_run(gctx);
+  else printf("  CNN run skipped: Fashion-MNIST not found\n");
+  nt_ctx_free(cctx);
+  nt_ctx_free(gctx);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+  if (system(cmd)) fprintf(stderr, "could not remove %s\n", tmpdir);
+  return nt_test_finish();
+}
