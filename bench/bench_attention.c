@@ -1,8 +1,8 @@
 /* Causal attention forward, backward and forward+backward timed with CUDA events (median of
  * repeats after warm-up) in bf16 at the small GPT's (B 64, H 6, T 256, D 64) and GPT-2's
  * (B 16, H 12, T 1024, D 64) shapes. Prints a table and "RESULT nt <shape> <fwd> <bwd> <total>"
- * lines (ms) for run_attention.sh. Usage: bench_attention [repeats] (NT_ATTN_SIMPLE=1 times
- * the fallback kernels). */
+ * lines (ms) for run_attention.sh. Usage: bench_attention [repeats] [shape index 0|1, default
+ * both] (NT_ATTN_SIMPLE=1 times the fallback kernels). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,8 +47,9 @@ static float time_it(nt_ctx *ctx, int which, int reps, nt_tensor *t, nt_tensor *
 
 int main(int argc, char **argv) {
   const int reps = argc > 1 ? atoi(argv[1]) : 30;
-  if (reps < 1) {
-    fprintf(stderr, "usage: bench_attention [repeats >= 1]\n");
+  const int only = argc > 2 ? atoi(argv[2]) : -1;
+  if (reps < 1 || only < -1 || only > 1) {
+    fprintf(stderr, "usage: bench_attention [repeats >= 1] [shape 0|1]\n");
     return 2;
   }
   nt_ctx *ctx;
@@ -63,6 +64,7 @@ int main(int argc, char **argv) {
          simple && *simple && strcmp(simple, "0") ? "simple" : "tensor-core", reps);
   printf("%-22s %10s %10s %10s %12s\n", "B,H,T,D", "fwd ms", "bwd ms", "fwd+bwd ms", "TFLOP/s");
   for (int s = 0; s < 2; s++) {
+    if (only >= 0 && s != only) continue;
     const shape sh = shapes[s];
     int64_t dims[4] = {sh.B, sh.H, sh.T, sh.D}, ldims[3] = {sh.B, sh.H, sh.T};
     const size_t n = (size_t)sh.B * sh.H * sh.T * sh.D;

@@ -46,3 +46,24 @@ for w in 4 8; do
   NT_ATTN_BWD_WARPS=$w "$bin" "$reps" | awk -v w="$w" '$1 == "RESULT" {
     printf "  %d warps %-18s %8s %8s %8s\n", w, $3, $4, $5, $6 }'
 done
+
+# Where the time goes at T = 1024, when Nsight Compute is installed and may read the counters
+# (third argument "noprof" skips it): duration, throughputs, occupancy and warp stall reasons of
+# the first forward and backward kernels, durations of the backward's helper passes. Full
+# report in $build/attention_ncu.txt.
+if [ "${3:-}" != "noprof" ] && command -v ncu > /dev/null; then
+  rep="$build/attention_ncu.txt"
+  : > "$rep"
+  for k in fwd_kernel bwd_kernel 'prep_rows_vec|dq_finish'; do
+    sections="--section SpeedOfLight"
+    case "$k" in *_kernel) sections="$sections --section Occupancy --section WarpStateStats \
+--section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section LaunchStats" ;; esac
+    # shellcheck disable=SC2086
+    timeout 180 ncu --kernel-name "regex:$k" --launch-count 2 $sections "$bin" 1 1 \
+      >> "$rep" 2>&1 || echo "run_attention.sh: ncu on $k failed (see $rep)" >&2
+  done
+  echo
+  echo "Nsight Compute, B 16 H 12 T 1024 (full report: $rep):"
+  grep -E 'Context [0-9]+, Stream|Duration|Registers Per|Achieved Occupancy|Theoretical Occ|Compute \(SM\) Th|Memory Throughput|Executed Ipc A|Warp Cycles Per Issued|No Eligible|stalled|ERR' "$rep" |
+    cut -c1-160 | head -100 || true
+fi
