@@ -23,6 +23,79 @@ template <int D, int W> constexpr int smem_bytes() {
   return (2 * 16 * W + 4 * kBr) * (D + kLdPad) * 2 + 16 * W * (kBr + kLdPad) * 2 + 4 * kBr * 4;
 }
 
+/* One warp's share of a query tile: its 16 keys against the tile's 64 queries (S^T, dP^T,
+ * P^T, dS^T; dV and dK accumulate in registers, dS^T goes to shared memory for the dQ
+ * product). kMask: the tile meets the diagonal (queries before a key get P = 0); the other
+ * tiles run without the per-element test. */
+template <typename T, int D, bool kMask>
+__device__ __forceinline__ void warp_tile(const uint32_t (&kf)[D / 16][4],
+                                          const uint32_t (&vf)[D / 16][4],
+                                          float (&gk)[D / 8][4], float (&gv)[D / 8][4],
+                                          const T *qb, const T *db, const float *lb,
+                                          const float *drb, T *dss, int kr0, int lane, float sl2,
+                                          int q_base, int key_a) {
+  constexpr int kLd = D + kLdPad, kLdS = kBr + kLdPad, kDt = D / 8, kKs = D / 16, kSt = kBr / 8;
+  /* S^T = K Q^T and dP^T = V dO^T: [16 keys x 64 queries] per warp. */
+  float st[kSt][4], dpt[kSt][4];
+#pragma unroll
+  for (int i = 0; i < kSt; i++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) st[i][e] = dpt[i][e] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < kKs; kk++) {
+#pragma unroll
+    for (int np = 0; np < kSt / 2; np++) {
+      uint32_t b[4];
+      ldsm_x4(b, bt_frag_addr(qb, kLd, np * 16, kk * 16, lane));
+      mma_op<T>::run(st[2 * np], kf[kk], b[0], b[1]);
+      mma_op<T>::run(st[2 * np + 1], kf[kk], b[2], b[3]);
+      ldsm_x4(b, bt_frag_addr(db, kLd, np * 16, kk * 16, lane));
+      mma_op<T>::run(dpt[2 * np], vf[kk], b[0], b[1]);
+      mma_op<T>::run(dpt[2 * np + 1], vf[kk], b[2], b[3]);
+    }
+  }
+  /* P^T from the saved lse (causal mask near the diagonal), then dS^T in place of dP^T. */
+#pragma unroll
+  for (int nt = 0; nt < kSt; nt++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const int ql = nt * 8 + 2 * (lane & 3) + (e & 1);
+      float p = fast_exp2(fmaf(st[nt][e], sl2, -lb[ql]));
+      if (kMask && q_base + ql < key_a + (e >> 1) * 8) p = 0.f;
+      st[nt][e] = p;
+      dpt[nt][e] = p * (dpt[nt][e] - drb[ql]);
+    }
+  /* dV += P^T dO and dK += dS^T Q (the accumulator layout is the A-fragment layout). */
+#pragma unroll
+  for (int kk = 0; kk < kBr / 16; kk++) {
+    uint32_t ap[4], as[4];
+    ap[0] = mma_op<T>::pack(st[2 * kk][0], st[2 * kk][1]);
+    ap[1] = mma_op<T>::pack(st[2 * kk][2], st[2 * kk][3]);
+    ap[2] = mma_op<T>::pack(st[2 * kk + 1][0], st[2 * kk + 1][1]);
+    ap[3] = mma_op<T>::pack(st[2 * kk + 1][2], st[2 * kk + 1][3]);
+    as[0] = mma_op<T>::pack(dpt[2 * kk][0], dpt[2 * kk][1]);
+    as[1] = mma_op<T>::pack(dpt[2 * kk][2], dpt[2 * kk][3]);
+    as[2] = mma_op<T>::pack(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]);
+    as[3] = mma_op<T>::pack(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3]);
+    /* dS^T to shared memory for the dQ product (rows of keys, columns of queries). */
+    const int kr = kr0 + (lane >> 2), qc = kk * 16 + 2 * (lane & 3);
+    *reinterpret_cast<uint32_t *>(dss + kr * kLdS + qc) = as[0];
+    *reinterpret_cast<uint32_t *>(dss + (kr + 8) * kLdS + qc) = as[1];
+    *reinterpret_cast<uint32_t *>(dss + kr * kLdS + qc + 8) = as[2];
+    *reinterpret_cast<uint32_t *>(dss + (kr + 8) * kLdS + qc + 8) = as[3];
+#pragma unroll
+    for (int dp = 0; dp < kDt / 2; dp++) {
+      uint32_t b[4];
+      ldsm_x4_t(b, b_frag_addr_t(db, kLd, kk * 16, dp * 16, lane));
+      mma_op<T>::run(gv[2 * dp], ap, b[0], b[1]);
+      mma_op<T>::run(gv[2 * dp + 1], ap, b[2], b[3]);
+      ldsm_x4_t(b, b_frag_addr_t(qb, kLd, kk * 16, dp * 16, lane));
+      mma_op<T>::run(gk[2 * dp], as, b[0], b[1]);
+      mma_op<T>::run(gk[2 * dp + 1], as, b[2], b[3]);
+    }
+  }
+}
+
 template <typename T, int D, int W>
 __global__ void __launch_bounds__(32 * W)
     bwd_kernel(const T *__restrict__ dout, const T *__restrict__ q, const T *__restrict__ k,
@@ -30,7 +103,7 @@ __global__ void __launch_bounds__(32 * W)
                const float *__restrict__ d_rows, float *__restrict__ dq_acc, T *__restrict__ dk,
                T *__restrict__ dv, int BH, int T_, float scale) {
   constexpr int kThreads = 32 * W, kBc = 16 * W;
-  constexpr int kLd = D + kLdPad, kLdS = kBr + kLdPad, kDt = D / 8, kKs = D / 16, kSt = kBr / 8;
+  constexpr int kLd = D + kLdPad, kLdS = kBr + kLdPad, kDt = D / 8, kKs = D / 16;
   /* dQ = dS K: the W warps split the tile's 64 queries in 4 blocks of 16 and D in W / 4. */
   constexpr int kSplit = W / 4, kDw = D / kSplit;
   static_assert(W % 4 == 0 && kDw % 16 == 0, "dQ split must leave 16-column pieces");
@@ -111,66 +184,12 @@ __global__ void __launch_bounds__(32 * W)
         *reinterpret_cast<uint32_t *>(dss + kr * kLdS + c + 2 * (lane & 3)) = 0u;
         *reinterpret_cast<uint32_t *>(dss + (kr + 8) * kLdS + c + 2 * (lane & 3)) = 0u;
       }
+    } else if (needs_mask) {
+      warp_tile<T, D, true>(kf, vf, gk, gv, qb, db, lb, drb, dss, warp * 16, lane, sl2,
+                            qt * kBr, key_a);
     } else {
-      /* S^T = K Q^T and dP^T = V dO^T: [16 keys x 64 queries] per warp. */
-      float st[kSt][4], dpt[kSt][4];
-#pragma unroll
-      for (int i = 0; i < kSt; i++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) st[i][e] = dpt[i][e] = 0.f;
-#pragma unroll
-      for (int kk = 0; kk < kKs; kk++) {
-#pragma unroll
-        for (int np = 0; np < kSt / 2; np++) {
-          uint32_t b[4];
-          ldsm_x4(b, bt_frag_addr(qb, kLd, np * 16, kk * 16, lane));
-          mma_op<T>::run(st[2 * np], kf[kk], b[0], b[1]);
-          mma_op<T>::run(st[2 * np + 1], kf[kk], b[2], b[3]);
-          ldsm_x4(b, bt_frag_addr(db, kLd, np * 16, kk * 16, lane));
-          mma_op<T>::run(dpt[2 * np], vf[kk], b[0], b[1]);
-          mma_op<T>::run(dpt[2 * np + 1], vf[kk], b[2], b[3]);
-        }
-      }
-      /* P^T from the saved lse (causal mask near the diagonal), then dS^T in place of dP^T. */
-#pragma unroll
-      for (int nt = 0; nt < kSt; nt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const int ql = nt * 8 + 2 * (lane & 3) + (e & 1);
-          float p = fast_exp2(fmaf(st[nt][e], sl2, -lb[ql]));
-          if (needs_mask && qt * kBr + ql < key_a + (e >> 1) * 8) p = 0.f;
-          st[nt][e] = p;
-          dpt[nt][e] = p * (dpt[nt][e] - drb[ql]);
-        }
-      /* dV += P^T dO and dK += dS^T Q (the accumulator layout is the A-fragment layout). */
-#pragma unroll
-      for (int kk = 0; kk < kBr / 16; kk++) {
-        uint32_t ap[4], as[4];
-        ap[0] = mma_op<T>::pack(st[2 * kk][0], st[2 * kk][1]);
-        ap[1] = mma_op<T>::pack(st[2 * kk][2], st[2 * kk][3]);
-        ap[2] = mma_op<T>::pack(st[2 * kk + 1][0], st[2 * kk + 1][1]);
-        ap[3] = mma_op<T>::pack(st[2 * kk + 1][2], st[2 * kk + 1][3]);
-        as[0] = mma_op<T>::pack(dpt[2 * kk][0], dpt[2 * kk][1]);
-        as[1] = mma_op<T>::pack(dpt[2 * kk][2], dpt[2 * kk][3]);
-        as[2] = mma_op<T>::pack(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]);
-        as[3] = mma_op<T>::pack(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3]);
-        /* dS^T to shared memory for the dQ product (rows of keys, columns of queries). */
-        const int kr = warp * 16 + (lane >> 2), qc = kk * 16 + 2 * (lane & 3);
-        *reinterpret_cast<uint32_t *>(dss + kr * kLdS + qc) = as[0];
-        *reinterpret_cast<uint32_t *>(dss + (kr + 8) * kLdS + qc) = as[1];
-        *reinterpret_cast<uint32_t *>(dss + kr * kLdS + qc + 8) = as[2];
-        *reinterpret_cast<uint32_t *>(dss + (kr + 8) * kLdS + qc + 8) = as[3];
-#pragma unroll
-        for (int dp = 0; dp < kDt / 2; dp++) {
-          uint32_t b[4];
-          ldsm_x4_t(b, b_frag_addr_t(db, kLd, kk * 16, dp * 16, lane));
-          mma_op<T>::run(gv[2 * dp], ap, b[0], b[1]);
-          mma_op<T>::run(gv[2 * dp + 1], ap, b[2], b[3]);
-          ldsm_x4_t(b, b_frag_addr_t(qb, kLd, kk * 16, dp * 16, lane));
-          mma_op<T>::run(gk[2 * dp], as, b[0], b[1]);
-          mma_op<T>::run(gk[2 * dp + 1], as, b[2], b[3]);
-        }
-      }
+      warp_tile<T, D, false>(kf, vf, gk, gv, qb, db, lb, drb, dss, warp * 16, lane, sl2,
+                             qt * kBr, key_a);
     }
     __syncthreads();   /* all of dS^T is in shared memory */
 
