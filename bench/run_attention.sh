@@ -38,13 +38,14 @@ printf '%s\n%s\n' "$out_nt" "$out_pt" | awk '
     }
   }'
 
-# The backward's two block shapes forced (64 keys / 4 warps and 128 keys / 8 warps; the default
-# switches at T = 512), to check that switch point on this GPU.
+# Variants that the defaults may not pick: the backward's two block shapes forced (64 keys / 4
+# warps and 128 keys / 8 warps; the default switches at T = 512) and the forward built for 3
+# blocks per SM (168 registers, some spilled) instead of 2.
 echo
-echo "backward block shape (NT_ATTN_BWD_WARPS), ms:  fwd  bwd  fwd+bwd"
-for w in 4 8; do
-  NT_ATTN_BWD_WARPS=$w "$bin" "$reps" | awk -v w="$w" '$1 == "RESULT" {
-    printf "  %d warps %-18s %8s %8s %8s\n", w, $3, $4, $5, $6 }'
+echo "variants, ms:                                  fwd      bwd  fwd+bwd"
+for var in NT_ATTN_BWD_WARPS=4 NT_ATTN_BWD_WARPS=8 NT_ATTN_FWD_BLOCKS=3; do
+  env "$var" "$bin" "$reps" | awk -v var="$var" '$1 == "RESULT" {
+    printf "  %-22s %-18s %8s %8s %8s\n", var, $3, $4, $5, $6 }'
 done
 
 # Where the time goes at T = 1024, when Nsight Compute is installed and may read the counters

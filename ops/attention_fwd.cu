@@ -2,7 +2,10 @@
  * warps of 2 x 16) and walks the key/value tiles of 64 rows up to the diagonal, double-buffered
  * with cp.async. S = Q K^T and O += P V run on mma.sync m16n8k16 with fp32 accumulation; the
  * softmax keeps a running max and sum per row in fp32 (base-2 exponentials with log2(e)
- * folded into the scale). Rows and keys past T are zero-filled on load and masked. */
+ * folded into the scale). Rows and keys past T are zero-filled on load and masked. Q stays in
+ * shared memory (its fragments are re-read per tile, as FlashAttention-2 does) to keep the
+ * registers for the accumulators; one barrier per tile. */
+#include <stdlib.h>
 #include "ops/attention_cuda.cuh"
 #include "ops/attention_mma.cuh"
 #include "core/cuda_util.h"
@@ -24,7 +27,7 @@ template <int D> constexpr int smem_bytes() { return (kBr + 4 * kBc) * (D + kLdP
  * key are skipped; the other tiles run without any branch. */
 template <typename T, int D, bool kDiag>
 __device__ __forceinline__ void fwd_tile(const T *kb, const T *vb,
-                                         const uint32_t (&qf)[kM][D / 16][4],
+                                         const T *qw,
                                          float (&o)[kM][D / 8][4], float (&m_r)[kM][2],
                                          float (&l_r)[kM][2], int key0, int row_w, int lane,
                                          float sl2) {
@@ -42,6 +45,12 @@ __device__ __forceinline__ void fwd_tile(const T *kb, const T *vb,
     for (int i = 0; i < kSt; i++) s[mi][i][0] = s[mi][i][1] = s[mi][i][2] = s[mi][i][3] = 0.f;
 #pragma unroll
   for (int kk = 0; kk < kKs; kk++) {
+    /* Q fragments come from shared memory on every tile: holding them in registers would
+     * cost the block a third of its occupancy. */
+    uint32_t qf[kM][4];
+#pragma unroll
+    for (int mi = 0; mi < kM; mi++)
+      if (active[mi]) ldsm_x4(qf[mi], a_frag_addr(qw, kLd, mi * 16, kk * 16, lane));
 #pragma unroll
     for (int np = 0; np < kSt / 2; np++) {
       uint32_t b[4];
@@ -49,8 +58,8 @@ __device__ __forceinline__ void fwd_tile(const T *kb, const T *vb,
 #pragma unroll
       for (int mi = 0; mi < kM; mi++) {
         if (!active[mi]) continue;
-        mma_op<T>::run(s[mi][2 * np], qf[mi][kk], b[0], b[1]);
-        mma_op<T>::run(s[mi][2 * np + 1], qf[mi][kk], b[2], b[3]);
+        mma_op<T>::run(s[mi][2 * np], qf[mi], b[0], b[1]);
+        mma_op<T>::run(s[mi][2 * np + 1], qf[mi], b[2], b[3]);
       }
     }
   }
@@ -120,11 +129,13 @@ __device__ __forceinline__ void fwd_tile(const T *kb, const T *vb,
   }
 }
 
-template <typename T, int D>
-__global__ void __launch_bounds__(kThreads)
+/* kMinBlocks: blocks per SM the registers must allow (2: about 240 registers, no spills;
+ * 3: 168 registers with a few spilled, half as many warps again to hide latency). */
+template <typename T, int D, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     fwd_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
                T *__restrict__ out, float *__restrict__ lse, int BH, int T_, float scale) {
-  constexpr int kLd = D + kLdPad, kDt = D / 8, kKs = D / 16;
+  constexpr int kLd = D + kLdPad, kDt = D / 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T *qs = reinterpret_cast<T *>(smem_raw);
   T *ks = qs + kBr * kLd;   /* two buffers of K then two of V */
@@ -146,7 +157,6 @@ __global__ void __launch_bounds__(kThreads)
   load_tile<T, kBc, D, kThreads>(vs, v + head, 0, T_, tid);
   cp_async_commit();
 
-  uint32_t qf[kM][kKs][4];
   float o[kM][kDt][4], m_r[kM][2], l_r[kM][2];
 #pragma unroll
   for (int mi = 0; mi < kM; mi++) {
@@ -169,18 +179,11 @@ __global__ void __launch_bounds__(kThreads)
                                      tid);
       cp_async_commit();
     }
-    if (kt == 0) {
-#pragma unroll
-      for (int mi = 0; mi < kM; mi++)
-#pragma unroll
-        for (int kk = 0; kk < kKs; kk++)
-          ldsm_x4(qf[mi][kk], a_frag_addr(qs, kLd, wrow0 + mi * 16, kk * 16, lane));
-    }
     const T *kb = ks + buf * kBc * kLd, *vb = vs + buf * kBc * kLd;
     if (kt * kBc + kBc - 1 > q0)   /* some key may follow some row of the block */
-      fwd_tile<T, D, true>(kb, vb, qf, o, m_r, l_r, kt * kBc, q0 + wrow0, lane, sl2);
+      fwd_tile<T, D, true>(kb, vb, qs + wrow0 * kLd, o, m_r, l_r, kt * kBc, q0 + wrow0, lane, sl2);
     else
-      fwd_tile<T, D, false>(kb, vb, qf, o, m_r, l_r, kt * kBc, q0 + wrow0, lane, sl2);
+      fwd_tile<T, D, false>(kb, vb, qs + wrow0 * kLd, o, m_r, l_r, kt * kBc, q0 + wrow0, lane, sl2);
   }
 
   /* Normalise, stage the warp's rows in its own rows of the Q tile (only this warp read
@@ -213,19 +216,28 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <typename T, int D>
-nt_status launch(nt_ctx *ctx, const void *q, const void *k, const void *v, void *out, float *lse,
-                 int BH, int T_) {
+template <typename T, int D, int kMinBlocks>
+nt_status launch_b(nt_ctx *ctx, const void *q, const void *k, const void *v, void *out,
+                   float *lse, int BH, int T_) {
   constexpr int bytes = smem_bytes<D>();
-  nt_status st = NT_CUDA(ctx, cudaFuncSetAttribute(fwd_kernel<T, D>,
+  nt_status st = NT_CUDA(ctx, cudaFuncSetAttribute(fwd_kernel<T, D, kMinBlocks>,
                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    bytes));
   if (st) return st;
   const long blocks = (long)((T_ + kBr - 1) / kBr) * BH;
   if (blocks > 0x7fffffffL) return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "attention: grid too large");
-  fwd_kernel<T, D><<<(unsigned)blocks, kThreads, bytes, nt_cuda_stream(ctx)>>>(
+  fwd_kernel<T, D, kMinBlocks><<<(unsigned)blocks, kThreads, bytes, nt_cuda_stream(ctx)>>>(
       (const T *)q, (const T *)k, (const T *)v, (T *)out, lse, BH, T_, 1.f / sqrtf((float)D));
   return NT_CUDA_LAUNCHED(ctx);
+}
+
+/* NT_ATTN_FWD_BLOCKS=3 picks the 3-blocks-per-SM build (benchmarks and tests compare). */
+template <typename T, int D>
+nt_status launch(nt_ctx *ctx, const void *q, const void *k, const void *v, void *out, float *lse,
+                 int BH, int T_) {
+  const char *e = getenv("NT_ATTN_FWD_BLOCKS");
+  if (e && atoi(e) == 3) return launch_b<T, D, 3>(ctx, q, k, v, out, lse, BH, T_);
+  return launch_b<T, D, 2>(ctx, q, k, v, out, lse, BH, T_);
 }
 
 template <typename T>
