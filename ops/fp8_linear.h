@@ -1,0 +1,61 @@
+/* Linear layer with FP8 GEMMs (Transformer Engine's "HYBRID" delayed-scaling recipe, see
+ * amp/fp8.h and ../shared/SEMANTICS.md): the semantics of nt_linear_forward/backward
+ * (ops/linear.h) without the fused activation:
+ *   y = x W^T + b             W [out, in], x [.., in], y [.., out]
+ *   dx += dy W,  dW += dy^T x,  db += sum over rows of dy        (each may be NULL to skip)
+ * x, W, dy: F32, F16 or BF16 (any mix); y, dx, dW: F32, F16 or BF16; b, db: F32, F16 or BF16.
+ * Leading dims of x, y, dy, dx are flattened into rows (contiguous when more than 2-D).
+ *
+ * Each layer uses three tensors of a delayed-scaling state: index (the input x, E4M3),
+ * index + 1 (the weight, E4M3) and index + 2 (the output gradient dy, E5M2).
+ *   forward:  xq = e4m3(x * s_x), wq = e4m3(W * s_w), amax_x and amax_w recorded;
+ *             y = (xq wq^T) * (1/s_x)(1/s_w) + b                       E4M3 x E4M3
+ *   backward: dyq = e5m2(dy * s_g), amax_g recorded; W and x quantized again with the same
+ *             scales (transposed: the GEMMs want K-major operands);
+ *             dx += (dyq (wq^T)^T) / (s_g s_w)                          E5M2 x E4M3
+ *             dW += (dyq^T (xq^T)^T) / (s_g s_x)                        E5M2 x E4M3
+ *             db += column sums of dy in fp32 (from dy itself, not its FP8 copy).
+ * The scales are the state's current ones (read on the device); nt_fp8_update(ctx, state) once
+ * per step, after the backward, turns the recorded amaxes into the next step's scales. GEMMs
+ * accumulate in fp32. Quantized operands are padded with zeros to multiples of 16 (cuBLASLt's
+ * FP8 alignment rules), so any shape works; when a product's dims are already multiples of 16
+ * the GEMM writes (or accumulates into) the output directly, otherwise it writes an fp32
+ * scratch that one small kernel adds into the output (with the bias).
+ *
+ * Where the FP8 GEMM runs: a CUDA context on compute capability >= 9.0 (Hopper). Elsewhere (the
+ * CPU, older GPUs) or with cfg->emulate, the same quantization runs and the GEMMs run in fp32 on
+ * the dequantized values (fp8 value * scale_inv): the numbers FP8 would give up to the order of
+ * fp32 accumulation, so the recipe is testable without Hopper. (The precision policy,
+ * amp/policy.h, chooses bf16 instead of fp8 below 9.0; the emulation is for tests and CI.) */
+#ifndef NT_OPS_FP8_LINEAR_H
+#define NT_OPS_FP8_LINEAR_H
+#include "core/nt.h"
+#include "amp/fp8.h"
+NT_EXTERN_C_BEGIN
+
+/* Offsets of a layer's tensors from its index in the state. */
+enum { NT_FP8_LINEAR_INPUT = 0, NT_FP8_LINEAR_WEIGHT = 1, NT_FP8_LINEAR_GRAD = 2,
+       NT_FP8_LINEAR_TENSORS = 3 };
+
+typedef struct {
+  nt_fp8_state *state;   /* not owned */
+  int index;             /* first of the layer's three tensors in state */
+  bool emulate;          /* fp32 GEMMs on dequantized values even on Hopper (tests) */
+} nt_fp8_linear_cfg;
+
+/* A state for n_layers layers: tensors 3l, 3l+1, 3l+2 are layer l's (E4M3, E4M3, E5M2), so one
+ * nt_fp8_update launch serves the whole model. opt NULL: defaults (history 1024, margin 0). */
+nt_status nt_fp8_linear_state_create(nt_ctx *ctx, const nt_fp8_options *opt, int n_layers,
+                                     nt_fp8_state **out);
+
+/* Whether nt_fp8_linear_* would run real FP8 GEMMs on this context (Hopper, no emulate). */
+nt_status nt_fp8_linear_uses_fp8(nt_ctx *ctx, const nt_fp8_linear_cfg *cfg, bool *out);
+
+nt_status nt_fp8_linear_forward(nt_ctx *ctx, const nt_fp8_linear_cfg *cfg, const nt_tensor *x,
+                                const nt_tensor *w, const nt_tensor *b, nt_tensor *y);
+nt_status nt_fp8_linear_backward(nt_ctx *ctx, const nt_fp8_linear_cfg *cfg, const nt_tensor *dy,
+                                 const nt_tensor *x, const nt_tensor *w, nt_tensor *dx,
+                                 nt_tensor *dw, nt_tensor *db);
+
+NT_EXTERN_C_END
+#endif

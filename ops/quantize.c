@@ -1,0 +1,123 @@
+/* FP8 quantization: argument checks, dispatch, and the CPU reference (per-element conversion
+ * through core/convert.h, so the CPU bytes are the GPU's). */
+#include "ops/quantize.h"
+#include <math.h>
+#include <string.h>
+
+#ifdef NT_HAVE_CUDA
+nt_status nt_fp8_quantize_cuda(nt_ctx *ctx, const nt_tensor *x, nt_tensor *y, bool transpose,
+                               const float *scale, float *amax);
+nt_status nt_fp8_dequantize_cuda(nt_ctx *ctx, const nt_tensor *x, const float *scale_inv,
+                                 nt_tensor *y);
+#endif
+
+static bool is_fp8(nt_dtype t) { return t == NT_FP8_E4M3 || t == NT_FP8_E5M2; }
+static bool is_float(nt_dtype t) { return t == NT_F32 || t == NT_F16 || t == NT_BF16; }
+
+static nt_status check_scalar(nt_ctx *ctx, const nt_tensor *s, const char *what) {
+  nt_status st;
+  if (!s || !s->data) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "fp8 quantize: %s is NULL", what);
+  if ((st = nt_check_dtype(ctx, s, NT_F32, what)) || (st = nt_check_device(ctx, s, what)))
+    return st;
+  if (nt_tensor_numel(s) != 1)
+    return NT_ERROR(ctx, NT_ERR_SHAPE, "fp8 quantize: %s must be one F32 value", what);
+  return NT_OK;
+}
+
+/* NaN wins, as in the delayed-scaling update. */
+static float nan_max(float m, float v) {
+  if (m != m) return m;
+  return (v != v || v > m) ? v : m;
+}
+
+static uint8_t to_fp8(nt_dtype dt, float v) {
+  return dt == NT_FP8_E4M3 ? nt_f32_to_e4m3(v, true) : nt_f32_to_e5m2(v, true);
+}
+
+static nt_status quantize_cpu(const nt_tensor *x, nt_tensor *y, bool transpose, float scale,
+                              float *amax) {
+  int64_t R = x->shape[0], C = x->shape[1];
+  int64_t yr = y->shape[0], yc = y->shape[1];
+  uint8_t *out = (uint8_t *)y->data;
+  float m = amax ? *amax : 0.0f;
+  memset(out, 0, (size_t)(yr * yc));
+  for (int64_t r = 0; r < R; r++)
+    for (int64_t c = 0; c < C; c++) {
+      float v = nt_load_f32(x->data, x->dtype, r * x->stride[0] + c);
+      m = nan_max(m, fabsf(v));
+      int64_t o = transpose ? c * yc + r : r * yc + c;
+      out[o] = to_fp8(y->dtype, v * scale);
+    }
+  if (amax) *amax = m;
+  return NT_OK;
+}
+
+nt_status nt_fp8_quantize(nt_ctx *ctx, const nt_tensor *x, nt_tensor *y, bool transpose,
+                          const nt_tensor *scale, nt_tensor *amax) {
+  char b1[96], b2[96];
+  nt_status st;
+  if (!x || !y) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "fp8 quantize: x and y are required");
+  if ((st = check_scalar(ctx, scale, "fp8 quantize scale")) ||
+      (amax && (st = check_scalar(ctx, amax, "fp8 quantize amax"))) ||
+      (st = nt_check_device(ctx, x, "fp8 quantize x")) ||
+      (st = nt_check_device(ctx, y, "fp8 quantize y")))
+    return st;
+  if (x->ndim != 2 || y->ndim != 2)
+    return NT_ERROR(ctx, NT_ERR_SHAPE, "fp8 quantize: x %s and y %s must be 2-D",
+                    nt_tensor_describe(x, b1, sizeof b1), nt_tensor_describe(y, b2, sizeof b2));
+  if (!is_float(x->dtype) || !is_fp8(y->dtype))
+    return NT_ERROR(ctx, NT_ERR_DTYPE,
+                    "fp8 quantize: x is %s (f32, f16 or bf16) and y is %s (e4m3 or e5m2)",
+                    nt_dtype_name(x->dtype), nt_dtype_name(y->dtype));
+  if ((x->stride[1] != 1 && x->shape[1] > 1) || x->stride[0] < x->shape[1])
+    return NT_ERROR(ctx, NT_ERR_UNSUPPORTED,
+                    "fp8 quantize: x %s needs unit stride along its last dim and rows that do "
+                    "not overlap", nt_tensor_describe(x, b1, sizeof b1));
+  if ((st = nt_check_contiguous(ctx, y, "fp8 quantize y"))) return st;
+  int64_t need_r = transpose ? x->shape[1] : x->shape[0];
+  int64_t need_c = transpose ? x->shape[0] : x->shape[1];
+  if (y->shape[0] < need_r || y->shape[1] < need_c)
+    return NT_ERROR(ctx, NT_ERR_SHAPE,
+                    "fp8 quantize: y %s is too small for x %s%s (needs at least [%lld, %lld])",
+                    nt_tensor_describe(y, b1, sizeof b1), nt_tensor_describe(x, b2, sizeof b2),
+                    transpose ? " transposed" : "", (long long)need_r, (long long)need_c);
+  if (nt_tensor_numel(y) == 0) return NT_OK;
+#ifdef NT_HAVE_CUDA
+  if (nt_ctx_is_cuda(ctx))
+    return nt_fp8_quantize_cuda(ctx, x, y, transpose, (const float *)scale->data,
+                                amax ? (float *)amax->data : NULL);
+#endif
+  if (nt_ctx_is_cuda(ctx))
+    return NT_ERROR(ctx, NT_ERR_NO_DEVICE, "fp8 quantize: CUDA tensors without the CUDA backend");
+  return quantize_cpu(x, y, transpose, *(const float *)scale->data,
+                      amax ? (float *)amax->data : NULL);
+}
+
+nt_status nt_fp8_dequantize(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *scale_inv,
+                            nt_tensor *y) {
+  nt_status st;
+  if (!x || !y) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "fp8 dequantize: x and y are required");
+  if ((st = check_scalar(ctx, scale_inv, "fp8 dequantize scale_inv")) ||
+      (st = nt_check_device(ctx, x, "fp8 dequantize x")) ||
+      (st = nt_check_device(ctx, y, "fp8 dequantize y")) ||
+      (st = nt_check_contiguous(ctx, x, "fp8 dequantize x")) ||
+      (st = nt_check_contiguous(ctx, y, "fp8 dequantize y")) ||
+      (st = nt_check_dtype(ctx, y, NT_F32, "fp8 dequantize y")) ||
+      (st = nt_check_same_shape(ctx, x, y, "fp8 dequantize x vs y")))
+    return st;
+  if (!is_fp8(x->dtype))
+    return NT_ERROR(ctx, NT_ERR_DTYPE, "fp8 dequantize: x is %s (e4m3 or e5m2)",
+                    nt_dtype_name(x->dtype));
+  int64_t n = nt_tensor_numel(x);
+  if (n == 0) return NT_OK;
+#ifdef NT_HAVE_CUDA
+  if (nt_ctx_is_cuda(ctx))
+    return nt_fp8_dequantize_cuda(ctx, x, (const float *)scale_inv->data, y);
+#endif
+  if (nt_ctx_is_cuda(ctx))
+    return NT_ERROR(ctx, NT_ERR_NO_DEVICE, "fp8 dequantize: CUDA tensors without the CUDA backend");
+  float s = *(const float *)scale_inv->data;
+  float *out = (float *)y->data;
+  for (int64_t i = 0; i < n; i++) out[i] = nt_load_f32(x->data, x->dtype, i) * s;
+  return NT_OK;
+}

@@ -1,0 +1,32 @@
+/* FP8 quantization for the delayed-scaling recipe (amp/fp8.h):
+ *   y = fp8(x * scale)   (E4M3 or E5M2, round to nearest even, saturating to +-max; NaN stays
+ *                          NaN), and amax = max(amax, max|x|) in the same pass.
+ * `scale` and `amax` are F32 scalars on ctx's device (nt_fp8_scale_tensor and
+ * nt_fp8_amax_tensor of a state); the scale is read on the device, so nothing waits for the
+ * host. The amax update is a max with what is already there (several writers per step); a NaN
+ * in x makes it NaN, which the scale update then ignores (it keeps the previous scale).
+ *
+ * Shapes (2-D; x F32, F16 or BF16 with unit stride along its last dim; y FP8, contiguous):
+ *   plain:      x [R, C] -> y [R', C'] with R' >= R, C' >= C: y[r, c] = q(x[r, c])
+ *   transposed: x [R, C] -> y [C', R'] with C' >= C, R' >= R: y[c, r] = q(x[r, c])
+ * Elements of y outside the image of x are written 0, so a buffer padded to the multiples of 16
+ * that cuBLASLt's FP8 GEMMs want is filled in the same pass. The transposed form gives the
+ * K-major operands of the backward GEMMs (dW = dY^T X needs dY^T and X^T).
+ * CPU and GPU produce the same bytes (the conversion is core/convert.h's, bit-exact with
+ * CUDA's __nv_cvt_float_to_fp8 with __NV_SATFINITE). */
+#ifndef NT_OPS_QUANTIZE_H
+#define NT_OPS_QUANTIZE_H
+#include "core/nt.h"
+NT_EXTERN_C_BEGIN
+
+/* amax may be NULL (no recording, e.g. a second quantization of the same tensor). */
+nt_status nt_fp8_quantize(nt_ctx *ctx, const nt_tensor *x, nt_tensor *y, bool transpose,
+                          const nt_tensor *scale, nt_tensor *amax);
+
+/* y = float(x) * scale_inv, elementwise over same-shape contiguous tensors: x FP8, y F32. The
+ * FP8 GEMM emulation uses it (and tests: dequantize(quantize(x)) ~ x). */
+nt_status nt_fp8_dequantize(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *scale_inv,
+                            nt_tensor *y);
+
+NT_EXTERN_C_END
+#endif
