@@ -293,6 +293,12 @@ static nt_status make_key(nt_ctx *ctx, const gemm_cache *c, const nt_gemm_proble
   k->align_d = align_batched(p->D->data, p->d_batch, p->D->dtype, p->batch);
   if (is_fp8(p->A->dtype)) {
     k->has_scale = (p->o->scale_inv_a ? 1 : 0) | (p->o->scale_inv_b ? 2 : 0);
+    /* Seen on the H200 (cuBLASLt 13.1): scale pointers 4 bytes apart make cublasLtMatmul
+     * return NOT_SUPPORTED after the heuristic accepted them. */
+    if (((uintptr_t)p->o->scale_inv_a | (uintptr_t)p->o->scale_inv_b) % 16)
+      return NT_ERROR(ctx, NT_ERR_INVALID_ARG,
+                      "gemm: FP8 scale pointers must be 16-byte aligned (cuBLASLt); got %p and %p",
+                      (const void *)p->o->scale_inv_a, (const void *)p->o->scale_inv_b);
     if (c->cc < 89)
       return NT_ERROR(ctx, NT_ERR_UNSUPPORTED,
                       "gemm: FP8 inputs need compute capability >= 8.9 (Ada/Hopper); this GPU is "
