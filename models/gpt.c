@@ -33,6 +33,8 @@ struct nt_gpt {
   gpt_layer *layers;
   nt_arena arena;
   nt_tensor x0, lnf, lnf_mean, lnf_rstd, logits, losses, loss;
+  int Vp;                         /* vocabulary padded for the head's GEMMs */
+  nt_tensor vmask;                /* F32 [Vp]: 0, then a large negative on the padding */
   /* scratch shared by all layers */
   nt_tensor qkv, tmp, dres, dtmp, dc, dq, dk, dv, datt, dqkv, d4a, d4b;
   uint64_t emb_off;
@@ -42,6 +44,10 @@ struct nt_gpt {
 nt_gpt_config nt_gpt_config_shakespeare_char(void) {
   nt_gpt_config c = {6, 6, 384, 256, 65, 0.2f};
   return c;
+}
+
+int nt_gpt_padded_vocab(const nt_gpt_config *c) {
+  return c->vocab_size >= 1024 ? (c->vocab_size + 63) / 64 * 64 : c->vocab_size;
 }
 
 nt_gpt_config nt_gpt_config_gpt2(void) {
@@ -86,7 +92,7 @@ static nt_status build_params(nt_ctx *ctx, nt_gpt *g, nt_dtype dt, bool alloc) {
   float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)c->n_layer);
   int u, iwte, iwpe, iw, ib;
   nt_status st = nt_params_add_unit(ctx, &g->params, "embeddings", &u);
-  if (!st) st = add_param(ctx, g, u, "transformer.wte.weight", 2, c->vocab_size, C,
+  if (!st) st = add_param(ctx, g, u, "transformer.wte.weight", 2, g->Vp, C,
                           NT_INIT_NORMAL, std, &iwte);
   if (!st) st = add_param(ctx, g, u, "transformer.wpe.weight", 2, c->block_size, C,
                           NT_INIT_NORMAL, std, &iwpe);
@@ -130,7 +136,7 @@ static nt_status build_activations(nt_ctx *ctx, nt_gpt *g, nt_dtype dt, bool all
   int64_t B = g->B, T = g->T, C = c->n_embd, H = c->n_head, D = C / H, N = B * T;
   int64_t sC[3] = {B, T, C}, s3C[3] = {B, T, 3 * C}, s4C[3] = {B, T, 4 * C};
   int64_t sH[4] = {B, H, T, D}, sL[3] = {B, H, T}, sN[1] = {N};
-  int64_t sV[2] = {N, c->vocab_size};
+  int64_t sV[2] = {N, g->Vp}, sVp[1] = {g->Vp};
   nt_arena *a = &g->arena;
   nt_status st = NT_OK;
 #define ADD(t, dtype, nd, shp) \
@@ -159,6 +165,7 @@ static nt_status build_activations(nt_ctx *ctx, nt_gpt *g, nt_dtype dt, bool all
   ADD(g->lnf_mean, NT_F32, 1, sN);
   ADD(g->lnf_rstd, NT_F32, 1, sN);
   ADD(g->logits, dt, 2, sV);
+  if (g->Vp != c->vocab_size) ADD(g->vmask, NT_F32, 1, sVp);
   ADD(g->losses, NT_F32, 1, sN);
   ADD(g->loss, NT_F32, 0, sN);
   ADD(g->qkv, dt, 3, s3C);
@@ -189,6 +196,7 @@ nt_status nt_gpt_create(nt_ctx *ctx, const nt_gpt_config *cfg, nt_dtype compute_
   nt_gpt *g = calloc(1, sizeof *g);
   if (!g) return NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for the GPT");
   g->cfg = *cfg;
+  g->Vp = nt_gpt_padded_vocab(cfg);
   g->B = batch;
   g->T = seq;
   g->layers = calloc((size_t)cfg->n_layer, sizeof *g->layers);
@@ -198,6 +206,14 @@ nt_status nt_gpt_create(nt_ctx *ctx, const nt_gpt_config *cfg, nt_dtype compute_
   }
   st = build_params(ctx, g, compute_dtype, true);
   if (!st) st = build_activations(ctx, g, compute_dtype, true);
+  if (!st && g->Vp != cfg->vocab_size) {
+    float *m = malloc((size_t)g->Vp * sizeof *m);
+    if (!m) st = NT_ERROR(ctx, NT_ERR_OOM, "out of host memory");
+    for (int i = 0; m && i < g->Vp; i++) m[i] = i < cfg->vocab_size ? 0.0f : -30000.0f;
+    nt_tensor hm = nt_tensor_view(m, NT_F32, nt_cpu(), 1, g->vmask.shape);
+    if (!st) st = nt_tensor_copy(ctx, &g->vmask, &hm);
+    free(m);
+  }
   if (st) {
     nt_gpt_free(ctx, g);
     return st;
@@ -221,6 +237,7 @@ nt_status nt_gpt_estimate(nt_ctx *ctx, const nt_gpt_config *cfg, nt_dtype comput
   nt_gpt g;
   memset(&g, 0, sizeof g);
   g.cfg = *cfg;
+  g.Vp = nt_gpt_padded_vocab(cfg);
   g.B = batch;
   g.T = seq;
   g.layers = calloc((size_t)cfg->n_layer, sizeof *g.layers);
@@ -240,7 +257,7 @@ const nt_tensor *nt_gpt_loss(const nt_gpt *g) { return &g->loss; }
 size_t nt_gpt_activation_bytes(const nt_gpt *g) { return g->arena.bytes; }
 
 int64_t nt_gpt_num_params(const nt_gpt *g, bool non_embedding) {
-  int64_t n = g->params.n_real;
+  int64_t n = g->params.n_real - (int64_t)(g->Vp - g->cfg.vocab_size) * g->cfg.n_embd;
   if (non_embedding) n -= (int64_t)g->cfg.block_size * g->cfg.n_embd;
   return n;
 }
@@ -330,11 +347,17 @@ static nt_status forward(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, bool t
     x = x2;
   }
   nt_tensor lnf = v3(&g->lnf, b, t, C), mf = v1(&g->lnf_mean, N), rf = v1(&g->lnf_rstd, N);
-  nt_tensor lnf2 = v2(&g->lnf, N, C), logits = v2(&g->logits, N, c->vocab_size);
+  nt_tensor lnf2 = v2(&g->lnf, N, C), logits = v2(&g->logits, N, g->Vp);
   if (!st) st = nt_layernorm_forward(ctx, &x, &g->lnf_w.w, &g->lnf_b.w, &lnf, &mf, &rf);
-  /* Tied head: logits = lnf @ wte^T, exactly vocab_size columns so the loss sees no padding. */
+  /* Tied head: logits = lnf @ wte^T. With a padded vocabulary the bias epilogue pushes the
+   * padded columns to -30000: softmax gives them exactly 0, so neither the loss nor any
+   * gradient sees them. */
   nt_gemm_opts o = nt_gemm_defaults();
   o.trans_b = true;
+  if (g->Vp != c->vocab_size) {
+    o.epilogue = NT_EPI_BIAS;
+    o.bias = &g->vmask;
+  }
   if (!st) st = nt_gemm(ctx, &lnf2, &g->wte.w, &logits, &o);
   return st;
 }
@@ -349,7 +372,7 @@ static nt_status check_targets(nt_ctx *ctx, const nt_gpt *g, const nt_tensor *ta
 
 nt_status nt_gpt_logits(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, nt_tensor *logits) {
   nt_status st = forward(ctx, g, tokens, false);
-  if (!st) *logits = v2(&g->logits, (int64_t)g->b * g->t, g->cfg.vocab_size);
+  if (!st) *logits = v2(&g->logits, (int64_t)g->b * g->t, g->Vp);
   return st;
 }
 
@@ -359,7 +382,7 @@ nt_status nt_gpt_eval_loss(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
   if (!st) st = check_targets(ctx, g, targets);
   if (st) return st;
   int64_t N = (int64_t)g->b * g->t;
-  nt_tensor logits = v2(&g->logits, N, g->cfg.vocab_size), losses = v1(&g->losses, N);
+  nt_tensor logits = v2(&g->logits, N, g->Vp), losses = v1(&g->losses, N);
   nt_tensor tg = v1(targets, N);
   st = nt_cross_entropy_forward(ctx, &logits, &tg, &losses);
   if (!st) st = nt_mean(ctx, &losses, &g->loss);
@@ -431,7 +454,7 @@ nt_status nt_gpt_train_step(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
   if (st) return st;
   const nt_gpt_config *c = &g->cfg;
   int64_t b = g->b, t = g->t, C = c->n_embd, N = b * t;
-  nt_tensor logits = v2(&g->logits, N, c->vocab_size), losses = v1(&g->losses, N);
+  nt_tensor logits = v2(&g->logits, N, g->Vp), losses = v1(&g->losses, N);
   nt_tensor tg = v1(targets, N);
   /* dlogits overwrite the logits (fused, in place). */
   st = nt_cross_entropy_fused(ctx, &logits, &tg, dloss_scale, N, &losses, &logits);

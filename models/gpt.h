@@ -23,6 +23,10 @@ nt_gpt_config nt_gpt_config_shakespeare_char(void);
 /* GPT-2 small (124M): 12/12/768, block 1024, vocab 50257, dropout 0. */
 nt_gpt_config nt_gpt_config_gpt2(void);
 nt_status nt_gpt_config_check(nt_ctx *ctx, const nt_gpt_config *c);
+/* The head's padded vocabulary: vocab_size rounded up to a multiple of 64 when it is >= 1024
+ * (GPT-2: 50257 -> 50304, aligned GEMMs), else vocab_size. wte has that many rows; the padded
+ * rows never get a gradient and their logits are masked before the loss. */
+int nt_gpt_padded_vocab(const nt_gpt_config *c);
 
 typedef struct nt_gpt nt_gpt;
 
@@ -53,8 +57,8 @@ nt_status nt_gpt_train_step(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
 /* Forward without dropout and the mean loss (evaluation). */
 nt_status nt_gpt_eval_loss(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
                            const nt_tensor *targets);
-/* Forward without dropout; *logits views [b * t, vocab] (compute dtype, ctx's device), valid
- * until the next call. */
+/* Forward without dropout; *logits views [b * t, padded vocab] (compute dtype, ctx's device;
+ * columns from vocab_size on are masked to -30000), valid until the next call. */
 nt_status nt_gpt_logits(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, nt_tensor *logits);
 /* The F32 scalar mean loss of the last train/eval call, on ctx's device. */
 const nt_tensor *nt_gpt_loss(const nt_gpt *g);

@@ -136,11 +136,11 @@ static int desc(const void *a, const void *b) {
 static nt_status sample_text(nt_trainer *T, gpt_run *r, int n, char **text) {
   nt_ctx *ctx = T->ctx;
   const nt_gpt_config *c = nt_gpt_get_config(r->g);
-  int V = c->vocab_size;
+  int V = c->vocab_size, Vp = nt_gpt_padded_vocab(c);
   int64_t S = c->block_size;
   int32_t *ids = malloc((size_t)(n + 1) * sizeof *ids);
   float *probs = malloc((size_t)V * sizeof *probs), *sorted = malloc((size_t)V * sizeof *probs);
-  void *row = malloc((size_t)V * 4);
+  void *row = malloc((size_t)Vp * 4);
   char *out = malloc((size_t)n * 8 + 1);
   nt_status st = NT_OK;
   if (!ids || !probs || !sorted || !row || !out) st = NT_ERROR(ctx, NT_ERR_OOM, "out of host memory");
@@ -157,7 +157,7 @@ static nt_status sample_text(nt_trainer *T, gpt_run *r, int n, char **text) {
     if (!st) st = nt_gpt_logits(ctx, r->g, &dx, &logits);
     if (st) break;
     nt_tensor last = nt_tensor_slice0(&logits, t - 1, 1);
-    int64_t vs[2] = {1, V};
+    int64_t vs[2] = {1, Vp};
     nt_tensor hrow = nt_tensor_view(row, logits.dtype, nt_cpu(), 2, vs);
     last = nt_prefix_view(&last, 2, vs);
     st = nt_tensor_copy(ctx, &hrow, &last);

@@ -43,7 +43,7 @@ static double grads_err(nt_ctx *gctx, nt_params *g, nt_params *c) {
 }
 
 static void gpt_vs_cpu(nt_ctx *gctx, nt_ctx *cctx, nt_dtype dt, double tol) {
-  nt_gpt_config c = {3, 4, 96, 40, 67, 0.0f};
+  nt_gpt_config c = {3, 4, 96, 40, 1100, 0.0f};   /* vocabulary padded to 1152 */
   enum { B = 3, T = 37 };
   nt_gpt *gg = NULL, *cg = NULL;
   if (!CHECK_OK(gctx, nt_gpt_create(gctx, &c, dt, B, 40, &gg))) return;
