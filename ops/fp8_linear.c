@@ -234,7 +234,9 @@ static nt_status product_into(job *j, const nt_tensor *A, const nt_tensor *sa, c
   /* A bias rides on the GEMM only in the case the FP8 GEMM tests cover (bf16 bias, bf16 out). */
   bool bias_ok = !bias || (bias->dtype == NT_BF16 && out->dtype == NT_BF16 &&
                            bias->stride[0] == 1);
-  if (direct_ok(out, padded) && bias_ok && B->shape[0] == out->shape[1])
+  /* The emulation's fp32 GEMM writes only F32 outputs. */
+  bool dtype_ok = j->fp8 || out->dtype == NT_F32;
+  if (direct_ok(out, padded) && bias_ok && dtype_ok && B->shape[0] == out->shape[1])
     return mm(j, A, sa, B, sb, out, accumulate ? 1.0f : 0.0f, bias);
   nt_tensor D;
   if ((st = job_alloc(j, NT_F32, A->shape[0], B->shape[0], &D)) ||
