@@ -44,10 +44,15 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t r[4], const void *p) {
 }
 
 /* Two adjacent floats added to global memory in one reduction (sm_90: red.v2.f32): a warp's
- * accumulator rows land as whole 32-byte sectors, half the instructions of scalar atomics.
- * p must be 8-byte aligned. */
+ * accumulator rows land as whole 32-byte sectors, half the instructions of scalar atomics
+ * (older GPUs: two scalar atomics). p must be 8-byte aligned. */
 __device__ __forceinline__ void red_add_f32x2(float *p, float a, float b) {
+#if __CUDA_ARCH__ >= 900
   asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
+#else
+  atomicAdd(p, a);
+  atomicAdd(p + 1, b);
+#endif
 }
 
 /* 2^x with the hardware approximation (2 ulp; exact 0 for -inf), as the softmax needs. */
