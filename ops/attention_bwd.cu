@@ -236,14 +236,18 @@ __global__ void __launch_bounds__(32 * W)
     const int key = key_a + h * 8;
     if (key >= T_) continue;
     const long off = head + (long)key * D + 2 * (lane & 3);
+    /* Adjacent pairs as one 4-byte access (rows are 16-byte aligned, the column even). */
 #pragma unroll
-    for (int dt = 0; dt < kDt; dt++)
-#pragma unroll
-      for (int e = 0; e < 2; e++) {
-        const long i = off + dt * 8 + e;
-        dk[i] = nt_attn_from_f32<T>(nt_attn_to_f32(dk[i]) + gk[dt][2 * h + e] * scale);
-        dv[i] = nt_attn_from_f32<T>(nt_attn_to_f32(dv[i]) + gv[dt][2 * h + e]);
-      }
+    for (int dt = 0; dt < kDt; dt++) {
+      uint32_t *pk = reinterpret_cast<uint32_t *>(dk + off + dt * 8);
+      uint32_t *pv = reinterpret_cast<uint32_t *>(dv + off + dt * 8);
+      const uint32_t ok = *pk, ov = *pv;
+      const T *xk = reinterpret_cast<const T *>(&ok), *xv = reinterpret_cast<const T *>(&ov);
+      *pk = mma_op<T>::pack(nt_attn_to_f32(xk[0]) + gk[dt][2 * h] * scale,
+                            nt_attn_to_f32(xk[1]) + gk[dt][2 * h + 1] * scale);
+      *pv = mma_op<T>::pack(nt_attn_to_f32(xv[0]) + gv[dt][2 * h],
+                            nt_attn_to_f32(xv[1]) + gv[dt][2 * h + 1]);
+    }
   }
 }
 
