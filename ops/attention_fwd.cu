@@ -45,8 +45,8 @@ __device__ __forceinline__ void fwd_tile(const T *kb, const T *vb,
     for (int i = 0; i < kSt; i++) s[mi][i][0] = s[mi][i][1] = s[mi][i][2] = s[mi][i][3] = 0.f;
 #pragma unroll
   for (int kk = 0; kk < kKs; kk++) {
-    /* Q fragments come from shared memory on every tile: holding them in registers would
-     * cost the block a third of its occupancy. */
+    /* Q fragments come from shared memory on every tile: 32 registers fewer for the whole
+     * loop (what lets the 3-blocks-per-SM build exist), for 8 more ldmatrix per tile. */
     uint32_t qf[kM][4];
 #pragma unroll
     for (int mi = 0; mi < kM; mi++)
@@ -186,8 +186,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       fwd_tile<T, D, false>(kb, vb, qs + wrow0 * kLd, o, m_r, l_r, kt * kBc, q0 + wrow0, lane, sl2);
   }
 
-  /* Normalise, stage the warp's rows in its own rows of the Q tile (only this warp read
-   * them, at kt == 0), write 16-byte pieces. */
+  /* Normalise, stage the warp's rows in its own rows of the Q tile (only this warp reads
+   * them, and its last read is done), write 16-byte pieces. */
 #pragma unroll
   for (int mi = 0; mi < kM; mi++)
 #pragma unroll
