@@ -39,11 +39,11 @@ printf '%s\n%s\n' "$out_nt" "$out_pt" | awk '
   }'
 
 # Variants that the defaults may not pick: the backward's two block shapes forced (64 keys / 4
-# warps and 128 keys / 8 warps; the default switches at T = 512) and the forward built for 3
-# blocks per SM (168 registers, some spilled) instead of 2.
+# warps and 128 keys / 8 warps; the default switches at T = 512), the forward built for 3
+# blocks per SM (168 registers, some spilled) instead of 2, and the forward with 128-key tiles.
 echo
 echo "variants, ms:                                  fwd      bwd  fwd+bwd"
-for var in NT_ATTN_BWD_WARPS=4 NT_ATTN_BWD_WARPS=8 NT_ATTN_FWD_BLOCKS=3; do
+for var in NT_ATTN_BWD_WARPS=4 NT_ATTN_BWD_WARPS=8 NT_ATTN_FWD_BLOCKS=3 NT_ATTN_FWD_KEYS=128; do
   env "$var" "$bin" "$reps" | awk -v var="$var" '$1 == "RESULT" {
     printf "  %-22s %-18s %8s %8s %8s\n", var, $3, $4, $5, $6 }'
 done
@@ -65,6 +65,8 @@ if [ "${3:-}" != "noprof" ] && command -v ncu > /dev/null; then
   done
   echo
   echo "Nsight Compute, B 16 H 12 T 1024 (full report: $rep):"
-  grep -E 'Context [0-9]+, Stream|Duration|Registers Per|Achieved Occupancy|Theoretical Occ|Compute \(SM\) Th|Memory Throughput|Executed Ipc A|Warp Cycles Per Issued|No Eligible|stalled|ERR' "$rep" |
-    cut -c1-160 | head -100 || true
+  keep='Context [0-9]+, Stream|Duration|Registers Per|Achieved Occupancy|Theoretical Occ'
+  keep="$keep|Compute \\(SM\\) Th|Memory Throughput|Executed Ipc A|Warp Cycles Per Issued"
+  keep="$keep|No Eligible|stalled|ERR"
+  grep -E "$keep" "$rep" | cut -c1-160 | head -100 || true
 fi

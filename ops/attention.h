@@ -11,8 +11,9 @@
  * fp32 kernels (one warp per row, online softmax) — the fallback that isolates a fast-path
  * problem. Backward also takes B*H*T floats of scratch for rowsum(dO * O).
  * NT_ATTN_BWD_WARPS=4|8 forces the tensor-core backward's block shape (64 or 128 keys; by
- * default 128 from T = 512 on) and NT_ATTN_FWD_BLOCKS=3 the forward built for 3 blocks per
- * SM instead of 2, for benchmarks and tests. */
+ * default 128 from T = 512 on); NT_ATTN_FWD_BLOCKS=3 builds the forward for 3 blocks per SM
+ * instead of 2 and NT_ATTN_FWD_KEYS=128 gives it 128-key tiles instead of 64: variants for
+ * benchmarks and tests. */
 #ifndef NT_OPS_ATTENTION_H
 #define NT_OPS_ATTENTION_H
 #include "core/nt.h"

@@ -1,6 +1,6 @@
 /* Tensor-core causal attention forward (FlashAttention-2): a block owns 128 query rows (four
- * warps of 2 x 16) and walks the key/value tiles of 64 rows up to the diagonal, double-buffered
- * with cp.async. S = Q K^T and O += P V run on mma.sync m16n8k16 with fp32 accumulation; the
+ * warps of 2 x 16) and walks the key/value tiles of 64 rows (128 in a variant) up to the
+ * diagonal, double-buffered with cp.async. S = Q K^T and O += P V run on mma.sync m16n8k16 with fp32 accumulation; the
  * softmax keeps a running max and sum per row in fp32 (base-2 exponentials with log2(e)
  * folded into the scale). Rows and keys past T are zero-filled on load and masked. Q stays in
  * shared memory (its fragments are re-read per tile, as FlashAttention-2 does) to keep the
@@ -14,24 +14,25 @@ namespace {
 
 using namespace nt_attn;
 
-constexpr int kBc = 64, kWarps = 4, kThreads = 32 * kWarps;
+constexpr int kWarps = 4, kThreads = 32 * kWarps;
 /* Each warp owns kM blocks of 16 query rows, so every K/V fragment read from shared memory
  * feeds kM tensor-core products: a block covers kBr = 64 * kM rows. */
 constexpr int kM = 2, kBr = 16 * kWarps * kM;
 constexpr float kLog2e = 1.4426950408889634f;
 
-template <int D> constexpr int smem_bytes() { return (kBr + 4 * kBc) * (D + kLdPad) * 2; }
+/* KB keys per tile: 64 by default, 128 as a variant (NT_ATTN_FWD_KEYS=128). */
+template <int D, int KB> constexpr int smem_bytes() { return (kBr + 4 * KB) * (D + kLdPad) * 2; }
 
 /* One key/value tile for one warp: S = Q K^T, online softmax, O += P V. kDiag: the tile
  * meets the diagonal, so keys after a row (and past T) are masked and m-blocks that see no
  * key are skipped; the other tiles run without any branch. */
-template <typename T, int D, bool kDiag>
+template <typename T, int D, int KB, bool kDiag>
 __device__ __forceinline__ void fwd_tile(const T *kb, const T *vb,
                                          const T *qw,
                                          float (&o)[kM][D / 8][4], float (&m_r)[kM][2],
                                          float (&l_r)[kM][2], int key0, int row_w, int lane,
                                          float sl2) {
-  constexpr int kLd = D + kLdPad, kDt = D / 8, kKs = D / 16, kSt = kBc / 8;
+  constexpr int kLd = D + kLdPad, kDt = D / 8, kKs = D / 16, kSt = KB / 8;
   /* An m-block whose last row precedes the tile's first key sees nothing here (warp-uniform).
    * Tile 0 is never skipped, so every row's running max is finite after it. */
   bool active[kM];
@@ -77,7 +78,7 @@ __device__ __forceinline__ void fwd_tile(const T *kb, const T *vb,
           if (key > row) s[mi][nt][e] = -INFINITY;
         }
     }
-    /* Online softmax over this tile, per row (two rows per thread per m-block; a row's 64
+    /* Online softmax over this tile, per row (two rows per thread per m-block; a row's KB
      * values are spread over the 4 lanes of a quad). */
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -106,7 +107,7 @@ __device__ __forceinline__ void fwd_tile(const T *kb, const T *vb,
   }
   /* O += P V: the accumulator layout of S is the A-fragment layout of P. */
 #pragma unroll
-  for (int kk = 0; kk < kBc / 16; kk++) {
+  for (int kk = 0; kk < KB / 16; kk++) {
     uint32_t a[kM][4];
 #pragma unroll
     for (int mi = 0; mi < kM; mi++) {
@@ -131,7 +132,7 @@ __device__ __forceinline__ void fwd_tile(const T *kb, const T *vb,
 
 /* kMinBlocks: blocks per SM the registers must allow (2: about 240 registers, no spills;
  * 3: 168 registers with a few spilled, half as many warps again to hide latency). */
-template <typename T, int D, int kMinBlocks>
+template <typename T, int D, int kMinBlocks, int KB>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     fwd_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
                T *__restrict__ out, float *__restrict__ lse, int BH, int T_, float scale) {
@@ -139,22 +140,22 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T *qs = reinterpret_cast<T *>(smem_raw);
   T *ks = qs + kBr * kLd;   /* two buffers of K then two of V */
-  T *vs = ks + 2 * kBc * kLd;
+  T *vs = ks + 2 * KB * kLd;
 
-  const int n_qt = (T_ + kBr - 1) / kBr, n_kt = (T_ + kBc - 1) / kBc;
+  const int n_qt = (T_ + kBr - 1) / kBr, n_kt = (T_ + KB - 1) / KB;
   /* Heaviest tiles (most keys) first so the tail of the grid is short. */
   const int qt = n_qt - 1 - (int)(blockIdx.x / BH);
   const long bh = blockIdx.x % BH;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const long head = bh * (long)T_ * D;
   const int q0 = qt * kBr;
-  const int kt_end = min(n_kt - 1, (q0 + kBr - 1) / kBc);   /* last key tile any row sees */
+  const int kt_end = min(n_kt - 1, (q0 + kBr - 1) / KB);   /* last key tile any row sees */
   const float sl2 = scale * kLog2e;
   const int wrow0 = warp * 16 * kM;   /* the warp's first row within the block */
 
   load_tile<T, kBr, D, kThreads>(qs, q + head, q0, T_, tid);
-  load_tile<T, kBc, D, kThreads>(ks, k + head, 0, T_, tid);
-  load_tile<T, kBc, D, kThreads>(vs, v + head, 0, T_, tid);
+  load_tile<T, KB, D, kThreads>(ks, k + head, 0, T_, tid);
+  load_tile<T, KB, D, kThreads>(vs, v + head, 0, T_, tid);
   cp_async_commit();
 
   float o[kM][kDt][4], m_r[kM][2], l_r[kM][2];
@@ -173,17 +174,19 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
      * kt - 1, whose buffers the prefetch below refills while this tile is computed. */
     __syncthreads();
     if (kt < kt_end) {
-      load_tile<T, kBc, D, kThreads>(ks + (buf ^ 1) * kBc * kLd, k + head, (kt + 1) * kBc, T_,
+      load_tile<T, KB, D, kThreads>(ks + (buf ^ 1) * KB * kLd, k + head, (kt + 1) * KB, T_,
                                      tid);
-      load_tile<T, kBc, D, kThreads>(vs + (buf ^ 1) * kBc * kLd, v + head, (kt + 1) * kBc, T_,
+      load_tile<T, KB, D, kThreads>(vs + (buf ^ 1) * KB * kLd, v + head, (kt + 1) * KB, T_,
                                      tid);
       cp_async_commit();
     }
-    const T *kb = ks + buf * kBc * kLd, *vb = vs + buf * kBc * kLd;
-    if (kt * kBc + kBc - 1 > q0)   /* some key may follow some row of the block */
-      fwd_tile<T, D, true>(kb, vb, qs + wrow0 * kLd, o, m_r, l_r, kt * kBc, q0 + wrow0, lane, sl2);
+    const T *kb = ks + buf * KB * kLd, *vb = vs + buf * KB * kLd;
+    if (kt * KB + KB - 1 > q0)   /* some key may follow some row of the block */
+      fwd_tile<T, D, KB, true>(kb, vb, qs + wrow0 * kLd, o, m_r, l_r, kt * KB, q0 + wrow0, lane,
+                               sl2);
     else
-      fwd_tile<T, D, false>(kb, vb, qs + wrow0 * kLd, o, m_r, l_r, kt * kBc, q0 + wrow0, lane, sl2);
+      fwd_tile<T, D, KB, false>(kb, vb, qs + wrow0 * kLd, o, m_r, l_r, kt * KB, q0 + wrow0, lane,
+                                sl2);
   }
 
   /* Normalise, stage the warp's rows in its own rows of the Q tile (only this warp reads
@@ -216,28 +219,32 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
 }
 
-template <typename T, int D, int kMinBlocks>
+template <typename T, int D, int kMinBlocks, int KB>
 nt_status launch_b(nt_ctx *ctx, const void *q, const void *k, const void *v, void *out,
                    float *lse, int BH, int T_) {
-  constexpr int bytes = smem_bytes<D>();
-  nt_status st = NT_CUDA(ctx, cudaFuncSetAttribute(fwd_kernel<T, D, kMinBlocks>,
+  constexpr int bytes = smem_bytes<D, KB>();
+  nt_status st = NT_CUDA(ctx, cudaFuncSetAttribute(fwd_kernel<T, D, kMinBlocks, KB>,
                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    bytes));
   if (st) return st;
   const long blocks = (long)((T_ + kBr - 1) / kBr) * BH;
   if (blocks > 0x7fffffffL) return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "attention: grid too large");
-  fwd_kernel<T, D, kMinBlocks><<<(unsigned)blocks, kThreads, bytes, nt_cuda_stream(ctx)>>>(
+  fwd_kernel<T, D, kMinBlocks, KB><<<(unsigned)blocks, kThreads, bytes, nt_cuda_stream(ctx)>>>(
       (const T *)q, (const T *)k, (const T *)v, (T *)out, lse, BH, T_, 1.f / sqrtf((float)D));
   return NT_CUDA_LAUNCHED(ctx);
 }
 
-/* NT_ATTN_FWD_BLOCKS=3 picks the 3-blocks-per-SM build (benchmarks and tests compare). */
+/* Default: 64-key tiles, 2 blocks per SM. Variants for benchmarks and tests:
+ * NT_ATTN_FWD_BLOCKS=3 (3 blocks per SM) and NT_ATTN_FWD_KEYS=128 (128-key tiles: half the
+ * barriers and softmax rescales per key, twice the S registers). */
 template <typename T, int D>
 nt_status launch(nt_ctx *ctx, const void *q, const void *k, const void *v, void *out, float *lse,
                  int BH, int T_) {
-  const char *e = getenv("NT_ATTN_FWD_BLOCKS");
-  if (e && atoi(e) == 3) return launch_b<T, D, 3>(ctx, q, k, v, out, lse, BH, T_);
-  return launch_b<T, D, 2>(ctx, q, k, v, out, lse, BH, T_);
+  const char *e = getenv("NT_ATTN_FWD_KEYS");
+  if (e && atoi(e) == 128) return launch_b<T, D, 2, 128>(ctx, q, k, v, out, lse, BH, T_);
+  e = getenv("NT_ATTN_FWD_BLOCKS");
+  if (e && atoi(e) == 3) return launch_b<T, D, 3, 64>(ctx, q, k, v, out, lse, BH, T_);
+  return launch_b<T, D, 2, 64>(ctx, q, k, v, out, lse, BH, T_);
 }
 
 template <typename T>
