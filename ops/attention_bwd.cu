@@ -195,21 +195,30 @@ __global__ void __launch_bounds__(32 * W)
 
     /* dQ[16 queries, kDw columns of this warp] = dS K over the block's keys, with atomics. */
     const int mq = (warp & 3) * 16, d0 = (warp >> 2) * kDw;
-    float gq[kDw / 8][4];
+    /* Even and odd key steps accumulate apart (summed below): twice the independent
+     * tensor-core chains, half as long. */
+    float gq[kDw / 8][4], gq2[kDw / 8][4];
 #pragma unroll
-    for (int i = 0; i < kDw / 8; i++) gq[i][0] = gq[i][1] = gq[i][2] = gq[i][3] = 0.f;
+    for (int i = 0; i < kDw / 8; i++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) gq[i][e] = gq2[i][e] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < kBc / 16; kk++) {
       uint32_t a[4];
       ldsm_x4_t(a, at_frag_addr_t(dss, kLdS, mq, kk * 16, lane));
+      float (&acc)[kDw / 8][4] = (kk & 1) ? gq2 : gq;
 #pragma unroll
       for (int dp = 0; dp < kDw / 16; dp++) {
         uint32_t b[4];
         ldsm_x4_t(b, b_frag_addr_t(ks, kLd, kk * 16, d0 + dp * 16, lane));
-        mma_op<T>::run(gq[2 * dp], a, b[0], b[1]);
-        mma_op<T>::run(gq[2 * dp + 1], a, b[2], b[3]);
+        mma_op<T>::run(acc[2 * dp], a, b[0], b[1]);
+        mma_op<T>::run(acc[2 * dp + 1], a, b[2], b[3]);
       }
     }
+#pragma unroll
+    for (int i = 0; i < kDw / 8; i++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) gq[i][e] += gq2[i][e];
 #pragma unroll
     for (int h = 0; h < 2; h++) {
       const int row = qt * kBr + mq + (lane >> 2) + h * 8;
