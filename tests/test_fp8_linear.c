@@ -13,6 +13,7 @@
 #include "tests/testutil.h"
 #include "ops/fp8_linear.h"
 #include "ops/quantize.h"
+#include "ops/linear.h"
 #include "ops/elementwise.h"
 #include <math.h>
 #include <stdlib.h>
@@ -205,6 +206,17 @@ static void test_linear_case(nt_ctx *ctx, lcase c) {
            nt_dtype_name(c.dt), e1, e2);
     CHECK(e1 < 6e-2 && e1 > 1e-4, "forward vs fp64: %.3g (FP8 error must show, and stay small)", e1);
     CHECK(e2 < tol_out, "forward vs the same quantized values: %.3g", e2);
+    if (c.dt == NT_F32) {
+      /* The fp32 linear layer (ops/linear.h) on the same inputs: FP8's error, no more. */
+      float *y32 = malloc(sizeof(float) * (size_t)(M * N));
+      nt_tensor y32t = nt_tensor_view(y32, NT_F32, nt_cpu(), 2, (int64_t[]){M, N});
+      if (CHECK_OK(ctx, nt_linear_forward(ctx, &xt, &wt, &bt, &y32t, NT_ACT_NONE, NULL))) {
+        double e3 = nt_test_rel_err((const float *)y, y32, M * N);
+        printf("  f32 forward vs nt_linear_forward (fp32): %.3g (bound 6e-2)\n", e3);
+        CHECK(e3 < 6e-2 && e3 > 1e-4, "fp8 vs fp32 linear forward: %.3g", e3);
+      }
+      free(y32);
+    }
   }
   /* Backward, twice: the second call must add the same amounts again. */
   for (int rep = 0; rep < 2; rep++)
@@ -250,6 +262,20 @@ static void test_linear_case(nt_ctx *ctx, lcase c) {
            nt_dtype_name(c.dt), e1, e2);
     CHECK(e1 < 1e-1, "dW vs fp64: %.3g", e1);
     CHECK(e2 < tol_out, "dW vs the same quantized values: %.3g", e2);
+    if (c.dt == NT_F32) {
+      float *dx32 = calloc((size_t)(M * K), 4), *dw32 = calloc((size_t)(N * K), 4);
+      nt_tensor dx32t = nt_tensor_view(dx32, NT_F32, nt_cpu(), 2, (int64_t[]){M, K});
+      nt_tensor dw32t = nt_tensor_view(dw32, NT_F32, nt_cpu(), 2, (int64_t[]){N, K});
+      if (CHECK_OK(ctx, nt_linear_backward(ctx, &dyt, &xt, &wt, &dx32t, &dw32t, NULL)) &&
+          CHECK_OK(ctx, nt_linear_backward(ctx, &dyt, &xt, &wt, &dx32t, &dw32t, NULL))) {
+        double e3 = nt_test_rel_err((const float *)dx, dx32, M * K);
+        double e4 = nt_test_rel_err((const float *)dw, dw32, N * K);
+        printf("  f32 dx, dW vs nt_linear_backward (fp32): %.3g, %.3g (bound 1e-1)\n", e3, e4);
+        CHECK(e3 < 1e-1 && e4 < 1e-1, "fp8 vs fp32 linear backward: dx %.3g dW %.3g", e3, e4);
+      }
+      free(dx32);
+      free(dw32);
+    }
     for (int64_t n = 0; n < N; n++) {
       double e = 0;
       for (int64_t m = 0; m < M; m++) e += nt_load_f32(dy, c.dt, m * N + n);
