@@ -38,6 +38,7 @@ static nt_status add_into(nt_ctx *ctx, nt_tensor *dst, const float *src, int64_t
 #ifdef NT_HAVE_CUDA
   if (nt_ctx_is_cuda(ctx)) return nt_fp8_linear_add_cuda(ctx, dst, src, ld, bias, accumulate);
 #endif
+  (void)ctx;
   add_cpu(dst, src, ld, bias, accumulate);
   return NT_OK;
 }
@@ -47,6 +48,7 @@ static nt_status colsum(nt_ctx *ctx, const nt_tensor *dy, nt_tensor *db) {
 #ifdef NT_HAVE_CUDA
   if (nt_ctx_is_cuda(ctx)) return nt_fp8_linear_colsum_cuda(ctx, dy, db);
 #endif
+  (void)ctx;
   for (int64_t n = 0; n < dy->shape[1]; n++) {
     double s = 0.0;
     for (int64_t m = 0; m < dy->shape[0]; m++)
