@@ -5,8 +5,8 @@
  *   plain:      each thread makes 16 output bytes of a row: 16-byte loads (two 8-element packs)
  *               when the row is aligned, one 16-byte store.
  *   transposed: 64x64 tiles through shared memory (written transposed there), so both the
- *               global reads (along x's rows) and the 16-byte writes (along y's rows) are
- *               coalesced. */
+ *               global reads (along x's rows; 16-byte packs when the tile's columns all exist
+ *               and rows are aligned) and the 16-byte writes (along y's rows) are coalesced. */
 #include "ops/memops_cuda.cuh"
 #include <cuda_fp8.h>
 
@@ -80,21 +80,40 @@ quantize_rows(const T *x, int64_t ldx, int64_t R, int64_t C, uint8_t *y, int64_t
 template <typename T, bool E4M3>
 __global__ void __launch_bounds__(kThreads)
 quantize_transposed(const T *x, int64_t ldx, int64_t R, int64_t C, uint8_t *y, int64_t yr,
-                    int64_t yc, const float *scale, float *amax, bool vec_out) {
+                    int64_t yc, const float *scale, float *amax, bool vec_in, bool vec_out) {
   __shared__ __align__(16) uint8_t tile[kTile * kPitch];
   const float s = *scale;
   const int64_t r0 = (int64_t)blockIdx.x * kTile, c0 = (int64_t)blockIdx.y * kTile;
   float m = 0.0f;
-  for (int i = threadIdx.x; i < kTile * kTile; i += kThreads) {
-    int rr = i / kTile, cc = i % kTile;
-    int64_t r = r0 + rr, c = c0 + cc;
-    uint8_t q = 0;
-    if (r < R && c < C) {
-      float v = nt_to_f(x[r * ldx + c]);
-      m = nan_max(m, fabsf(v));
-      q = to_fp8<E4M3>(v * s);
+  if (vec_in && c0 + kTile <= C) {
+    /* The tile's columns all exist: 8-element packs (16-byte loads), 8 threads per row. */
+    for (int p = threadIdx.x; p < kTile * (kTile / 8); p += kThreads) {
+      int rr = p / (kTile / 8), cc0 = (p % (kTile / 8)) * 8;
+      int64_t r = r0 + rr;
+      float v[8];
+      if (r < R) nt_load8(x + r * ldx + c0 + cc0, v);
+#pragma unroll
+      for (int j = 0; j < 8; j++) {
+        uint8_t q = 0;
+        if (r < R) {
+          m = nan_max(m, fabsf(v[j]));
+          q = to_fp8<E4M3>(v[j] * s);
+        }
+        tile[(cc0 + j) * kPitch + rr] = q;
+      }
     }
-    tile[cc * kPitch + rr] = q;
+  } else {
+    for (int i = threadIdx.x; i < kTile * kTile; i += kThreads) {
+      int rr = i / kTile, cc = i % kTile;
+      int64_t r = r0 + rr, c = c0 + cc;
+      uint8_t q = 0;
+      if (r < R && c < C) {
+        float v = nt_to_f(x[r * ldx + c]);
+        m = nan_max(m, fabsf(v));
+        q = to_fp8<E4M3>(v * s);
+      }
+      tile[cc * kPitch + rr] = q;
+    }
   }
   __syncthreads();
   /* 64 rows of y x 4 segments of 16 bytes = 256 threads. */
@@ -137,13 +156,13 @@ void launch(nt_ctx *ctx, const nt_tensor *x, nt_tensor *y, bool transpose, const
   int64_t R = x->shape[0], C = x->shape[1], ldx = x->stride[0];
   int64_t yr = y->shape[0], yc = y->shape[1];
   bool vec_out = nt_aligned16(yp) && yc % 16 == 0;
+  bool vec_in = nt_aligned16(xp) && (ldx * (int64_t)sizeof(T)) % 16 == 0;
   cudaStream_t st = nt_cuda_stream(ctx);
   if (transpose) {
     dim3 grid((unsigned)((yc + kTile - 1) / kTile), (unsigned)((yr + kTile - 1) / kTile));
     quantize_transposed<T, E4M3><<<grid, kThreads, 0, st>>>(xp, ldx, R, C, yp, yr, yc, scale,
-                                                           amax, vec_out);
+                                                           amax, vec_in, vec_out);
   } else {
-    bool vec_in = nt_aligned16(xp) && (ldx * (int64_t)sizeof(T)) % 16 == 0;
     int64_t work = yr * ((yc + 15) / 16);
     quantize_rows<T, E4M3><<<grid_for(ctx, work), kThreads, 0, st>>>(xp, ldx, R, C, yp, yr, yc,
                                                                      scale, amax, vec_in, vec_out);
