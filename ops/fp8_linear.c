@@ -5,6 +5,7 @@
 #include "ops/fp8_linear.h"
 #include "ops/gemm.h"
 #include "ops/quantize.h"
+#include "ops/elementwise.h"
 #include "amp/policy.h"
 #include <math.h>
 #include <stdint.h>
@@ -251,12 +252,13 @@ static nt_status product_into(job *j, const nt_tensor *A, const nt_tensor *sa, c
 
 /* ---- forward and backward ---- */
 
-nt_status nt_fp8_linear_forward(nt_ctx *ctx, const nt_fp8_linear_cfg *cfg, const nt_tensor *x,
-                                const nt_tensor *w, const nt_tensor *b, nt_tensor *y) {
+static nt_status forward(nt_ctx *ctx, const nt_fp8_linear_cfg *cfg, const nt_tensor *x,
+                         const nt_tensor *w, const nt_tensor *b, nt_tensor *y) {
   nt_status st;
   nt_tensor x2, y2, xq, wq;
   job j = {ctx, false, {0}, 0};
-  if (!x || !w || !y) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "fp8 linear: x, W and y are required");
+  if (!x || !w || !y)
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "fp8 linear: x, W and y are required");
   if ((st = check_cfg(ctx, cfg)) || (st = check_weight(ctx, w, "W"))) return st;
   int64_t N = w->shape[0], K = w->shape[1];
   if ((st = rows_view(ctx, x, K, "x", &x2)) || (st = rows_view(ctx, y, N, "y", &y2)) ||
@@ -284,6 +286,36 @@ nt_status nt_fp8_linear_forward(nt_ctx *ctx, const nt_fp8_linear_cfg *cfg, const
 done:
   job_free(&j);
   return st;
+}
+
+nt_status nt_fp8_linear_forward(nt_ctx *ctx, const nt_fp8_linear_cfg *cfg, const nt_tensor *x,
+                                const nt_tensor *w, const nt_tensor *b, nt_tensor *y,
+                                nt_activation act, nt_tensor *pre) {
+  nt_status st;
+  if (!y) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "fp8 linear: x, W and y are required");
+  switch (act) {
+    case NT_ACT_NONE: return forward(ctx, cfg, x, w, b, y);
+    case NT_ACT_RELU:
+      if ((st = nt_check_contiguous(ctx, y, "fp8 linear y (relu)")) ||
+          (st = forward(ctx, cfg, x, w, b, y)))
+        return st;
+      return nt_relu_forward(ctx, y, y);
+    case NT_ACT_GELU:
+      if (!pre)
+        return NT_ERROR(ctx, NT_ERR_INVALID_ARG,
+                        "fp8 linear: act GELU needs `pre` (the pre-activation kept for backward)");
+      if ((st = nt_check_same_shape(ctx, pre, y, "fp8 linear pre vs y")) ||
+          (st = nt_check_contiguous(ctx, y, "fp8 linear y (gelu)")) ||
+          (st = nt_check_contiguous(ctx, pre, "fp8 linear pre")))
+        return st;
+      if (pre->dtype != y->dtype)
+        return NT_ERROR(ctx, NT_ERR_DTYPE, "fp8 linear: pre is %s but y is %s (one dtype)",
+                        nt_dtype_name(pre->dtype), nt_dtype_name(y->dtype));
+      if ((st = forward(ctx, cfg, x, w, b, pre))) return st;
+      return nt_gelu_forward(ctx, pre, y);
+    default:
+      return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "fp8 linear: unknown activation %d", (int)act);
+  }
 }
 
 nt_status nt_fp8_linear_backward(nt_ctx *ctx, const nt_fp8_linear_cfg *cfg, const nt_tensor *dy,

@@ -64,7 +64,8 @@ void launch_add(nt_ctx *ctx, nt_tensor *dst, const float *src, int64_t ld, const
   int64_t rows = dst->shape[0], cols = dst->shape[1], lds = dst->stride[0];
   cudaStream_t st = nt_cuda_stream(ctx);
   if (!bias) {
-    add_kernel<D, float><<<grid, kThreads, 0, st>>>(d, lds, rows, cols, src, ld, nullptr, accumulate);
+    add_kernel<D, float><<<grid, kThreads, 0, st>>>(d, lds, rows, cols, src, ld, nullptr,
+                                                    accumulate);
     return;
   }
   NT_DISPATCH_FLOAT(bias->dtype, B,

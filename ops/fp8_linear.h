@@ -1,6 +1,6 @@
 /* Linear layer with FP8 GEMMs (Transformer Engine's "HYBRID" delayed-scaling recipe, see
  * amp/fp8.h and ../shared/SEMANTICS.md): the semantics of nt_linear_forward/backward
- * (ops/linear.h) without the fused activation:
+ * (ops/linear.h), same arguments plus the FP8 configuration:
  *   y = x W^T + b             W [out, in], x [.., in], y [.., out]
  *   dx += dy W,  dW += dy^T x,  db += sum over rows of dy        (each may be NULL to skip)
  * x, W, dy: F32, F16 or BF16 (any mix); y, dx, dW: F32, F16 or BF16; b, db: F32, F16 or BF16.
@@ -31,6 +31,7 @@
 #define NT_OPS_FP8_LINEAR_H
 #include "core/nt.h"
 #include "amp/fp8.h"
+#include "ops/linear.h"
 NT_EXTERN_C_BEGIN
 
 /* Offsets of a layer's tensors from its index in the state. */
@@ -51,8 +52,15 @@ nt_status nt_fp8_linear_state_create(nt_ctx *ctx, const nt_fp8_options *opt, int
 /* Whether nt_fp8_linear_* would run real FP8 GEMMs on this context (Hopper, no emulate). */
 nt_status nt_fp8_linear_uses_fp8(nt_ctx *ctx, const nt_fp8_linear_cfg *cfg, bool *out);
 
+/* act as nt_linear_forward: GELU writes the pre-activation x W^T + b into `pre` (same shape
+ * and dtype as y, kept for backward) and y = gelu_tanh(pre); RELU gives y = relu(..) (pre
+ * unused). The activation runs as its own elementwise pass after the GEMM (ops/elementwise.h);
+ * with an activation y (and pre) must be contiguous. */
 nt_status nt_fp8_linear_forward(nt_ctx *ctx, const nt_fp8_linear_cfg *cfg, const nt_tensor *x,
-                                const nt_tensor *w, const nt_tensor *b, nt_tensor *y);
+                                const nt_tensor *w, const nt_tensor *b, nt_tensor *y,
+                                nt_activation act, nt_tensor *pre);
+/* dy is the gradient of the layer's output before the activation (nt_gelu_backward /
+ * nt_relu_backward first), as for nt_linear_backward. */
 nt_status nt_fp8_linear_backward(nt_ctx *ctx, const nt_fp8_linear_cfg *cfg, const nt_tensor *dy,
                                  const nt_tensor *x, const nt_tensor *w, nt_tensor *dx,
                                  nt_tensor *dw, nt_tensor *db);

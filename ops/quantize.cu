@@ -57,7 +57,8 @@ quantize_rows(const T *x, int64_t ldx, int64_t R, int64_t C, uint8_t *y, int64_t
       nt_load8(x + r * ldx + c0 + 8, v + 8);
     } else {
 #pragma unroll
-      for (int j = 0; j < 16; j++) v[j] = (r < R && c0 + j < C) ? nt_to_f(x[r * ldx + c0 + j]) : 0.0f;
+      for (int j = 0; j < 16; j++)
+        v[j] = (r < R && c0 + j < C) ? nt_to_f(x[r * ldx + c0 + j]) : 0.0f;
     }
     union { uint4 w; uint8_t b[16]; } q;
 #pragma unroll
@@ -189,9 +190,11 @@ extern "C" nt_status nt_fp8_dequantize_cuda(nt_ctx *ctx, const nt_tensor *x,
   int64_t n = nt_tensor_numel(x);
   const uint8_t *xp = (const uint8_t *)x->data;
   float *yp = (float *)y->data;
+  unsigned grid = grid_for(ctx, n);
+  cudaStream_t st = nt_cuda_stream(ctx);
   if (x->dtype == NT_FP8_E4M3)
-    dequantize_kernel<true><<<grid_for(ctx, n), kThreads, 0, nt_cuda_stream(ctx)>>>(xp, yp, n, scale_inv);
+    dequantize_kernel<true><<<grid, kThreads, 0, st>>>(xp, yp, n, scale_inv);
   else
-    dequantize_kernel<false><<<grid_for(ctx, n), kThreads, 0, nt_cuda_stream(ctx)>>>(xp, yp, n, scale_inv);
+    dequantize_kernel<false><<<grid, kThreads, 0, st>>>(xp, yp, n, scale_inv);
   return NT_CUDA_LAUNCHED(ctx);
 }

@@ -184,6 +184,7 @@ static void test_quantize(ctxs *c) {
 typedef struct {
   int64_t M, K, N;
   nt_dtype dt, bias_dt;
+  nt_activation act;   /* GELU: y is gelu(pre), pre kept (its own tensor) */
 } lcase;
 
 typedef struct {
@@ -196,7 +197,7 @@ typedef struct {
 static bool run_linear(nt_ctx *ctx, lcase k, bool emulate, const float *xh, const float *wh,
                        const float *bh, const float *dyh, lresult *out) {
   int64_t M = k.M, K = k.K, N = k.N;
-  nt_tensor x = {0}, w = {0}, b = {0}, y = {0}, dy = {0}, dx = {0}, dw = {0}, db = {0};
+  nt_tensor x = {0}, w = {0}, b = {0}, y = {0}, dy = {0}, dx = {0}, dw = {0}, db = {0}, pre = {0};
   nt_fp8_state *s = NULL;
   nt_fp8_options opt = nt_fp8_defaults();
   opt.history_len = 16;
@@ -208,11 +209,12 @@ static bool run_linear(nt_ctx *ctx, lcase k, bool emulate, const float *xh, cons
             CHECK_OK(ctx, make(ctx, NULL, k.dt, 2, (int64_t[]){M, K}, &dx)) &&
             CHECK_OK(ctx, make(ctx, NULL, k.dt, 2, (int64_t[]){N, K}, &dw)) &&
             CHECK_OK(ctx, make(ctx, NULL, k.bias_dt, 1, (int64_t[]){N}, &db)) &&
+            CHECK_OK(ctx, make(ctx, NULL, k.dt, 2, (int64_t[]){M, N}, &pre)) &&
             CHECK_OK(ctx, nt_fp8_linear_state_create(ctx, &opt, 1, &s));
   nt_fp8_linear_cfg cfg = {s, 0, emulate};
   ok = ok && CHECK_OK(ctx, nt_tensor_zero(ctx, &dx)) && CHECK_OK(ctx, nt_tensor_zero(ctx, &dw)) &&
        CHECK_OK(ctx, nt_tensor_zero(ctx, &db)) &&
-       CHECK_OK(ctx, nt_fp8_linear_forward(ctx, &cfg, &x, &w, &b, &y)) &&
+       CHECK_OK(ctx, nt_fp8_linear_forward(ctx, &cfg, &x, &w, &b, &y, k.act, &pre)) &&
        CHECK_OK(ctx, nt_fp8_linear_backward(ctx, &cfg, &dy, &x, &w, &dx, &dw, &db));
   for (int i = 0; ok && i < 3; i++) {
     float hist[16];
@@ -224,12 +226,12 @@ static bool run_linear(nt_ctx *ctx, lcase k, bool emulate, const float *xh, cons
     ok = CHECK_OK(ctx, nt_fp8_read(ctx, s, i, &out->scale[i], NULL, NULL));
   ok = ok && CHECK_OK(ctx, nt_tensor_zero(ctx, &dx)) && CHECK_OK(ctx, nt_tensor_zero(ctx, &dw)) &&
        CHECK_OK(ctx, nt_tensor_zero(ctx, &db)) &&
-       CHECK_OK(ctx, nt_fp8_linear_forward(ctx, &cfg, &x, &w, &b, &y)) &&
+       CHECK_OK(ctx, nt_fp8_linear_forward(ctx, &cfg, &x, &w, &b, &y, k.act, &pre)) &&
        CHECK_OK(ctx, nt_fp8_linear_backward(ctx, &cfg, &dy, &x, &w, &dx, &dw, &db)) &&
        CHECK_OK(ctx, nt_fp8_linear_backward(ctx, &cfg, &dy, &x, &w, &dx, &dw, &db)) &&
        CHECK_OK(ctx, fetch(ctx, &y, out->y)) && CHECK_OK(ctx, fetch(ctx, &dx, out->dx)) &&
        CHECK_OK(ctx, fetch(ctx, &dw, out->dw)) && CHECK_OK(ctx, fetch(ctx, &db, out->db));
-  nt_tensor *all[] = {&x, &w, &b, &y, &dy, &dx, &dw, &db};
+  nt_tensor *all[] = {&x, &w, &b, &y, &dy, &dx, &dw, &db, &pre};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) nt_tensor_free(ctx, all[i]);
   nt_fp8_state_free(ctx, s);
   return ok;
@@ -257,9 +259,10 @@ static void linear_case(ctxs *c, lcase k, bool fp8) {
   lresult_alloc(&rc, k);
   lresult_alloc(&rg, k);
   char what[128];
-  snprintf(what, sizeof what, "[%lld x %lld] x [%lld x %lld]^T %s, bias %s, %s",
+  snprintf(what, sizeof what, "[%lld x %lld] x [%lld x %lld]^T %s, bias %s%s, %s",
            (long long)k.M, (long long)k.K, (long long)k.N, (long long)k.K, nt_dtype_name(k.dt),
-           nt_dtype_name(k.bias_dt), fp8 ? "FP8 GEMMs" : "GPU emulation");
+           nt_dtype_name(k.bias_dt), k.act == NT_ACT_GELU ? ", gelu" : "",
+           fp8 ? "FP8 GEMMs" : "GPU emulation");
   if (run_linear(c->cpu, k, true, xh, wh, bh, dyh, &rc) &&
       run_linear(c->gpu, k, !fp8, xh, wh, bh, dyh, &rg)) {
     for (int i = 0; i < 3; i++) {
@@ -289,12 +292,19 @@ static void linear_case(ctxs *c, lcase k, bool fp8) {
 
 static void test_linear(ctxs *c, bool hopper) {
   const lcase cases[] = {
-      {64, 128, 96, NT_F32, NT_F32},     /* multiples of 16: the GEMMs write the outputs */
-      {64, 128, 96, NT_BF16, NT_BF16},   /* ... with the bias in the GEMM's epilogue */
-      {37, 45, 23, NT_BF16, NT_F32},     /* odd: padded operands, fp32 scratch */
-      {37, 45, 23, NT_F32, NT_F32},
-      {50, 64, 32, NT_F16, NT_F32},      /* odd rows only (dW's K padded) */
-      {300, 256, 130, NT_BF16, NT_BF16}, /* padded N, bigger */
+      /* multiples of 16: the GEMMs write the outputs */
+      {64, 128, 96, NT_F32, NT_F32, NT_ACT_NONE},
+      /* ... with the bias in the GEMM's epilogue */
+      {64, 128, 96, NT_BF16, NT_BF16, NT_ACT_NONE},
+      /* odd: padded operands, fp32 scratch */
+      {37, 45, 23, NT_BF16, NT_F32, NT_ACT_NONE},
+      {37, 45, 23, NT_F32, NT_F32, NT_ACT_NONE},
+      /* odd rows only (dW's K padded) */
+      {50, 64, 32, NT_F16, NT_F32, NT_ACT_NONE},
+      /* padded N, bigger */
+      {300, 256, 130, NT_BF16, NT_BF16, NT_ACT_NONE},
+      /* GELU after the GEMM, pre kept */
+      {64, 128, 96, NT_BF16, NT_BF16, NT_ACT_GELU},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     linear_case(c, cases[i], false);
@@ -320,7 +330,7 @@ static double train_mlp(nt_ctx *ctx, int steps, bool emulate) {
     }
   nt_test_fill_uniform(&rng, w1h, TH * TI, -0.158f, 0.158f);
   nt_test_fill_uniform(&rng, w2h, TO * TH, -0.102f, 0.102f);
-  nt_tensor x = {0}, w1 = {0}, b1 = {0}, w2 = {0}, b2 = {0}, h = {0}, a = {0}, y = {0}, dy = {0};
+  nt_tensor x = {0}, w1 = {0}, b1 = {0}, w2 = {0}, b2 = {0}, a = {0}, y = {0}, dy = {0};
   nt_tensor da = {0}, dh = {0}, dw1 = {0}, db1 = {0}, dw2 = {0}, db2 = {0};
   nt_fp8_state *s = NULL;
   double first = -1, last = -1;
@@ -330,7 +340,6 @@ static double train_mlp(nt_ctx *ctx, int steps, bool emulate) {
       (st = make(ctx, NULL, NT_F32, 1, (int64_t[]){TH}, &b1)) ||
       (st = make(ctx, w2h, NT_F32, 2, (int64_t[]){TO, TH}, &w2)) ||
       (st = make(ctx, NULL, NT_F32, 1, (int64_t[]){TO}, &b2)) ||
-      (st = make(ctx, NULL, NT_F32, 2, (int64_t[]){TB, TH}, &h)) ||
       (st = make(ctx, NULL, NT_F32, 2, (int64_t[]){TB, TH}, &a)) ||
       (st = make(ctx, NULL, NT_F32, 2, (int64_t[]){TB, TO}, &y)) ||
       (st = make(ctx, NULL, NT_F32, 2, (int64_t[]){TB, TO}, &dy)) ||
@@ -349,9 +358,8 @@ static double train_mlp(nt_ctx *ctx, int steps, bool emulate) {
   nt_tensor *grads[7] = {&da, &dh, &dw1, &db1, &dw2, &db2, NULL};
   const float lr = 0.3f;
   for (int it = 0; it < steps; it++) {
-    if ((st = nt_fp8_linear_forward(ctx, &l1, &x, &w1, &b1, &h)) ||
-        (st = nt_relu_forward(ctx, &h, &a)) ||
-        (st = nt_fp8_linear_forward(ctx, &l2, &a, &w2, &b2, &y)) ||
+    if ((st = nt_fp8_linear_forward(ctx, &l1, &x, &w1, &b1, &a, NT_ACT_RELU, NULL)) ||
+        (st = nt_fp8_linear_forward(ctx, &l2, &a, &w2, &b2, &y, NT_ACT_NONE, NULL)) ||
         (st = nt_tensor_copy(ctx, &hy, &y)))
       goto done;
     double loss = 0;
@@ -377,7 +385,7 @@ static double train_mlp(nt_ctx *ctx, int steps, bool emulate) {
   }
 done:
   if (st) fprintf(stderr, "mlp training: %s\n", nt_last_error(ctx));
-  nt_tensor *all[] = {&x, &w1, &b1, &w2, &b2, &h, &a, &y, &dy, &da, &dh, &dw1, &db1, &dw2, &db2};
+  nt_tensor *all[] = {&x, &w1, &b1, &w2, &b2, &a, &y, &dy, &da, &dh, &dw1, &db1, &dw2, &db2};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) nt_tensor_free(ctx, all[i]);
   nt_fp8_state_free(ctx, s);
   return st || first <= 0 ? -1.0 : last / first;
@@ -406,7 +414,8 @@ static void timing(ctxs *c) {
             CHECK_OK(g, nt_tensor_alloc(g, &db, NT_F32, 1, (int64_t[]){N})) &&
             CHECK_OK(g, nt_fp8_linear_state_create(g, NULL, 1, &s));
   nt_tensor *all[] = {&x, &w, &b, &y, &dy, &dx, &dw, &db};
-  for (size_t i = 0; ok && i < sizeof all / sizeof all[0]; i++) ok = CHECK_OK(g, nt_tensor_zero(g, all[i]));
+  for (size_t i = 0; ok && i < sizeof all / sizeof all[0]; i++)
+    ok = CHECK_OK(g, nt_tensor_zero(g, all[i]));
   nt_fp8_linear_cfg cfg = {s, 0, false};
   for (int mode = 0; ok && mode < 2; mode++) {
     double t[2] = {0, 0};
@@ -415,7 +424,7 @@ static void timing(ctxs *c) {
       double t0 = now_s();
       for (int r = 0; ok && r < reps; r++) {
         if (mode == 0)
-          ok = CHECK_OK(g, nt_fp8_linear_forward(g, &cfg, &x, &w, &b, &y)) &&
+          ok = CHECK_OK(g, nt_fp8_linear_forward(g, &cfg, &x, &w, &b, &y, NT_ACT_NONE, NULL)) &&
                CHECK_OK(g, nt_fp8_linear_backward(g, &cfg, &dy, &x, &w, &dx, &dw, &db));
         else
           ok = CHECK_OK(g, nt_linear_forward(g, &x, &w, &b, &y, NT_ACT_NONE, NULL)) &&

@@ -97,7 +97,8 @@ static void test_quantize(nt_ctx *ctx) {
   nt_tensor st = nt_tensor_view(&s, NT_F32, nt_cpu(), 0, NULL);
   nt_tensor at = nt_tensor_view(&amax, NT_F32, nt_cpu(), 0, NULL);
   if (CHECK_OK(ctx, nt_fp8_quantize(ctx, &x, &yt, false, &st, &at)))
-    CHECK(isnan(amax) && y[1] == nt_f32_to_e4m3(NAN, true), "NaN: amax %g, byte 0x%02x", amax, y[1]);
+    CHECK(isnan(amax) && y[1] == nt_f32_to_e4m3(NAN, true), "NaN: amax %g, byte 0x%02x", amax,
+          y[1]);
   /* Errors name the problem. */
   nt_tensor small = nt_tensor_view(y, NT_FP8_E4M3, nt_cpu(), 2, (int64_t[]){1, 3});
   CHECK_ERR(ctx, NT_ERR_SHAPE, nt_fp8_quantize(ctx, &x, &small, false, &st, &at));
@@ -126,7 +127,9 @@ static void scales(nt_ctx *ctx, nt_fp8_state *s, float sc[3], float si[3]) {
   for (int i = 0; i < 3; i++) CHECK_OK(ctx, nt_fp8_read(ctx, s, i, &sc[i], &si[i], NULL));
 }
 
-static double rel(const double *a, const double *b, int64_t n) { return nt_test_rel_err_d(a, b, n); }
+static double rel(const double *a, const double *b, int64_t n) {
+  return nt_test_rel_err_d(a, b, n);
+}
 
 static void test_linear_case(nt_ctx *ctx, lcase c) {
   nt_test_rng rng = {(uint64_t)(c.M * 1000 + c.K * 10 + c.N + c.dt)};
@@ -141,9 +144,12 @@ static void test_linear_case(nt_ctx *ctx, lcase c) {
   double *ref = malloc(sizeof(double) * (size_t)S * 6);  /* six arrays of S */
   double *got = ref + 4 * S;
   for (int64_t i = 0; i < M * K; i++) nt_store_f32(x, c.dt, i, (float)nt_test_uniform(&rng, -1, 1));
-  for (int64_t i = 0; i < N * K; i++) nt_store_f32(w, c.dt, i, (float)nt_test_uniform(&rng, -0.3, 0.3));
-  for (int64_t i = 0; i < M * N; i++) nt_store_f32(dy, c.dt, i, (float)nt_test_uniform(&rng, -1e-3, 1e-3));
-  for (int64_t i = 0; i < N; i++) nt_store_f32(b, c.bias_dt, i, (float)nt_test_uniform(&rng, -1, 1));
+  for (int64_t i = 0; i < N * K; i++)
+    nt_store_f32(w, c.dt, i, (float)nt_test_uniform(&rng, -0.3, 0.3));
+  for (int64_t i = 0; i < M * N; i++)
+    nt_store_f32(dy, c.dt, i, (float)nt_test_uniform(&rng, -1e-3, 1e-3));
+  for (int64_t i = 0; i < N; i++)
+    nt_store_f32(b, c.bias_dt, i, (float)nt_test_uniform(&rng, -1, 1));
   nt_tensor xt = nt_tensor_view(x, c.dt, nt_cpu(), 2, (int64_t[]){M, K});
   nt_tensor wt = nt_tensor_view(w, c.dt, nt_cpu(), 2, (int64_t[]){N, K});
   nt_tensor dyt = nt_tensor_view(dy, c.dt, nt_cpu(), 2, (int64_t[]){M, N});
@@ -161,7 +167,7 @@ static void test_linear_case(nt_ctx *ctx, lcase c) {
   CHECK_OK(ctx, nt_fp8_linear_uses_fp8(ctx, &cfg, &fp8));
   CHECK(!fp8, "a CPU context emulates");
   /* Step 1 (scales 1) records the amaxes; the update gives scales from them. */
-  if (!CHECK_OK(ctx, nt_fp8_linear_forward(ctx, &cfg, &xt, &wt, &bt, &yt)) ||
+  if (!CHECK_OK(ctx, nt_fp8_linear_forward(ctx, &cfg, &xt, &wt, &bt, &yt, NT_ACT_NONE, NULL)) ||
       !CHECK_OK(ctx, nt_fp8_linear_backward(ctx, &cfg, &dyt, &xt, &wt, &dxt, &dwt, &dbt)))
     goto done;
   float amax[3] = {0, 0, 0}, hist[4];
@@ -177,13 +183,15 @@ static void test_linear_case(nt_ctx *ctx, lcase c) {
   scales(ctx, s, sc, si);
   const float fmax3[3] = {448.0f, 448.0f, 57344.0f};
   for (int i = 0; i < 3; i++)
-    CHECK(sc[i] == fmax3[i] / amax[i], "tensor %d: scale %g, expected %g", i, sc[i], fmax3[i] / amax[i]);
+    CHECK(sc[i] == fmax3[i] / amax[i], "tensor %d: scale %g, expected %g", i, sc[i],
+          fmax3[i] / amax[i]);
 
   /* Step 2 with those scales: forward. */
   memset(dx, 0, (size_t)(M * K) * es);
   memset(dw, 0, (size_t)(N * K) * es);
   memset(db, 0, (size_t)N * eb);
-  if (!CHECK_OK(ctx, nt_fp8_linear_forward(ctx, &cfg, &xt, &wt, &bt, &yt))) goto done;
+  if (!CHECK_OK(ctx, nt_fp8_linear_forward(ctx, &cfg, &xt, &wt, &bt, &yt, NT_ACT_NONE, NULL)))
+    goto done;
   double tol_out = c.dt == NT_F32 ? 1e-5 : c.dt == NT_F16 ? 2e-3 : 1e-2; /* rounding of outputs */
   {
     double *exact = ref, *onq = ref + S;
@@ -204,7 +212,8 @@ static void test_linear_case(nt_ctx *ctx, lcase c) {
     printf("  [%lld x %lld] x [%lld x %lld]^T %s: forward vs fp64 %.3g (FP8 bound 6e-2), vs the "
            "quantized values %.3g\n", (long long)M, (long long)K, (long long)N, (long long)K,
            nt_dtype_name(c.dt), e1, e2);
-    CHECK(e1 < 6e-2 && e1 > 1e-4, "forward vs fp64: %.3g (FP8 error must show, and stay small)", e1);
+    CHECK(e1 < 6e-2 && e1 > 1e-4, "forward vs fp64: %.3g (FP8 error must show, and stay small)",
+          e1);
     CHECK(e2 < tol_out, "forward vs the same quantized values: %.3g", e2);
     if (c.dt == NT_F32) {
       /* The fp32 linear layer (ops/linear.h) on the same inputs: FP8's error, no more. */
@@ -301,15 +310,69 @@ static void test_linear_errors(nt_ctx *ctx) {
   if (!CHECK_OK(ctx, nt_fp8_linear_state_create(ctx, NULL, 2, &s))) return;
   CHECK(nt_fp8_state_count(s) == 6, "two layers make six tensors");
   nt_fp8_linear_cfg cfg = {s, 4, false}, none = {NULL, 0, false};
-  CHECK_ERR(ctx, NT_ERR_INVALID_ARG, nt_fp8_linear_forward(ctx, &cfg, &xt, &wt, NULL, &yt));
-  CHECK_ERR(ctx, NT_ERR_INVALID_ARG, nt_fp8_linear_forward(ctx, &none, &xt, &wt, NULL, &yt));
+  const nt_activation A0 = NT_ACT_NONE;
+  CHECK_ERR(ctx, NT_ERR_INVALID_ARG,
+            nt_fp8_linear_forward(ctx, &cfg, &xt, &wt, NULL, &yt, A0, NULL));
+  CHECK_ERR(ctx, NT_ERR_INVALID_ARG,
+            nt_fp8_linear_forward(ctx, &none, &xt, &wt, NULL, &yt, A0, NULL));
+  CHECK_ERR(ctx, NT_ERR_INVALID_ARG,
+            nt_fp8_linear_forward(ctx, &none, &xt, &wt, NULL, &yt, NT_ACT_GELU, NULL));
   cfg.index = 3;
-  CHECK_ERR(ctx, NT_ERR_SHAPE, nt_fp8_linear_forward(ctx, &cfg, &xt, &wt, NULL, &bad));
-  CHECK_OK(ctx, nt_fp8_linear_forward(ctx, &cfg, &xt, &wt, NULL, &yt));
+  CHECK_ERR(ctx, NT_ERR_SHAPE, nt_fp8_linear_forward(ctx, &cfg, &xt, &wt, NULL, &bad, A0, NULL));
+  CHECK_OK(ctx, nt_fp8_linear_forward(ctx, &cfg, &xt, &wt, NULL, &yt, A0, NULL));
   nt_tensor xi = xt;
   xi.dtype = NT_I32;
-  CHECK_ERR(ctx, NT_ERR_DTYPE, nt_fp8_linear_forward(ctx, &cfg, &xi, &wt, NULL, &yt));
+  CHECK_ERR(ctx, NT_ERR_DTYPE, nt_fp8_linear_forward(ctx, &cfg, &xi, &wt, NULL, &yt, A0, NULL));
   CHECK_ERR(ctx, NT_ERR_SHAPE, nt_fp8_linear_backward(ctx, &cfg, &yt, &xt, &wt, &bad, NULL, NULL));
+  nt_fp8_state_free(ctx, s);
+}
+
+/* act GELU keeps the pre-activation (the act-NONE output, bit for bit) and applies the tanh
+ * GELU; RELU clamps it. Repeated forwards record the same amaxes (a max), so all three calls
+ * quantize with the same scales. */
+static double gelu_d(double v) {
+  return 0.5 * v * (1 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+}
+
+static void test_activation(nt_ctx *ctx) {
+  enum { M = 15, K = 37, N = 21 };
+  nt_test_rng rng = {5};
+  float x[M * K], w[N * K], b[N], y0[M * N], y[M * N], pre[M * N], yr[M * N];
+  nt_test_fill_uniform(&rng, x, M * K, -2, 2);
+  nt_test_fill_uniform(&rng, w, N * K, -0.3f, 0.3f);
+  nt_test_fill_uniform(&rng, b, N, -1, 1);
+  nt_tensor xt = nt_tensor_view(x, NT_F32, nt_cpu(), 2, (int64_t[]){M, K});
+  nt_tensor wt = nt_tensor_view(w, NT_F32, nt_cpu(), 2, (int64_t[]){N, K});
+  nt_tensor bt = nt_tensor_view(b, NT_F32, nt_cpu(), 1, (int64_t[]){N});
+  nt_tensor y0t = nt_tensor_view(y0, NT_F32, nt_cpu(), 2, (int64_t[]){M, N});
+  nt_tensor yt = nt_tensor_view(y, NT_F32, nt_cpu(), 2, (int64_t[]){M, N});
+  nt_tensor pt = nt_tensor_view(pre, NT_F32, nt_cpu(), 2, (int64_t[]){M, N});
+  nt_tensor yrt = nt_tensor_view(yr, NT_F32, nt_cpu(), 2, (int64_t[]){M, N});
+  nt_fp8_state *s = NULL;
+  if (!CHECK_OK(ctx, nt_fp8_linear_state_create(ctx, NULL, 1, &s))) return;
+  nt_fp8_linear_cfg cfg = {s, 0, false};
+  if (CHECK_OK(ctx, nt_fp8_update(ctx, s)) &&
+      CHECK_OK(ctx, nt_fp8_linear_forward(ctx, &cfg, &xt, &wt, &bt, &y0t, NT_ACT_NONE, NULL)) &&
+      CHECK_OK(ctx, nt_fp8_linear_forward(ctx, &cfg, &xt, &wt, &bt, &yt, NT_ACT_GELU, &pt)) &&
+      CHECK_OK(ctx, nt_fp8_linear_forward(ctx, &cfg, &xt, &wt, &bt, &yrt, NT_ACT_RELU, NULL))) {
+    double ref[M * N], got[M * N];
+    int relu_bad = 0;
+    for (int i = 0; i < M * N; i++) {
+      ref[i] = gelu_d(y0[i]);
+      got[i] = y[i];
+      relu_bad += yr[i] != (y0[i] > 0 ? y0[i] : 0.0f);
+    }
+    CHECK(memcmp(pre, y0, sizeof pre) == 0, "GELU's pre is the plain output");
+    double e = rel(got, ref, M * N);
+    CHECK(e < 1e-5, "GELU output vs gelu(pre) in fp64: %.3g", e);
+    CHECK(relu_bad == 0, "RELU output: %d values differ from max(y, 0)", relu_bad);
+  }
+  nt_tensor p16 = pt;
+  p16.dtype = NT_BF16;
+  CHECK_ERR(ctx, NT_ERR_DTYPE,
+            nt_fp8_linear_forward(ctx, &cfg, &xt, &wt, &bt, &yt, NT_ACT_GELU, &p16));
+  CHECK_ERR(ctx, NT_ERR_INVALID_ARG,
+            nt_fp8_linear_forward(ctx, &cfg, &xt, &wt, &bt, &yt, NT_ACT_GELU, NULL));
   nt_fp8_state_free(ctx, s);
 }
 
@@ -341,7 +404,7 @@ static double train_mlp(nt_ctx *ctx, int steps) {
   nt_test_fill_uniform(&rng, w1h, TH * TI, -0.158f, 0.158f);
   nt_test_fill_uniform(&rng, w2h, TO * TH, -0.118f, 0.118f);
   memset(zero, 0, sizeof zero);
-  nt_tensor x = {0}, w1 = {0}, b1 = {0}, w2 = {0}, b2 = {0}, h = {0}, a = {0}, y = {0}, dy = {0};
+  nt_tensor x = {0}, w1 = {0}, b1 = {0}, w2 = {0}, b2 = {0}, a = {0}, y = {0}, dy = {0};
   nt_tensor da = {0}, dh = {0}, dw1 = {0}, db1 = {0}, dw2 = {0}, db2 = {0};
   nt_fp8_state *s = NULL;
   double first = -1, last = -1;
@@ -351,7 +414,6 @@ static double train_mlp(nt_ctx *ctx, int steps) {
       (st = to_dev(ctx, zero, 1, (int64_t[]){TH}, &b1)) ||
       (st = to_dev(ctx, w2h, 2, (int64_t[]){TO, TH}, &w2)) ||
       (st = to_dev(ctx, zero, 1, (int64_t[]){TO}, &b2)) ||
-      (st = to_dev(ctx, zero, 2, (int64_t[]){TB, TH}, &h)) ||
       (st = to_dev(ctx, zero, 2, (int64_t[]){TB, TH}, &a)) ||
       (st = to_dev(ctx, zero, 2, (int64_t[]){TB, TO}, &y)) ||
       (st = to_dev(ctx, zero, 2, (int64_t[]){TB, TO}, &dy)) ||
@@ -369,9 +431,8 @@ static double train_mlp(nt_ctx *ctx, int steps) {
   nt_tensor *grads[7] = {&da, &dh, &dw1, &db1, &dw2, &db2, NULL};
   const float lr = 0.3f;
   for (int it = 0; it < steps; it++) {
-    if ((st = nt_fp8_linear_forward(ctx, &l1, &x, &w1, &b1, &h)) ||
-        (st = nt_relu_forward(ctx, &h, &a)) ||
-        (st = nt_fp8_linear_forward(ctx, &l2, &a, &w2, &b2, &y)) ||
+    if ((st = nt_fp8_linear_forward(ctx, &l1, &x, &w1, &b1, &a, NT_ACT_RELU, NULL)) ||
+        (st = nt_fp8_linear_forward(ctx, &l2, &a, &w2, &b2, &y, NT_ACT_NONE, NULL)) ||
         (st = nt_tensor_copy(ctx, &hy, &y)))
       goto done;
     double loss = 0;
@@ -396,7 +457,7 @@ static double train_mlp(nt_ctx *ctx, int steps) {
   }
 done:
   if (st) fprintf(stderr, "mlp training: %s\n", nt_last_error(ctx));
-  nt_tensor *all[] = {&x, &w1, &b1, &w2, &b2, &h, &a, &y, &dy, &da, &dh, &dw1, &db1, &dw2, &db2};
+  nt_tensor *all[] = {&x, &w1, &b1, &w2, &b2, &a, &y, &dy, &da, &dh, &dw1, &db1, &dw2, &db2};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) nt_tensor_free(ctx, all[i]);
   nt_fp8_state_free(ctx, s);
   return st || first <= 0 ? -1.0 : last / first;
@@ -412,6 +473,7 @@ int main(void) {
   test_linear_case(ctx, (lcase){19, 33, 40, NT_BF16, NT_F32});    /* bf16, f32 bias, padded */
   test_linear_case(ctx, (lcase){16, 32, 32, NT_F16, NT_F32});     /* f16, f32 bias: scratch */
   test_linear_errors(ctx);
+  test_activation(ctx);
   double ratio = train_mlp(ctx, 300);
   printf("  mlp (emulated fp8): final/initial loss %.3f\n", ratio);
   CHECK(ratio >= 0 && ratio < 0.2, "the fp8 MLP learns: final/initial loss %.3f", ratio);
