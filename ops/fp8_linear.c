@@ -102,8 +102,8 @@ static nt_status check_vector(nt_ctx *ctx, const nt_tensor *v, int64_t n, const 
   if (!is_float(v->dtype))
     return NT_ERROR(ctx, NT_ERR_DTYPE, "fp8 linear: %s is %s (f32, f16 or bf16)", what,
                     nt_dtype_name(v->dtype));
-  if (v->ndim != 1 || v->shape[0] != n)
-    return NT_ERROR(ctx, NT_ERR_SHAPE, "fp8 linear: %s %s must be [%lld]", what,
+  if (v->ndim != 1 || v->shape[0] != n || (n > 1 && v->stride[0] != 1))
+    return NT_ERROR(ctx, NT_ERR_SHAPE, "fp8 linear: %s %s must be [%lld], contiguous", what,
                     nt_tensor_describe(v, b, sizeof b), (long long)n);
   return NT_OK;
 }
