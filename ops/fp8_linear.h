@@ -1,7 +1,7 @@
 /* Linear layer with FP8 GEMMs (Transformer Engine's "HYBRID" delayed-scaling recipe, see
  * amp/fp8.h and ../shared/SEMANTICS.md): the semantics of nt_linear_forward/backward
  * (ops/linear.h), same arguments plus the FP8 configuration:
- *   y = x W^T + b             W [out, in], x [.., in], y [.., out]
+ *   y = act(x W^T + b)        W [out, in], x [.., in], y [.., out]   (act: see the forward)
  *   dx += dy W,  dW += dy^T x,  db += sum over rows of dy        (each may be NULL to skip)
  * x, W, dy: F32, F16 or BF16 (any mix); y, dx, dW: F32, F16 or BF16; b, db: F32, F16 or BF16.
  * Leading dims of x, y, dy, dx are flattened into rows (contiguous when more than 2-D).
@@ -16,7 +16,8 @@
  *             dW += (dyq^T (xq^T)^T) / (s_g s_x)                        E5M2 x E4M3
  *             db += column sums of dy in fp32 (from dy itself, not its FP8 copy).
  * The scales are the state's current ones (read on the device); nt_fp8_update(ctx, state) once
- * per step, after the backward, turns the recorded amaxes into the next step's scales. GEMMs
+ * per step, after the backward, turns the recorded amaxes into the next step's scales (several
+ * forwards in a step, as with gradient accumulation, record the max of their amaxes). GEMMs
  * accumulate in fp32. Quantized operands are padded with zeros to multiples of 16 (cuBLASLt's
  * FP8 alignment rules), so any shape works; when a product's dims are already multiples of 16
  * the GEMM writes (or accumulates into) the output directly, otherwise it writes an fp32
