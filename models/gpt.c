@@ -4,6 +4,7 @@
 #include "ops/dropout.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
+#include "ops/fp8_linear.h"
 #include "ops/gemm.h"
 #include "ops/layernorm.h"
 #include "ops/linear.h"
@@ -39,7 +40,27 @@ struct nt_gpt {
   nt_tensor qkv, tmp, dres, dtmp, dc, dq, dk, dv, datt, dqkv, d4a, d4b;
   uint64_t emb_off;
   int b, t;                       /* sizes of the last forward */
+  nt_fp8_state *fp8;              /* FP8 delayed scaling for the block's linear layers, or NULL */
+  bool fp8_emulate;
 };
+
+/* Linear layer k of block l (0 c_attn, 1 attn.c_proj, 2 c_fc, 3 mlp.c_proj), in FP8 when the
+ * model has an FP8 state (the head stays in the compute dtype). */
+static nt_status lin_fwd(nt_ctx *ctx, const nt_gpt *g, int l, int k, const nt_tensor *x,
+                         const nt_tensor *w, const nt_tensor *b, nt_tensor *y, nt_activation act,
+                         nt_tensor *pre) {
+  if (!g->fp8) return nt_linear_forward(ctx, x, w, b, y, act, pre);
+  nt_fp8_linear_cfg c = {g->fp8, (4 * l + k) * NT_FP8_LINEAR_TENSORS, g->fp8_emulate};
+  return nt_fp8_linear_forward(ctx, &c, x, w, b, y, act, pre);
+}
+
+static nt_status lin_bwd(nt_ctx *ctx, const nt_gpt *g, int l, int k, const nt_tensor *dy,
+                         const nt_tensor *x, const nt_tensor *w, nt_tensor *dx, nt_tensor *dw,
+                         nt_tensor *db) {
+  if (!g->fp8) return nt_linear_backward(ctx, dy, x, w, dx, dw, db);
+  nt_fp8_linear_cfg c = {g->fp8, (4 * l + k) * NT_FP8_LINEAR_TENSORS, g->fp8_emulate};
+  return nt_fp8_linear_backward(ctx, &c, dy, x, w, dx, dw, db);
+}
 
 nt_gpt_config nt_gpt_config_shakespeare_char(void) {
   nt_gpt_config c = {6, 6, 384, 256, 65, 0.2f};
@@ -224,6 +245,7 @@ nt_status nt_gpt_create(nt_ctx *ctx, const nt_gpt_config *cfg, nt_dtype compute_
 
 void nt_gpt_free(nt_ctx *ctx, nt_gpt *g) {
   if (!g) return;
+  nt_fp8_state_free(ctx, g->fp8);
   nt_arena_free(ctx, &g->arena);
   nt_params_free(ctx, &g->params);
   free(g->layers);
@@ -330,18 +352,18 @@ static nt_status forward(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, bool t
       L->mlp_off = nt_ctx_rng_reserve(ctx, (uint64_t)N * (uint64_t)C);
     }
     st = nt_layernorm_forward(ctx, &x, &L->p[LN1_W].w, &L->p[LN1_B].w, &ln1, &m1, &r1);
-    if (!st) st = nt_linear_forward(ctx, &ln1, &L->p[QKV_W].w, &L->p[QKV_B].w, &qkv,
+    if (!st) st = lin_fwd(ctx, g, l, 0, &ln1, &L->p[QKV_W].w, &L->p[QKV_B].w, &qkv,
                                     NT_ACT_NONE, NULL);
     if (!st) st = nt_qkv_split(ctx, &qkv, (int)H, &q, &k, &v);
     if (!st) st = nt_attention_forward(ctx, &q, &k, &v, &att, &lse);
     if (!st) st = nt_heads_merge(ctx, &att, &ym);
-    if (!st) st = nt_linear_forward(ctx, &ym, &L->p[PROJ_W].w, &L->p[PROJ_B].w, &tmp,
+    if (!st) st = lin_fwd(ctx, g, l, 1, &ym, &L->p[PROJ_W].w, &L->p[PROJ_B].w, &tmp,
                                     NT_ACT_NONE, NULL);
     if (!st) st = residual_add(ctx, p, L->att_off, &x, &tmp, &dropped, &x1);
     if (!st) st = nt_layernorm_forward(ctx, &x1, &L->p[LN2_W].w, &L->p[LN2_B].w, &ln2, &m2, &r2);
-    if (!st) st = nt_linear_forward(ctx, &ln2, &L->p[FC_W].w, &L->p[FC_B].w, &act, NT_ACT_GELU,
+    if (!st) st = lin_fwd(ctx, g, l, 2, &ln2, &L->p[FC_W].w, &L->p[FC_B].w, &act, NT_ACT_GELU,
                                     &pre);
-    if (!st) st = nt_linear_forward(ctx, &act, &L->p[FCP_W].w, &L->p[FCP_B].w, &tmp,
+    if (!st) st = lin_fwd(ctx, g, l, 3, &act, &L->p[FCP_W].w, &L->p[FCP_B].w, &tmp,
                                     NT_ACT_NONE, NULL);
     if (!st) st = residual_add(ctx, p, L->mlp_off, &x1, &tmp, &dropped, &x2);
     x = x2;
@@ -406,6 +428,7 @@ static nt_status block_backward(nt_ctx *ctx, nt_gpt *g, gpt_layer *L, const nt_t
   nt_tensor m2 = v1(&L->ln2_mean, N), r2 = v1(&L->ln2_rstd, N);
   nt_tensor pre = v3(&L->fc_pre, b, t, 4 * C), act = v3(&L->fc_act, b, t, 4 * C);
   pv *P = L->p;
+  int l = (int)(L - g->layers);
   nt_status st = NT_OK;
   /* MLP branch: x2 = x1 + drop(fc_proj(gelu(fc(ln2(x1))))) */
   const nt_tensor *dbranch = &dres;
@@ -415,12 +438,12 @@ static nt_status block_backward(nt_ctx *ctx, nt_gpt *g, gpt_layer *L, const nt_t
     dbranch = &dtmp;
   }
   if (!st) st = nt_tensor_zero(ctx, &d4a);
-  if (!st) st = nt_linear_backward(ctx, dbranch, &act, &P[FCP_W].w, &d4a, &P[FCP_W].g,
+  if (!st) st = lin_bwd(ctx, g, l, 3, dbranch, &act, &P[FCP_W].w, &d4a, &P[FCP_W].g,
                                    &P[FCP_B].g);
   if (!st) st = nt_tensor_zero(ctx, &d4b);
   if (!st) st = nt_gelu_backward(ctx, &pre, &d4a, &d4b);
   if (!st) st = nt_tensor_zero(ctx, &dc);
-  if (!st) st = nt_linear_backward(ctx, &d4b, &ln2, &P[FC_W].w, &dc, &P[FC_W].g, &P[FC_B].g);
+  if (!st) st = lin_bwd(ctx, g, l, 2, &d4b, &ln2, &P[FC_W].w, &dc, &P[FC_W].g, &P[FC_B].g);
   if (!st) st = nt_layernorm_backward(ctx, &dc, &x1, &P[LN2_W].w, &m2, &r2, &dres, &P[LN2_W].g,
                                       &P[LN2_B].g);
   /* attention branch: x1 = x + drop(c_proj(merge(attn(split(c_attn(ln1(x))))))) */
@@ -429,7 +452,7 @@ static nt_status block_backward(nt_ctx *ctx, nt_gpt *g, gpt_layer *L, const nt_t
     if (!st) st = nt_dropout_backward(ctx, &dres, &dtmp, p, nt_ctx_seed(ctx), L->att_off);
   }
   if (!st) st = nt_tensor_zero(ctx, &dc);
-  if (!st) st = nt_linear_backward(ctx, dbranch, &ym, &P[PROJ_W].w, &dc, &P[PROJ_W].g,
+  if (!st) st = lin_bwd(ctx, g, l, 1, dbranch, &ym, &P[PROJ_W].w, &dc, &P[PROJ_W].g,
                                    &P[PROJ_B].g);
   if (!st) st = nt_tensor_zero(ctx, &datt);
   if (!st) st = nt_heads_merge_backward(ctx, &dc, &datt);
@@ -440,7 +463,7 @@ static nt_status block_backward(nt_ctx *ctx, nt_gpt *g, gpt_layer *L, const nt_t
   if (!st) st = nt_tensor_zero(ctx, &dqkv);
   if (!st) st = nt_qkv_split_backward(ctx, &dq, &dk, &dv, &dqkv);
   if (!st) st = nt_tensor_zero(ctx, &dc);
-  if (!st) st = nt_linear_backward(ctx, &dqkv, &ln1, &P[QKV_W].w, &dc, &P[QKV_W].g,
+  if (!st) st = lin_bwd(ctx, g, l, 0, &dqkv, &ln1, &P[QKV_W].w, &dc, &P[QKV_W].g,
                                    &P[QKV_B].g);
   if (!st) st = nt_layernorm_backward(ctx, &dc, x, &P[LN1_W].w, &m1, &r1, &dres, &P[LN1_W].g,
                                       &P[LN1_B].g);
@@ -484,5 +507,13 @@ nt_status nt_gpt_train_step(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
     demb = &dtmp;
   }
   if (!st) st = nt_embedding_backward(ctx, tokens, demb, &g->wte.g, &g->wpe.g);
+  /* the amaxes recorded this step become the next step's FP8 scales */
+  if (!st && g->fp8) st = nt_fp8_update(ctx, g->fp8);
   return st;
+}
+
+nt_status nt_gpt_enable_fp8(nt_ctx *ctx, nt_gpt *g, bool emulate) {
+  if (g->fp8) return NT_OK;
+  g->fp8_emulate = emulate;
+  return nt_fp8_linear_state_create(ctx, NULL, 4 * g->cfg.n_layer, &g->fp8);
 }

@@ -48,6 +48,12 @@ size_t nt_gpt_activation_bytes(const nt_gpt *g);
 nt_status nt_gpt_estimate(nt_ctx *ctx, const nt_gpt_config *cfg, nt_dtype compute_dtype,
                           int batch, int seq, nt_model_sizes *out);
 
+/* Runs the blocks' linear layers (c_attn, c_proj, c_fc, mlp c_proj) as FP8 GEMMs with
+ * delayed scaling (ops/fp8_linear.h; the head, LayerNorms and attention stay in the compute
+ * dtype); each training step updates the scales after its backward. emulate: the FP8
+ * quantization with fp32 GEMMs (CPU, tests). */
+nt_status nt_gpt_enable_fp8(nt_ctx *ctx, nt_gpt *g, bool emulate);
+
 /* One training micro-step: forward (dropout on), loss, and backward accumulating into the
  * parameter gradients. tokens, targets: I32 [b, t] on ctx's device. The loss gradient is
  * multiplied by *dloss_scale (device pointer on the GPU, host on the CPU; NULL = 1): AMP's

@@ -246,6 +246,7 @@ nt_status nt_train_gpt(nt_ctx *ctx, const nt_train_options *o, const nt_policy *
   int64_t B = o->batch_size, S = cfg.block_size;
   if (!st) st = nt_gpt_create(ctx, &cfg, dt, (int)B, (int)S, &r.g);
   if (!st) st = nt_params_init(ctx, nt_gpt_params(r.g), o->seed);
+  if (!st && pol->fp8) st = nt_gpt_enable_fp8(ctx, r.g, false);
   int64_t bt[2] = {B, S};
   if (!st) st = nt_tensor_alloc(ctx, &r.tokens, NT_I32, 2, bt);
   if (!st) st = nt_tensor_alloc(ctx, &r.targets, NT_I32, 2, bt);

@@ -42,13 +42,14 @@ static double grads_err(nt_ctx *gctx, nt_params *g, nt_params *c) {
   return worst;
 }
 
-static void gpt_vs_cpu(nt_ctx *gctx, nt_ctx *cctx, nt_dtype dt, double tol) {
+static void gpt_vs_cpu(nt_ctx *gctx, nt_ctx *cctx, nt_dtype dt, bool fp8, double tol) {
   nt_gpt_config c = {3, 4, 96, 40, 1100, 0.0f};   /* vocabulary padded to 1152 */
   enum { B = 3, T = 37 };
   nt_gpt *gg = NULL, *cg = NULL;
   if (!CHECK_OK(gctx, nt_gpt_create(gctx, &c, dt, B, 40, &gg))) return;
   if (!CHECK_OK(cctx, nt_gpt_create(cctx, &c, NT_F32, B, 40, &cg))) return;
   CHECK_OK(gctx, nt_params_init(gctx, nt_gpt_params(gg), 123));
+  if (fp8) CHECK_OK(gctx, nt_gpt_enable_fp8(gctx, gg, false));   /* real FP8 GEMMs on Hopper */
   CHECK_OK(cctx, nt_params_init(cctx, nt_gpt_params(cg), 123));
   nt_test_rng r = {99};
   int32_t *xs = random_tokens(&r, B * T, c.vocab_size), *ys = random_tokens(&r, B * T, c.vocab_size);
@@ -75,8 +76,8 @@ static void gpt_vs_cpu(nt_ctx *gctx, nt_ctx *cctx, nt_dtype dt, double tol) {
         (unsigned long long)m2.n_system_allocs);
   float lg = read_loss(gctx, nt_gpt_loss(gg));
   double ge = grads_err(gctx, nt_gpt_params(gg), nt_gpt_params(cg));
-  printf("  gpt %s: loss gpu %.6f cpu %.6f, worst unit gradient rel err %.3g\n",
-         nt_dtype_name(dt), lg, lc, ge);
+  printf("  gpt %s%s: loss gpu %.6f cpu %.6f, worst unit gradient rel err %.3g\n",
+         nt_dtype_name(dt), fp8 ? "+fp8" : "", lg, lc, ge);
   CHECK(fabsf(lg - lc) < tol * fabsf(lc), "%s GPT loss %g vs CPU %g", nt_dtype_name(dt), lg, lc);
   CHECK(ge < 10 * tol, "%s GPT gradients within %g: %g", nt_dtype_name(dt), 10 * tol, ge);
   nt_tensor_free(gctx, &dx);
@@ -240,9 +241,10 @@ int main(void) {
   if (nt_ctx_create(&cctx, nt_cpu())) return 1;
   snprintf(tmpdir, sizeof tmpdir, "/tmp/nt_gpu_train_XXXXXX");
   if (!mkdtemp(tmpdir)) return 1;
-  gpt_vs_cpu(gctx, cctx, NT_F32, 1e-4);
-  gpt_vs_cpu(gctx, cctx, NT_BF16, 2e-2);
-  gpt_vs_cpu(gctx, cctx, NT_F16, 5e-3);
+  gpt_vs_cpu(gctx, cctx, NT_F32, false, 1e-4);
+  gpt_vs_cpu(gctx, cctx, NT_BF16, false, 2e-2);
+  gpt_vs_cpu(gctx, cctx, NT_F16, false, 5e-3);
+  gpt_vs_cpu(gctx, cctx, NT_BF16, true, 3e-2);
   cnn_vs_cpu(gctx, cctx, NT_F32, 1e-4);
   cnn_vs_cpu(gctx, cctx, NT_F16, 5e-3);
   cnn_vs_cpu(gctx, cctx, NT_BF16, 2e-2);

@@ -267,6 +267,47 @@ static void test_bf16_close_to_fp32(nt_ctx *ctx) {
   nt_gpt_free(ctx, b);
 }
 
+/* FP8 linear layers (emulated on the CPU: the same quantization, fp32 GEMMs): the loss and
+ * gradients stay close to fp32's, and the delayed scales move off 1 after the first step. */
+static void test_fp8_emulated(nt_ctx *ctx) {
+  nt_gpt_config c = {2, 2, 32, 16, 13, 0.0f};
+  enum { B = 2, T = 16 };
+  nt_gpt *a = NULL, *b = NULL;
+  if (!CHECK_OK(ctx, nt_gpt_create(ctx, &c, NT_F32, B, T, &a))) return;
+  if (!CHECK_OK(ctx, nt_gpt_create(ctx, &c, NT_BF16, B, T, &b))) return;
+  CHECK_OK(ctx, nt_params_init(ctx, nt_gpt_params(a), 9));
+  CHECK_OK(ctx, nt_params_init(ctx, nt_gpt_params(b), 9));
+  CHECK_OK(ctx, nt_gpt_enable_fp8(ctx, b, true));
+  nt_test_rng r = {5};
+  int32_t xs[B * T], ys[B * T];
+  fill_tokens(&r, xs, B * T, c.vocab_size);
+  fill_tokens(&r, ys, B * T, c.vocab_size);
+  int64_t sh[2] = {B, T};
+  nt_tensor x = nt_tensor_view(xs, NT_I32, nt_cpu(), 2, sh);
+  nt_tensor y = nt_tensor_view(ys, NT_I32, nt_cpu(), 2, sh);
+  for (int step = 0; step < 2; step++) {
+    CHECK_OK(ctx, nt_params_zero_grad(ctx, nt_gpt_params(a)));
+    CHECK_OK(ctx, nt_params_zero_grad(ctx, nt_gpt_params(b)));
+    CHECK_OK(ctx, nt_gpt_train_step(ctx, a, &x, &y, NULL));
+    CHECK_OK(ctx, nt_gpt_train_step(ctx, b, &x, &y, NULL));
+    float la, lb;
+    memcpy(&la, nt_gpt_loss(a)->data, 4);
+    memcpy(&lb, nt_gpt_loss(b)->data, 4);
+    CHECK(fabsf(la - lb) < 3e-2f * la, "step %d: fp8 loss %g vs fp32 %g", step, lb, la);
+    double worst = 0;
+    for (int u = 0; u < nt_gpt_params(a)->n_units; u++) {
+      nt_tensor ga = nt_gpt_params(a)->units[u].grad, gb = nt_gpt_params(b)->units[u].grad;
+      double e = nt_test_rel_err(gb.data, ga.data, nt_tensor_numel(&ga));
+      if (e > worst) worst = e;
+    }
+    printf("  fp8 (emulated) step %d: loss %.5f vs fp32 %.5f, worst unit gradient rel err %.3g\n",
+           step, lb, la, worst);
+    CHECK(worst < 0.25, "step %d: fp8 gradients within 25%% of fp32 (%g)", step, worst);
+  }
+  nt_gpt_free(ctx, a);
+  nt_gpt_free(ctx, b);
+}
+
 int main(void) {
   nt_ctx *ctx;
   if (nt_ctx_create(&ctx, nt_cpu())) return 1;
@@ -275,6 +316,7 @@ int main(void) {
   test_init_and_layout(ctx);
   test_dropout_and_sizes(ctx);
   test_bf16_close_to_fp32(ctx);
+  test_fp8_emulated(ctx);
   nt_ctx_free(ctx);
   return nt_test_finish();
 }
