@@ -116,7 +116,7 @@ static void usage(FILE *f) {
 "  --eval-iters N             gpt: batches per evaluation (200)\n"
 "  --log-interval N           print/log every N steps (gpt 10, cnn 50)\n"
 "  --metrics-interval N       rewrite metrics.prom every N steps (default: every log)\n"
-"  --num-workers N            cnn loader threads (2)\n"
+"  --num-workers N            cnn loader threads (4)\n"
 "  --data-dir DIR             tiny shakespeare's dir (default $NT_DATA_DIR) or\n"
 "                             Fashion-MNIST's (default $NT_FASHION_DIR or the system copy)\n"
 "  --out-dir DIR              checkpoints (ckpt.safetensors + ckpt.json), metrics.jsonl,\n"

@@ -64,6 +64,7 @@ nt_train_options nt_train_defaults(nt_model_kind model) {
     o.eval_interval = 0;   /* the CNN evaluates after every epoch */
     o.log_interval = 50;
     o.growth_interval = 1000;   /* the CNN preset of the loss scaler */
+    o.num_workers = 4;
   }
   return o;
 }
