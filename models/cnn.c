@@ -3,6 +3,7 @@
 #include "ops/cross_entropy.h"
 #include "ops/dropout.h"
 #include "ops/elementwise.h"
+#include "ops/fp8_linear.h"
 #include "ops/linear.h"
 #include "ops/reduce.h"
 #include <math.h>
@@ -26,8 +27,32 @@ struct nt_cnn {
    * fp32 gradient buffer through an fp32 copy */
   nt_tensor dwlow, dw32;
   uint64_t drop_off;
+  nt_fp8_state *fp8;              /* FP8 delayed scaling for fc1, fc2, or NULL */
+  bool fp8_emulate;
   int n;
 };
+
+/* fc1 (k = 0) and fc2 (k = 1), in FP8 when the model has an FP8 state. */
+static nt_status lin_fwd(nt_ctx *ctx, const nt_cnn *m, int k, const nt_tensor *x,
+                         const nt_tensor *w, const nt_tensor *b, nt_tensor *y, nt_activation act) {
+  if (!m->fp8) return nt_linear_forward(ctx, x, w, b, y, act, NULL);
+  nt_fp8_linear_cfg c = {m->fp8, k * NT_FP8_LINEAR_TENSORS, m->fp8_emulate};
+  return nt_fp8_linear_forward(ctx, &c, x, w, b, y, act, NULL);
+}
+
+static nt_status lin_bwd(nt_ctx *ctx, const nt_cnn *m, int k, const nt_tensor *dy,
+                         const nt_tensor *x, const nt_tensor *w, nt_tensor *dx, nt_tensor *dw,
+                         nt_tensor *db) {
+  if (!m->fp8) return nt_linear_backward(ctx, dy, x, w, dx, dw, db);
+  nt_fp8_linear_cfg c = {m->fp8, k * NT_FP8_LINEAR_TENSORS, m->fp8_emulate};
+  return nt_fp8_linear_backward(ctx, &c, dy, x, w, dx, dw, db);
+}
+
+nt_status nt_cnn_enable_fp8(nt_ctx *ctx, nt_cnn *m, bool emulate) {
+  if (m->fp8) return NT_OK;
+  m->fp8_emulate = emulate;
+  return nt_fp8_linear_state_create(ctx, NULL, 2, &m->fp8);
+}
 
 nt_cnn_config nt_cnn_config_default(void) {
   nt_cnn_config c = {1, 28, 28, 32, 64, 256, 10, 0.0f};
@@ -154,6 +179,7 @@ nt_status nt_cnn_create(nt_ctx *ctx, const nt_cnn_config *cfg, nt_dtype compute_
 
 void nt_cnn_free(nt_ctx *ctx, nt_cnn *m) {
   if (!m) return;
+  nt_fp8_state_free(ctx, m->fp8);
   nt_arena_free(ctx, &m->arena);
   nt_params_free(ctx, &m->params);
   free(m);
@@ -248,7 +274,7 @@ static nt_status forward(nt_ctx *ctx, nt_cnn *m, const nt_tensor *x, bool train,
   if (!st) st = nt_conv2d_forward(ctx, &v->a3, &m->w[W4], &m->w[B4], &v->z3, cp);
   if (!st) st = nt_relu_forward(ctx, &v->z3, &v->a4);
   if (!st) st = nt_maxpool2d_forward(ctx, &v->a4, &v->p2, &v->arg2, 2);
-  if (!st) st = nt_linear_forward(ctx, &v->p2f, &m->w[F1W], &m->w[F1B], &v->h, NT_ACT_RELU, NULL);
+  if (!st) st = lin_fwd(ctx, m, 0, &v->p2f, &m->w[F1W], &m->w[F1B], &v->h, NT_ACT_RELU);
   const nt_tensor *hin = &v->h;
   if (train && c->dropout > 0.0f) {
     m->drop_off = nt_ctx_rng_reserve(ctx, (uint64_t)n * (uint64_t)c->hidden);
@@ -256,8 +282,7 @@ static nt_status forward(nt_ctx *ctx, nt_cnn *m, const nt_tensor *x, bool train,
                                      m->drop_off);
     hin = &v->hd;
   }
-  if (!st) st = nt_linear_forward(ctx, hin, &m->w[F2W], &m->w[F2B], &v->logits, NT_ACT_NONE,
-                                  NULL);
+  if (!st) st = lin_fwd(ctx, m, 1, hin, &m->w[F2W], &m->w[F2B], &v->logits, NT_ACT_NONE);
   return st;
 }
 
@@ -318,7 +343,7 @@ nt_status nt_cnn_train_step(nt_ctx *ctx, nt_cnn *m, const nt_tensor *images,
   nt_tensor dp2f = v2(&m->dp2, n, feat(c)), dp2 = v4(&m->dp2, n, c->c2, H / 4, W / 4);
   /* head */
   if (!st) st = nt_tensor_zero(ctx, &dh);
-  if (!st) st = nt_linear_backward(ctx, &v.logits, drop ? &v.hd : &v.h, &m->w[F2W], &dh,
+  if (!st) st = lin_bwd(ctx, m, 1, &v.logits, drop ? &v.hd : &v.h, &m->w[F2W], &dh,
                                    &m->g[F2W], &m->g[F2B]);
   nt_tensor *dhr = &dh;
   if (drop) {
@@ -330,7 +355,7 @@ nt_status nt_cnn_train_step(nt_ctx *ctx, nt_cnn *m, const nt_tensor *images,
   if (!st) st = nt_tensor_zero(ctx, &dpre);
   if (!st) st = nt_relu_backward(ctx, &v.h, dhr, &dpre);
   if (!st) st = nt_tensor_zero(ctx, &dp2f);
-  if (!st) st = nt_linear_backward(ctx, &dpre, &v.p2f, &m->w[F1W], &dp2f, &m->g[F1W],
+  if (!st) st = lin_bwd(ctx, m, 0, &dpre, &v.p2f, &m->w[F1W], &dp2f, &m->g[F1W],
                                    &m->g[F1B]);
   /* stage 2, alternating the two scratch maps */
   nt_tensor sA2 = v4(&m->sa, n, c->c2, H / 2, W / 2), sB2 = v4(&m->sb, n, c->c2, H / 2, W / 2);
@@ -350,5 +375,6 @@ nt_status nt_cnn_train_step(nt_ctx *ctx, nt_cnn *m, const nt_tensor *images,
                                    &m->g[B2]);                              /* B = d a1 */
   if (!st) st = conv_relu_backward(ctx, m, &v.a1, &sB1, &sA1, &v.x, &m->w[W1], NULL, &m->g[W1],
                                    &m->g[B1]);
+  if (!st && m->fp8) st = nt_fp8_update(ctx, m->fp8);
   return st;
 }

@@ -36,6 +36,10 @@ size_t nt_cnn_activation_bytes(const nt_cnn *m);
 nt_status nt_cnn_estimate(nt_ctx *ctx, const nt_cnn_config *cfg, nt_dtype compute_dtype,
                           int batch, nt_model_sizes *out);
 
+/* Runs fc1 and fc2 as FP8 GEMMs with delayed scaling (ops/fp8_linear.h); the convolutions
+ * stay in the compute dtype. emulate: FP8 quantization with fp32 GEMMs (CPU, tests). */
+nt_status nt_cnn_enable_fp8(nt_ctx *ctx, nt_cnn *m, bool emulate);
+
 /* images: [n, in, H, W] in the compute dtype (normalised); labels: I32 [n]. Forward (dropout
  * on), loss, backward into the parameter gradients; loss gradient times *dloss_scale. */
 nt_status nt_cnn_train_step(nt_ctx *ctx, nt_cnn *m, const nt_tensor *images,

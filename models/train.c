@@ -579,9 +579,6 @@ nt_status nt_train_run(nt_ctx *ctx, const nt_train_options *o, nt_train_result *
   nt_status st = nt_policy_make(ctx, o->precision, &pol);
   if (st) return st;
   nt_policy_apply(ctx, &pol);
-  if (pol.fp8 && o->model == NT_MODEL_CNN)
-    nt_log(ctx, NT_LOG_WARN, "fp8: the CNN has no FP8 layers; training in %s",
-           nt_dtype_name(pol.compute_dtype));
   return o->model == NT_MODEL_GPT ? nt_train_gpt(ctx, o, &pol, res)
                                   : nt_train_cnn(ctx, o, &pol, res);
 }

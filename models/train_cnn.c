@@ -165,6 +165,7 @@ nt_status nt_train_cnn(nt_ctx *ctx, const nt_train_options *o, const nt_policy *
   nt_dtype dt = pol->compute_dtype;
   if (!st) st = nt_cnn_create(ctx, &cfg, dt, (int)B, &r.m);
   if (!st) st = nt_params_init(ctx, nt_cnn_params(r.m), o->seed);
+  if (!st && pol->fp8) st = nt_cnn_enable_fp8(ctx, r.m, false);
   int64_t xs[4] = {B, cfg.in_channels, cfg.height, cfg.width};
   if (!st) st = nt_tensor_alloc(ctx, &r.x, dt, 4, xs);
   if (!st) st = nt_tensor_alloc(ctx, &r.y, NT_I32, 1, &B);

@@ -132,7 +132,7 @@ static void test_init_layout(nt_ctx *ctx) {
   nt_cnn_free(ctx, m);
 }
 
-static void test_low_precision(nt_ctx *ctx, nt_dtype dt, double tol) {
+static void test_low_precision(nt_ctx *ctx, nt_dtype dt, bool fp8, double tol) {
   nt_cnn_config c = {1, 8, 8, 4, 6, 16, 5, 0.0f};
   enum { N = 4 };
   nt_cnn *a = NULL, *b = NULL;
@@ -140,6 +140,7 @@ static void test_low_precision(nt_ctx *ctx, nt_dtype dt, double tol) {
   if (!CHECK_OK(ctx, nt_cnn_create(ctx, &c, dt, N, &b))) return;
   CHECK_OK(ctx, nt_params_init(ctx, nt_cnn_params(a), 8));
   CHECK_OK(ctx, nt_params_init(ctx, nt_cnn_params(b), 8));
+  if (fp8) CHECK_OK(ctx, nt_cnn_enable_fp8(ctx, b, true));
   nt_test_rng r = {4};
   float xs[N * 64];
   uint16_t xl[N * 64];
@@ -165,8 +166,20 @@ static void test_low_precision(nt_ctx *ctx, nt_dtype dt, double tol) {
     float *gs = malloc((size_t)n * sizeof *gs);
     for (int64_t k = 0; k < n; k++) gs[k] = ((float *)gb.data)[k] / scale;
     double e = nt_test_rel_err(gs, ga.data, n);
-    CHECK(e < 10 * tol, "%s unit %d: gradients (unscaled) within %g of fp32: %g",
-          nt_dtype_name(dt), u, 10 * tol, e);
+    /* FP8 (E5M2) output gradients of fc1 reach the conv stack: its weight gradients, sums of
+     * many cancelling terms, keep the direction but lose digits */
+    double lim = fp8 && u < 2 ? 0.6 : 10 * tol;
+    double dot = 0, na = 0, nb = 0;
+    for (int64_t k = 0; k < n; k++) {
+      double a = ((float *)ga.data)[k];
+      dot += a * gs[k];
+      na += a * a;
+      nb += (double)gs[k] * gs[k];
+    }
+    double cosine = dot / sqrt(na * nb + 1e-300);
+    if (fp8) printf("  fp8 unit %d: gradient rel err %.3g, cosine %.4f\n", u, e, cosine);
+    CHECK(e < lim && cosine > 0.9, "%s%s unit %d: gradients (unscaled) within %g of fp32: %g "
+          "(cosine %g)", nt_dtype_name(dt), fp8 ? "+fp8" : "", u, lim, e, cosine);
     free(gs);
   }
   nt_cnn_free(ctx, a);
@@ -205,8 +218,9 @@ int main(void) {
   if (nt_ctx_create(&ctx, nt_cpu())) return 1;
   test_gradcheck(ctx);
   test_init_layout(ctx);
-  test_low_precision(ctx, NT_BF16, 2e-2);
-  test_low_precision(ctx, NT_F16, 5e-3);
+  test_low_precision(ctx, NT_BF16, false, 2e-2);
+  test_low_precision(ctx, NT_F16, false, 5e-3);
+  test_low_precision(ctx, NT_BF16, true, 3e-2);   /* fc layers in FP8 (emulated) */
   test_dropout(ctx);
   nt_ctx_free(ctx);
   return nt_test_finish();
