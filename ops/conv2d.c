@@ -6,7 +6,7 @@
 
 #ifdef NT_HAVE_CUDA
 nt_status nt_conv2d_forward_cuda(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
-                                 const nt_tensor *b, nt_tensor *y, nt_conv2d_params p);
+                                 const nt_tensor *b, nt_tensor *y, nt_conv2d_params p, bool relu);
 nt_status nt_conv2d_backward_cuda(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *x,
                                   const nt_tensor *w, nt_tensor *dx, nt_tensor *dw,
                                   nt_tensor *db, nt_conv2d_params p);
@@ -76,7 +76,7 @@ static float *widen(const nt_tensor *t) {
 
 static nt_status conv_forward_cpu(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
                                   const nt_tensor *b, nt_tensor *y, nt_conv2d_params p,
-                                  const conv_dims *d) {
+                                  bool relu, const conv_dims *d) {
   float *X = widen(x), *Wt = widen(w), *Bv = b ? widen(b) : NULL;
   nt_status st = NT_OK;
   if (!X || !Wt || (b && !Bv)) {
@@ -99,6 +99,7 @@ static nt_status conv_forward_cpu(nt_ctx *ctx, const nt_tensor *x, const nt_tens
                        Wt[((co * d->Cin + ci) * d->KH + kh) * d->KW + kw];
               }
             }
+          if (relu && !(acc > 0.0)) acc = acc != acc ? acc : 0.0;
           nt_store_f32(y->data, y->dtype, ((n * d->Cout + co) * d->OH + oh) * d->OW + ow,
                        (float)acc);
         }
@@ -153,20 +154,30 @@ done:
   return st;
 }
 
-nt_status nt_conv2d_forward(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
-                            const nt_tensor *b, nt_tensor *y, nt_conv2d_params p) {
+static nt_status conv_forward(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
+                              const nt_tensor *b, nt_tensor *y, nt_conv2d_params p, bool relu) {
   conv_dims d;
-  nt_status st = check_conv(ctx, x, w, y, p, &d, "conv2d_forward");
+  nt_status st = check_conv(ctx, x, w, y, p, &d, relu ? "conv2d_relu_forward" : "conv2d_forward");
   if (st) return st;
   if (b && (st = check_bias(ctx, b, x->dtype, d.Cout, "conv2d b [Cout]"))) return st;
   if (x->device.type == NT_DEV_CUDA) {
 #ifdef NT_HAVE_CUDA
-    return nt_conv2d_forward_cuda(ctx, x, w, b, y, p);
+    return nt_conv2d_forward_cuda(ctx, x, w, b, y, p, relu);
 #else
     return NT_ERROR(ctx, NT_ERR_NO_DEVICE, "conv2d: CUDA tensor without the CUDA backend");
 #endif
   }
-  return conv_forward_cpu(ctx, x, w, b, y, p, &d);
+  return conv_forward_cpu(ctx, x, w, b, y, p, relu, &d);
+}
+
+nt_status nt_conv2d_forward(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
+                            const nt_tensor *b, nt_tensor *y, nt_conv2d_params p) {
+  return conv_forward(ctx, x, w, b, y, p, false);
+}
+
+nt_status nt_conv2d_relu_forward(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
+                                 const nt_tensor *b, nt_tensor *y, nt_conv2d_params p) {
+  return conv_forward(ctx, x, w, b, y, p, true);
 }
 
 nt_status nt_conv2d_backward(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *x,
@@ -177,7 +188,8 @@ nt_status nt_conv2d_backward(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *
   if (st) return st;
   if (dx && (st = check_t(ctx, dx, 4, x->dtype, "conv2d dx"))) return st;
   if (dx && (st = nt_check_same_shape(ctx, dx, x, "conv2d dx vs x"))) return st;
-  if (dw && (st = check_t(ctx, dw, 4, x->dtype, "conv2d dw"))) return st;
+  if (dw && (st = check_t(ctx, dw, 4, dw->dtype == NT_F32 ? NT_F32 : x->dtype, "conv2d dw")))
+    return st;
   if (dw && (st = nt_check_same_shape(ctx, dw, w, "conv2d dw vs w"))) return st;
   if (db && (st = check_bias(ctx, db, x->dtype, d.Cout, "conv2d db [Cout]"))) return st;
   if (!dx && !dw && !db) return NT_OK;

@@ -1,17 +1,32 @@
-/* Conv2d on CUDA as im2col + cuBLASLt GEMM (nt_gemm), fp32 accumulation. With P = OH * OW:
- *   col [K = Cin*KH*KW, N*P]           im2col of the whole batch (column n*P + p); Y' and dcol
- *                                      are fp32 so each output is rounded once
- *   forward:  Y' [Cout, N*P] = W [Cout, K] @ col;  y[n, co, p] = Y'[co, n*P + p] + b[co]
- *   backward: dY' [Cout, N*P] = dy permuted;  db += rowsum(dY')
- *             dW += dY' @ col^T (beta 1)      dcol = W^T @ dY';  dx += col2im(dcol)
- * One GEMM per product for the whole batch; col2im gathers (no atomics). Scratch comes from
- * the context's pool and is released in stream order. */
+/* Conv2d on CUDA as im2col + cuBLASLt GEMM (nt_gemm), fp32 accumulation, results written once
+ * in the output dtype. With P = OH * OW and K = Cin*KH*KW:
+ *   col [N, P, Kp]   im2col in the compute dtype, one row of Kp contiguous values per output
+ *                    position. Kp = K (+1 for a bias) rounded up to 8 so every row is 16-byte
+ *                    aligned for tensor cores (conv1 of the CNN: K 9 -> 16). With a bias the
+ *                    column K holds 1 and the packed weight's column K holds b: the GEMM adds
+ *                    the bias itself (and dW's column K is db), so there is no bias pass.
+ *   forward:  y[n] [Cout, P] = Wp [Cout, Kp] @ col[n]^T   one batched GEMM straight into y
+ *             (A broadcast over the batch; nt_gemm's RELU epilogue for the fused variant)
+ *   dW, db:   dyp [Cout, N*P] = dy permuted;  dWp [Cout, Kp] (f32) = dyp @ col (the whole batch
+ *             in one GEMM);  dw += dWp[:, :K], db += dWp[:, K]
+ *   dx (stride 1, pad < kernel): the forward conv of dy with the flipped, transposed weight
+ *             (pad KH-1-pad, KW-1-pad), accumulated into dx by the GEMM (beta 1).
+ *   dx (other strides): dcol [K, N*P] (f32) = W^T @ dyp, then col2im gathers into dx.
+ * Scratch comes from the context's pool and is released in stream order. */
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include "ops/conv2d.h"
 #include "ops/gemm.h"
 #include "core/cuda_util.h"
+
+extern "C" {
+nt_status nt_conv2d_forward_cuda(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
+                                 const nt_tensor *b, nt_tensor *y, nt_conv2d_params p, bool relu);
+nt_status nt_conv2d_backward_cuda(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *x,
+                                  const nt_tensor *w, nt_tensor *dx, nt_tensor *dw,
+                                  nt_tensor *db, nt_conv2d_params p);
+}
 
 namespace {
 
@@ -25,60 +40,114 @@ template <> __device__ __forceinline__ __nv_bfloat16 st<__nv_bfloat16>(float x) 
   return __float2bfloat16_rn(x);
 }
 
+/* The geometry of one convolution as im2col sees it: input [N, C, H, W], kernel KH x KW,
+ * output OH x OW; K = C*KH*KW real columns, Kp padded columns (column K is 1 when ones). */
 struct geom {
-  int N, Cin, H, W, Cout, KH, KW, OH, OW, stride, pad;
+  int N, C, H, W, KH, KW, OH, OW, stride, padh, padw, K, Kp;
+  bool ones;
   __host__ __device__ long P() const { return (long)OH * OW; }
-  __host__ __device__ long K() const { return (long)Cin * KH * KW; }
 };
 
 #define GRID_STRIDE(i, n)                                             \
   for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
        i += (long)gridDim.x * blockDim.x)
 
-template <typename T> __global__ void im2col(const T *__restrict__ x, T *__restrict__ col, geom g) {
-  const long P = g.P(), NP = g.N * P, total = g.K() * NP;
+template <typename T> struct alignas(16) pack8 { T v[8]; };
+
+/* col[(n*P + p)*Kp + k]: one thread per 8 consecutive columns, written as one 16-byte (F32:
+ * two) store. The input is small next to col and mostly L2-resident, so the gathers are cheap. */
+template <typename T> __global__ void im2col_rows(const T *__restrict__ x, T *__restrict__ col,
+                                                  geom g) {
+  const int chunks = g.Kp / 8, khw = g.KH * g.KW;
+  const long P = g.P(), total = (long)g.N * P * chunks;
   GRID_STRIDE(idx, total) {
-    const long kk = idx / NP, np = idx % NP;
-    const int n = (int)(np / P), p = (int)(np % P);
-    const int kw = (int)(kk % g.KW), kh = (int)((kk / g.KW) % g.KH), ci = (int)(kk / (g.KW * g.KH));
-    const int ih = (p / g.OW) * g.stride - g.pad + kh, iw = (p % g.OW) * g.stride - g.pad + kw;
-    const bool in = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W;
-    col[idx] = in ? x[(((long)n * g.Cin + ci) * g.H + ih) * g.W + iw] : st<T>(0.f);
+    const long row = idx / chunks;
+    const int k0 = (int)(idx % chunks) * 8;
+    const int n = (int)(row / P), p = (int)(row % P);
+    const int oh = p / g.OW, ow = p % g.OW;
+    const int ih0 = oh * g.stride - g.padh, iw0 = ow * g.stride - g.padw;
+    const T *xn = x + (long)n * g.C * g.H * g.W;
+    pack8<T> out;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      const int k = k0 + j;
+      float v = 0.f;
+      if (k < g.K) {
+        const int ci = k / khw, r = k - ci * khw, kh = r / g.KW, kw = r - kh * g.KW;
+        const int ih = ih0 + kh, iw = iw0 + kw;
+        if (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W) {
+          out.v[j] = xn[((long)ci * g.H + ih) * g.W + iw];
+          continue;
+        }
+      } else if (k == g.K && g.ones) {
+        v = 1.f;
+      }
+      out.v[j] = st<T>(v);
+    }
+    *reinterpret_cast<pack8<T> *>(col + row * g.Kp + k0) = out;
   }
 }
 
-/* y[n, co, p] = yp[co, n*P + p] (+ b[co]). */
-template <typename T, typename B> __global__ void scatter_bias(const float *__restrict__ yp,
-                                                               const B *__restrict__ b,
-                                                               T *__restrict__ y, geom g) {
-  const long P = g.P(), total = (long)g.N * g.Cout * P;
-  GRID_STRIDE(idx, total) {
-    const long p = idx % P, co = (idx / P) % g.Cout, n = idx / (P * g.Cout);
-    float v = yp[co * g.N * P + n * P + p];
-    if (b) v += ld(b[co]);
-    y[idx] = st<T>(v);
+/* wp[co, k] = w[co, k] for k < K, b[co] at k == K (when b), 0 after. */
+template <typename T, typename B>
+__global__ void pack_weight(const T *__restrict__ w, const B *__restrict__ b, T *__restrict__ wp,
+                            int Cout, int K, int Kp) {
+  GRID_STRIDE(i, (long)Cout * Kp) {
+    const int co = (int)(i / Kp), k = (int)(i % Kp);
+    wp[i] = k < K ? w[(long)co * K + k] : (k == K && b) ? st<T>(ld(b[co])) : st<T>(0.f);
+  }
+}
+
+/* wt[ci, (co*KH + kh)*KW + kw] = w[co, ci, KH-1-kh, KW-1-kw]: the weight of dx as a conv of dy. */
+template <typename T>
+__global__ void pack_weight_flipped(const T *__restrict__ w, T *__restrict__ wt, int Cout, int Cin,
+                                    int KH, int KW, int Kp) {
+  const int K = Cout * KH * KW;
+  GRID_STRIDE(i, (long)Cin * Kp) {
+    const int ci = (int)(i / Kp), k = (int)(i % Kp);
+    T v = st<T>(0.f);
+    if (k < K) {
+      const int co = k / (KH * KW), r = k % (KH * KW), kh = r / KW, kw = r % KW;
+      v = w[(((long)co * Cin + ci) * KH + (KH - 1 - kh)) * KW + (KW - 1 - kw)];
+    }
+    wt[i] = v;
+  }
+}
+
+/* dw[co, k] += dwp[co, k] (k < K); db[co] += dwp[co, K]. */
+template <typename W, typename B>
+__global__ void add_weight_grad(const float *__restrict__ dwp, W *__restrict__ dw,
+                                B *__restrict__ db, int Cout, int K, int Kp) {
+  GRID_STRIDE(i, (long)Cout * (K + 1)) {
+    const int co = (int)(i / (K + 1)), k = (int)(i % (K + 1));
+    const float g = dwp[(long)co * Kp + k];
+    if (k < K) {
+      if (dw) dw[(long)co * K + k] = st<W>(ld(dw[(long)co * K + k]) + g);
+    } else if (db) {
+      db[co] = st<B>(ld(db[co]) + g);
+    }
   }
 }
 
 /* dyp[co, n*P + p] = dy[n, co, p]. */
 template <typename T>
-__global__ void gather_dy(const T *__restrict__ dy, T *__restrict__ dyp, geom g) {
-  const long P = g.P(), total = (long)g.N * g.Cout * P;
+__global__ void gather_dy(const T *__restrict__ dy, T *__restrict__ dyp, int N, int Cout, long P) {
+  const long total = (long)N * Cout * P;
   GRID_STRIDE(idx, total) {
-    const long p = idx % P, co = (idx / P) % g.Cout, n = idx / (P * g.Cout);
-    dyp[co * g.N * P + n * P + p] = dy[idx];
+    const long p = idx % P, co = (idx / P) % Cout, n = idx / (P * Cout);
+    dyp[co * N * P + n * P + p] = dy[idx];
   }
 }
 
-/* db[co] += sum over n, p of dy[n, co, p]: one block per channel, fp32 sum. */
+/* db[co] += sum over n, p of dy[n, co, p]: one block per channel, fp32 sum (used when there is
+ * no dW GEMM to carry it). */
 template <typename T, typename B>
-__global__ void bias_grad(const T *__restrict__ dy, B *__restrict__ db, geom g) {
-  const long P = g.P();
+__global__ void bias_grad(const T *__restrict__ dy, B *__restrict__ db, int N, int Cout, long P) {
   const int co = blockIdx.x;
   float acc = 0.f;
-  for (long i = threadIdx.x; i < (long)g.N * P; i += blockDim.x) {
+  for (long i = threadIdx.x; i < (long)N * P; i += blockDim.x) {
     const long n = i / P, p = i % P;
-    acc += ld(dy[(n * g.Cout + co) * P + p]);
+    acc += ld(dy[(n * Cout + co) * P + p]);
   }
   __shared__ float part[32];
   for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
@@ -91,22 +160,23 @@ __global__ void bias_grad(const T *__restrict__ dy, B *__restrict__ db, geom g) 
   }
 }
 
-/* dx[n, ci, ih, iw] += sum over the (kh, kw) whose output position lands on the stride grid. */
+/* dx[n, ci, ih, iw] += sum over the (kh, kw) whose output position lands on the stride grid;
+ * dcol is [K, N*P] (f32). g describes the forward conv (C = Cin). */
 template <typename T>
 __global__ void col2im_add(const float *__restrict__ dcol, T *__restrict__ dx, geom g) {
-  const long P = g.P(), NP = g.N * P, total = (long)g.N * g.Cin * g.H * g.W;
+  const long P = g.P(), NP = g.N * P, total = (long)g.N * g.C * g.H * g.W;
   GRID_STRIDE(idx, total) {
     const int iw = (int)(idx % g.W), ih = (int)((idx / g.W) % g.H);
-    const int ci = (int)((idx / ((long)g.W * g.H)) % g.Cin);
-    const long n = idx / ((long)g.W * g.H * g.Cin);
+    const int ci = (int)((idx / ((long)g.W * g.H)) % g.C);
+    const long n = idx / ((long)g.W * g.H * g.C);
     float acc = 0.f;
     for (int kh = 0; kh < g.KH; kh++) {
-      const int oh_s = ih + g.pad - kh;
+      const int oh_s = ih + g.padh - kh;
       if (oh_s < 0 || oh_s % g.stride) continue;
       const int oh = oh_s / g.stride;
       if (oh >= g.OH) continue;
       for (int kw = 0; kw < g.KW; kw++) {
-        const int ow_s = iw + g.pad - kw;
+        const int ow_s = iw + g.padw - kw;
         if (ow_s < 0 || ow_s % g.stride) continue;
         const int ow = ow_s / g.stride;
         if (ow >= g.OW) continue;
@@ -123,142 +193,243 @@ unsigned grid_for(long n) {
   return (unsigned)(b < 1 ? 1 : b > 65535 * 8 ? 65535 * 8 : b);
 }
 
-geom make_geom(const nt_tensor *x, const nt_tensor *w, nt_conv2d_params p) {
+int round8(int k) { return (k + 7) / 8 * 8; }
+
+/* The forward conv's geometry (input x, weight w), with a ones column when `ones`. */
+geom fwd_geom(const nt_tensor *x, const nt_tensor *w, nt_conv2d_params p, bool ones) {
   geom g;
   g.N = (int)x->shape[0];
-  g.Cin = (int)x->shape[1];
+  g.C = (int)x->shape[1];
   g.H = (int)x->shape[2];
   g.W = (int)x->shape[3];
-  g.Cout = (int)w->shape[0];
   g.KH = (int)w->shape[2];
   g.KW = (int)w->shape[3];
   g.OH = (g.H + 2 * p.pad - g.KH) / p.stride + 1;
   g.OW = (g.W + 2 * p.pad - g.KW) / p.stride + 1;
   g.stride = p.stride;
-  g.pad = p.pad;
+  g.padh = g.padw = p.pad;
+  g.K = g.C * g.KH * g.KW;
+  g.ones = ones;
+  g.Kp = round8(g.K + (ones ? 1 : 0));
   return g;
 }
 
-nt_status mat(nt_ctx *ctx, nt_tensor *out, nt_dtype dt, long rows, long cols) {
-  const int64_t s[2] = {rows, cols};
-  return nt_tensor_alloc(ctx, out, dt, 2, s);
+/* dx as a stride-1 conv of dy ([N, Cout, OH, OW]) back onto [H, W]. */
+geom dx_geom(const geom &f, int Cout) {
+  geom g = f;
+  g.C = Cout;
+  g.H = f.OH;
+  g.W = f.OW;
+  g.OH = f.H;
+  g.OW = f.W;
+  g.stride = 1;
+  g.padh = f.KH - 1 - f.padh;
+  g.padw = f.KW - 1 - f.padw;
+  g.K = Cout * f.KH * f.KW;
+  g.ones = false;
+  g.Kp = round8(g.K);
+  return g;
+}
+
+nt_status alloc(nt_ctx *ctx, nt_tensor *out, nt_dtype dt, int ndim, long a, long b, long c = 0) {
+  const int64_t s[3] = {a, b, c};
+  return nt_tensor_alloc(ctx, out, dt, ndim, s);
+}
+
+nt_status view3(nt_ctx *ctx, const nt_tensor *t, long a, long b, long c, nt_tensor *out) {
+  const int64_t s[3] = {a, b, c};
+  return nt_tensor_reshape(ctx, t, 3, s, out);
+}
+
+template <typename T> nt_status launch_im2col(nt_ctx *ctx, const T *x, T *col, const geom &g) {
+  im2col_rows<T><<<grid_for((long)g.N * g.P() * (g.Kp / 8)), 256, 0, nt_cuda_stream(ctx)>>>(
+      x, col, g);
+  return NT_CUDA_LAUNCHED(ctx);
+}
+
+/* D[n] [M, P] (beta 0 or 1) = Wp [M, Kp] @ col[n]^T, col [N, P, Kp] in scratch. */
+nt_status batched_conv_gemm(nt_ctx *ctx, const nt_tensor *wp, const nt_tensor *col, nt_tensor *D,
+                            const geom &g, float beta, bool relu) {
+  nt_tensor a, b, d;
+  nt_status st = view3(ctx, wp, 1, wp->shape[0], g.Kp, &a);
+  if (!st) st = view3(ctx, col, g.N, g.P(), g.Kp, &b);
+  if (!st) st = view3(ctx, D, g.N, wp->shape[0], g.P(), &d);
+  if (st) return st;
+  nt_gemm_opts o = nt_gemm_defaults();
+  o.trans_b = true;
+  o.beta = beta;
+  if (relu) o.epilogue = NT_EPI_RELU;
+  return nt_gemm(ctx, &a, &b, &d, &o);
 }
 
 template <typename T> nt_status forward_t(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
-                                          const nt_tensor *b, nt_tensor *y, const geom &g) {
+                                          const nt_tensor *b, nt_tensor *y, nt_conv2d_params p,
+                                          bool relu) {
   cudaStream_t s = nt_cuda_stream(ctx);
-  const long NP = g.N * g.P();
-  nt_tensor col = {}, yp = {}, w2;
-  const int64_t wshape[2] = {g.Cout, g.K()};
-  nt_gemm_opts o = nt_gemm_defaults();
-  nt_status st = nt_tensor_reshape(ctx, w, 2, wshape, &w2);
-  if (st || (st = mat(ctx, &col, x->dtype, g.K(), NP)) || (st = mat(ctx, &yp, NT_F32, g.Cout, NP)))
-    goto done;
-  im2col<T><<<grid_for(g.K() * NP), 256, 0, s>>>((const T *)x->data, (T *)col.data, g);
-  if ((st = NT_CUDA_LAUNCHED(ctx))) goto done;
-  if ((st = nt_gemm(ctx, &w2, &col, &yp, &o))) goto done;
-  if (b && b->dtype == NT_F32)
-    scatter_bias<T, float><<<grid_for((long)g.N * g.Cout * g.P()), 256, 0, s>>>(
-        (const float *)yp.data, (const float *)b->data, (T *)y->data, g);
+  const geom g = fwd_geom(x, w, p, b != NULL);
+  const int Cout = (int)w->shape[0];
+  nt_tensor col = {}, wp = {};
+  nt_status st = alloc(ctx, &wp, x->dtype, 2, Cout, g.Kp);
+  if (!st) st = alloc(ctx, &col, x->dtype, 2, (long)g.N * g.P(), g.Kp);
+  if (st) goto done;
+  if (b && b->dtype == NT_F32 && x->dtype != NT_F32)
+    pack_weight<T, float><<<grid_for((long)Cout * g.Kp), 256, 0, s>>>(
+        (const T *)w->data, (const float *)b->data, (T *)wp.data, Cout, g.K, g.Kp);
   else
-    scatter_bias<T, T><<<grid_for((long)g.N * g.Cout * g.P()), 256, 0, s>>>(
-        (const float *)yp.data, b ? (const T *)b->data : (const T *)NULL, (T *)y->data, g);
-  st = NT_CUDA_LAUNCHED(ctx);
+    pack_weight<T, T><<<grid_for((long)Cout * g.Kp), 256, 0, s>>>(
+        (const T *)w->data, b ? (const T *)b->data : (const T *)NULL, (T *)wp.data, Cout, g.K,
+        g.Kp);
+  if ((st = NT_CUDA_LAUNCHED(ctx))) goto done;
+  if ((st = launch_im2col<T>(ctx, (const T *)x->data, (T *)col.data, g))) goto done;
+  st = batched_conv_gemm(ctx, &wp, &col, y, g, 0.f, relu);
 done:
-  nt_tensor_free(ctx, &yp);
   nt_tensor_free(ctx, &col);
+  nt_tensor_free(ctx, &wp);
+  return st;
+}
+
+template <typename T, typename W, typename B>
+nt_status launch_add_weight_grad(nt_ctx *ctx, const nt_tensor *dwp, nt_tensor *dw, nt_tensor *db,
+                                 int Cout, int K, int Kp) {
+  add_weight_grad<W, B><<<grid_for((long)Cout * (K + 1)), 256, 0, nt_cuda_stream(ctx)>>>(
+      (const float *)dwp->data, dw ? (W *)dw->data : (W *)NULL, db ? (B *)db->data : (B *)NULL,
+      Cout, K, Kp);
+  return NT_CUDA_LAUNCHED(ctx);
+}
+
+/* dw (and db through the ones column) from dyp [Cout, N*P] and a fresh im2col of x. */
+template <typename T> nt_status weight_grad(nt_ctx *ctx, const nt_tensor *dyp, const nt_tensor *x,
+                                            nt_tensor *dw, nt_tensor *db, const geom &g,
+                                            int Cout) {
+  nt_tensor col = {}, dwp = {};
+  nt_gemm_opts o = nt_gemm_defaults();
+  nt_status st = alloc(ctx, &col, x->dtype, 2, (long)g.N * g.P(), g.Kp);
+  if (!st) st = alloc(ctx, &dwp, NT_F32, 2, Cout, g.Kp);
+  if (st) goto done;
+  if ((st = launch_im2col<T>(ctx, (const T *)x->data, (T *)col.data, g))) goto done;
+  if ((st = nt_gemm(ctx, dyp, &col, &dwp, &o))) goto done;
+  {
+    const bool w32 = dw->dtype == NT_F32, b32 = !db || db->dtype == NT_F32;
+    if (w32 && b32) st = launch_add_weight_grad<T, float, float>(ctx, &dwp, dw, db, Cout, g.K, g.Kp);
+    else if (w32) st = launch_add_weight_grad<T, float, T>(ctx, &dwp, dw, db, Cout, g.K, g.Kp);
+    else if (b32) st = launch_add_weight_grad<T, T, float>(ctx, &dwp, dw, db, Cout, g.K, g.Kp);
+    else st = launch_add_weight_grad<T, T, T>(ctx, &dwp, dw, db, Cout, g.K, g.Kp);
+  }
+done:
+  nt_tensor_free(ctx, &dwp);
+  nt_tensor_free(ctx, &col);
+  return st;
+}
+
+/* dx += conv(dy, flipped w^T): stride 1 and pad < kernel only. */
+template <typename T> nt_status data_grad_conv(nt_ctx *ctx, const nt_tensor *dy,
+                                               const nt_tensor *w, nt_tensor *dx, const geom &f,
+                                               int Cout) {
+  const geom g = dx_geom(f, Cout);
+  nt_tensor col = {}, wt = {};
+  nt_status st = alloc(ctx, &wt, w->dtype, 2, f.C, g.Kp);
+  if (!st) st = alloc(ctx, &col, w->dtype, 2, (long)g.N * g.P(), g.Kp);
+  if (st) goto done;
+  pack_weight_flipped<T><<<grid_for((long)f.C * g.Kp), 256, 0, nt_cuda_stream(ctx)>>>(
+      (const T *)w->data, (T *)wt.data, Cout, f.C, f.KH, f.KW, g.Kp);
+  if ((st = NT_CUDA_LAUNCHED(ctx))) goto done;
+  if ((st = launch_im2col<T>(ctx, (const T *)dy->data, (T *)col.data, g))) goto done;
+  st = batched_conv_gemm(ctx, &wt, &col, dx, g, 1.f, false);
+done:
+  nt_tensor_free(ctx, &col);
+  nt_tensor_free(ctx, &wt);
+  return st;
+}
+
+/* dx += col2im(W^T @ dyp): any stride and padding. */
+template <typename T> nt_status data_grad_col2im(nt_ctx *ctx, const nt_tensor *dyp,
+                                                 const nt_tensor *w, nt_tensor *dx, const geom &f,
+                                                 int Cout) {
+  nt_tensor dcol = {}, w2;
+  nt_gemm_opts o = nt_gemm_defaults();
+  o.trans_a = true;
+  const int64_t wshape[2] = {Cout, f.K};
+  nt_status st = alloc(ctx, &dcol, NT_F32, 2, f.K, (long)f.N * f.P());
+  if (!st) st = nt_tensor_reshape(ctx, w, 2, wshape, &w2);
+  if (!st) st = nt_gemm(ctx, &w2, dyp, &dcol, &o);
+  if (!st) {
+    col2im_add<T><<<grid_for((long)f.N * f.C * f.H * f.W), 256, 0, nt_cuda_stream(ctx)>>>(
+        (const float *)dcol.data, (T *)dx->data, f);
+    st = NT_CUDA_LAUNCHED(ctx);
+  }
+  nt_tensor_free(ctx, &dcol);
   return st;
 }
 
 template <typename T> nt_status backward_t(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *x,
                                            const nt_tensor *w, nt_tensor *dx, nt_tensor *dw,
-                                           nt_tensor *db, const geom &g) {
+                                           nt_tensor *db, nt_conv2d_params p) {
   cudaStream_t s = nt_cuda_stream(ctx);
-  const long NP = g.N * g.P();
-  nt_tensor col = {}, dyp = {}, dcol = {}, w2, dw2;
-  const int64_t wshape[2] = {g.Cout, g.K()};
+  const int Cout = (int)w->shape[0];
+  const geom f = fwd_geom(x, w, p, dw && db);
+  const bool dx_as_conv = p.stride == 1 && p.pad < f.KH && p.pad < f.KW;
+  nt_tensor dyp = {};
   nt_status st = NT_OK;
-  if (db) {
+  if (db && !dw) {
     if (db->dtype == NT_F32)
-      bias_grad<T, float><<<g.Cout, 256, 0, s>>>((const T *)dy->data, (float *)db->data, g);
+      bias_grad<T, float><<<Cout, 256, 0, s>>>((const T *)dy->data, (float *)db->data, f.N, Cout,
+                                               f.P());
     else
-      bias_grad<T, T><<<g.Cout, 256, 0, s>>>((const T *)dy->data, (T *)db->data, g);
+      bias_grad<T, T><<<Cout, 256, 0, s>>>((const T *)dy->data, (T *)db->data, f.N, Cout, f.P());
     if ((st = NT_CUDA_LAUNCHED(ctx))) return st;
   }
-  if (!dx && !dw) return NT_OK;
-  if ((st = mat(ctx, &dyp, x->dtype, g.Cout, NP))) goto done;
-  gather_dy<T>
-      <<<grid_for((long)g.N * g.Cout * g.P()), 256, 0, s>>>((const T *)dy->data, (T *)dyp.data, g);
-  if ((st = NT_CUDA_LAUNCHED(ctx))) goto done;
-  if (dw) {
-    if ((st = mat(ctx, &col, x->dtype, g.K(), NP))) goto done;
-    im2col<T><<<grid_for(g.K() * NP), 256, 0, s>>>((const T *)x->data, (T *)col.data, g);
+  if (dw || (dx && !dx_as_conv)) {
+    if ((st = alloc(ctx, &dyp, x->dtype, 2, Cout, (long)f.N * f.P()))) goto done;
+    gather_dy<T><<<grid_for((long)f.N * Cout * f.P()), 256, 0, s>>>(
+        (const T *)dy->data, (T *)dyp.data, f.N, Cout, f.P());
     if ((st = NT_CUDA_LAUNCHED(ctx))) goto done;
-    if ((st = nt_tensor_reshape(ctx, dw, 2, wshape, &dw2))) goto done;
-    nt_gemm_opts o = nt_gemm_defaults();
-    o.trans_b = true;
-    o.beta = 1.f; /* dW accumulates */
-    if ((st = nt_gemm(ctx, &dyp, &col, &dw2, &o))) goto done;
   }
+  if (dw && (st = weight_grad<T>(ctx, &dyp, x, dw, db, f, Cout))) goto done;
   if (dx) {
-    if ((st = mat(ctx, &dcol, NT_F32, g.K(), NP))) goto done;
-    if ((st = nt_tensor_reshape(ctx, w, 2, wshape, &w2))) goto done;
-    nt_gemm_opts o = nt_gemm_defaults();
-    o.trans_a = true;
-    if ((st = nt_gemm(ctx, &w2, &dyp, &dcol, &o))) goto done;
-    col2im_add<T><<<grid_for((long)g.N * g.Cin * g.H * g.W), 256, 0, s>>>((const float *)dcol.data,
-                                                                          (T *)dx->data, g);
-    st = NT_CUDA_LAUNCHED(ctx);
+    st = dx_as_conv ? data_grad_conv<T>(ctx, dy, w, dx, f, Cout)
+                    : data_grad_col2im<T>(ctx, &dyp, w, dx, f, Cout);
   }
 done:
-  nt_tensor_free(ctx, &dcol);
-  nt_tensor_free(ctx, &col);
   nt_tensor_free(ctx, &dyp);
   return st;
 }
 
-nt_status too_big(nt_ctx *ctx, const geom &g) {
-  if ((double)g.K() * g.N * g.P() > 2e9 || (double)g.N * g.Cin * g.H * g.W > 2e9)
+nt_status too_big(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w, nt_conv2d_params p) {
+  const geom g = fwd_geom(x, w, p, true), gx = dx_geom(g, (int)w->shape[0]);
+  const double rows = (double)g.N * g.P();
+  if (rows * g.Kp > 2e9 || (double)g.N * gx.P() * gx.Kp > 2e9 ||
+      (double)g.N * g.C * g.H * g.W > 2e9 || (double)g.N * w->shape[0] * g.P() > 2e9)
     return NT_ERROR(ctx, NT_ERR_UNSUPPORTED,
-                    "conv2d: problem too large for one im2col "
-                    "(K %ld x N*P %ld)",
-                    g.K(), (long)g.N * g.P());
+                    "conv2d: problem too large for one im2col (K %d x N*P %.0f)", g.Kp, rows);
   return NT_OK;
 }
 
 }  // namespace
 
 extern "C" nt_status nt_conv2d_forward_cuda(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
-                                            const nt_tensor *b, nt_tensor *y, nt_conv2d_params p) {
-  const geom g = make_geom(x, w, p);
+                                 const nt_tensor *b, nt_tensor *y, nt_conv2d_params p, bool relu) {
   nt_status st = nt_cuda_set_device(ctx);
-  if (st || (st = too_big(ctx, g))) return st;
+  if (st || (st = too_big(ctx, x, w, p))) return st;
+  if (nt_tensor_numel(y) == 0) return NT_OK;
   switch (x->dtype) {
-    case NT_F32:
-      return forward_t<float>(ctx, x, w, b, y, g);
-    case NT_F16:
-      return forward_t<__half>(ctx, x, w, b, y, g);
-    case NT_BF16:
-      return forward_t<__nv_bfloat16>(ctx, x, w, b, y, g);
-    default:
-      return NT_ERROR(ctx, NT_ERR_DTYPE, "conv2d: unsupported dtype");
+    case NT_F32: return forward_t<float>(ctx, x, w, b, y, p, relu);
+    case NT_F16: return forward_t<__half>(ctx, x, w, b, y, p, relu);
+    case NT_BF16: return forward_t<__nv_bfloat16>(ctx, x, w, b, y, p, relu);
+    default: return NT_ERROR(ctx, NT_ERR_DTYPE, "conv2d: unsupported dtype");
   }
 }
 
-extern "C" nt_status nt_conv2d_backward_cuda(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *x,
-                                             const nt_tensor *w, nt_tensor *dx, nt_tensor *dw,
-                                             nt_tensor *db, nt_conv2d_params p) {
-  const geom g = make_geom(x, w, p);
+extern "C" nt_status nt_conv2d_backward_cuda(nt_ctx *ctx, const nt_tensor *dy,
+                                             const nt_tensor *x, const nt_tensor *w,
+                                             nt_tensor *dx, nt_tensor *dw, nt_tensor *db,
+                                             nt_conv2d_params p) {
   nt_status st = nt_cuda_set_device(ctx);
-  if (st || (st = too_big(ctx, g))) return st;
+  if (st || (st = too_big(ctx, x, w, p))) return st;
+  if (nt_tensor_numel(dy) == 0) return NT_OK;
   switch (x->dtype) {
-    case NT_F32:
-      return backward_t<float>(ctx, dy, x, w, dx, dw, db, g);
-    case NT_F16:
-      return backward_t<__half>(ctx, dy, x, w, dx, dw, db, g);
-    case NT_BF16:
-      return backward_t<__nv_bfloat16>(ctx, dy, x, w, dx, dw, db, g);
-    default:
-      return NT_ERROR(ctx, NT_ERR_DTYPE, "conv2d: unsupported dtype");
+    case NT_F32: return backward_t<float>(ctx, dy, x, w, dx, dw, db, p);
+    case NT_F16: return backward_t<__half>(ctx, dy, x, w, dx, dw, db, p);
+    case NT_BF16: return backward_t<__nv_bfloat16>(ctx, dy, x, w, dx, dw, db, p);
+    default: return NT_ERROR(ctx, NT_ERR_DTYPE, "conv2d: unsupported dtype");
   }
 }

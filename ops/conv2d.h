@@ -1,10 +1,15 @@
 /* Conv2d as torch.nn.Conv2d (NCHW, groups 1, dilation 1): x [N, Cin, H, W], w [Cout, Cin, KH,
  * KW], b [Cout] or NULL, y [N, Cout, OH, OW], OH = (H + 2*pad - KH) / stride + 1 (same for OW).
- * x, w, y, dy, dx, dw share one dtype (F32, F16, BF16); b and db are that dtype or F32.
- * All tensors contiguous. CPU: direct loops (fp64 sums); CUDA: im2col + cuBLASLt GEMM (fp32
- * accumulation; F32 uses TF32 when the context allows it). Backward accumulates (+=) into
- * dx, dw, db (each may be NULL). Scratch: the CUDA path takes (Cin*KH*KW + Cout) * N*OH*OW
- * elements from the context's pool per call.
+ * x, w, y, dy, dx share one dtype (F32, F16, BF16); b, db and dw are that dtype or F32 (an F32
+ * dw takes the fp32 weight gradient directly: no compute-dtype copy to add). All tensors
+ * contiguous. CPU: direct loops (fp64 sums); CUDA: im2col in the compute dtype (K = Cin*KH*KW
+ * padded to a multiple of 8) + one cuBLASLt GEMM per product (fp32 accumulation, written once
+ * in the output dtype; F32 uses TF32 when the context allows it); the bias rides in the GEMM
+ * as an extra column of ones (on the GPU a b of F32 is rounded to the compute dtype first).
+ * Backward accumulates (+=) into dx, dw, db (each may be NULL). Scratch from the context's
+ * pool per call: forward N*OH*OW * Kp elements; backward about as much again for dw and
+ * N*H*W * Cout*KH*KW for dx (stride 1: dx is a conv of dy with the flipped weight, added into
+ * dx by the GEMM; other strides: an fp32 col2im buffer).
  *
  * Flatten ([N, C, H, W] -> [N, C*H*W]) is not an op: it is a view, nt_tensor_reshape, and its
  * backward is the same reshape of the gradient. */
@@ -17,6 +22,10 @@ typedef struct { int stride, pad; } nt_conv2d_params;
 
 nt_status nt_conv2d_forward(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
                             const nt_tensor *b, nt_tensor *y, nt_conv2d_params p);
+/* y = relu(conv2d(x, w) + b): ReLU fused into the GEMM's epilogue on the GPU. Backward: the
+ * caller applies relu' from y (nt_relu_backward(y, dy)) and then nt_conv2d_backward. */
+nt_status nt_conv2d_relu_forward(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
+                                 const nt_tensor *b, nt_tensor *y, nt_conv2d_params p);
 nt_status nt_conv2d_backward(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *x,
                              const nt_tensor *w, nt_tensor *dx, nt_tensor *dw, nt_tensor *db,
                              nt_conv2d_params p);
