@@ -43,13 +43,14 @@ static bool get(nt_ctx *g, const nt_tensor *dev, float *out) {
   return ok;
 }
 
+/* relu: the fused nt_conv2d_relu_forward; f32_dw: dw is an F32 tensor whatever dt is. */
 static void conv_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, ccase k, bool bias, bool f32_bias,
-                      uint64_t seed) {
+                      bool relu, bool f32_dw, uint64_t seed) {
   const int OH = (k.H + 2 * k.pad - k.KH) / k.stride + 1,
             OW = (k.W + 2 * k.pad - k.KW) / k.stride + 1;
   const size_t nx = (size_t)k.N * k.Cin * k.H * k.W, nw = (size_t)k.Cout * k.Cin * k.KH * k.KW;
   const size_t ny = (size_t)k.N * k.Cout * OH * OW, nb = (size_t)k.Cout;
-  const nt_dtype bdt = f32_bias ? NT_F32 : dt;
+  const nt_dtype bdt = f32_bias ? NT_F32 : dt, wdt = f32_dw ? NT_F32 : dt;
   int64_t sx[4] = {k.N, k.Cin, k.H, k.W}, sw[4] = {k.Cout, k.Cin, k.KH, k.KW}, sb[1] = {k.Cout},
           sy[4] = {k.N, k.Cout, OH, OW};
   nt_test_rng rng = {seed};
@@ -67,11 +68,15 @@ static void conv_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, ccase k, bool bias, boo
   memset(px, 0, 4 * nx);
   memset(pw, 0, 4 * nw);
   memset(pb, 0, 4 * nb);
-  void *hpx = to_dtype(px, nx, dt), *hpw = to_dtype(pw, nw, dt), *hpb = to_dtype(pb, nb, bdt);
+  void *hpx = to_dtype(px, nx, dt), *hpw = to_dtype(pw, nw, wdt), *hpb = to_dtype(pb, nb, bdt);
   char label[128];
-  snprintf(label, sizeof label, "conv %s N%d Cin%d %dx%d Cout%d k%dx%d s%d p%d%s",
+  snprintf(label, sizeof label, "conv %s N%d Cin%d %dx%d Cout%d k%dx%d s%d p%d%s%s%s",
            nt_dtype_name(dt), k.N, k.Cin, k.H, k.W, k.Cout, k.KH, k.KW, k.stride, k.pad,
-           bias ? (f32_bias ? " f32-bias" : " bias") : "");
+           bias ? (f32_bias ? " f32-bias" : " bias") : "", relu ? " relu" : "",
+           f32_dw ? " f32-dw" : "");
+  nt_status (*fwd)(nt_ctx *, const nt_tensor *, const nt_tensor *, const nt_tensor *,
+                   nt_tensor *, nt_conv2d_params) =
+      relu ? nt_conv2d_relu_forward : nt_conv2d_forward;
   nt_conv2d_params p = {k.stride, k.pad};
   nt_tensor cx = nt_tensor_view(x, NT_F32, nt_cpu(), 4, sx),
             cw = nt_tensor_view(w, NT_F32, nt_cpu(), 4, sw),
@@ -85,13 +90,13 @@ static void conv_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, ccase k, bool bias, boo
   memset(rdw, 0, 4 * nw);
   memset(rdb, 0, 4 * nb);
   nt_tensor tx = {0}, tw = {0}, tb = {0}, ty = {0}, tdy = {0}, tdx = {0}, tdw = {0}, tdb = {0};
-  bool ok = CHECK_OK(c, nt_conv2d_forward(c, &cx, &cw, bias ? &cb : NULL, &cy, p)) &&
+  bool ok = CHECK_OK(c, fwd(c, &cx, &cw, bias ? &cb : NULL, &cy, p)) &&
             CHECK_OK(c, nt_conv2d_backward(c, &cdy, &cx, &cw, &cdx, &cdw, bias ? &cdb : NULL, p));
   ok = ok && put(g, &tx, dt, 4, sx, hx) && put(g, &tw, dt, 4, sw, hw) &&
        put(g, &tb, bdt, 1, sb, hb) && put(g, &tdy, dt, 4, sy, hdy) &&
-       put(g, &tdx, dt, 4, sx, hpx) && put(g, &tdw, dt, 4, sw, hpw) &&
+       put(g, &tdx, dt, 4, sx, hpx) && put(g, &tdw, wdt, 4, sw, hpw) &&
        put(g, &tdb, bdt, 1, sb, hpb) && CHECK_OK(g, nt_tensor_alloc(g, &ty, dt, 4, sy));
-  ok = ok && CHECK_OK(g, nt_conv2d_forward(g, &tx, &tw, bias ? &tb : NULL, &ty, p)) &&
+  ok = ok && CHECK_OK(g, fwd(g, &tx, &tw, bias ? &tb : NULL, &ty, p)) &&
        get(g, &ty, gy);
   if (ok) {
     double e = nt_test_rel_err(gy, ry, (int64_t)ny);
@@ -206,14 +211,29 @@ int main(void) {
   if (!g) return nt_test_skip("no GPU");
   nt_ctx *c;
   if (nt_ctx_create(&c, nt_cpu())) return 1;
+  /* Odd sizes, strides 1..3 (stride > 1 and pad >= kernel take the col2im dx path), kernels
+   * 1x1 to 5x5, K from 7 to 288 (padded to 8 on the GPU, with and without the bias column). */
   const ccase cases[] = {{4, 3, 28, 28, 5, 3, 3, 1, 1},   {3, 3, 13, 13, 5, 3, 3, 2, 1},
                          {2, 2, 7, 9, 4, 5, 3, 3, 2},     {5, 1, 28, 28, 8, 5, 5, 1, 0},
-                         {2, 16, 13, 13, 32, 3, 3, 1, 1}, {3, 7, 6, 6, 3, 1, 1, 1, 0}};
+                         {2, 16, 13, 13, 32, 3, 3, 1, 1}, {3, 7, 6, 6, 3, 1, 1, 1, 0},
+                         {2, 3, 5, 7, 4, 3, 3, 1, 3},     {3, 5, 9, 7, 6, 3, 5, 1, 2},
+                         {2, 4, 11, 10, 3, 2, 2, 2, 0}};
   const nt_dtype dts[3] = {NT_F32, NT_F16, NT_BF16};
   for (int d = 0; d < 3; d++)
     for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
-      conv_case(g, c, dts[d], cases[i], true, false, 50 + (uint64_t)i);
-      conv_case(g, c, dts[d], cases[i], i % 2 == 0, true, 60 + (uint64_t)i);
+      conv_case(g, c, dts[d], cases[i], true, false, false, false, 50 + (uint64_t)i);
+      conv_case(g, c, dts[d], cases[i], i % 2 == 0, true, i % 3 == 0, i % 2 == 1,
+                60 + (uint64_t)i);
+    }
+  /* The CNN's four convolutions (batch 16; conv1 also at the training batch of 128), as the
+   * model calls them: fused ReLU, F32 bias; F32 dw (fp32 master gradients) and compute-dtype dw. */
+  const ccase cnn[] = {{128, 1, 28, 28, 32, 3, 3, 1, 1}, {16, 1, 28, 28, 32, 3, 3, 1, 1},
+                       {16, 32, 28, 28, 32, 3, 3, 1, 1}, {16, 32, 14, 14, 64, 3, 3, 1, 1},
+                       {16, 64, 14, 14, 64, 3, 3, 1, 1}};
+  for (int d = 0; d < 3; d++)
+    for (int i = 0; i < (int)(sizeof cnn / sizeof cnn[0]); i++) {
+      conv_case(g, c, dts[d], cnn[i], true, true, true, true, 70 + (uint64_t)i);
+      if (i > 0) conv_case(g, c, dts[d], cnn[i], true, d == 0, false, false, 80 + (uint64_t)i);
     }
   for (int d = 0; d < 3; d++) {
     pool_case(g, c, dts[d], 4, 5, 28, 28, 2);
