@@ -23,9 +23,6 @@ struct nt_cnn {
   nt_tensor a1, a2, p1, arg1, a3, a4, p2, arg2, h, hd, logits, losses, loss;
   /* scratch: two of the largest feature map, and the head's */
   nt_tensor sa, sb, dp2, dh, dh2;
-  /* conv weight gradients in the compute dtype (conv2d's dw shares x's dtype), added into the
-   * fp32 gradient buffer through an fp32 copy */
-  nt_tensor dwlow, dw32;
   uint64_t drop_off;
   nt_fp8_state *fp8;              /* FP8 delayed scaling for fc1, fc2, or NULL */
   bool fp8_emulate;
@@ -145,13 +142,6 @@ static nt_status build_activations(nt_ctx *ctx, nt_cnn *m, nt_dtype dt, bool all
   ADD(dp2, dt, 2, sf);
   ADD(dh, dt, 2, sh);
   ADD(dh2, dt, 2, sh);
-  int64_t w1 = (int64_t)c->c1 * c->in_channels * 9, w2 = (int64_t)c->c1 * c->c1 * 9;
-  int64_t w3 = (int64_t)c->c2 * c->c1 * 9, w4 = (int64_t)c->c2 * c->c2 * 9;
-  int64_t wmax[1] = {w1 > w2 ? w1 : w2};
-  if (w3 > wmax[0]) wmax[0] = w3;
-  if (w4 > wmax[0]) wmax[0] = w4;
-  ADD(dwlow, dt, 1, wmax);
-  ADD(dw32, NT_F32, 1, wmax);
 #undef ADD
   if (!st && alloc) st = nt_arena_alloc(ctx, a);
   return st;
@@ -226,7 +216,6 @@ static nt_tensor v2(const nt_tensor *t, int64_t n, int64_t c) {
 
 typedef struct {
   nt_tensor x, a1, a2, p1, arg1, a3, a4, p2, arg2, p2f, h, hd, logits;
-  nt_tensor z1, z3;                  /* scratch views for conv outputs before ReLU */
 } views;
 
 static views make_views(const nt_cnn *m, const nt_tensor *x, int64_t n) {
@@ -246,8 +235,6 @@ static views make_views(const nt_cnn *m, const nt_tensor *x, int64_t n) {
   v.h = v2(&m->h, n, c->hidden);
   v.hd = v2(&m->hd, n, c->hidden);
   v.logits = v2(&m->logits, n, c->classes);
-  v.z1 = v4(&m->sa, n, c->c1, H, W);
-  v.z3 = v4(&m->sa, n, c->c2, H / 2, W / 2);
   return v;
 }
 
@@ -264,15 +251,12 @@ static nt_status forward(nt_ctx *ctx, nt_cnn *m, const nt_tensor *x, bool train,
   m->n = (int)n;
   *v = make_views(m, x, n);
   nt_conv2d_params cp = {1, 1};
-  nt_status st = nt_conv2d_forward(ctx, &v->x, &m->w[W1], &m->w[B1], &v->z1, cp);
-  if (!st) st = nt_relu_forward(ctx, &v->z1, &v->a1);
-  if (!st) st = nt_conv2d_forward(ctx, &v->a1, &m->w[W2], &m->w[B2], &v->z1, cp);
-  if (!st) st = nt_relu_forward(ctx, &v->z1, &v->a2);
+  /* conv + bias + ReLU in one op (the ReLU rides in the GEMM epilogue on the GPU) */
+  nt_status st = nt_conv2d_relu_forward(ctx, &v->x, &m->w[W1], &m->w[B1], &v->a1, cp);
+  if (!st) st = nt_conv2d_relu_forward(ctx, &v->a1, &m->w[W2], &m->w[B2], &v->a2, cp);
   if (!st) st = nt_maxpool2d_forward(ctx, &v->a2, &v->p1, &v->arg1, 2);
-  if (!st) st = nt_conv2d_forward(ctx, &v->p1, &m->w[W3], &m->w[B3], &v->z3, cp);
-  if (!st) st = nt_relu_forward(ctx, &v->z3, &v->a3);
-  if (!st) st = nt_conv2d_forward(ctx, &v->a3, &m->w[W4], &m->w[B4], &v->z3, cp);
-  if (!st) st = nt_relu_forward(ctx, &v->z3, &v->a4);
+  if (!st) st = nt_conv2d_relu_forward(ctx, &v->p1, &m->w[W3], &m->w[B3], &v->a3, cp);
+  if (!st) st = nt_conv2d_relu_forward(ctx, &v->a3, &m->w[W4], &m->w[B4], &v->a4, cp);
   if (!st) st = nt_maxpool2d_forward(ctx, &v->a4, &v->p2, &v->arg2, 2);
   if (!st) st = lin_fwd(ctx, m, 0, &v->p2f, &m->w[F1W], &m->w[F1B], &v->h, NT_ACT_RELU);
   const nt_tensor *hin = &v->h;
@@ -306,9 +290,9 @@ nt_status nt_cnn_eval(nt_ctx *ctx, nt_cnn *m, const nt_tensor *images, const nt_
   return st;
 }
 
-/* dz = relu'(y) * dy, then the conv's backward from dz into dx (zeroed here), dw, db. Under a
- * 16-bit policy dw goes through a compute-dtype scratch and is added into the fp32 gradient. */
-static nt_status conv_relu_backward(nt_ctx *ctx, nt_cnn *m, const nt_tensor *y,
+/* dz = relu'(y) * dy, then the conv's backward from dz into dx (zeroed here) and the fp32
+ * weight and bias gradients. */
+static nt_status conv_relu_backward(nt_ctx *ctx, const nt_tensor *y,
                                     const nt_tensor *dy, nt_tensor *dz, const nt_tensor *x,
                                     const nt_tensor *w, nt_tensor *dx, nt_tensor *dw,
                                     nt_tensor *db) {
@@ -316,14 +300,7 @@ static nt_status conv_relu_backward(nt_ctx *ctx, nt_cnn *m, const nt_tensor *y,
   nt_status st = nt_tensor_zero(ctx, dz);
   if (!st) st = nt_relu_backward(ctx, y, dy, dz);
   if (!st && dx) st = nt_tensor_zero(ctx, dx);
-  if (st) return st;
-  if (w->dtype == NT_F32) return nt_conv2d_backward(ctx, dz, x, w, dx, dw, db, cp);
-  nt_tensor low = nt_prefix_view(&m->dwlow, w->ndim, w->shape);
-  nt_tensor f32 = nt_prefix_view(&m->dw32, w->ndim, w->shape);
-  st = nt_tensor_zero(ctx, &low);
-  if (!st) st = nt_conv2d_backward(ctx, dz, x, w, dx, &low, db, cp);
-  if (!st) st = nt_convert(ctx, &f32, &low);
-  if (!st) st = nt_axpy(ctx, 1.0f, &f32, dw);
+  if (!st) st = nt_conv2d_backward(ctx, dz, x, w, dx, dw, db, cp);
   return st;
 }
 
@@ -363,17 +340,17 @@ nt_status nt_cnn_train_step(nt_ctx *ctx, nt_cnn *m, const nt_tensor *images,
   nt_tensor sAp = v4(&m->sa, n, c->c1, H / 2, W / 2);
   if (!st) st = nt_tensor_zero(ctx, &sA2);
   if (!st) st = nt_maxpool2d_backward(ctx, &dp2, &v.arg2, &sA2);          /* d a4 */
-  if (!st) st = conv_relu_backward(ctx, m, &v.a4, &sA2, &sB2, &v.a3, &m->w[W4], &sA2, &m->g[W4],
+  if (!st) st = conv_relu_backward(ctx, &v.a4, &sA2, &sB2, &v.a3, &m->w[W4], &sA2, &m->g[W4],
                                    &m->g[B4]);                              /* sA2 = d a3 */
   /* d p1 lands in A (c1 channels at H/2), from dz3 in B */
-  if (!st) st = conv_relu_backward(ctx, m, &v.a3, &sA2, &sB2, &v.p1, &m->w[W3], &sAp, &m->g[W3],
+  if (!st) st = conv_relu_backward(ctx, &v.a3, &sA2, &sB2, &v.p1, &m->w[W3], &sAp, &m->g[W3],
                                    &m->g[B3]);
   /* stage 1 */
   if (!st) st = nt_tensor_zero(ctx, &sB1);
   if (!st) st = nt_maxpool2d_backward(ctx, &sAp, &v.arg1, &sB1);         /* d a2 */
-  if (!st) st = conv_relu_backward(ctx, m, &v.a2, &sB1, &sA1, &v.a1, &m->w[W2], &sB1, &m->g[W2],
+  if (!st) st = conv_relu_backward(ctx, &v.a2, &sB1, &sA1, &v.a1, &m->w[W2], &sB1, &m->g[W2],
                                    &m->g[B2]);                              /* B = d a1 */
-  if (!st) st = conv_relu_backward(ctx, m, &v.a1, &sB1, &sA1, &v.x, &m->w[W1], NULL, &m->g[W1],
+  if (!st) st = conv_relu_backward(ctx, &v.a1, &sB1, &sA1, &v.x, &m->w[W1], NULL, &m->g[W1],
                                    &m->g[B1]);
   if (!st && m->fp8) st = nt_fp8_update(ctx, m->fp8);
   return st;
