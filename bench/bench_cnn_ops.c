@@ -1,0 +1,354 @@
+/* The CNN's conv / maxpool ops at its training shapes (batch 128, Fashion-MNIST 28x28), each
+ * timed alone, and the whole model's forward + backward as a sequence of op calls (no loss, no
+ * optimizer): how far the ops are from the training step time.
+ *
+ *   bench_cnn_ops [--dtype f16|bf16|f32|all] [--repeats 20] [--steps 20]
+ *
+ * Model: conv3x3 1->32, ReLU, conv 32->32, ReLU, maxpool 2, conv 32->64, ReLU, conv 64->64,
+ * ReLU, maxpool 2, linear 3136->256, ReLU, linear 256->10. Weights and activations in the
+ * dtype, biases F32, weight/bias gradients F32 (the fp32 master gradients; TF32 allowed for
+ * f32, as cuDNN's default). Each op runs `steps` times per sample between CUDA events; the
+ * median over `repeats` samples, per call, after warm-up. "graph": the `steps` calls captured
+ * in one CUDA graph and replayed (launch overhead excluded); "eager": launched from the host.
+ * Lines: "RESULT dtype op mode ms". Ops: convI fwd (conv + bias), convI fwd_relu (ReLU fused),
+ * convI dx, convI dw_db, poolI fwd, poolI bwd, model fwd_bwd (fused ReLU as above, gradients
+ * zeroed where the model zeroes them), model fwd_bwd_unfused (conv then a separate ReLU). */
+#include "core/nt.h"
+#include "ops/conv2d.h"
+#include "ops/elementwise.h"
+#include "ops/gemm.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cuda_runtime_api.h>
+
+#define NB 128
+
+static int cmp_float(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return (x > y) - (x < y);
+}
+
+typedef nt_status (*op_fn)(nt_ctx *, void *);
+
+/* Median ms per call of fn: `steps` calls per sample, eagerly or replayed as one CUDA graph. */
+static nt_status time_op(nt_ctx *ctx, op_fn fn, void *arg, bool graph, int repeats, int steps,
+                         float *ms) {
+  cudaStream_t s = (cudaStream_t)nt_ctx_stream(ctx);
+  cudaGraph_t g = NULL;
+  cudaGraphExec_t ge = NULL;
+  nt_event *e0 = NULL, *e1 = NULL;
+  float *t = calloc((size_t)repeats, sizeof *t);
+  nt_status st = t ? nt_event_create(ctx, &e0, true) : NT_ERR_OOM;
+  if (!st) st = nt_event_create(ctx, &e1, true);
+  for (int i = 0; !st && i < 3; i++) st = fn(ctx, arg);   /* warm-up: plans, pool blocks */
+  if (!st) st = nt_ctx_synchronize(ctx);
+  if (!st && graph) {
+    if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
+      st = NT_ERROR(ctx, NT_ERR_CUDA, "cudaStreamBeginCapture failed");
+    for (int i = 0; !st && i < steps; i++) st = fn(ctx, arg);
+    cudaError_t e = cudaStreamEndCapture(s, &g);
+    if (!st && (e != cudaSuccess || cudaGraphInstantiate(&ge, g, 0) != cudaSuccess))
+      st = NT_ERROR(ctx, NT_ERR_CUDA, "graph capture failed: %s", cudaGetErrorString(e));
+    (void)cudaGetLastError();
+    if (!st && cudaGraphLaunch(ge, s) != cudaSuccess)  /* warm-up replay */
+      st = NT_ERROR(ctx, NT_ERR_CUDA, "graph launch failed");
+  }
+  for (int r = 0; !st && r < repeats; r++) {
+    st = nt_event_record(ctx, e0, NULL);
+    if (graph) {
+      if (!st && cudaGraphLaunch(ge, s) != cudaSuccess)
+        st = NT_ERROR(ctx, NT_ERR_CUDA, "graph launch failed");
+    } else {
+      for (int i = 0; !st && i < steps; i++) st = fn(ctx, arg);
+    }
+    if (!st) st = nt_event_record(ctx, e1, NULL);
+    if (!st) st = nt_event_synchronize(ctx, e1);
+    if (!st) st = nt_event_elapsed_ms(ctx, e0, e1, &t[r]);
+    t[r] /= (float)steps;
+  }
+  if (!st) {
+    qsort(t, (size_t)repeats, sizeof *t, cmp_float);
+    *ms = t[repeats / 2];
+  }
+  if (ge) cudaGraphExecDestroy(ge);
+  if (g) cudaGraphDestroy(g);
+  nt_event_free(ctx, e0);
+  nt_event_free(ctx, e1);
+  free(t);
+  return st;
+}
+
+/* Every tensor of the model: activations, their gradients, parameters and gradients. */
+typedef struct {
+  nt_dtype dt;
+  nt_tensor x, a1, a2, p1, a3, a4, p2, h, logits, z;   /* z: pre-ReLU scratch (unfused) */
+  nt_tensor arg1, arg2;
+  nt_tensor w[4], b[4], dw[4], db[4];                  /* convolutions */
+  nt_tensor fw1, fb1, fw2, fb2, dfw1, dfb1, dfw2, dfb2; /* linear layers */
+  nt_tensor dlogits, dh, dflat, da4, da3, dp1, da2, da1, dz;
+  bool unfused;
+} model;
+
+static const int CIN[4] = {1, 32, 32, 64}, COUT[4] = {32, 32, 64, 64}, HW[4] = {28, 28, 14, 14};
+
+static nt_status mk(nt_ctx *ctx, nt_tensor *t, nt_dtype dt, int ndim, int64_t a, int64_t b,
+                    int64_t c, int64_t d, uint64_t seed, float std) {
+  const int64_t s[4] = {a, b, c, d};
+  nt_tensor f = {0};
+  nt_status st = nt_tensor_alloc(ctx, t, dt, ndim, s);
+  if (st || std == 0.0f) return st ? st : nt_tensor_zero(ctx, t);
+  if ((st = nt_tensor_alloc(ctx, &f, NT_F32, ndim, s))) return st;
+  st = nt_rng_normal(ctx, &f, seed, 0, 0.0f, std);
+  if (!st) st = nt_convert(ctx, t, &f);
+  nt_tensor_free(ctx, &f);
+  return st;
+}
+
+static nt_status model_init(nt_ctx *ctx, model *m, nt_dtype dt) {
+  memset(m, 0, sizeof *m);
+  m->dt = dt;
+  nt_status st = mk(ctx, &m->x, dt, 4, NB, 1, 28, 28, 1, 1.0f);
+  nt_tensor *acts[4] = {&m->a1, &m->a2, &m->a3, &m->a4};
+  for (int i = 0; !st && i < 4; i++) {
+    st = mk(ctx, acts[i], dt, 4, NB, COUT[i], HW[i], HW[i], 10 + i, 1.0f);
+    if (!st) st = mk(ctx, &m->w[i], dt, 4, COUT[i], CIN[i], 3, 3, 20 + i, 0.1f);
+    if (!st) st = mk(ctx, &m->b[i], NT_F32, 1, COUT[i], 0, 0, 0, 30 + i, 0.1f);
+    if (!st) st = mk(ctx, &m->dw[i], NT_F32, 4, COUT[i], CIN[i], 3, 3, 0, 0.0f);
+    if (!st) st = mk(ctx, &m->db[i], NT_F32, 1, COUT[i], 0, 0, 0, 0, 0.0f);
+  }
+  if (!st) st = mk(ctx, &m->z, dt, 4, NB, 32, 28, 28, 0, 0.0f);
+  if (!st) st = mk(ctx, &m->dz, dt, 4, NB, 32, 28, 28, 0, 0.0f);
+  if (!st) st = mk(ctx, &m->p1, dt, 4, NB, 32, 14, 14, 40, 1.0f);
+  if (!st) st = mk(ctx, &m->p2, dt, 4, NB, 64, 7, 7, 41, 1.0f);
+  if (!st) st = mk(ctx, &m->arg1, NT_I32, 4, NB, 32, 14, 14, 0, 0.0f);
+  if (!st) st = mk(ctx, &m->arg2, NT_I32, 4, NB, 64, 7, 7, 0, 0.0f);
+  if (!st) st = mk(ctx, &m->h, dt, 2, NB, 256, 0, 0, 42, 1.0f);
+  if (!st) st = mk(ctx, &m->logits, dt, 2, NB, 10, 0, 0, 0, 0.0f);
+  if (!st) st = mk(ctx, &m->fw1, dt, 2, 256, 3136, 0, 0, 43, 0.02f);
+  if (!st) st = mk(ctx, &m->fb1, NT_F32, 1, 256, 0, 0, 0, 0, 0.0f);
+  if (!st) st = mk(ctx, &m->fw2, dt, 2, 10, 256, 0, 0, 44, 0.05f);
+  if (!st) st = mk(ctx, &m->fb2, NT_F32, 1, 10, 0, 0, 0, 0, 0.0f);
+  if (!st) st = mk(ctx, &m->dfw1, NT_F32, 2, 256, 3136, 0, 0, 0, 0.0f);
+  if (!st) st = mk(ctx, &m->dfb1, NT_F32, 1, 256, 0, 0, 0, 0, 0.0f);
+  if (!st) st = mk(ctx, &m->dfw2, NT_F32, 2, 10, 256, 0, 0, 0, 0.0f);
+  if (!st) st = mk(ctx, &m->dfb2, NT_F32, 1, 10, 0, 0, 0, 0, 0.0f);
+  if (!st) st = mk(ctx, &m->dlogits, dt, 2, NB, 10, 0, 0, 45, 0.01f);
+  if (!st) st = mk(ctx, &m->dh, dt, 2, NB, 256, 0, 0, 0, 0.0f);
+  if (!st) st = mk(ctx, &m->dflat, dt, 4, NB, 64, 7, 7, 0, 0.0f);
+  if (!st) st = mk(ctx, &m->da4, dt, 4, NB, 64, 14, 14, 0, 0.0f);
+  if (!st) st = mk(ctx, &m->da3, dt, 4, NB, 64, 14, 14, 0, 0.0f);
+  if (!st) st = mk(ctx, &m->dp1, dt, 4, NB, 32, 14, 14, 0, 0.0f);
+  if (!st) st = mk(ctx, &m->da2, dt, 4, NB, 32, 28, 28, 0, 0.0f);
+  if (!st) st = mk(ctx, &m->da1, dt, 4, NB, 32, 28, 28, 0, 0.0f);
+  if (!st) st = nt_maxpool2d_forward(ctx, &m->a2, &m->p1, &m->arg1, 2);
+  if (!st) st = nt_maxpool2d_forward(ctx, &m->a4, &m->p2, &m->arg2, 2);
+  return st;
+}
+
+static void model_free(nt_ctx *ctx, model *m) {
+  nt_tensor *all[] = {&m->x, &m->a1, &m->a2, &m->p1, &m->a3, &m->a4, &m->p2, &m->h, &m->logits,
+                      &m->z, &m->arg1, &m->arg2, &m->fw1, &m->fb1, &m->fw2, &m->fb2, &m->dfw1,
+                      &m->dfb1, &m->dfw2, &m->dfb2, &m->dlogits, &m->dh, &m->dflat, &m->da4,
+                      &m->da3, &m->dp1, &m->da2, &m->da1, &m->dz};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) nt_tensor_free(ctx, all[i]);
+  for (int i = 0; i < 4; i++) {
+    nt_tensor_free(ctx, &m->w[i]);
+    nt_tensor_free(ctx, &m->b[i]);
+    nt_tensor_free(ctx, &m->dw[i]);
+    nt_tensor_free(ctx, &m->db[i]);
+  }
+}
+
+/* The input and output activation of conv i, and the input's gradient (NULL for conv 0). */
+static void conv_io(model *m, int i, nt_tensor **in, nt_tensor **out, nt_tensor **din) {
+  nt_tensor *ins[4] = {&m->x, &m->a1, &m->p1, &m->a3}, *outs[4] = {&m->a1, &m->a2, &m->a3, &m->a4};
+  nt_tensor *dins[4] = {NULL, &m->da1, &m->dp1, &m->da3};
+  *in = ins[i];
+  *out = outs[i];
+  *din = dins[i];
+}
+
+/* A view of the first `numel` elements of t with t's dtype as shape s (same-size scratch). */
+static nt_tensor as_shape(const nt_tensor *t, const nt_tensor *like) {
+  return nt_tensor_view(t->data, t->dtype, t->device, like->ndim, like->shape);
+}
+
+static nt_status conv_fwd(nt_ctx *ctx, model *m, int i, bool relu) {
+  nt_tensor *in, *out, *din;
+  conv_io(m, i, &in, &out, &din);
+  nt_conv2d_params p = {1, 1};
+  if (relu && !m->unfused) return nt_conv2d_relu_forward(ctx, in, &m->w[i], &m->b[i], out, p);
+  nt_tensor z = as_shape(&m->z, out);
+  nt_status st = nt_conv2d_forward(ctx, in, &m->w[i], &m->b[i], relu ? &z : out, p);
+  return st || !relu ? st : nt_relu_forward(ctx, &z, out);
+}
+
+/* d(out) arrives in dz's scratch: relu' from out, then the conv's backward into dx, dw, db. */
+static nt_status conv_bwd(nt_ctx *ctx, model *m, int i, const nt_tensor *dout) {
+  nt_tensor *in, *out, *din;
+  conv_io(m, i, &in, &out, &din);
+  nt_conv2d_params p = {1, 1};
+  nt_tensor dz = as_shape(&m->dz, out);
+  nt_status st = nt_relu_backward(ctx, out, dout, &dz);
+  if (!st && din) st = nt_tensor_zero(ctx, din);
+  if (!st) st = nt_conv2d_backward(ctx, &dz, in, &m->w[i], din, &m->dw[i], &m->db[i], p);
+  return st;
+}
+
+static nt_status linear(nt_ctx *ctx, const nt_tensor *a, const nt_tensor *w, const nt_tensor *b,
+                        nt_tensor *d, nt_gemm_epilogue e) {
+  nt_gemm_opts o = nt_gemm_defaults();
+  o.trans_b = true;
+  o.epilogue = e;
+  o.bias = b;
+  return nt_gemm(ctx, a, w, d, &o);
+}
+
+/* dW += dY^T @ X with db += colsum(dY) fused; dX = dY @ W. */
+static nt_status linear_bwd(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *x,
+                            const nt_tensor *w, nt_tensor *dw, nt_tensor *db, nt_tensor *dx) {
+  nt_gemm_opts o = nt_gemm_defaults();
+  o.trans_a = true;
+  o.beta = 1.0f;
+  o.epilogue = NT_EPI_BGRADA;
+  o.bias_grad = db;
+  nt_status st = nt_gemm(ctx, dy, x, dw, &o);
+  if (st || !dx) return st;
+  nt_gemm_opts o2 = nt_gemm_defaults();
+  return nt_gemm(ctx, dy, w, dx, &o2);
+}
+
+static nt_status model_step(nt_ctx *ctx, void *arg) {
+  model *m = arg;
+  const int64_t flat_s[2] = {NB, 3136};
+  nt_tensor flat, dflat;
+  nt_status st = NT_OK;
+  for (int i = 0; !st && i < 2; i++) st = conv_fwd(ctx, m, i, true);
+  if (!st) st = nt_maxpool2d_forward(ctx, &m->a2, &m->p1, &m->arg1, 2);
+  for (int i = 2; !st && i < 4; i++) st = conv_fwd(ctx, m, i, true);
+  if (!st) st = nt_maxpool2d_forward(ctx, &m->a4, &m->p2, &m->arg2, 2);
+  if (!st) st = nt_tensor_reshape(ctx, &m->p2, 2, flat_s, &flat);
+  if (!st) st = nt_tensor_reshape(ctx, &m->dflat, 2, flat_s, &dflat);
+  if (!st) st = linear(ctx, &flat, &m->fw1, &m->fb1, &m->h, NT_EPI_RELU);
+  if (!st) st = linear(ctx, &m->h, &m->fw2, &m->fb2, &m->logits, NT_EPI_BIAS);
+  /* backward from a fixed dlogits (the loss is not part of this benchmark) */
+  if (!st) st = linear_bwd(ctx, &m->dlogits, &m->h, &m->fw2, &m->dfw2, &m->dfb2, &m->dh);
+  if (!st) st = nt_relu_backward(ctx, &m->h, &m->dh, &m->dh);
+  if (!st) st = linear_bwd(ctx, &m->dh, &flat, &m->fw1, &m->dfw1, &m->dfb1, &dflat);
+  if (!st) st = nt_tensor_zero(ctx, &m->da4);
+  if (!st) st = nt_maxpool2d_backward(ctx, &m->dflat, &m->arg2, &m->da4);
+  if (!st) st = conv_bwd(ctx, m, 3, &m->da4);
+  if (!st) st = conv_bwd(ctx, m, 2, &m->da3);
+  if (!st) st = nt_tensor_zero(ctx, &m->da2);
+  if (!st) st = nt_maxpool2d_backward(ctx, &m->dp1, &m->arg1, &m->da2);
+  if (!st) st = conv_bwd(ctx, m, 1, &m->da2);
+  if (!st) st = conv_bwd(ctx, m, 0, &m->da1);
+  return st;
+}
+
+typedef struct { model *m; int i; } op_arg;
+static nt_status op_fwd(nt_ctx *c, void *a) { op_arg *o = a; return conv_fwd(c, o->m, o->i, false); }
+static nt_status op_fwd_relu(nt_ctx *c, void *a) {
+  op_arg *o = a;
+  return conv_fwd(c, o->m, o->i, true);
+}
+static nt_status op_dx(nt_ctx *c, void *a) {
+  op_arg *o = a;
+  nt_tensor *in, *out, *din;
+  conv_io(o->m, o->i, &in, &out, &din);
+  nt_conv2d_params p = {1, 1};
+  return nt_conv2d_backward(c, out, in, &o->m->w[o->i], din, NULL, NULL, p);
+}
+static nt_status op_dw(nt_ctx *c, void *a) {
+  op_arg *o = a;
+  nt_tensor *in, *out, *din;
+  conv_io(o->m, o->i, &in, &out, &din);
+  nt_conv2d_params p = {1, 1};
+  return nt_conv2d_backward(c, out, in, &o->m->w[o->i], NULL, &o->m->dw[o->i], &o->m->db[o->i], p);
+}
+static nt_status op_pool_fwd(nt_ctx *c, void *a) {
+  op_arg *o = a;
+  return o->i == 0 ? nt_maxpool2d_forward(c, &o->m->a2, &o->m->p1, &o->m->arg1, 2)
+                   : nt_maxpool2d_forward(c, &o->m->a4, &o->m->p2, &o->m->arg2, 2);
+}
+static nt_status op_pool_bwd(nt_ctx *c, void *a) {
+  op_arg *o = a;
+  return o->i == 0 ? nt_maxpool2d_backward(c, &o->m->p1, &o->m->arg1, &o->m->da2)
+                   : nt_maxpool2d_backward(c, &o->m->p2, &o->m->arg2, &o->m->da4);
+}
+
+static nt_status report(nt_ctx *ctx, const char *dt, const char *op, op_fn fn, void *arg,
+                        int repeats, int steps) {
+  for (int g = 1; g >= 0; g--) {
+    float ms = 0;
+    nt_status st = time_op(ctx, fn, arg, g == 1, repeats, steps, &ms);
+    if (st) {
+      fprintf(stderr, "%s %s %s: %s\n", dt, op, g ? "graph" : "eager", nt_status_str(st));
+      return st;
+    }
+    printf("RESULT %s %s %s %.4f\n", dt, op, g ? "graph" : "eager", ms);
+    fflush(stdout);
+  }
+  return NT_OK;
+}
+
+static nt_status run_dtype(nt_ctx *ctx, nt_dtype dt, int repeats, int steps) {
+  model m;
+  const char *dn = nt_dtype_name(dt);
+  char name[64];
+  nt_status st = model_init(ctx, &m, dt);
+  for (int i = 0; !st && i < 4; i++) {
+    op_arg a = {&m, i};
+    snprintf(name, sizeof name, "conv%d_fwd", i + 1);
+    st = report(ctx, dn, name, op_fwd, &a, repeats, steps);
+    snprintf(name, sizeof name, "conv%d_fwd_relu", i + 1);
+    if (!st) st = report(ctx, dn, name, op_fwd_relu, &a, repeats, steps);
+    snprintf(name, sizeof name, "conv%d_dx", i + 1);
+    if (!st && i > 0) st = report(ctx, dn, name, op_dx, &a, repeats, steps);
+    snprintf(name, sizeof name, "conv%d_dw_db", i + 1);
+    if (!st) st = report(ctx, dn, name, op_dw, &a, repeats, steps);
+  }
+  for (int i = 0; !st && i < 2; i++) {
+    op_arg a = {&m, i};
+    snprintf(name, sizeof name, "pool%d_fwd", i + 1);
+    st = report(ctx, dn, name, op_pool_fwd, &a, repeats, steps);
+    snprintf(name, sizeof name, "pool%d_bwd", i + 1);
+    if (!st) st = report(ctx, dn, name, op_pool_bwd, &a, repeats, steps);
+  }
+  if (!st) st = report(ctx, dn, "model_fwd_bwd", model_step, &m, repeats, steps);
+  m.unfused = true;
+  if (!st) st = report(ctx, dn, "model_fwd_bwd_unfused", model_step, &m, repeats, steps);
+  model_free(ctx, &m);
+  return st;
+}
+
+int main(int argc, char **argv) {
+  int repeats = 20, steps = 20;
+  const char *dts = "all";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!strcmp(argv[i], "--repeats")) repeats = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--dtype")) dts = argv[i + 1];
+  }
+  if (repeats < 1 || steps < 1) {
+    fprintf(stderr, "bench_cnn_ops: --repeats and --steps must be >= 1\n");
+    return 2;
+  }
+  nt_ctx *ctx = NULL;
+  if (nt_ctx_create(&ctx, nt_cuda(0))) {
+    fprintf(stderr, "bench_cnn_ops: no CUDA context: %s\n", ctx ? nt_last_error(ctx) : "");
+    nt_ctx_free(ctx);
+    return 1;
+  }
+  nt_ctx_set_allow_tf32(ctx, true);
+  const nt_dtype all[3] = {NT_F16, NT_BF16, NT_F32};
+  nt_status st = NT_OK;
+  for (int d = 0; d < 3 && !st; d++) {
+    if (strcmp(dts, "all") && strcmp(dts, nt_dtype_name(all[d]))) continue;
+    st = run_dtype(ctx, all[d], repeats, steps);
+    if (st) fprintf(stderr, "bench_cnn_ops: %s\n", nt_last_error(ctx));
+  }
+  nt_ctx_free(ctx);
+  return st ? 1 : 0;
+}
