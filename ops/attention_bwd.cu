@@ -4,8 +4,12 @@
  * saved lse, then
  *   dV += P^T dO,  dP^T = V dO^T,  dS^T = P^T * (dP^T - D),  dK += dS^T Q
  * in registers (fp32 accumulators), and dQ += dS K is reduced across key blocks with fp32
- * atomics (two floats per reduction) into dq_acc (scaled and added into dq by the caller). */
+ * reductions into dq_acc (scaled and added into dq by the caller). The default kernel runs
+ * one barrier per query tile (tile i's dQ product after the barrier of tile i + 1, two dS^T
+ * buffers) and reduces dQ four floats at a time; the older one (two barriers per tile, two
+ * floats per reduction) stays selectable with NT_ATTN_BWD_PIPE=0. */
 #include <stdlib.h>
+#include <string.h>
 #include "ops/attention_cuda.cuh"
 #include "ops/attention_mma.cuh"
 #include "core/cuda_util.h"
@@ -18,9 +22,10 @@ constexpr int kBr = 64;      /* queries per tile */
 constexpr int kLongT = 512;  /* from this T on, 8-warp blocks */
 constexpr float kLog2e = 1.4426950408889634f;
 
-/* A block of W warps owns 16 * W keys (16 per warp). */
-template <int D, int W> constexpr int smem_bytes() {
-  return (2 * 16 * W + 4 * kBr) * (D + kLdPad) * 2 + 16 * W * (kBr + kLdPad) * 2 + 4 * kBr * 4;
+/* A block of W warps owns 16 * W keys (16 per warp); kPipe keeps two dS^T buffers. */
+template <int D, int W, bool kPipe> constexpr int smem_bytes() {
+  return (2 * 16 * W + 4 * kBr) * (D + kLdPad) * 2 +
+         (kPipe ? 2 : 1) * 16 * W * (kBr + kLdPad) * 2 + 4 * kBr * 4;
 }
 
 /* One warp's share of a query tile: its 16 keys against the tile's 64 queries (S^T, dP^T,
@@ -96,7 +101,132 @@ __device__ __forceinline__ void warp_tile(const uint32_t (&kf)[D / 16][4],
   }
 }
 
+/* One warp's part of a query tile: the tensor-core work when its 16 keys meet some query of
+ * the tile (query >= key), else zeros for its rows of dS^T (only the dQ product reads them). */
 template <typename T, int D, int W>
+__device__ __forceinline__ void key_tile(const uint32_t (&kf)[D / 16][4],
+                                         const uint32_t (&vf)[D / 16][4], float (&gk)[D / 8][4],
+                                         float (&gv)[D / 8][4], const T *qb, const T *db,
+                                         const float *lb, const float *drb, T *dss, int warp,
+                                         int lane, float sl2, int qt, int k0, int key_a) {
+  constexpr int kLdS = kBr + kLdPad, kBc = 16 * W;
+  /* Warp-uniform: do this warp's 16 keys meet any query of the tile? */
+  const bool active = qt * kBr + kBr - 1 >= k0 + warp * 16;
+  const bool needs_mask = qt * kBr < k0 + kBc - 1;   /* some query may precede some key */
+  if (!active) {
+    const int kr = warp * 16 + (lane >> 2);
+#pragma unroll
+    for (int c = 0; c < kBr; c += 8) {
+      *reinterpret_cast<uint32_t *>(dss + kr * kLdS + c + 2 * (lane & 3)) = 0u;
+      *reinterpret_cast<uint32_t *>(dss + (kr + 8) * kLdS + c + 2 * (lane & 3)) = 0u;
+    }
+  } else if (needs_mask) {
+    warp_tile<T, D, true>(kf, vf, gk, gv, qb, db, lb, drb, dss, warp * 16, lane, sl2, qt * kBr,
+                          key_a);
+  } else {
+    warp_tile<T, D, false>(kf, vf, gk, gv, qb, db, lb, drb, dss, warp * 16, lane, sl2, qt * kBr,
+                           key_a);
+  }
+}
+
+/* dQ[16 queries, D / (W / 4) columns of this warp] += dS K over the block's keys, added into
+ * dq_h (one head's fp32 accumulator) with reductions: the W warps split the tile's 64
+ * queries in 4 blocks of 16 and D in W / 4. kV4: lane pairs swap halves first so that each
+ * lane owns four adjacent floats of one row, one 16-byte reduction instead of two 8-byte
+ * ones (half the reduction requests reaching L2). */
+template <typename T, int D, int W, bool kV4>
+__device__ __forceinline__ void dq_tile(const T *dss, const T *ks, float *dq_h, int q_first,
+                                        int T_, int warp, int lane) {
+  constexpr int kLd = D + kLdPad, kLdS = kBr + kLdPad, kBc = 16 * W;
+  constexpr int kSplit = W / 4, kDw = D / kSplit;
+  static_assert(W % 4 == 0 && kDw % 16 == 0, "dQ split must leave 16-column pieces");
+  const int mq = (warp & 3) * 16, d0 = (warp >> 2) * kDw;
+  /* Even and odd key steps accumulate apart (summed below): twice the independent
+   * tensor-core chains, half as long. */
+  float gq[kDw / 8][4], gq2[kDw / 8][4];
+#pragma unroll
+  for (int i = 0; i < kDw / 8; i++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) gq[i][e] = gq2[i][e] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < kBc / 16; kk++) {
+    uint32_t a[4];
+    ldsm_x4_t(a, at_frag_addr_t(dss, kLdS, mq, kk * 16, lane));
+    float (&acc)[kDw / 8][4] = (kk & 1) ? gq2 : gq;
+#pragma unroll
+    for (int dp = 0; dp < kDw / 16; dp++) {
+      uint32_t b[4];
+      ldsm_x4_t(b, b_frag_addr_t(ks, kLd, kk * 16, d0 + dp * 16, lane));
+      mma_op<T>::run(acc[2 * dp], a, b[0], b[1]);
+      mma_op<T>::run(acc[2 * dp + 1], a, b[2], b[3]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kDw / 8; i++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) gq[i][e] += gq2[i][e];
+  if constexpr (kV4) {
+    /* Lanes 2j and 2j + 1 of a quad hold columns c..c+1 and c+2..c+3 (c = 4 * (j % 2)) of
+     * rows g and g + 8: the even lane keeps row g, the odd one row g + 8. */
+    const bool odd = lane & 1;
+    const int row = q_first + mq + (lane >> 2) + (odd ? 8 : 0);
+    const int col = d0 + 2 * (lane & 2);
+#pragma unroll
+    for (int dt = 0; dt < kDw / 8; dt++) {
+      const float s0 = odd ? gq[dt][0] : gq[dt][2], s1 = odd ? gq[dt][1] : gq[dt][3];
+      const float r0 = __shfl_xor_sync(0xffffffffu, s0, 1);
+      const float r1 = __shfl_xor_sync(0xffffffffu, s1, 1);
+      if (row < T_) {
+        float *dst = dq_h + (long)row * D + col + dt * 8;
+        if (odd)
+          red_add_f32x4(dst, r0, r1, gq[dt][2], gq[dt][3]);
+        else
+          red_add_f32x4(dst, gq[dt][0], gq[dt][1], r0, r1);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int row = q_first + mq + (lane >> 2) + h * 8;
+      if (row < T_) {
+        float *dst = dq_h + (long)row * D + d0 + 2 * (lane & 3);
+#pragma unroll
+        for (int dt = 0; dt < kDw / 8; dt++)
+          red_add_f32x2(dst + dt * 8, gq[dt][2 * h], gq[dt][2 * h + 1]);
+      }
+    }
+  }
+}
+
+/* dK (scaled) and dV added into the head's gradients, adjacent pairs as one 4-byte access
+ * (rows are 16-byte aligned, the column even). */
+template <typename T, int D>
+__device__ __forceinline__ void write_dkv(const float (&gk)[D / 8][4], const float (&gv)[D / 8][4],
+                                          T *dk_h, T *dv_h, int key_a, int T_, int lane,
+                                          float scale) {
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int key = key_a + h * 8;
+    if (key >= T_) continue;
+    const long off = (long)key * D + 2 * (lane & 3);
+#pragma unroll
+    for (int dt = 0; dt < D / 8; dt++) {
+      uint32_t *pk = reinterpret_cast<uint32_t *>(dk_h + off + dt * 8);
+      uint32_t *pv = reinterpret_cast<uint32_t *>(dv_h + off + dt * 8);
+      const uint32_t ok = *pk, ov = *pv;
+      const T *xk = reinterpret_cast<const T *>(&ok), *xv = reinterpret_cast<const T *>(&ov);
+      *pk = mma_op<T>::pack(nt_attn_to_f32(xk[0]) + gk[dt][2 * h] * scale,
+                            nt_attn_to_f32(xk[1]) + gk[dt][2 * h + 1] * scale);
+      *pv = mma_op<T>::pack(nt_attn_to_f32(xv[0]) + gv[dt][2 * h],
+                            nt_attn_to_f32(xv[1]) + gv[dt][2 * h + 1]);
+    }
+  }
+}
+
+/* kPipe: one barrier per query tile, the dQ product of tile i running after that barrier
+ * together with the key-side work of tile i + 1 (two dS^T buffers); otherwise two barriers
+ * per tile (key-side work, barrier, dQ). */
+template <typename T, int D, int W, bool kPipe>
 __global__ void __launch_bounds__(32 * W)
     bwd_kernel(const T *__restrict__ dout, const T *__restrict__ q, const T *__restrict__ k,
                const T *__restrict__ v, const float *__restrict__ lse,
@@ -104,16 +234,13 @@ __global__ void __launch_bounds__(32 * W)
                T *__restrict__ dv, int BH, int T_, float scale) {
   constexpr int kThreads = 32 * W, kBc = 16 * W;
   constexpr int kLd = D + kLdPad, kLdS = kBr + kLdPad, kDt = D / 8, kKs = D / 16;
-  /* dQ = dS K: the W warps split the tile's 64 queries in 4 blocks of 16 and D in W / 4. */
-  constexpr int kSplit = W / 4, kDw = D / kSplit;
-  static_assert(W % 4 == 0 && kDw % 16 == 0, "dQ split must leave 16-column pieces");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T *ks = reinterpret_cast<T *>(smem_raw);
   T *vs = ks + kBc * kLd;
   T *qs = vs + kBc * kLd;       /* two buffers */
   T *dos = qs + 2 * kBr * kLd;  /* two buffers */
-  T *dss = dos + 2 * kBr * kLd; /* dS^T [key][query] */
-  float *lse_s = reinterpret_cast<float *>(dss + kBc * kLdS);   /* two buffers, * log2(e) */
+  T *dss = dos + 2 * kBr * kLd; /* dS^T [key][query] (two buffers with kPipe) */
+  float *lse_s = reinterpret_cast<float *>(dss + (kPipe ? 2 : 1) * kBc * kLdS); /* 2, *log2e */
   float *dr_s = lse_s + 2 * kBr;                                 /* two buffers */
 
   const int n_t = (T_ + kBr - 1) / kBr;
@@ -145,133 +272,106 @@ __global__ void __launch_bounds__(32 * W)
     for (int e = 0; e < 4; e++) gk[i][e] = gv[i][e] = 0.f;
   const int key_a = k0 + warp * 16 + (lane >> 2);   /* this thread's keys: key_a, key_a + 8 */
 
-  for (int qt = qt0; qt < n_t; qt++) {
-    const int buf = (qt - qt0) & 1;
-    /* The next tile's lse and D: past-the-end queries get lse = +inf, so their P is 0. */
-    float next_lse = INFINITY, next_dr = 0.f;
-    if (qt + 1 < n_t) {
-      const int nb = buf ^ 1, r0 = (qt + 1) * kBr;
-      load_tile<T, kBr, D, kThreads>(qs + nb * kBr * kLd, q + head, r0, T_, tid);
-      load_tile<T, kBr, D, kThreads>(dos + nb * kBr * kLd, dout + head, r0, T_, tid);
-      cp_async_commit();
-      if (tid < kBr && r0 + tid < T_) {   /* in flight during this tile; stored at its end */
-        next_lse = lse[bh * T_ + r0 + tid];
-        next_dr = d_rows[bh * T_ + r0 + tid];
-      }
-      cp_async_wait<1>();
-    } else {
+  if constexpr (kPipe) {
+    /* Iteration i's barrier publishes tile i's Q/dO (waited for just before it), its lse/D
+     * (stored at the end of i - 1) and the dS^T of tile i - 1; past it every warp is done
+     * with tile i - 1's Q/dO and lse/D buffers (refilled below for tile i + 1) and with the
+     * dS^T of tile i - 2 (the buffer tile i writes). One more iteration runs the last dQ. */
+    for (int qt = qt0; qt <= n_t; qt++) {
+      const int buf = (qt - qt0) & 1;
       cp_async_wait<0>();
-    }
-    __syncthreads();
-    if (qt == qt0) {
+      __syncthreads();
+      if (qt == qt0) {
 #pragma unroll
-      for (int kk = 0; kk < kKs; kk++) {
-        ldsm_x4(kf[kk], a_frag_addr(ks, kLd, warp * 16, kk * 16, lane));
-        ldsm_x4(vf[kk], a_frag_addr(vs, kLd, warp * 16, kk * 16, lane));
+        for (int kk = 0; kk < kKs; kk++) {
+          ldsm_x4(kf[kk], a_frag_addr(ks, kLd, warp * 16, kk * 16, lane));
+          ldsm_x4(vf[kk], a_frag_addr(vs, kLd, warp * 16, kk * 16, lane));
+        }
+      }
+      /* The next tile's lse and D: past-the-end queries get lse = +inf, so their P is 0. */
+      float next_lse = INFINITY, next_dr = 0.f;
+      if (qt + 1 < n_t) {
+        const int nb = buf ^ 1, r0 = (qt + 1) * kBr;
+        load_tile<T, kBr, D, kThreads>(qs + nb * kBr * kLd, q + head, r0, T_, tid);
+        load_tile<T, kBr, D, kThreads>(dos + nb * kBr * kLd, dout + head, r0, T_, tid);
+        cp_async_commit();
+        if (tid < kBr && r0 + tid < T_) {   /* in flight during this tile */
+          next_lse = lse[bh * T_ + r0 + tid];
+          next_dr = d_rows[bh * T_ + r0 + tid];
+        }
+      }
+      if (qt > qt0)
+        dq_tile<T, D, W, true>(dss + (buf ^ 1) * kBc * kLdS, ks, dq_acc + head, (qt - 1) * kBr,
+                               T_, warp, lane);
+      if (qt < n_t) {
+        const T *qb = qs + buf * kBr * kLd, *db = dos + buf * kBr * kLd;
+        const float *lb = lse_s + buf * kBr, *drb = dr_s + buf * kBr;
+        key_tile<T, D, W>(kf, vf, gk, gv, qb, db, lb, drb, dss + buf * kBc * kLdS, warp, lane,
+                          sl2, qt, k0, key_a);
+      }
+      if (qt + 1 < n_t && tid < kBr) {
+        lse_s[(buf ^ 1) * kBr + tid] = next_lse * kLog2e;
+        dr_s[(buf ^ 1) * kBr + tid] = next_dr;
       }
     }
-    const T *qb = qs + buf * kBr * kLd, *db = dos + buf * kBr * kLd;
-    const float *lb = lse_s + buf * kBr, *drb = dr_s + buf * kBr;
-    /* Warp-uniform: do this warp's 16 keys meet any query of the tile (query >= key)? */
-    const bool active = qt * kBr + kBr - 1 >= k0 + warp * 16;
-    const bool needs_mask = qt * kBr < k0 + kBc - 1;   /* some query may precede some key */
+  } else {
+    for (int qt = qt0; qt < n_t; qt++) {
+      const int buf = (qt - qt0) & 1;
+      /* The next tile's lse and D: past-the-end queries get lse = +inf, so their P is 0. */
+      float next_lse = INFINITY, next_dr = 0.f;
+      if (qt + 1 < n_t) {
+        const int nb = buf ^ 1, r0 = (qt + 1) * kBr;
+        load_tile<T, kBr, D, kThreads>(qs + nb * kBr * kLd, q + head, r0, T_, tid);
+        load_tile<T, kBr, D, kThreads>(dos + nb * kBr * kLd, dout + head, r0, T_, tid);
+        cp_async_commit();
+        if (tid < kBr && r0 + tid < T_) {   /* in flight during this tile; stored at its end */
+          next_lse = lse[bh * T_ + r0 + tid];
+          next_dr = d_rows[bh * T_ + r0 + tid];
+        }
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      __syncthreads();
+      if (qt == qt0) {
+#pragma unroll
+        for (int kk = 0; kk < kKs; kk++) {
+          ldsm_x4(kf[kk], a_frag_addr(ks, kLd, warp * 16, kk * 16, lane));
+          ldsm_x4(vf[kk], a_frag_addr(vs, kLd, warp * 16, kk * 16, lane));
+        }
+      }
+      const T *qb = qs + buf * kBr * kLd, *db = dos + buf * kBr * kLd;
+      const float *lb = lse_s + buf * kBr, *drb = dr_s + buf * kBr;
+      key_tile<T, D, W>(kf, vf, gk, gv, qb, db, lb, drb, dss, warp, lane, sl2, qt, k0, key_a);
+      __syncthreads();   /* all of dS^T is in shared memory */
 
-    if (!active) {
-      /* P = dS = 0 for this warp: only its rows of dS^T (zeros) matter, for the dQ product. */
-      const int kr = warp * 16 + (lane >> 2);
-#pragma unroll
-      for (int c = 0; c < kBr; c += 8) {
-        *reinterpret_cast<uint32_t *>(dss + kr * kLdS + c + 2 * (lane & 3)) = 0u;
-        *reinterpret_cast<uint32_t *>(dss + (kr + 8) * kLdS + c + 2 * (lane & 3)) = 0u;
+      dq_tile<T, D, W, false>(dss, ks, dq_acc + head, qt * kBr, T_, warp, lane);
+      /* The other lse/D buffer was last read before the barrier above; the next iteration's
+       * top barrier publishes it. */
+      if (qt + 1 < n_t && tid < kBr) {
+        lse_s[(buf ^ 1) * kBr + tid] = next_lse * kLog2e;
+        dr_s[(buf ^ 1) * kBr + tid] = next_dr;
       }
-    } else if (needs_mask) {
-      warp_tile<T, D, true>(kf, vf, gk, gv, qb, db, lb, drb, dss, warp * 16, lane, sl2,
-                            qt * kBr, key_a);
-    } else {
-      warp_tile<T, D, false>(kf, vf, gk, gv, qb, db, lb, drb, dss, warp * 16, lane, sl2,
-                             qt * kBr, key_a);
-    }
-    __syncthreads();   /* all of dS^T is in shared memory */
-
-    /* dQ[16 queries, kDw columns of this warp] = dS K over the block's keys, with atomics. */
-    const int mq = (warp & 3) * 16, d0 = (warp >> 2) * kDw;
-    /* Even and odd key steps accumulate apart (summed below): twice the independent
-     * tensor-core chains, half as long. */
-    float gq[kDw / 8][4], gq2[kDw / 8][4];
-#pragma unroll
-    for (int i = 0; i < kDw / 8; i++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) gq[i][e] = gq2[i][e] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < kBc / 16; kk++) {
-      uint32_t a[4];
-      ldsm_x4_t(a, at_frag_addr_t(dss, kLdS, mq, kk * 16, lane));
-      float (&acc)[kDw / 8][4] = (kk & 1) ? gq2 : gq;
-#pragma unroll
-      for (int dp = 0; dp < kDw / 16; dp++) {
-        uint32_t b[4];
-        ldsm_x4_t(b, b_frag_addr_t(ks, kLd, kk * 16, d0 + dp * 16, lane));
-        mma_op<T>::run(acc[2 * dp], a, b[0], b[1]);
-        mma_op<T>::run(acc[2 * dp + 1], a, b[2], b[3]);
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kDw / 8; i++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) gq[i][e] += gq2[i][e];
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-      const int row = qt * kBr + mq + (lane >> 2) + h * 8;
-      if (row < T_) {
-        float *dst = dq_acc + head + (long)row * D + d0 + 2 * (lane & 3);
-#pragma unroll
-        for (int dt = 0; dt < kDw / 8; dt++)
-          red_add_f32x2(dst + dt * 8, gq[dt][2 * h], gq[dt][2 * h + 1]);
-      }
-    }
-    /* The other lse/D buffer was last read before the barrier above; the next iteration's
-     * top barrier publishes it. */
-    if (qt + 1 < n_t && tid < kBr) {
-      lse_s[(buf ^ 1) * kBr + tid] = next_lse * kLog2e;
-      dr_s[(buf ^ 1) * kBr + tid] = next_dr;
-    }
-    /* No barrier here: the next iteration's prefetch only touches this tile's Q/dO
-     * buffers, read before the barrier above, and its dS^T writes come after its own top
-     * barrier, which every warp reaches only once done with this tile's dQ. */
-  }
-
-#pragma unroll
-  for (int h = 0; h < 2; h++) {
-    const int key = key_a + h * 8;
-    if (key >= T_) continue;
-    const long off = head + (long)key * D + 2 * (lane & 3);
-    /* Adjacent pairs as one 4-byte access (rows are 16-byte aligned, the column even). */
-#pragma unroll
-    for (int dt = 0; dt < kDt; dt++) {
-      uint32_t *pk = reinterpret_cast<uint32_t *>(dk + off + dt * 8);
-      uint32_t *pv = reinterpret_cast<uint32_t *>(dv + off + dt * 8);
-      const uint32_t ok = *pk, ov = *pv;
-      const T *xk = reinterpret_cast<const T *>(&ok), *xv = reinterpret_cast<const T *>(&ov);
-      *pk = mma_op<T>::pack(nt_attn_to_f32(xk[0]) + gk[dt][2 * h] * scale,
-                            nt_attn_to_f32(xk[1]) + gk[dt][2 * h + 1] * scale);
-      *pv = mma_op<T>::pack(nt_attn_to_f32(xv[0]) + gv[dt][2 * h],
-                            nt_attn_to_f32(xv[1]) + gv[dt][2 * h + 1]);
+      /* No barrier here: the next iteration's prefetch only touches this tile's Q/dO
+       * buffers, read before the barrier above, and its dS^T writes come after its own top
+       * barrier, which every warp reaches only once done with this tile's dQ. */
     }
   }
+  write_dkv<T, D>(gk, gv, dk + head, dv + head, key_a, T_, lane, scale);
 }
 
-template <typename T, int D, int W>
+template <typename T, int D, int W, bool kPipe>
 nt_status launch(nt_ctx *ctx, const void *dout, const void *q, const void *k, const void *v,
                  const float *lse, const float *d_rows, float *dq_acc, void *dk, void *dv,
                  int BH, int T_) {
-  constexpr int bytes = smem_bytes<D, W>(), kBc = 16 * W;
-  nt_status st = NT_CUDA(ctx, cudaFuncSetAttribute(bwd_kernel<T, D, W>,
+  constexpr int bytes = smem_bytes<D, W, kPipe>(), kBc = 16 * W;
+  nt_status st = NT_CUDA(ctx, cudaFuncSetAttribute(bwd_kernel<T, D, W, kPipe>,
                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    bytes));
   if (st) return st;
   const long blocks = (long)((T_ + kBc - 1) / kBc) * BH;
   if (blocks > 0x7fffffffL) return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "attention: grid too large");
-  bwd_kernel<T, D, W><<<(unsigned)blocks, 32 * W, bytes, nt_cuda_stream(ctx)>>>(
+  bwd_kernel<T, D, W, kPipe><<<(unsigned)blocks, 32 * W, bytes, nt_cuda_stream(ctx)>>>(
       (const T *)dout, (const T *)q, (const T *)k, (const T *)v, lse, d_rows, dq_acc, (T *)dk,
       (T *)dv, BH, T_, 1.f / sqrtf((float)D));
   return NT_CUDA_LAUNCHED(ctx);
@@ -279,7 +379,8 @@ nt_status launch(nt_ctx *ctx, const void *dout, const void *q, const void *k, co
 
 /* Long sequences take 128-key blocks of 8 warps (half the Q/dO traffic and dQ atomics per
  * key); short ones keep 64-key blocks of 4 warps, which balance the causal work better.
- * NT_ATTN_BWD_WARPS=4 or 8 forces one (benchmarks and tests compare the two). */
+ * NT_ATTN_BWD_WARPS=4 or 8 forces one (benchmarks and tests compare the two).
+ * NT_ATTN_BWD_PIPE=0 selects the two-barrier kernel (the default before the pipelined one). */
 template <typename T, int D>
 nt_status launch_w(nt_ctx *ctx, const void *dout, const void *q, const void *k, const void *v,
                    const float *lse, const float *d_rows, float *dq_acc, void *dk, void *dv,
@@ -287,9 +388,15 @@ nt_status launch_w(nt_ctx *ctx, const void *dout, const void *q, const void *k, 
   const char *e = getenv("NT_ATTN_BWD_WARPS");
   const int forced = e ? atoi(e) : 0;
   const bool eight = forced == 8 || (forced != 4 && T_ >= kLongT);
+  e = getenv("NT_ATTN_BWD_PIPE");
+  const bool pipe = !(e && strcmp(e, "0") == 0);
+  if (eight && pipe)
+    return launch<T, D, 8, true>(ctx, dout, q, k, v, lse, d_rows, dq_acc, dk, dv, BH, T_);
   if (eight)
-    return launch<T, D, 8>(ctx, dout, q, k, v, lse, d_rows, dq_acc, dk, dv, BH, T_);
-  return launch<T, D, 4>(ctx, dout, q, k, v, lse, d_rows, dq_acc, dk, dv, BH, T_);
+    return launch<T, D, 8, false>(ctx, dout, q, k, v, lse, d_rows, dq_acc, dk, dv, BH, T_);
+  if (pipe)
+    return launch<T, D, 4, true>(ctx, dout, q, k, v, lse, d_rows, dq_acc, dk, dv, BH, T_);
+  return launch<T, D, 4, false>(ctx, dout, q, k, v, lse, d_rows, dq_acc, dk, dv, BH, T_);
 }
 
 template <typename T>
