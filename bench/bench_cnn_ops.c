@@ -10,7 +10,7 @@
  * f32, as cuDNN's default). Each op runs `steps` times per sample between CUDA events; the
  * median over `repeats` samples, per call, after warm-up. "graph": the `steps` calls captured
  * in one CUDA graph and replayed (launch overhead excluded); "eager": launched from the host.
- * Lines: "RESULT dtype op mode ms". Ops: convI fwd (conv + bias), convI fwd_relu (ReLU fused),
+ * Lines: "RESULT nt dtype op mode ms". Ops: convI fwd (conv + bias), convI fwd_relu (ReLU fused),
  * convI dx, convI dw_db, poolI fwd, poolI bwd, model fwd_bwd (fused ReLU as above, gradients
  * zeroed where the model zeroes them), model fwd_bwd_unfused (conv then a separate ReLU). */
 #include "core/nt.h"
@@ -287,7 +287,7 @@ static nt_status report(nt_ctx *ctx, const char *dt, const char *op, op_fn fn, v
       fprintf(stderr, "%s %s %s: %s\n", dt, op, g ? "graph" : "eager", nt_status_str(st));
       return st;
     }
-    printf("RESULT %s %s %s %.4f\n", dt, op, g ? "graph" : "eager", ms);
+    printf("RESULT nt %s %s %s %.4f\n", dt, op, g ? "graph" : "eager", ms);
     fflush(stdout);
   }
   return NT_OK;
