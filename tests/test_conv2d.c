@@ -63,6 +63,20 @@ static void test_forward(nt_ctx *ctx, ccase c, bool bias, uint64_t seed) {
     CHECK(e < 1e-6, "conv forward N%d Cin%d %dx%d Cout%d k%dx%d s%d p%d: rel err %.3g", c.N, c.Cin,
           c.H, c.W, c.Cout, c.KH, c.KW, c.stride, c.pad, e);
   }
+  /* The fused ReLU variant: relu of the same fp64 result. */
+  float *yr = malloc(4 * ny);
+  nt_tensor tyr = nt_tensor_view(yr, NT_F32, nt_cpu(), 4, sy);
+  if (CHECK_OK(ctx, nt_conv2d_relu_forward(ctx, &tx, &tw, bias ? &tb : NULL, &tyr, p))) {
+    int neg = 0;
+    for (size_t i = 0; i < ny; i++) {
+      yg[i] = yr[i];
+      neg += yd[i] < 0;
+      yd[i] = yd[i] > 0 ? yd[i] : 0;
+    }
+    double e = nt_test_rel_err_d(yg, yd, (int64_t)ny);
+    CHECK(e < 1e-6 && neg > 0, "conv relu forward: rel err %.3g (%d negatives clamped)", e, neg);
+  }
+  free(yr);
   /* bf16 storage of the same problem against the f32 result. */
   uint16_t *lx = malloc(2 * nx), *lw = malloc(2 * nw), *ly = malloc(2 * ny);
   for (size_t i = 0; i < nx; i++) lx[i] = nt_f32_to_bf16(x[i]);
@@ -182,6 +196,44 @@ static void test_backward(nt_ctx *ctx, ccase c, uint64_t seed) {
   free(pb);
 }
 
+/* bf16 x, w, dy with an F32 dw (fp32 master gradients, no bf16 rounding of dw): dw matches the
+ * F32 computation on the same (bf16-exact) values, and accumulates. */
+static void test_f32_dw(nt_ctx *ctx) {
+  const ccase c = {2, 3, 7, 6, 4, 3, 3, 1, 1};
+  int64_t sx[4] = {2, 3, 7, 6}, sw[4] = {4, 3, 3, 3}, sy[4] = {2, 4, 7, 6};
+  enum { NX = 2 * 3 * 7 * 6, NW = 4 * 3 * 3 * 3, NY = 2 * 4 * 7 * 6 };
+  static float x[NX], w[NW], dy[NY], dwf[NW], dwr[NW];
+  static uint16_t bx[NX], bw[NW], bdy[NY];
+  nt_test_rng rng = {77};
+  nt_test_fill_uniform(&rng, x, NX, -1, 1);
+  nt_test_fill_uniform(&rng, w, NW, -1, 1);
+  nt_test_fill_uniform(&rng, dy, NY, -1, 1);
+  for (int i = 0; i < NX; i++) x[i] = nt_bf16_to_f32(bx[i] = nt_f32_to_bf16(x[i]));
+  for (int i = 0; i < NW; i++) w[i] = nt_bf16_to_f32(bw[i] = nt_f32_to_bf16(w[i]));
+  for (int i = 0; i < NY; i++) dy[i] = nt_bf16_to_f32(bdy[i] = nt_f32_to_bf16(dy[i]));
+  memset(dwf, 0, sizeof dwf);
+  memset(dwr, 0, sizeof dwr);
+  nt_conv2d_params p = {c.stride, c.pad};
+  nt_tensor fx = nt_tensor_view(x, NT_F32, nt_cpu(), 4, sx),
+            fw = nt_tensor_view(w, NT_F32, nt_cpu(), 4, sw),
+            fdy = nt_tensor_view(dy, NT_F32, nt_cpu(), 4, sy),
+            fdw = nt_tensor_view(dwr, NT_F32, nt_cpu(), 4, sw),
+            hx = nt_tensor_view(bx, NT_BF16, nt_cpu(), 4, sx),
+            hw = nt_tensor_view(bw, NT_BF16, nt_cpu(), 4, sw),
+            hdy = nt_tensor_view(bdy, NT_BF16, nt_cpu(), 4, sy),
+            hdw = nt_tensor_view(dwf, NT_F32, nt_cpu(), 4, sw);
+  bool ok = CHECK_OK(ctx, nt_conv2d_backward(ctx, &fdy, &fx, &fw, NULL, &fdw, NULL, p)) &&
+            CHECK_OK(ctx, nt_conv2d_backward(ctx, &hdy, &hx, &hw, NULL, &hdw, NULL, p)) &&
+            CHECK_OK(ctx, nt_conv2d_backward(ctx, &hdy, &hx, &hw, NULL, &hdw, NULL, p));
+  if (ok) {
+    for (int i = 0; i < NW; i++) dwr[i] *= 2;
+    double e = nt_test_rel_err(dwf, dwr, NW);
+    CHECK(e < 1e-6, "conv bf16 inputs, f32 dw accumulated twice: rel err %.3g", e);
+  }
+  nt_tensor hdw16 = nt_tensor_view(dwf, NT_F16, nt_cpu(), 4, sw);
+  CHECK_ERR(ctx, NT_ERR_DTYPE, nt_conv2d_backward(ctx, &hdy, &hx, &hw, NULL, &hdw16, NULL, p));
+}
+
 static void test_errors(nt_ctx *ctx) {
   static float buf[4][2 * 3 * 8 * 8];
   int64_t sx[4] = {2, 3, 8, 8}, sw[4] = {4, 3, 3, 3}, sy[4] = {2, 4, 8, 8}, sb[1] = {4};
@@ -235,6 +287,7 @@ int main(void) {
                        {1, 1, 4, 6, 2, 2, 3, 1, 2}};
   for (int i = 0; i < (int)(sizeof bwd / sizeof bwd[0]); i++)
     test_backward(ctx, bwd[i], 40 + (uint64_t)i);
+  test_f32_dw(ctx);
   test_errors(ctx);
   nt_ctx_free(ctx);
   return nt_test_finish();
