@@ -86,6 +86,20 @@ for kk in range(4):
         mma(dQ[2*dp], a, b[0], b[1]); mma(dQ[2*dp+1], a, b[2], b[3])
 ref = dST[:, warp*16:warp*16+16].T @ K[:, :D]
 print("dQ = dS K   max err", np.abs(acc_to_mat(dQ, D // 8) - ref).max())
+# 16-byte dQ reductions (dq_tile, kV4): lane pairs swap halves, then each lane adds four
+# adjacent floats of one row at (row, col + dt * 8); every element must land exactly once.
+got = np.zeros((16, D)); hits = np.zeros((16, D), dtype=int)
+for dt in range(D // 8):
+    sent = {}
+    for L in range(32):
+        odd = L & 1
+        sent[L] = tuple(dQ[dt][L][0:2]) if odd else tuple(dQ[dt][L][2:4])
+    for L in range(32):
+        odd = L & 1; r = sent[L ^ 1]
+        row = L // 4 + (8 if odd else 0); col = 2 * (L & 2) + dt * 8
+        vals = (r[0], r[1], dQ[dt][L][2], dQ[dt][L][3]) if odd else (dQ[dt][L][0], dQ[dt][L][1], r[0], r[1])
+        got[row, col:col+4] += vals; hits[row, col:col+4] += 1
+print("dQ red.v4   max err", np.abs(got - ref).max(), "(each element once:", bool((hits == 1).all()), ")")
 # dS^T store layout check: as[] written to dss as the kernel does, then read back
 S = [[[float(x) for x in rng.standard_normal(4)] for _ in range(32)] for _ in range(8)]
 M = acc_to_mat(S, 8); dss = np.zeros((64, LDS))
