@@ -248,7 +248,10 @@ static nt_status model_step(nt_ctx *ctx, void *arg) {
 }
 
 typedef struct { model *m; int i; } op_arg;
-static nt_status op_fwd(nt_ctx *c, void *a) { op_arg *o = a; return conv_fwd(c, o->m, o->i, false); }
+static nt_status op_fwd(nt_ctx *c, void *a) {
+  op_arg *o = a;
+  return conv_fwd(c, o->m, o->i, false);
+}
 static nt_status op_fwd_relu(nt_ctx *c, void *a) {
   op_arg *o = a;
   return conv_fwd(c, o->m, o->i, true);

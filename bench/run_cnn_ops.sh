@@ -9,8 +9,12 @@ here="$(cd "$(dirname "$0")" && pwd)"
 build="${1:-build}"
 dt="${2:-all}"
 bin="$build/bench/bench_cnn_ops"
-[ -x "$bin" ] || { echo "run_cnn_ops.sh: $bin not found (build first: cmake --build $build)" >&2; exit 1; }
-out_nt="$("$bin" --dtype "$dt" 2>&1)" || { echo "$out_nt" >&2; echo "run_cnn_ops.sh: $bin failed" >&2; }
+if [ ! -x "$bin" ]; then
+  echo "run_cnn_ops.sh: $bin not found (build first: cmake --build $build)" >&2
+  exit 1
+fi
+out_nt="$("$bin" --dtype "$dt" 2>&1)" ||
+  { echo "$out_nt" >&2; echo "run_cnn_ops.sh: $bin failed" >&2; }
 out_pt="$(python3 "$here/bench_cnn_ops.py" --dtype "$dt" 2>&1)" ||
   { echo "$out_pt" >&2; echo "run_cnn_ops.sh: bench_cnn_ops.py failed" >&2; }
 echo "$out_pt" | grep -v '^RESULT' || true

@@ -310,10 +310,11 @@ template <typename T> nt_status weight_grad(nt_ctx *ctx, const nt_tensor *dyp, c
   if ((st = nt_gemm(ctx, dyp, &col, &dwp, &o))) goto done;
   {
     const bool w32 = dw->dtype == NT_F32, b32 = !db || db->dtype == NT_F32;
-    if (w32 && b32) st = launch_add_weight_grad<T, float, float>(ctx, &dwp, dw, db, Cout, g.K, g.Kp);
-    else if (w32) st = launch_add_weight_grad<T, float, T>(ctx, &dwp, dw, db, Cout, g.K, g.Kp);
-    else if (b32) st = launch_add_weight_grad<T, T, float>(ctx, &dwp, dw, db, Cout, g.K, g.Kp);
-    else st = launch_add_weight_grad<T, T, T>(ctx, &dwp, dw, db, Cout, g.K, g.Kp);
+    const int K = g.K, Kp = g.Kp;
+    if (w32 && b32) st = launch_add_weight_grad<T, float, float>(ctx, &dwp, dw, db, Cout, K, Kp);
+    else if (w32) st = launch_add_weight_grad<T, float, T>(ctx, &dwp, dw, db, Cout, K, Kp);
+    else if (b32) st = launch_add_weight_grad<T, T, float>(ctx, &dwp, dw, db, Cout, K, Kp);
+    else st = launch_add_weight_grad<T, T, T>(ctx, &dwp, dw, db, Cout, K, Kp);
   }
 done:
   nt_tensor_free(ctx, &dwp);
