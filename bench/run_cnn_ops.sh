@@ -49,3 +49,11 @@ printf '%s\n%s\n' "$out_nt" "$out_pt" | awk '
     print "(cl): torch was faster in channels_last. model_fwd_bwd: nt without the loss (a fixed"
     print "dlogits), torch with cross-entropy under autocast; neither has the optimizer or data."
   }'
+
+# Variant: the batch in im2col chunks small enough for L2 (NT_CONV_L2_MB), f16, graph mode.
+echo
+echo "variant NT_CONV_L2_MB (im2col chunks of at most that many MiB), f16, graph ms:"
+for mb in 8 16 32; do
+  NT_CONV_L2_MB=$mb "$bin" --dtype f16 2>&1 | awk -v mb="$mb" '$1 == "RESULT" && $5 == "graph" {
+    line = line sprintf(" %s %s", $4, $6) } END { print "  " mb " MiB:" line }'
+done

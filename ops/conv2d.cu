@@ -12,6 +12,8 @@
  *   dx (stride 1, pad < kernel): the forward conv of dy with the flipped, transposed weight
  *             (pad KH-1-pad, KW-1-pad), accumulated into dx by the GEMM (beta 1).
  *   dx (other strides): dcol [K, N*P] (f32) = W^T @ dyp, then col2im gathers into dx.
+ * NT_CONV_L2_MB=m (m > 0) splits the batch into im2col chunks of at most m MiB each (one im2col
+ * + one GEMM per chunk; dW accumulates over chunks) so col can stay in L2; default: one chunk.
  * Scratch comes from the context's pool and is released in stream order. */
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
@@ -19,6 +21,7 @@
 #include "ops/conv2d.h"
 #include "ops/gemm.h"
 #include "core/cuda_util.h"
+#include <stdlib.h>
 
 extern "C" {
 nt_status nt_conv2d_forward_cuda(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
@@ -236,10 +239,19 @@ nt_status alloc(nt_ctx *ctx, nt_tensor *out, nt_dtype dt, int ndim, long a, long
   return nt_tensor_alloc(ctx, out, dt, ndim, s);
 }
 
-nt_status view3(nt_ctx *ctx, const nt_tensor *t, long a, long b, long c, nt_tensor *out) {
-  const int64_t s[3] = {a, b, c};
-  return nt_tensor_reshape(ctx, t, 3, s, out);
+/* Images per im2col chunk. NT_CONV_L2_MB=m (m > 0) bounds one chunk's col to m MiB so that the
+ * GEMM reads it back from L2 and the next chunk overwrites it there (H200: 50 MiB of L2);
+ * unset or 0: the whole batch in one chunk (one im2col, one GEMM). */
+int chunk_images(const geom &g, size_t esz) {
+  const char *e = getenv("NT_CONV_L2_MB");
+  const double mb = e ? atof(e) : 0.0;
+  if (!(mb > 0.0)) return g.N;
+  const double per = (double)g.P() * g.Kp * (double)esz;
+  const double n = mb * 1048576.0 / per;
+  return n < 1.0 ? 1 : n >= g.N ? g.N : (int)n;
 }
+
+template <typename T> T *at(const void *p, long off) { return (T *)p + off; }
 
 template <typename T> nt_status launch_im2col(nt_ctx *ctx, const T *x, T *col, const geom &g) {
   im2col_rows<T><<<grid_for((long)g.N * g.P() * (g.Kp / 8)), 256, 0, nt_cuda_stream(ctx)>>>(
@@ -247,19 +259,37 @@ template <typename T> nt_status launch_im2col(nt_ctx *ctx, const T *x, T *col, c
   return NT_CUDA_LAUNCHED(ctx);
 }
 
-/* D[n] [M, P] (beta 0 or 1) = Wp [M, Kp] @ col[n]^T, col [N, P, Kp] in scratch. */
-nt_status batched_conv_gemm(nt_ctx *ctx, const nt_tensor *wp, const nt_tensor *col, nt_tensor *D,
-                            const geom &g, float beta, bool relu) {
-  nt_tensor a, b, d;
-  nt_status st = view3(ctx, wp, 1, wp->shape[0], g.Kp, &a);
-  if (!st) st = view3(ctx, col, g.N, g.P(), g.Kp, &b);
-  if (!st) st = view3(ctx, D, g.N, wp->shape[0], g.P(), &d);
-  if (st) return st;
+/* D[n] [M, P] (beta 0 or 1) = Wp [M, Kp] @ col[n]^T for the g.N images of col [g.N, P, Kp]. */
+nt_status batched_conv_gemm(nt_ctx *ctx, const nt_tensor *wp, void *col, void *D, const geom &g,
+                            float beta, bool relu) {
+  const int64_t sa[3] = {1, wp->shape[0], g.Kp}, sb[3] = {g.N, g.P(), g.Kp},
+                sd[3] = {g.N, wp->shape[0], g.P()};
+  nt_tensor a = nt_tensor_view(wp->data, wp->dtype, wp->device, 3, sa);
+  nt_tensor b = nt_tensor_view(col, wp->dtype, wp->device, 3, sb);
+  nt_tensor d = nt_tensor_view(D, wp->dtype, wp->device, 3, sd);
   nt_gemm_opts o = nt_gemm_defaults();
   o.trans_b = true;
   o.beta = beta;
   if (relu) o.epilogue = NT_EPI_RELU;
   return nt_gemm(ctx, &a, &b, &d, &o);
+}
+
+/* out[n] (+)= conv(in[n]) with the packed weight wp, chunk by chunk: in [N, C, H, W] as g
+ * describes it, out [N, M, OH, OW]. */
+template <typename T> nt_status conv_chunks(nt_ctx *ctx, const nt_tensor *wp, const T *in, T *out,
+                                            const geom &g, float beta, bool relu) {
+  const int nc = chunk_images(g, sizeof(T));
+  const long in_img = (long)g.C * g.H * g.W, out_img = (long)wp->shape[0] * g.P();
+  nt_tensor col = {};
+  nt_status st = alloc(ctx, &col, wp->dtype, 2, (long)nc * g.P(), g.Kp);
+  for (int n0 = 0; !st && n0 < g.N; n0 += nc) {
+    geom c = g;
+    c.N = g.N - n0 < nc ? g.N - n0 : nc;
+    st = launch_im2col<T>(ctx, in + n0 * in_img, (T *)col.data, c);
+    if (!st) st = batched_conv_gemm(ctx, wp, col.data, out + n0 * out_img, c, beta, relu);
+  }
+  nt_tensor_free(ctx, &col);
+  return st;
 }
 
 template <typename T> nt_status forward_t(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
@@ -268,10 +298,9 @@ template <typename T> nt_status forward_t(nt_ctx *ctx, const nt_tensor *x, const
   cudaStream_t s = nt_cuda_stream(ctx);
   const geom g = fwd_geom(x, w, p, b != NULL);
   const int Cout = (int)w->shape[0];
-  nt_tensor col = {}, wp = {};
+  nt_tensor wp = {};
   nt_status st = alloc(ctx, &wp, x->dtype, 2, Cout, g.Kp);
-  if (!st) st = alloc(ctx, &col, x->dtype, 2, (long)g.N * g.P(), g.Kp);
-  if (st) goto done;
+  if (st) return st;
   if (b && b->dtype == NT_F32 && x->dtype != NT_F32)
     pack_weight<T, float><<<grid_for((long)Cout * g.Kp), 256, 0, s>>>(
         (const T *)w->data, (const float *)b->data, (T *)wp.data, Cout, g.K, g.Kp);
@@ -279,11 +308,8 @@ template <typename T> nt_status forward_t(nt_ctx *ctx, const nt_tensor *x, const
     pack_weight<T, T><<<grid_for((long)Cout * g.Kp), 256, 0, s>>>(
         (const T *)w->data, b ? (const T *)b->data : (const T *)NULL, (T *)wp.data, Cout, g.K,
         g.Kp);
-  if ((st = NT_CUDA_LAUNCHED(ctx))) goto done;
-  if ((st = launch_im2col<T>(ctx, (const T *)x->data, (T *)col.data, g))) goto done;
-  st = batched_conv_gemm(ctx, &wp, &col, y, g, 0.f, relu);
-done:
-  nt_tensor_free(ctx, &col);
+  st = NT_CUDA_LAUNCHED(ctx);
+  if (!st) st = conv_chunks<T>(ctx, &wp, (const T *)x->data, (T *)y->data, g, 0.f, relu);
   nt_tensor_free(ctx, &wp);
   return st;
 }
@@ -297,18 +323,29 @@ nt_status launch_add_weight_grad(nt_ctx *ctx, const nt_tensor *dwp, nt_tensor *d
   return NT_CUDA_LAUNCHED(ctx);
 }
 
-/* dw (and db through the ones column) from dyp [Cout, N*P] and a fresh im2col of x. */
+/* dw (and db through the ones column) from dyp [Cout, N*P] and an im2col of x, chunk by chunk
+ * (dWp accumulates over the chunks in fp32). */
 template <typename T> nt_status weight_grad(nt_ctx *ctx, const nt_tensor *dyp, const nt_tensor *x,
                                             nt_tensor *dw, nt_tensor *db, const geom &g,
                                             int Cout) {
+  const int nc = chunk_images(g, sizeof(T));
+  const long NP = (long)g.N * g.P(), in_img = (long)g.C * g.H * g.W;
   nt_tensor col = {}, dwp = {};
-  nt_gemm_opts o = nt_gemm_defaults();
-  nt_status st = alloc(ctx, &col, x->dtype, 2, (long)g.N * g.P(), g.Kp);
+  nt_status st = alloc(ctx, &col, x->dtype, 2, (long)nc * g.P(), g.Kp);
   if (!st) st = alloc(ctx, &dwp, NT_F32, 2, Cout, g.Kp);
-  if (st) goto done;
-  if ((st = launch_im2col<T>(ctx, (const T *)x->data, (T *)col.data, g))) goto done;
-  if ((st = nt_gemm(ctx, dyp, &col, &dwp, &o))) goto done;
-  {
+  for (int n0 = 0; !st && n0 < g.N; n0 += nc) {
+    geom c = g;
+    c.N = g.N - n0 < nc ? g.N - n0 : nc;
+    const int64_t sa[2] = {Cout, (long)c.N * g.P()}, sb[2] = {(long)c.N * g.P(), g.Kp};
+    nt_tensor a = nt_tensor_view(at<T>(dyp->data, n0 * g.P()), x->dtype, x->device, 2, sa);
+    a.stride[0] = NP;  /* this chunk's columns of dyp */
+    nt_tensor bcol = nt_tensor_view(col.data, x->dtype, x->device, 2, sb);
+    nt_gemm_opts o = nt_gemm_defaults();
+    o.beta = n0 ? 1.f : 0.f;
+    st = launch_im2col<T>(ctx, at<T>(x->data, n0 * in_img), (T *)col.data, c);
+    if (!st) st = nt_gemm(ctx, &a, &bcol, &dwp, &o);
+  }
+  if (!st) {
     const bool w32 = dw->dtype == NT_F32, b32 = !db || db->dtype == NT_F32;
     const int K = g.K, Kp = g.Kp;
     if (w32 && b32) st = launch_add_weight_grad<T, float, float>(ctx, &dwp, dw, db, Cout, K, Kp);
@@ -316,7 +353,6 @@ template <typename T> nt_status weight_grad(nt_ctx *ctx, const nt_tensor *dyp, c
     else if (b32) st = launch_add_weight_grad<T, T, float>(ctx, &dwp, dw, db, Cout, K, Kp);
     else st = launch_add_weight_grad<T, T, T>(ctx, &dwp, dw, db, Cout, K, Kp);
   }
-done:
   nt_tensor_free(ctx, &dwp);
   nt_tensor_free(ctx, &col);
   return st;
@@ -327,17 +363,13 @@ template <typename T> nt_status data_grad_conv(nt_ctx *ctx, const nt_tensor *dy,
                                                const nt_tensor *w, nt_tensor *dx, const geom &f,
                                                int Cout) {
   const geom g = dx_geom(f, Cout);
-  nt_tensor col = {}, wt = {};
+  nt_tensor wt = {};
   nt_status st = alloc(ctx, &wt, w->dtype, 2, f.C, g.Kp);
-  if (!st) st = alloc(ctx, &col, w->dtype, 2, (long)g.N * g.P(), g.Kp);
-  if (st) goto done;
+  if (st) return st;
   pack_weight_flipped<T><<<grid_for((long)f.C * g.Kp), 256, 0, nt_cuda_stream(ctx)>>>(
       (const T *)w->data, (T *)wt.data, Cout, f.C, f.KH, f.KW, g.Kp);
-  if ((st = NT_CUDA_LAUNCHED(ctx))) goto done;
-  if ((st = launch_im2col<T>(ctx, (const T *)dy->data, (T *)col.data, g))) goto done;
-  st = batched_conv_gemm(ctx, &wt, &col, dx, g, 1.f, false);
-done:
-  nt_tensor_free(ctx, &col);
+  st = NT_CUDA_LAUNCHED(ctx);
+  if (!st) st = conv_chunks<T>(ctx, &wt, (const T *)dy->data, (T *)dx->data, g, 1.f, false);
   nt_tensor_free(ctx, &wt);
   return st;
 }

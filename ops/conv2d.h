@@ -9,7 +9,8 @@
  * Backward accumulates (+=) into dx, dw, db (each may be NULL). Scratch from the context's
  * pool per call: forward N*OH*OW * Kp elements; backward about as much again for dw and
  * N*H*W * Cout*KH*KW for dx (stride 1: dx is a conv of dy with the flipped weight, added into
- * dx by the GEMM; other strides: an fp32 col2im buffer).
+ * dx by the GEMM; other strides: an fp32 col2im buffer). NT_CONV_L2_MB=m (m > 0) bounds each
+ * im2col buffer to m MiB by working through the batch in chunks (same results).
  *
  * Flatten ([N, C, H, W] -> [N, C*H*W]) is not an op: it is a view, nt_tensor_reshape, and its
  * backward is the same reshape of the gradient. */

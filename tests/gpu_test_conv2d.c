@@ -239,6 +239,15 @@ int main(void) {
         conv_case(g, c, dts[d], cnn[i], true, true, true, true, 70 + (uint64_t)i);
       if (i > 0) conv_case(g, c, dts[d], cnn[i], true, d == 0, false, false, 80 + (uint64_t)i);
     }
+  /* The batch in im2col chunks (NT_CONV_L2_MB): 1-3 images per chunk, a short last chunk. */
+  const char *mbs[3] = {"0.05", "0.08", "1"};
+  const ccase chunked[3] = {cases[0], cases[3], cnn[2]};
+  for (int d = 0; d < 3; d++)
+    for (int i = 0; i < 3; i++) {
+      setenv("NT_CONV_L2_MB", mbs[i], 1);
+      conv_case(g, c, dts[d], chunked[i], true, i != 1, i == 2, i == 0, 90 + (uint64_t)i);
+      unsetenv("NT_CONV_L2_MB");
+    }
   for (int d = 0; d < 3; d++) {
     pool_case(g, c, dts[d], 4, 5, 28, 28, 2);
     pool_case(g, c, dts[d], 3, 5, 13, 13, 2);
