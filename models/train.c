@@ -313,6 +313,8 @@ static nt_status run_body(nt_trainer *T) {
 
 nt_status nt_trainer_step(nt_trainer *T, const nt_tensor *loss) {
   const nt_train_options *o = T->o;
+  nt_mem_stats m0, m1;
+  nt_mem_get_stats(T->ctx, &m0);
   nt_status st = run_body(T);
   if (st) return st;
   nt_optim_step_args a = nt_optim_args((float)nt_trainer_lr(T, T->iter));
@@ -320,6 +322,9 @@ nt_status nt_trainer_step(nt_trainer *T, const nt_tensor *loss) {
   st = nt_adamw_step_scaled(T->ctx, T->opt, T->scaler, &a);
   if (!st) st = nt_scaler_update(T->ctx, T->scaler);
   if (st) return st;
+  nt_mem_get_stats(T->ctx, &m1);
+  if (T->eager_steps >= 3 || T->graph)
+    T->res->steady_system_allocs += m1.n_system_allocs - m0.n_system_allocs;
   T->iter++;
   T->res->steps = T->iter;
   bool due = o->log_interval > 0 && (T->iter % o->log_interval == 0 || T->iter == T->total_iters);

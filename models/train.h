@@ -67,6 +67,9 @@ typedef struct {
   size_t peak_bytes;           /* measured peak allocated (pool statistics) */
   size_t estimate_bytes;       /* tools/memest's estimate for the run */
   bool used_cuda_graph;
+  uint64_t steady_system_allocs; /* system (cudaMalloc / host) allocations made inside training
+                                  * steps after the third: 0 when the steady state allocates
+                                  * nothing */
   double *losses;              /* record_losses: loss of step i at losses[i - first_step] */
   int64_t first_step, n_losses;
   char *sample;                /* sample_tokens: the generated text (NUL-terminated) */

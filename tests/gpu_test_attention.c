@@ -3,7 +3,8 @@
  * views). Odd T (1, 37, 65, 100, 257, 513, 700), several tiles of T (64, 128, 1024; from
  * T = 512 the backward uses 8-warp blocks; both block shapes are also forced on the other
  * side with NT_ATTN_BWD_WARPS; the forward's 128-key tiles and 3-blocks-per-SM build with
- * NT_ATTN_FWD_KEYS / NT_ATTN_FWD_BLOCKS; the two-barrier backward with NT_ATTN_BWD_PIPE=0),
+ * NT_ATTN_FWD_KEYS / NT_ATTN_FWD_BLOCKS / NT_ATTN_FWD_WARPS; the two-barrier backward with
+ * NT_ATTN_BWD_PIPE=0 in both block shapes),
  * B and H > 1,
  * large-magnitude scores. Gradients are checked once from zero and again after a second
  * backward call (must be exactly twice: accumulation). Tolerances ||gpu - ref|| / ||ref||:
@@ -240,23 +241,27 @@ int main(void) {
    * the forward's 128-key tiles and each backward block shape on the side of T = 512 the
    * default does not give it (128-key blocks with T below one block, 64-key blocks at long
    * T); pass 1 the forward's 3-blocks-per-SM build with the two-barrier backward
-   * (NT_ATTN_BWD_PIPE=0) in its default block shape. */
-  for (int pass = 0; pass < 2; pass++) {
-    setenv(pass == 0 ? "NT_ATTN_FWD_KEYS" : "NT_ATTN_FWD_BLOCKS", pass == 0 ? "128" : "3", 1);
-    if (pass == 1) setenv("NT_ATTN_BWD_PIPE", "0", 1);
+   * (NT_ATTN_BWD_PIPE=0) in its default block shape; pass 2 the forward's 8 warps of 16 rows
+   * (NT_ATTN_FWD_WARPS=8) with the two-barrier backward in the other block shape. */
+  const char *fwd_var[3][2] = {
+      {"NT_ATTN_FWD_KEYS", "128"}, {"NT_ATTN_FWD_BLOCKS", "3"}, {"NT_ATTN_FWD_WARPS", "8"}};
+  for (int pass = 0; pass < 3; pass++) {
+    setenv(fwd_var[pass][0], fwd_var[pass][1], 1);
+    if (pass >= 1) setenv("NT_ATTN_BWD_PIPE", "0", 1);
     for (int d = 0; d < 2; d++)
       for (int i = 0; i < ncases; i++) {
         if (cases[i].D != 32 && cases[i].D != 64) continue;
         const bool long_t = cases[i].T >= 512;
-        if (pass == 0) setenv("NT_ATTN_BWD_WARPS", long_t ? "4" : "8", 1);
-        const char *label = pass == 1 ? "fwd 3 blocks/SM, bwd 2 barriers"
-                            : long_t  ? "fwd 128 keys, bwd 4 warps"
-                                      : "fwd 128 keys, bwd 8 warps";
+        if (pass != 1) setenv("NT_ATTN_BWD_WARPS", long_t ? "4" : "8", 1);
+        const char *label = pass == 1   ? "fwd 3 blocks/SM, bwd 2 barriers"
+                            : pass == 2 ? "fwd 8 warps, bwd other shape, 2 barriers"
+                            : long_t    ? "fwd 128 keys, bwd 4 warps"
+                                        : "fwd 128 keys, bwd 8 warps";
         run_case(g, c, dts[d], cases[i], label, false, 200 + (uint64_t)i);
       }
     unsetenv("NT_ATTN_BWD_WARPS");
     unsetenv("NT_ATTN_BWD_PIPE");
-    unsetenv(pass == 0 ? "NT_ATTN_FWD_KEYS" : "NT_ATTN_FWD_BLOCKS");
+    unsetenv(fwd_var[pass][0]);
   }
   /* Unaligned views must fall back to the simple kernels and still be right. */
   run_case(g, c, NT_BF16, (acase){2, 2, 37, 64, 2.f}, "auto", true, 300);

@@ -165,6 +165,8 @@ static void gpt_runs(nt_ctx *gctx, nt_ctx *cctx) {
   printf("  gpt bf16 GPU run: loss %.4f -> %.4f, val %.4f, %.0f tokens/s, graph %d\n",
          g.losses[0], g.last_loss, g.val_loss, g.items_per_sec, g.used_cuda_graph);
   CHECK(g.used_cuda_graph, "the GPT step ran as a CUDA graph");
+  CHECK(g.steady_system_allocs == 0, "steady-state GPU steps: %llu cudaMalloc calls",
+        (unsigned long long)g.steady_system_allocs);
   CHECK(g.last_loss < g.losses[0] - 1.0, "GPU loss falls: %g -> %g", g.losses[0], g.last_loss);
   CHECK(g.val_loss < 2.4, "GPU val loss after 200 steps %g < 2.4", g.val_loss);
   o.max_iters = 1;
@@ -229,6 +231,8 @@ static void cnn_run(nt_ctx *gctx) {
          "graph %d, skipped %lld\n", r.losses[0], r.last_loss, 100 * r.test_accuracy,
          r.items_per_sec, r.used_cuda_graph, (long long)r.skipped);
   CHECK(r.used_cuda_graph, "the CNN step ran as a CUDA graph");
+  CHECK(r.steady_system_allocs == 0, "steady-state CNN steps: %llu cudaMalloc calls",
+        (unsigned long long)r.steady_system_allocs);
   CHECK(r.test_accuracy > 0.80, "test accuracy %g > 0.80", r.test_accuracy);
   CHECK(r.last_loss < r.losses[0], "loss falls");
   nt_train_result_free(&r);

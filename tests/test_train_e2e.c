@@ -2,6 +2,7 @@
  *  - resume is bit-identical: N steps + save, then resume for M more, gives the same losses as
  *    one N+M run (GPT with dropout in fp32 and in fp16 with the loss scaler; the CNN resumed
  *    mid-epoch across an epoch boundary);
+ *  - steady-state steps make no system allocations;
  *  - the checkpoint and metrics files exist and look right;
  *  - a tiny GPT learns tiny shakespeare: validation loss < 2.6 after 250 steps (skipped when
  *    NT_DATA_DIR is unset or lacks tinyshakespeare.txt);
@@ -72,6 +73,9 @@ static void check_resume(nt_ctx *ctx, nt_train_options base, int64_t n, int64_t 
         "%s: loss counts %lld/%lld/%lld", what, (long long)a.n_losses, (long long)b.n_losses,
         (long long)c.n_losses);
   CHECK(c.first_step == n, "%s: resumed at step %lld", what, (long long)c.first_step);
+  CHECK(a.steady_system_allocs == 0 && c.steady_system_allocs == 0,
+        "%s: steady-state steps allocate nothing (%llu, %llu system allocations)", what,
+        (unsigned long long)a.steady_system_allocs, (unsigned long long)c.steady_system_allocs);
   int same = 0;
   for (int64_t i = 0; i < n && i < b.n_losses; i++)
     same += memcmp(&a.losses[i], &b.losses[i], sizeof(double)) == 0;
