@@ -51,43 +51,49 @@ struct geom {
   __host__ __device__ long P() const { return (long)OH * OW; }
 };
 
-#define GRID_STRIDE(i, n)                                             \
-  for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
-       i += (long)gridDim.x * blockDim.x)
+/* 32-bit indices: too_big() keeps every loop below 2e9, and 64-bit division costs ~5x more. */
+#define GRID_STRIDE(i, n)                                                           \
+  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < (unsigned)(n); \
+       i += gridDim.x * blockDim.x)
 
 template <typename T> struct alignas(16) pack8 { T v[8]; };
 
 /* col[(n*P + p)*Kp + k]: one thread per 8 consecutive columns, written as one 16-byte (F32:
- * two) store. The input is small next to col and mostly L2-resident, so the gathers are cheap. */
+ * two) store. The input is small next to col and mostly L2-resident, so the gathers are cheap;
+ * (ci, kh, kw) is decomposed once per thread and then stepped (integer division is slow). */
 template <typename T> __global__ void im2col_rows(const T *__restrict__ x, T *__restrict__ col,
                                                   geom g) {
-  const int chunks = g.Kp / 8, khw = g.KH * g.KW;
-  const long P = g.P(), total = (long)g.N * P * chunks;
-  GRID_STRIDE(idx, total) {
-    const long row = idx / chunks;
-    const int k0 = (int)(idx % chunks) * 8;
-    const int n = (int)(row / P), p = (int)(row % P);
-    const int oh = p / g.OW, ow = p % g.OW;
+  const unsigned chunks = (unsigned)g.Kp / 8, P = (unsigned)g.P();
+  const int khw = g.KH * g.KW;
+  GRID_STRIDE(idx, (long)g.N * P * chunks) {
+    const unsigned row = idx / chunks;
+    const int k0 = (int)(idx - row * chunks) * 8;
+    const int n = (int)(row / P), p = (int)(row - n * P);
+    const int oh = p / g.OW, ow = p - oh * g.OW;
     const int ih0 = oh * g.stride - g.padh, iw0 = ow * g.stride - g.padw;
     const T *xn = x + (long)n * g.C * g.H * g.W;
+    int ci = k0 / khw, r = k0 - ci * khw, kh = r / g.KW, kw = r - kh * g.KW;
     pack8<T> out;
 #pragma unroll
     for (int j = 0; j < 8; j++) {
       const int k = k0 + j;
-      float v = 0.f;
+      T v = st<T>(0.f);
       if (k < g.K) {
-        const int ci = k / khw, r = k - ci * khw, kh = r / g.KW, kw = r - kh * g.KW;
         const int ih = ih0 + kh, iw = iw0 + kw;
-        if (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W) {
-          out.v[j] = xn[((long)ci * g.H + ih) * g.W + iw];
-          continue;
-        }
+        if (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W) v = xn[((long)ci * g.H + ih) * g.W + iw];
       } else if (k == g.K && g.ones) {
-        v = 1.f;
+        v = st<T>(1.f);
       }
-      out.v[j] = st<T>(v);
+      out.v[j] = v;
+      if (++kw == g.KW) {
+        kw = 0;
+        if (++kh == g.KH) {
+          kh = 0;
+          ci++;
+        }
+      }
     }
-    *reinterpret_cast<pack8<T> *>(col + row * g.Kp + k0) = out;
+    *reinterpret_cast<pack8<T> *>(col + (long)row * g.Kp + k0) = out;
   }
 }
 
@@ -96,7 +102,7 @@ template <typename T, typename B>
 __global__ void pack_weight(const T *__restrict__ w, const B *__restrict__ b, T *__restrict__ wp,
                             int Cout, int K, int Kp) {
   GRID_STRIDE(i, (long)Cout * Kp) {
-    const int co = (int)(i / Kp), k = (int)(i % Kp);
+    const int co = (int)(i / (unsigned)Kp), k = (int)(i % (unsigned)Kp);
     wp[i] = k < K ? w[(long)co * K + k] : (k == K && b) ? st<T>(ld(b[co])) : st<T>(0.f);
   }
 }
@@ -107,7 +113,7 @@ __global__ void pack_weight_flipped(const T *__restrict__ w, T *__restrict__ wt,
                                     int KH, int KW, int Kp) {
   const int K = Cout * KH * KW;
   GRID_STRIDE(i, (long)Cin * Kp) {
-    const int ci = (int)(i / Kp), k = (int)(i % Kp);
+    const int ci = (int)(i / (unsigned)Kp), k = (int)(i % (unsigned)Kp);
     T v = st<T>(0.f);
     if (k < K) {
       const int co = k / (KH * KW), r = k % (KH * KW), kh = r / KW, kw = r % KW;
@@ -122,7 +128,7 @@ template <typename W, typename B>
 __global__ void add_weight_grad(const float *__restrict__ dwp, W *__restrict__ dw,
                                 B *__restrict__ db, int Cout, int K, int Kp) {
   GRID_STRIDE(i, (long)Cout * (K + 1)) {
-    const int co = (int)(i / (K + 1)), k = (int)(i % (K + 1));
+    const int co = (int)(i / (unsigned)(K + 1)), k = (int)(i % (unsigned)(K + 1));
     const float g = dwp[(long)co * Kp + k];
     if (k < K) {
       if (dw) dw[(long)co * K + k] = st<W>(ld(dw[(long)co * K + k]) + g);
@@ -135,10 +141,10 @@ __global__ void add_weight_grad(const float *__restrict__ dwp, W *__restrict__ d
 /* dyp[co, n*P + p] = dy[n, co, p]. */
 template <typename T>
 __global__ void gather_dy(const T *__restrict__ dy, T *__restrict__ dyp, int N, int Cout, long P) {
-  const long total = (long)N * Cout * P;
-  GRID_STRIDE(idx, total) {
-    const long p = idx % P, co = (idx / P) % Cout, n = idx / (P * Cout);
-    dyp[co * N * P + n * P + p] = dy[idx];
+  const unsigned Pu = (unsigned)P, C = (unsigned)Cout;
+  GRID_STRIDE(idx, (long)N * Cout * P) {
+    const unsigned q = idx / Pu, p = idx - q * Pu, n = q / C, co = q - n * C;
+    dyp[((long)co * N + n) * P + p] = dy[idx];
   }
 }
 
@@ -148,9 +154,10 @@ template <typename T, typename B>
 __global__ void bias_grad(const T *__restrict__ dy, B *__restrict__ db, int N, int Cout, long P) {
   const int co = blockIdx.x;
   float acc = 0.f;
-  for (long i = threadIdx.x; i < (long)N * P; i += blockDim.x) {
-    const long n = i / P, p = i % P;
-    acc += ld(dy[(n * Cout + co) * P + p]);
+  const unsigned Pu = (unsigned)P;
+  for (unsigned i = threadIdx.x; i < (unsigned)(N * P); i += blockDim.x) {
+    const unsigned n = i / Pu, p = i - n * Pu;
+    acc += ld(dy[((long)n * Cout + co) * P + p]);
   }
   __shared__ float part[32];
   for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
@@ -167,11 +174,12 @@ __global__ void bias_grad(const T *__restrict__ dy, B *__restrict__ db, int N, i
  * dcol is [K, N*P] (f32). g describes the forward conv (C = Cin). */
 template <typename T>
 __global__ void col2im_add(const float *__restrict__ dcol, T *__restrict__ dx, geom g) {
-  const long P = g.P(), NP = g.N * P, total = (long)g.N * g.C * g.H * g.W;
-  GRID_STRIDE(idx, total) {
-    const int iw = (int)(idx % g.W), ih = (int)((idx / g.W) % g.H);
-    const int ci = (int)((idx / ((long)g.W * g.H)) % g.C);
-    const long n = idx / ((long)g.W * g.H * g.C);
+  const long P = g.P(), NP = g.N * P;
+  GRID_STRIDE(idx, (long)g.N * g.C * g.H * g.W) {
+    const unsigned r1 = idx / (unsigned)g.W, r2 = r1 / (unsigned)g.H;
+    const int iw = (int)(idx - r1 * g.W), ih = (int)(r1 - r2 * g.H);
+    const int ci = (int)(r2 % (unsigned)g.C);
+    const long n = r2 / (unsigned)g.C;
     float acc = 0.f;
     for (int kh = 0; kh < g.KH; kh++) {
       const int oh_s = ih + g.padh - kh;

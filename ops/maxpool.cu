@@ -18,15 +18,16 @@ template <> __device__ __forceinline__ __nv_bfloat16 st<__nv_bfloat16>(float x) 
   return __float2bfloat16_rn(x);
 }
 
-template <typename T>
+/* I: the index type, unsigned (32-bit division is much cheaper) when the tensor allows it. */
+template <typename T, typename I>
 __global__ void pool_fwd(const T *__restrict__ x, T *__restrict__ y, int *__restrict__ am,
                          long planes, int H, int W, int OH, int OW, int k) {
-  const long total = planes * OH * OW;
-  for (long o = (long)blockIdx.x * blockDim.x + threadIdx.x; o < total;
-       o += (long)gridDim.x * blockDim.x) {
-    const int ow = (int)(o % OW), oh = (int)((o / OW) % OH);
-    const long pl = o / ((long)OH * OW);
-    const T *plane = x + pl * H * W;
+  const I total = (I)(planes * OH * OW);
+  for (I o = (I)blockIdx.x * blockDim.x + threadIdx.x; o < total;
+       o += (I)gridDim.x * blockDim.x) {
+    const I r = o / (I)OW, pl = r / (I)OH;
+    const int ow = (int)(o - r * OW), oh = (int)(r - pl * OH);
+    const T *plane = x + (long)pl * H * W;
     int best_i = oh * k * W + ow * k;
     float best = ld(plane[best_i]);
     for (int dh = 0; dh < k; dh++)
@@ -43,15 +44,15 @@ __global__ void pool_fwd(const T *__restrict__ x, T *__restrict__ y, int *__rest
   }
 }
 
-template <typename T>
+template <typename T, typename I>
 __global__ void pool_bwd(const T *__restrict__ dy, const int *__restrict__ am, T *__restrict__ dx,
                          long planes, long HW, long OHW) {
-  const long total = planes * OHW;
-  for (long o = (long)blockIdx.x * blockDim.x + threadIdx.x; o < total;
-       o += (long)gridDim.x * blockDim.x) {
+  const I total = (I)(planes * OHW);
+  for (I o = (I)blockIdx.x * blockDim.x + threadIdx.x; o < total;
+       o += (I)gridDim.x * blockDim.x) {
     const int i = am[o];
     if (i < 0 || i >= HW) continue;   /* a corrupt index is ignored rather than written */
-    T *p = dx + (o / OHW) * HW + i;
+    T *p = dx + (long)(o / (I)OHW) * HW + i;
     *p = st<T>(ld(*p) + ld(dy[o]));
   }
 }
@@ -66,7 +67,8 @@ nt_status fwd(nt_ctx *ctx, const nt_tensor *x, nt_tensor *y, nt_tensor *am, int 
   const long planes = x->shape[0] * x->shape[1];
   const long n = planes * y->shape[2] * y->shape[3];
   if (n == 0) return NT_OK;
-  pool_fwd<T><<<grid_for(n), 256, 0, nt_cuda_stream(ctx)>>>(
+  auto kern = n < (1L << 31) ? pool_fwd<T, unsigned> : pool_fwd<T, long>;
+  kern<<<grid_for(n), 256, 0, nt_cuda_stream(ctx)>>>(
       (const T *)x->data, (T *)y->data, (int *)am->data, planes, (int)x->shape[2],
       (int)x->shape[3], (int)y->shape[2], (int)y->shape[3], k);
   return NT_CUDA_LAUNCHED(ctx);
@@ -76,7 +78,8 @@ template <typename T>
 nt_status bwd(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *am, nt_tensor *dx) {
   const long planes = dx->shape[0] * dx->shape[1], OHW = dy->shape[2] * dy->shape[3];
   if (planes * OHW == 0) return NT_OK;
-  pool_bwd<T><<<grid_for(planes * OHW), 256, 0, nt_cuda_stream(ctx)>>>(
+  auto kern = planes * OHW < (1L << 31) ? pool_bwd<T, unsigned> : pool_bwd<T, long>;
+  kern<<<grid_for(planes * OHW), 256, 0, nt_cuda_stream(ctx)>>>(
       (const T *)dy->data, (const int *)am->data, (T *)dx->data, planes,
       dx->shape[2] * dx->shape[3], OHW);
   return NT_CUDA_LAUNCHED(ctx);
