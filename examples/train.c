@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 enum {
   O_MODEL = 256, O_DEVICE, O_DTYPE, O_BATCH, O_LR, O_MIN_LR, O_WD, O_BETA1, O_BETA2, O_EPS,
@@ -121,7 +122,8 @@ static void usage(FILE *f) {
 "                             Fashion-MNIST's (default $NT_FASHION_DIR or the system copy)\n"
 "  --out-dir DIR              checkpoints (ckpt.safetensors + ckpt.json), metrics.jsonl,\n"
 "                             metrics.prom\n"
-"  --resume DIR               continue from a checkpoint (bit-identical on one device)\n"
+"  --resume DIR               continue from a checkpoint (bit-identical on one device);\n"
+"                             without --out-dir the run keeps writing into DIR\n"
 "  --checkpoint-interval N    also save every N iterations\n"
 "  --sample N                 gpt: generate N characters after training\n"
 "  --temperature X --top-k N  sampling (0.8, 200)\n"
@@ -325,6 +327,10 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (gpt2 && !data_given) o.gpt_data = "synthetic";
+  /* as nanoGPT: a resumed run keeps writing into the checkpoint's directory */
+  struct stat sb;
+  if (o.resume && !o.out_dir && stat(o.resume, &sb) == 0 && S_ISDIR(sb.st_mode))
+    o.out_dir = o.resume;
   if (model == NT_MODEL_GPT && gpt2) {
     if (o.lr_decay_iters == 5000 && o.max_iters != 5000) o.lr_decay_iters = o.max_iters;
   }
