@@ -195,7 +195,7 @@ nt_status nt_train_cnn(nt_ctx *ctx, const nt_train_options *o, const nt_policy *
     nt_trainer_print(&T, "cnn: widths %d/%d, hidden %d, %.2fM parameters, %s on %s, batch %lld, "
                      "%lld/%lld train/test images, %d epochs (%lld steps)\n",
                      cfg.c1, cfg.c2, cfg.hidden, (double)nt_cnn_params(r.m)->n_real / 1e6,
-                     nt_precision_name(o->precision), nt_ctx_is_cuda(ctx) ? "cuda" : "cpu",
+                     nt_precision_name(pol->precision), nt_ctx_is_cuda(ctx) ? "cuda" : "cpu",
                      (long long)B, (long long)train_set.n, (long long)test_set.n, o->epochs,
                      (long long)T.total_iters);
   while (!st && T.iter < T.total_iters) {

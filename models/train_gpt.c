@@ -275,7 +275,7 @@ nt_status nt_train_gpt(nt_ctx *ctx, const nt_train_options *o, const nt_policy *
     nt_trainer_print(&T, "gpt: %d layers, %d heads, %d wide, block %d, vocab %d, %.2fM "
                      "parameters, %s on %s, batch %lld, %lld iterations\n",
                      cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.block_size, cfg.vocab_size,
-                     (double)nt_gpt_num_params(r.g, true) / 1e6, nt_precision_name(o->precision),
+                     (double)nt_gpt_num_params(r.g, true) / 1e6, nt_precision_name(pol->precision),
                      nt_ctx_is_cuda(ctx) ? "cuda" : "cpu", (long long)B, (long long)o->max_iters);
   while (!st && T.iter < o->max_iters) {
     bool eval_now = o->eval_interval > 0 && T.iter % o->eval_interval == 0;
