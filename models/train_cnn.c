@@ -176,7 +176,11 @@ nt_status nt_train_cnn(nt_ctx *ctx, const nt_train_options *o, const nt_policy *
   r.T = &T;
   T.body = body;
   T.body_arg = &r;
-  T.graph_wanted = T.graph_wanted && (o->cuda_graph == 1 || cfg.dropout == 0.0f);
+  /* a graph would replay one dropout mask forever: dropout runs eagerly */
+  if (T.graph_wanted && cfg.dropout > 0.0f && o->cuda_graph == 1)
+    nt_log(ctx, NT_LOG_WARN, "--cuda-graph: dropout %g needs fresh masks every step; running "
+           "eagerly", (double)cfg.dropout);
+  T.graph_wanted = T.graph_wanted && cfg.dropout == 0.0f;
   int64_t nb = nt_loader_num_batches(train);
   T.total_iters = T.schedule_iters = nb * o->epochs;   /* --max-iters stops, not reshapes */
   if (o->max_iters > 0 && o->max_iters < T.total_iters) T.total_iters = o->max_iters;
