@@ -150,8 +150,8 @@ static nt_status model_init(nt_ctx *ctx, model *m, nt_dtype dt) {
 static void model_free(nt_ctx *ctx, model *m) {
   nt_tensor *all[] = {&m->x, &m->a1, &m->a2, &m->p1, &m->a3, &m->a4, &m->p2, &m->h, &m->logits,
                       &m->z, &m->arg1, &m->arg2, &m->fw1, &m->fb1, &m->fw2, &m->fb2, &m->dfw1,
-                      &m->dfb1, &m->dfw2, &m->dfb2, &m->dlogits, &m->dh, &m->dpre, &m->dflat, &m->da4,
-                      &m->da3, &m->dp1, &m->da2, &m->da1, &m->dz};
+                      &m->dfb1, &m->dfw2, &m->dfb2, &m->dlogits, &m->dh, &m->dpre, &m->dflat,
+                      &m->da4, &m->da3, &m->dp1, &m->da2, &m->da1, &m->dz};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) nt_tensor_free(ctx, all[i]);
   for (int i = 0; i < 4; i++) {
     nt_tensor_free(ctx, &m->w[i]);
