@@ -41,11 +41,12 @@ printf '%s\n%s\n' "$out_nt" "$out_pt" | awk '
 # Variants that the defaults may not pick: the backward's two block shapes forced (64 keys / 4
 # warps and 128 keys / 8 warps; the default switches at T = 512), the backward's older
 # two-barrier kernel (NT_ATTN_BWD_PIPE=0), the forward built for 3
-# blocks per SM (168 registers, some spilled) instead of 2, and the forward with 128-key tiles.
+# blocks per SM (168 registers, some spilled) instead of 2, the forward with 128-key tiles, and
+# the forward with 8 warps of 16 rows (128 registers, 16 warps per SM).
 echo
 echo "variants, ms:                                  fwd      bwd  fwd+bwd"
 for var in NT_ATTN_BWD_WARPS=4 NT_ATTN_BWD_WARPS=8 NT_ATTN_BWD_PIPE=0 NT_ATTN_FWD_BLOCKS=3 \
-  NT_ATTN_FWD_KEYS=128; do
+  NT_ATTN_FWD_KEYS=128 NT_ATTN_FWD_WARPS=8; do
   env "$var" "$bin" "$reps" | awk -v var="$var" '$1 == "RESULT" {
     printf "  %-22s %-18s %8s %8s %8s\n", var, $3, $4, $5, $6 }'
 done

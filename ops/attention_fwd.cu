@@ -14,10 +14,11 @@ namespace {
 
 using namespace nt_attn;
 
-constexpr int kWarps = 4, kThreads = 32 * kWarps;
-/* Each warp owns kM blocks of 16 query rows, so every K/V fragment read from shared memory
- * feeds kM tensor-core products: a block covers kBr = 64 * kM rows. */
-constexpr int kM = 2, kBr = 16 * kWarps * kM;
+/* A block covers kBr = 128 query rows: 8 / kM warps each own kM blocks of 16 rows, so every
+ * K/V fragment read from shared memory feeds kM tensor-core products. Default kM = 2 (4 warps,
+ * about 240 registers, 2 blocks per SM); kM = 1 (8 warps of 16 rows, 128 registers, 2 blocks:
+ * twice the warps per SM to hide latency, twice the K/V fragment reads) is a variant. */
+constexpr int kBr = 128;
 constexpr float kLog2e = 1.4426950408889634f;
 
 /* KB keys per tile: 64 by default, 128 as a variant (NT_ATTN_FWD_KEYS=128). */
@@ -26,7 +27,7 @@ template <int D, int KB> constexpr int smem_bytes() { return (kBr + 4 * KB) * (D
 /* One key/value tile for one warp: S = Q K^T, online softmax, O += P V. kDiag: the tile
  * meets the diagonal, so keys after a row (and past T) are masked and m-blocks that see no
  * key are skipped; the other tiles run without any branch. */
-template <typename T, int D, int KB, bool kDiag>
+template <typename T, int D, int KB, int kM, bool kDiag>
 __device__ __forceinline__ void fwd_tile(const T *kb, const T *vb,
                                          const T *qw,
                                          float (&o)[kM][D / 8][4], float (&m_r)[kM][2],
@@ -132,11 +133,12 @@ __device__ __forceinline__ void fwd_tile(const T *kb, const T *vb,
 
 /* kMinBlocks: blocks per SM the registers must allow (2: about 240 registers, no spills;
  * 3: 168 registers with a few spilled, half as many warps again to hide latency). */
-template <typename T, int D, int kMinBlocks, int KB>
-__global__ void __launch_bounds__(kThreads, kMinBlocks)
+template <typename T, int D, int kMinBlocks, int KB, int kM>
+__global__ void __launch_bounds__(256 / kM, kMinBlocks)
     fwd_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
                T *__restrict__ out, float *__restrict__ lse, int BH, int T_, float scale) {
-  constexpr int kLd = D + kLdPad, kDt = D / 8;
+  constexpr int kLd = D + kLdPad, kDt = D / 8, kThreads = 256 / kM;
+  static_assert(16 * (kThreads / 32) * kM == kBr, "warps x rows must cover the block");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T *qs = reinterpret_cast<T *>(smem_raw);
   T *ks = qs + kBr * kLd;   /* two buffers of K then two of V */
@@ -182,10 +184,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
     const T *kb = ks + buf * KB * kLd, *vb = vs + buf * KB * kLd;
     if (kt * KB + KB - 1 > q0)   /* some key may follow some row of the block */
-      fwd_tile<T, D, KB, true>(kb, vb, qs + wrow0 * kLd, o, m_r, l_r, kt * KB, q0 + wrow0, lane,
+      fwd_tile<T, D, KB, kM, true>(kb, vb, qs + wrow0 * kLd, o, m_r, l_r, kt * KB, q0 + wrow0, lane,
                                sl2);
     else
-      fwd_tile<T, D, KB, false>(kb, vb, qs + wrow0 * kLd, o, m_r, l_r, kt * KB, q0 + wrow0, lane,
+      fwd_tile<T, D, KB, kM, false>(kb, vb, qs + wrow0 * kLd, o, m_r, l_r, kt * KB, q0 + wrow0, lane,
                                 sl2);
   }
 
@@ -219,32 +221,36 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
 }
 
-template <typename T, int D, int kMinBlocks, int KB>
+template <typename T, int D, int kMinBlocks, int KB, int kM>
 nt_status launch_b(nt_ctx *ctx, const void *q, const void *k, const void *v, void *out,
                    float *lse, int BH, int T_) {
   constexpr int bytes = smem_bytes<D, KB>();
-  nt_status st = NT_CUDA(ctx, cudaFuncSetAttribute(fwd_kernel<T, D, kMinBlocks, KB>,
+  nt_status st = NT_CUDA(ctx, cudaFuncSetAttribute(fwd_kernel<T, D, kMinBlocks, KB, kM>,
                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    bytes));
   if (st) return st;
   const long blocks = (long)((T_ + kBr - 1) / kBr) * BH;
   if (blocks > 0x7fffffffL) return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "attention: grid too large");
-  fwd_kernel<T, D, kMinBlocks, KB><<<(unsigned)blocks, kThreads, bytes, nt_cuda_stream(ctx)>>>(
+  fwd_kernel<T, D, kMinBlocks, KB, kM><<<(unsigned)blocks, 256 / kM, bytes,
+                                         nt_cuda_stream(ctx)>>>(
       (const T *)q, (const T *)k, (const T *)v, (T *)out, lse, BH, T_, 1.f / sqrtf((float)D));
   return NT_CUDA_LAUNCHED(ctx);
 }
 
-/* Default: 64-key tiles, 2 blocks per SM. Variants for benchmarks and tests:
- * NT_ATTN_FWD_BLOCKS=3 (3 blocks per SM) and NT_ATTN_FWD_KEYS=128 (128-key tiles: half the
- * barriers and softmax rescales per key, twice the S registers). */
+/* Default: 64-key tiles, 4 warps of 32 rows, 2 blocks per SM. Variants for benchmarks and
+ * tests: NT_ATTN_FWD_BLOCKS=3 (3 blocks per SM), NT_ATTN_FWD_KEYS=128 (128-key tiles: half
+ * the barriers and softmax rescales per key, twice the S registers) and NT_ATTN_FWD_WARPS=8
+ * (8 warps of 16 rows, 2 blocks per SM: 16 warps per SM instead of 8). */
 template <typename T, int D>
 nt_status launch(nt_ctx *ctx, const void *q, const void *k, const void *v, void *out, float *lse,
                  int BH, int T_) {
   const char *e = getenv("NT_ATTN_FWD_KEYS");
-  if (e && atoi(e) == 128) return launch_b<T, D, 2, 128>(ctx, q, k, v, out, lse, BH, T_);
+  if (e && atoi(e) == 128) return launch_b<T, D, 2, 128, 2>(ctx, q, k, v, out, lse, BH, T_);
   e = getenv("NT_ATTN_FWD_BLOCKS");
-  if (e && atoi(e) == 3) return launch_b<T, D, 3, 64>(ctx, q, k, v, out, lse, BH, T_);
-  return launch_b<T, D, 2, 64>(ctx, q, k, v, out, lse, BH, T_);
+  if (e && atoi(e) == 3) return launch_b<T, D, 3, 64, 2>(ctx, q, k, v, out, lse, BH, T_);
+  e = getenv("NT_ATTN_FWD_WARPS");
+  if (e && atoi(e) == 8) return launch_b<T, D, 2, 64, 1>(ctx, q, k, v, out, lse, BH, T_);
+  return launch_b<T, D, 2, 64, 2>(ctx, q, k, v, out, lse, BH, T_);
 }
 
 template <typename T>
