@@ -138,14 +138,14 @@ __global__ void add_weight_grad(const float *__restrict__ dwp, W *__restrict__ d
   }
 }
 
-/* dyp[co, n*P + p] = dy[n, co, p]. */
+/* dyp[co, n*P + p] = dy[n, co, p]: one block per (n, co) plane, a contiguous copy (no index
+ * division). */
 template <typename T>
 __global__ void gather_dy(const T *__restrict__ dy, T *__restrict__ dyp, int N, int Cout, long P) {
-  const unsigned Pu = (unsigned)P, C = (unsigned)Cout;
-  GRID_STRIDE(idx, (long)N * Cout * P) {
-    const unsigned q = idx / Pu, p = idx - q * Pu, n = q / C, co = q - n * C;
-    dyp[((long)co * N + n) * P + p] = dy[idx];
-  }
+  const unsigned plane = blockIdx.x, n = plane / (unsigned)Cout, co = plane - n * Cout;
+  const T *src = dy + (long)plane * P;
+  T *dst = dyp + ((long)co * N + n) * P;
+  for (long p = threadIdx.x; p < P; p += blockDim.x) dst[p] = src[p];
 }
 
 /* db[co] += sum over n, p of dy[n, co, p]: one block per channel, fp32 sum (used when there is
@@ -421,7 +421,7 @@ template <typename T> nt_status backward_t(nt_ctx *ctx, const nt_tensor *dy, con
   }
   if (dw || (dx && !dx_as_conv)) {
     if ((st = alloc(ctx, &dyp, x->dtype, 2, Cout, (long)f.N * f.P()))) goto done;
-    gather_dy<T><<<grid_for((long)f.N * Cout * f.P()), 256, 0, s>>>(
+    gather_dy<T><<<(unsigned)(f.N * Cout), f.P() >= 256 ? 256 : 128, 0, s>>>(
         (const T *)dy->data, (T *)dyp.data, f.N, Cout, f.P());
     if ((st = NT_CUDA_LAUNCHED(ctx))) goto done;
   }
