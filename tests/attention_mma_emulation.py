@@ -4,7 +4,9 @@
    fragment-address helpers of ops/attention_mma.cuh the way attention_fwd.cu / attention_bwd.cu
    use them (S = Q K^T, O = P V, dQ = dS K, the dS^T store);
 2) replays the kernels tile loops, causal masks, online softmax and lse/D padding at matrix
-   level for odd T against a dense causal reference.
+   level for odd T against a dense causal reference, the pipelined backward (one barrier per
+   query tile) with its double-buffer indices and a check that no shared buffer is written
+   and read between the same two barriers.
 Usage: python3 tests/attention_mma_emulation.py  (every error printed should be ~1e-14)"""
 import numpy as np
 
@@ -175,6 +177,59 @@ def bwd(Q, K, V, O, dO, LSE, W):
             if k0 + j < T: dk[k0+j] += gk[j]*scale; dv[k0+j] += gv[j]
     return dq*scale, dk, dv
 
+def bwd_pipe(Q, K, V, O, dO, LSE, W):
+    """The default backward kernel's schedule (kPipe): one barrier per query tile, the dQ of
+    tile i - 1 and the key-side work of tile i between barriers i and i + 1, with the kernel's
+    buffer indices. Asserts that no shared buffer is both written and read between two
+    barriers (cp.async writes count in the interval that issues them: they are waited for
+    just before the next barrier) and that every read finds the tile it expects."""
+    T, D = Q.shape; scale = 1/np.sqrt(D); sl2 = scale*np.log2(np.e); Br = 64; Bc = 16 * W
+    n_t = -(-T//Br); n_kt = -(-T//Bc); Dr = (dO*O).sum(1)
+    dq = np.zeros((T, D)); dk = np.zeros((T, D)); dv = np.zeros((T, D))
+    pad = lambda X, r0, n: np.vstack([X[r0:min(r0+n, T)], np.zeros((max(0, r0+n-T), D))])
+    def lse_d(qt):
+        rows = qt*Br + np.arange(Br)
+        return (np.where(rows < T, LSE[np.minimum(rows, T-1)]*np.log2(np.e), np.inf),
+                np.where(rows < T, Dr[np.minimum(rows, T-1)], 0.0))
+    for kt in range(n_kt):
+        k0 = kt*Bc; qt0 = k0 // Br
+        Ks, Vs = pad(K, k0, Bc), pad(V, k0, Bc); gk = np.zeros((Bc, D)); gv = np.zeros((Bc, D))
+        qs, dos, dss, ls = [None, None], [None, None], [None, None], [None, None]
+        qs[0] = (qt0, pad(Q, qt0*Br, Br)); dos[0] = (qt0, pad(dO, qt0*Br, Br)); ls[0] = (qt0, lse_d(qt0))
+        for qt in range(qt0, n_t + 1):
+            buf = (qt - qt0) & 1; R, Wr = set(), set()   # after barrier qt
+            if qt + 1 < n_t:
+                qs[buf ^ 1] = (qt+1, pad(Q, (qt+1)*Br, Br)); dos[buf ^ 1] = (qt+1, pad(dO, (qt+1)*Br, Br))
+                Wr |= {("qs", buf ^ 1), ("dos", buf ^ 1)}
+            if qt > qt0:
+                R |= {("dss", buf ^ 1)}
+                tile, ds_all = dss[buf ^ 1]; assert tile == qt - 1
+                dqa = ds_all.T @ Ks
+                for i in range(Br):
+                    if (qt-1)*Br + i < T: dq[(qt-1)*Br+i] += dqa[i]
+            if qt < n_t:
+                R |= {("qs", buf), ("dos", buf), ("ls", buf)}; Wr |= {("dss", buf)}
+                assert qs[buf][0] == qt and dos[buf][0] == qt and ls[buf][0] == qt
+                Qs, dOs = qs[buf][1], dos[buf][1]; lb, drb = ls[buf][1]
+                rows = qt*Br + np.arange(Br); needs_mask = qt*Br < k0 + Bc - 1
+                ds_all = np.zeros((Bc, Br))
+                for w in range(W):
+                    ks_ = slice(w*16, w*16+16)
+                    if not (qt*Br + Br - 1 >= k0 + w*16): continue
+                    st = Ks[ks_] @ Qs.T; dpt = Vs[ks_] @ dOs.T
+                    p = ex2(st*sl2 - lb[None, :])
+                    if needs_mask:
+                        p = np.where(rows[None, :] < (k0 + w*16 + np.arange(16))[:, None], 0, p)
+                    ds = p*(dpt - drb[None, :])
+                    gv[ks_] += p @ dOs; gk[ks_] += ds @ Qs; ds_all[ks_] = ds
+                dss[buf] = (qt, ds_all)
+            if qt + 1 < n_t:
+                ls[buf ^ 1] = (qt+1, lse_d(qt+1)); Wr |= {("ls", buf ^ 1)}
+            assert not (R & Wr), (T, W, qt, R & Wr)
+        for j in range(Bc):
+            if k0 + j < T: dk[k0+j] += gk[j]*scale; dv[k0+j] += gv[j]
+    return dq*scale, dk, dv
+
 def ref(Q, K, V, dO):
     T, D = Q.shape; s = Q @ K.T / np.sqrt(D); s[np.triu_indices(T, 1)] = -np.inf
     m = s.max(1, keepdims=True); P = np.exp(s-m); l = P.sum(1, keepdims=True); P /= l
@@ -185,8 +240,13 @@ def ref(Q, K, V, dO):
 for T in [1, 37, 64, 65, 100, 128, 129, 200, 257, 300, 513, 700]:
     for D in [32, 64]:
         Q, K, V, dO = (rng.uniform(-2, 2, (T, D)) for _ in range(4))
+        kWarps, kM = 8, 1   # the NT_ATTN_FWD_WARPS=8 variant: 8 warps of 16 rows
+        O8, L8 = fwd(Q, K, V)
+        kWarps, kM = 4, 2
         O, L = fwd(Q, K, V); Or, Lr, dqr, dkr, dvr = ref(Q, K, V, dO)
+        print(T, D, "fwd 8 warps", ["%.1e" % np.abs(a-b).max() for a, b in [(O8, Or), (L8, Lr)]])
         for W in (4, 8):
-            dq, dk, dv = bwd(Q, K, V, O, dO, L, W)
-            e = [np.abs(a-b).max() for a, b in [(O, Or), (L, Lr), (dq, dqr), (dk, dkr), (dv, dvr)]]
-            print(T, D, "bwd warps", W, ["%.1e" % x for x in e])
+            for name, f in (("bwd", bwd), ("bwd pipe", bwd_pipe)):
+                dq, dk, dv = f(Q, K, V, O, dO, L, W)
+                e = [np.abs(a-b).max() for a, b in [(O, Or), (L, Lr), (dq, dqr), (dk, dkr), (dv, dvr)]]
+                print(T, D, name, "warps", W, ["%.1e" % x for x in e])
