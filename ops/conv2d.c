@@ -7,9 +7,9 @@
 #ifdef NT_HAVE_CUDA
 nt_status nt_conv2d_forward_cuda(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
                                  const nt_tensor *b, nt_tensor *y, nt_conv2d_params p, bool relu);
-nt_status nt_conv2d_backward_cuda(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *x,
-                                  const nt_tensor *w, nt_tensor *dx, nt_tensor *dw,
-                                  nt_tensor *db, nt_conv2d_params p);
+nt_status nt_conv2d_backward_cuda(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *relu_y,
+                                  const nt_tensor *x, const nt_tensor *w, nt_tensor *dx,
+                                  nt_tensor *dw, nt_tensor *db, nt_conv2d_params p);
 #endif
 
 typedef struct { int64_t N, Cin, H, W, Cout, KH, KW, OH, OW; } conv_dims;
@@ -114,10 +114,14 @@ static void add_into(nt_tensor *t, const double *g) {
     nt_store_f32(t->data, t->dtype, i, (float)((double)nt_load_f32(t->data, t->dtype, i) + g[i]));
 }
 
-static nt_status conv_backward_cpu(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *x,
-                                   const nt_tensor *w, nt_tensor *dx, nt_tensor *dw,
-                                   nt_tensor *db, nt_conv2d_params p, const conv_dims *d) {
+/* relu_y (or NULL): the forward's ReLU output; dy counts only where relu_y > 0. */
+static nt_status conv_backward_cpu(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *relu_y,
+                                   const nt_tensor *x, const nt_tensor *w, nt_tensor *dx,
+                                   nt_tensor *dw, nt_tensor *db, nt_conv2d_params p,
+                                   const conv_dims *d) {
   float *G = widen(dy), *X = widen(x), *Wt = widen(w);
+  for (int64_t i = 0; G && relu_y && i < nt_tensor_numel(dy); i++)
+    if (!(nt_load_f32(relu_y->data, relu_y->dtype, i) > 0.0f)) G[i] = 0.0f;
   double *gx = calloc((size_t)nt_tensor_numel(x) + 1, sizeof(double));
   double *gw = calloc((size_t)nt_tensor_numel(w) + 1, sizeof(double));
   double *gb = calloc((size_t)d->Cout + 1, sizeof(double));
@@ -180,12 +184,16 @@ nt_status nt_conv2d_relu_forward(nt_ctx *ctx, const nt_tensor *x, const nt_tenso
   return conv_forward(ctx, x, w, b, y, p, true);
 }
 
-nt_status nt_conv2d_backward(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *x,
-                             const nt_tensor *w, nt_tensor *dx, nt_tensor *dw, nt_tensor *db,
-                             nt_conv2d_params p) {
+static nt_status conv_backward(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *relu_y,
+                               const nt_tensor *x, const nt_tensor *w, nt_tensor *dx,
+                               nt_tensor *dw, nt_tensor *db, nt_conv2d_params p) {
   conv_dims d;
-  nt_status st = check_conv(ctx, x, w, dy, p, &d, "conv2d_backward");
+  nt_status st = check_conv(ctx, x, w, dy, p, &d,
+                            relu_y ? "conv2d_relu_backward" : "conv2d_backward");
   if (st) return st;
+  if (relu_y && (st = check_t(ctx, relu_y, 4, x->dtype, "conv2d_relu_backward y"))) return st;
+  if (relu_y && (st = nt_check_same_shape(ctx, relu_y, dy, "conv2d_relu_backward y vs dy")))
+    return st;
   if (dx && (st = check_t(ctx, dx, 4, x->dtype, "conv2d dx"))) return st;
   if (dx && (st = nt_check_same_shape(ctx, dx, x, "conv2d dx vs x"))) return st;
   if (dw && (st = check_t(ctx, dw, 4, dw->dtype == NT_F32 ? NT_F32 : x->dtype, "conv2d dw")))
@@ -195,10 +203,23 @@ nt_status nt_conv2d_backward(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *
   if (!dx && !dw && !db) return NT_OK;
   if (x->device.type == NT_DEV_CUDA) {
 #ifdef NT_HAVE_CUDA
-    return nt_conv2d_backward_cuda(ctx, dy, x, w, dx, dw, db, p);
+    return nt_conv2d_backward_cuda(ctx, dy, relu_y, x, w, dx, dw, db, p);
 #else
     return NT_ERROR(ctx, NT_ERR_NO_DEVICE, "conv2d: CUDA tensor without the CUDA backend");
 #endif
   }
-  return conv_backward_cpu(ctx, dy, x, w, dx, dw, db, p, &d);
+  return conv_backward_cpu(ctx, dy, relu_y, x, w, dx, dw, db, p, &d);
+}
+
+nt_status nt_conv2d_backward(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *x,
+                             const nt_tensor *w, nt_tensor *dx, nt_tensor *dw, nt_tensor *db,
+                             nt_conv2d_params p) {
+  return conv_backward(ctx, dy, NULL, x, w, dx, dw, db, p);
+}
+
+nt_status nt_conv2d_relu_backward(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *y,
+                                  const nt_tensor *x, const nt_tensor *w, nt_tensor *dx,
+                                  nt_tensor *dw, nt_tensor *db, nt_conv2d_params p) {
+  if (!y) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "conv2d_relu_backward: NULL y");
+  return conv_backward(ctx, dy, y, x, w, dx, dw, db, p);
 }

@@ -26,9 +26,9 @@
 extern "C" {
 nt_status nt_conv2d_forward_cuda(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
                                  const nt_tensor *b, nt_tensor *y, nt_conv2d_params p, bool relu);
-nt_status nt_conv2d_backward_cuda(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *x,
-                                  const nt_tensor *w, nt_tensor *dx, nt_tensor *dw,
-                                  nt_tensor *db, nt_conv2d_params p);
+nt_status nt_conv2d_backward_cuda(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *relu_y,
+                                  const nt_tensor *x, const nt_tensor *w, nt_tensor *dx,
+                                  nt_tensor *dw, nt_tensor *db, nt_conv2d_params p);
 }
 
 namespace {
@@ -61,7 +61,9 @@ template <typename T> struct alignas(16) pack8 { T v[8]; };
 /* col[(n*P + p)*Kp + k]: one thread per 8 consecutive columns, written as one 16-byte (F32:
  * two) store. The input is small next to col and mostly L2-resident, so the gathers are cheap;
  * (ci, kh, kw) is decomposed once per thread and then stepped (integer division is slow). */
-template <typename T> __global__ void im2col_rows(const T *__restrict__ x, T *__restrict__ col,
+/* mask (or NULL): an input-shaped tensor; x counts only where mask > 0 (the ReLU backward). */
+template <typename T> __global__ void im2col_rows(const T *__restrict__ x,
+                                                  const T *__restrict__ mask, T *__restrict__ col,
                                                   geom g) {
   const unsigned chunks = (unsigned)g.Kp / 8, P = (unsigned)g.P();
   const int khw = g.KH * g.KW;
@@ -71,7 +73,8 @@ template <typename T> __global__ void im2col_rows(const T *__restrict__ x, T *__
     const int n = (int)(row / P), p = (int)(row - n * P);
     const int oh = p / g.OW, ow = p - oh * g.OW;
     const int ih0 = oh * g.stride - g.padh, iw0 = ow * g.stride - g.padw;
-    const T *xn = x + (long)n * g.C * g.H * g.W;
+    const long img = (long)n * g.C * g.H * g.W;
+    const T *xn = x + img, *mn = mask ? mask + img : NULL;
     int ci = k0 / khw, r = k0 - ci * khw, kh = r / g.KW, kw = r - kh * g.KW;
     pack8<T> out;
 #pragma unroll
@@ -80,7 +83,10 @@ template <typename T> __global__ void im2col_rows(const T *__restrict__ x, T *__
       T v = st<T>(0.f);
       if (k < g.K) {
         const int ih = ih0 + kh, iw = iw0 + kw;
-        if (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W) v = xn[((long)ci * g.H + ih) * g.W + iw];
+        if (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W) {
+          const long at = ((long)ci * g.H + ih) * g.W + iw;
+          if (!mn || ld(mn[at]) > 0.f) v = xn[at];
+        }
       } else if (k == g.K && g.ones) {
         v = st<T>(1.f);
       }
@@ -141,23 +147,27 @@ __global__ void add_weight_grad(const float *__restrict__ dwp, W *__restrict__ d
 /* dyp[co, n*P + p] = dy[n, co, p]: one block per (n, co) plane, a contiguous copy (no index
  * division). */
 template <typename T>
-__global__ void gather_dy(const T *__restrict__ dy, T *__restrict__ dyp, int N, int Cout, long P) {
+__global__ void gather_dy(const T *__restrict__ dy, const T *__restrict__ mask,
+                          T *__restrict__ dyp, int N, int Cout, long P) {
   const unsigned plane = blockIdx.x, n = plane / (unsigned)Cout, co = plane - n * Cout;
-  const T *src = dy + (long)plane * P;
+  const T *src = dy + (long)plane * P, *m = mask ? mask + (long)plane * P : NULL;
   T *dst = dyp + ((long)co * N + n) * P;
-  for (long p = threadIdx.x; p < P; p += blockDim.x) dst[p] = src[p];
+  for (long p = threadIdx.x; p < P; p += blockDim.x)
+    dst[p] = (!m || ld(m[p]) > 0.f) ? src[p] : st<T>(0.f);
 }
 
 /* db[co] += sum over n, p of dy[n, co, p]: one block per channel, fp32 sum (used when there is
  * no dW GEMM to carry it). */
 template <typename T, typename B>
-__global__ void bias_grad(const T *__restrict__ dy, B *__restrict__ db, int N, int Cout, long P) {
+__global__ void bias_grad(const T *__restrict__ dy, const T *__restrict__ mask,
+                          B *__restrict__ db, int N, int Cout, long P) {
   const int co = blockIdx.x;
   float acc = 0.f;
   const unsigned Pu = (unsigned)P;
   for (unsigned i = threadIdx.x; i < (unsigned)(N * P); i += blockDim.x) {
     const unsigned n = i / Pu, p = i - n * Pu;
-    acc += ld(dy[((long)n * Cout + co) * P + p]);
+    const long at = ((long)n * Cout + co) * P + p;
+    if (!mask || ld(mask[at]) > 0.f) acc += ld(dy[at]);
   }
   __shared__ float part[32];
   for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
@@ -261,9 +271,10 @@ int chunk_images(const geom &g, size_t esz) {
 
 template <typename T> T *at(const void *p, long off) { return (T *)p + off; }
 
-template <typename T> nt_status launch_im2col(nt_ctx *ctx, const T *x, T *col, const geom &g) {
+template <typename T>
+nt_status launch_im2col(nt_ctx *ctx, const T *x, const T *mask, T *col, const geom &g) {
   im2col_rows<T><<<grid_for((long)g.N * g.P() * (g.Kp / 8)), 256, 0, nt_cuda_stream(ctx)>>>(
-      x, col, g);
+      x, mask, col, g);
   return NT_CUDA_LAUNCHED(ctx);
 }
 
@@ -284,8 +295,9 @@ nt_status batched_conv_gemm(nt_ctx *ctx, const nt_tensor *wp, void *col, void *D
 
 /* out[n] (+)= conv(in[n]) with the packed weight wp, chunk by chunk: in [N, C, H, W] as g
  * describes it, out [N, M, OH, OW]. */
-template <typename T> nt_status conv_chunks(nt_ctx *ctx, const nt_tensor *wp, const T *in, T *out,
-                                            const geom &g, float beta, bool relu) {
+template <typename T>
+nt_status conv_chunks(nt_ctx *ctx, const nt_tensor *wp, const T *in, const T *mask, T *out,
+                      const geom &g, float beta, bool relu) {
   const int nc = chunk_images(g, sizeof(T));
   const long in_img = (long)g.C * g.H * g.W, out_img = (long)wp->shape[0] * g.P();
   nt_tensor col = {};
@@ -293,7 +305,8 @@ template <typename T> nt_status conv_chunks(nt_ctx *ctx, const nt_tensor *wp, co
   for (int n0 = 0; !st && n0 < g.N; n0 += nc) {
     geom c = g;
     c.N = g.N - n0 < nc ? g.N - n0 : nc;
-    st = launch_im2col<T>(ctx, in + n0 * in_img, (T *)col.data, c);
+    st = launch_im2col<T>(ctx, in + n0 * in_img, mask ? mask + n0 * in_img : NULL,
+                          (T *)col.data, c);
     if (!st) st = batched_conv_gemm(ctx, wp, col.data, out + n0 * out_img, c, beta, relu);
   }
   nt_tensor_free(ctx, &col);
@@ -317,7 +330,7 @@ template <typename T> nt_status forward_t(nt_ctx *ctx, const nt_tensor *x, const
         (const T *)w->data, b ? (const T *)b->data : (const T *)NULL, (T *)wp.data, Cout, g.K,
         g.Kp);
   st = NT_CUDA_LAUNCHED(ctx);
-  if (!st) st = conv_chunks<T>(ctx, &wp, (const T *)x->data, (T *)y->data, g, 0.f, relu);
+  if (!st) st = conv_chunks<T>(ctx, &wp, (const T *)x->data, NULL, (T *)y->data, g, 0.f, relu);
   nt_tensor_free(ctx, &wp);
   return st;
 }
@@ -350,7 +363,7 @@ template <typename T> nt_status weight_grad(nt_ctx *ctx, const nt_tensor *dyp, c
     nt_tensor bcol = nt_tensor_view(col.data, x->dtype, x->device, 2, sb);
     nt_gemm_opts o = nt_gemm_defaults();
     o.beta = n0 ? 1.f : 0.f;
-    st = launch_im2col<T>(ctx, at<T>(x->data, n0 * in_img), (T *)col.data, c);
+    st = launch_im2col<T>(ctx, at<T>(x->data, n0 * in_img), NULL, (T *)col.data, c);
     if (!st) st = nt_gemm(ctx, &a, &bcol, &dwp, &o);
   }
   if (!st) {
@@ -367,9 +380,9 @@ template <typename T> nt_status weight_grad(nt_ctx *ctx, const nt_tensor *dyp, c
 }
 
 /* dx += conv(dy, flipped w^T): stride 1 and pad < kernel only. */
-template <typename T> nt_status data_grad_conv(nt_ctx *ctx, const nt_tensor *dy,
-                                               const nt_tensor *w, nt_tensor *dx, const geom &f,
-                                               int Cout) {
+template <typename T>
+nt_status data_grad_conv(nt_ctx *ctx, const nt_tensor *dy, const T *mask, const nt_tensor *w,
+                         nt_tensor *dx, const geom &f, int Cout) {
   const geom g = dx_geom(f, Cout);
   nt_tensor wt = {};
   nt_status st = alloc(ctx, &wt, w->dtype, 2, f.C, g.Kp);
@@ -377,7 +390,8 @@ template <typename T> nt_status data_grad_conv(nt_ctx *ctx, const nt_tensor *dy,
   pack_weight_flipped<T><<<grid_for((long)f.C * g.Kp), 256, 0, nt_cuda_stream(ctx)>>>(
       (const T *)w->data, (T *)wt.data, Cout, f.C, f.KH, f.KW, g.Kp);
   st = NT_CUDA_LAUNCHED(ctx);
-  if (!st) st = conv_chunks<T>(ctx, &wt, (const T *)dy->data, (T *)dx->data, g, 1.f, false);
+  if (!st)
+    st = conv_chunks<T>(ctx, &wt, (const T *)dy->data, mask, (T *)dx->data, g, 1.f, false);
   nt_tensor_free(ctx, &wt);
   return st;
 }
@@ -402,9 +416,11 @@ template <typename T> nt_status data_grad_col2im(nt_ctx *ctx, const nt_tensor *d
   return st;
 }
 
-template <typename T> nt_status backward_t(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *x,
-                                           const nt_tensor *w, nt_tensor *dx, nt_tensor *dw,
-                                           nt_tensor *db, nt_conv2d_params p) {
+template <typename T>
+nt_status backward_t(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *relu_y,
+                     const nt_tensor *x, const nt_tensor *w, nt_tensor *dx, nt_tensor *dw,
+                     nt_tensor *db, nt_conv2d_params p) {
+  const T *mask = relu_y ? (const T *)relu_y->data : NULL;
   cudaStream_t s = nt_cuda_stream(ctx);
   const int Cout = (int)w->shape[0];
   const geom f = fwd_geom(x, w, p, dw && db);
@@ -413,21 +429,22 @@ template <typename T> nt_status backward_t(nt_ctx *ctx, const nt_tensor *dy, con
   nt_status st = NT_OK;
   if (db && !dw) {
     if (db->dtype == NT_F32)
-      bias_grad<T, float><<<Cout, 256, 0, s>>>((const T *)dy->data, (float *)db->data, f.N, Cout,
-                                               f.P());
+      bias_grad<T, float><<<Cout, 256, 0, s>>>((const T *)dy->data, mask, (float *)db->data,
+                                               f.N, Cout, f.P());
     else
-      bias_grad<T, T><<<Cout, 256, 0, s>>>((const T *)dy->data, (T *)db->data, f.N, Cout, f.P());
+      bias_grad<T, T><<<Cout, 256, 0, s>>>((const T *)dy->data, mask, (T *)db->data, f.N, Cout,
+                                           f.P());
     if ((st = NT_CUDA_LAUNCHED(ctx))) return st;
   }
   if (dw || (dx && !dx_as_conv)) {
     if ((st = alloc(ctx, &dyp, x->dtype, 2, Cout, (long)f.N * f.P()))) goto done;
     gather_dy<T><<<(unsigned)(f.N * Cout), f.P() >= 256 ? 256 : 128, 0, s>>>(
-        (const T *)dy->data, (T *)dyp.data, f.N, Cout, f.P());
+        (const T *)dy->data, mask, (T *)dyp.data, f.N, Cout, f.P());
     if ((st = NT_CUDA_LAUNCHED(ctx))) goto done;
   }
   if (dw && (st = weight_grad<T>(ctx, &dyp, x, dw, db, f, Cout))) goto done;
   if (dx) {
-    st = dx_as_conv ? data_grad_conv<T>(ctx, dy, w, dx, f, Cout)
+    st = dx_as_conv ? data_grad_conv<T>(ctx, dy, mask, w, dx, f, Cout)
                     : data_grad_col2im<T>(ctx, &dyp, w, dx, f, Cout);
   }
 done:
@@ -461,16 +478,16 @@ extern "C" nt_status nt_conv2d_forward_cuda(nt_ctx *ctx, const nt_tensor *x, con
 }
 
 extern "C" nt_status nt_conv2d_backward_cuda(nt_ctx *ctx, const nt_tensor *dy,
-                                             const nt_tensor *x, const nt_tensor *w,
-                                             nt_tensor *dx, nt_tensor *dw, nt_tensor *db,
-                                             nt_conv2d_params p) {
+                                             const nt_tensor *relu_y, const nt_tensor *x,
+                                             const nt_tensor *w, nt_tensor *dx, nt_tensor *dw,
+                                             nt_tensor *db, nt_conv2d_params p) {
   nt_status st = nt_cuda_set_device(ctx);
   if (st || (st = too_big(ctx, x, w, p))) return st;
   if (nt_tensor_numel(dy) == 0) return NT_OK;
   switch (x->dtype) {
-    case NT_F32: return backward_t<float>(ctx, dy, x, w, dx, dw, db, p);
-    case NT_F16: return backward_t<__half>(ctx, dy, x, w, dx, dw, db, p);
-    case NT_BF16: return backward_t<__nv_bfloat16>(ctx, dy, x, w, dx, dw, db, p);
+    case NT_F32: return backward_t<float>(ctx, dy, relu_y, x, w, dx, dw, db, p);
+    case NT_F16: return backward_t<__half>(ctx, dy, relu_y, x, w, dx, dw, db, p);
+    case NT_BF16: return backward_t<__nv_bfloat16>(ctx, dy, relu_y, x, w, dx, dw, db, p);
     default: return NT_ERROR(ctx, NT_ERR_DTYPE, "conv2d: unsupported dtype");
   }
 }

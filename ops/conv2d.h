@@ -23,13 +23,19 @@ typedef struct { int stride, pad; } nt_conv2d_params;
 
 nt_status nt_conv2d_forward(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
                             const nt_tensor *b, nt_tensor *y, nt_conv2d_params p);
-/* y = relu(conv2d(x, w) + b): ReLU fused into the GEMM's epilogue on the GPU. Backward: the
- * caller applies relu' from y (nt_relu_backward(y, dy)) and then nt_conv2d_backward. */
+/* y = relu(conv2d(x, w) + b): ReLU fused into the GEMM's epilogue on the GPU. Backward:
+ * nt_conv2d_relu_backward (or nt_relu_backward from y, then nt_conv2d_backward). */
 nt_status nt_conv2d_relu_forward(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
                                  const nt_tensor *b, nt_tensor *y, nt_conv2d_params p);
 nt_status nt_conv2d_backward(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *x,
                              const nt_tensor *w, nt_tensor *dx, nt_tensor *dw, nt_tensor *db,
                              nt_conv2d_params p);
+/* Backward of y = relu(conv2d(x, w) + b) given y and dy = dL/dy: as nt_conv2d_backward of
+ * relu'(y) * dy (relu' = y > 0), with the mask applied while the GPU permutes / unfolds dy
+ * (no dz buffer, no separate ReLU backward pass). Accumulates into dx, dw, db. */
+nt_status nt_conv2d_relu_backward(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *y,
+                                  const nt_tensor *x, const nt_tensor *w, nt_tensor *dx,
+                                  nt_tensor *dw, nt_tensor *db, nt_conv2d_params p);
 /* MaxPool2d (kernel k, stride k, no padding, floor): y [N, C, H/k, W/k]; argmax I32 (same shape
  * as y) keeps the index (ih * W + iw) of each maximum within its input plane for backward. The
  * first maximum of a window wins; NaN counts as the maximum (as torch). Backward accumulates

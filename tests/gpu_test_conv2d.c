@@ -44,7 +44,7 @@ static bool get(nt_ctx *g, const nt_tensor *dev, float *out) {
   return ok;
 }
 
-/* relu: the fused nt_conv2d_relu_forward; f32_dw: dw is an F32 tensor whatever dt is. */
+/* relu: nt_conv2d_relu_forward and nt_conv2d_relu_backward; f32_dw: dw is F32 whatever dt is. */
 static void conv_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, ccase k, bool bias, bool f32_bias,
                       bool relu, bool f32_dw, uint64_t seed) {
   const int OH = (k.H + 2 * k.pad - k.KH) / k.stride + 1,
@@ -92,7 +92,8 @@ static void conv_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, ccase k, bool bias, boo
   memset(rdb, 0, 4 * nb);
   nt_tensor tx = {0}, tw = {0}, tb = {0}, ty = {0}, tdy = {0}, tdx = {0}, tdw = {0}, tdb = {0};
   bool ok = CHECK_OK(c, fwd(c, &cx, &cw, bias ? &cb : NULL, &cy, p)) &&
-            CHECK_OK(c, nt_conv2d_backward(c, &cdy, &cx, &cw, &cdx, &cdw, bias ? &cdb : NULL, p));
+            (relu || CHECK_OK(c, nt_conv2d_backward(c, &cdy, &cx, &cw, &cdx, &cdw,
+                                                   bias ? &cdb : NULL, p)));
   ok = ok && put(g, &tx, dt, 4, sx, hx) && put(g, &tw, dt, 4, sw, hw) &&
        put(g, &tb, bdt, 1, sb, hb) && put(g, &tdy, dt, 4, sy, hdy) &&
        put(g, &tdx, dt, 4, sx, hpx) && put(g, &tdw, wdt, 4, sw, hpw) &&
@@ -104,8 +105,15 @@ static void conv_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, ccase k, bool bias, boo
     CHECK(e < tol(dt), "%s: y rel err %.3g", label, e);
     printf("  %-52s y %.2e", label, e);
   }
+  /* With the fused ReLU, backward is nt_conv2d_relu_backward; both sides mask dy with the GPU's
+   * y (the CPU's could differ in sign right at 0). */
+  nt_tensor cgy = nt_tensor_view(gy, NT_F32, nt_cpu(), 4, sy);
+  ok = ok && (!relu || CHECK_OK(c, nt_conv2d_relu_backward(c, &cdy, &cgy, &cx, &cw, &cdx, &cdw,
+                                                           bias ? &cdb : NULL, p)));
   for (int pass = 1; pass <= 2 && ok; pass++) {
-    ok = CHECK_OK(g, nt_conv2d_backward(g, &tdy, &tx, &tw, &tdx, &tdw, bias ? &tdb : NULL, p)) &&
+    nt_tensor *gb = bias ? &tdb : NULL;
+    ok = CHECK_OK(g, relu ? nt_conv2d_relu_backward(g, &tdy, &ty, &tx, &tw, &tdx, &tdw, gb, p)
+                          : nt_conv2d_backward(g, &tdy, &tx, &tw, &tdx, &tdw, gb, p)) &&
          get(g, &tdx, gdx) && get(g, &tdw, gdw) && get(g, &tdb, gdb);
     if (!ok) break;
     for (size_t i = 0; i < nx; i++) gdx[i] /= (float)pass;

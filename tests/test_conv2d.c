@@ -234,6 +234,48 @@ static void test_f32_dw(nt_ctx *ctx) {
   CHECK_ERR(ctx, NT_ERR_DTYPE, nt_conv2d_backward(ctx, &hdy, &hx, &hw, NULL, &hdw16, NULL, p));
 }
 
+/* nt_conv2d_relu_backward = nt_conv2d_backward of dy masked by y > 0 (same sums: exact). */
+static void test_relu_backward(nt_ctx *ctx) {
+  int64_t sx[4] = {2, 3, 7, 6}, sw[4] = {4, 3, 3, 3}, sy[4] = {2, 4, 7, 6}, sb[1] = {4};
+  enum { NX = 2 * 3 * 7 * 6, NW = 4 * 3 * 3 * 3, NY = 2 * 4 * 7 * 6 };
+  static float x[NX], w[NW], b[4], y[NY], dy[NY], dz[NY], g1[NX + NW + 4], g2[NX + NW + 4];
+  nt_test_rng rng = {78};
+  nt_test_fill_uniform(&rng, x, NX, -1, 1);
+  nt_test_fill_uniform(&rng, w, NW, -1, 1);
+  nt_test_fill_uniform(&rng, b, 4, -1, 1);
+  nt_test_fill_uniform(&rng, dy, NY, -1, 1);
+  nt_conv2d_params p = {1, 1};
+  nt_tensor tx = nt_tensor_view(x, NT_F32, nt_cpu(), 4, sx),
+            tw = nt_tensor_view(w, NT_F32, nt_cpu(), 4, sw),
+            tb = nt_tensor_view(b, NT_F32, nt_cpu(), 1, sb),
+            ty = nt_tensor_view(y, NT_F32, nt_cpu(), 4, sy),
+            tdy = nt_tensor_view(dy, NT_F32, nt_cpu(), 4, sy),
+            tdz = nt_tensor_view(dz, NT_F32, nt_cpu(), 4, sy);
+  memset(g1, 0, sizeof g1);
+  memset(g2, 0, sizeof g2);
+  nt_tensor dx1 = nt_tensor_view(g1, NT_F32, nt_cpu(), 4, sx),
+            dw1 = nt_tensor_view(g1 + NX, NT_F32, nt_cpu(), 4, sw),
+            db1 = nt_tensor_view(g1 + NX + NW, NT_F32, nt_cpu(), 1, sb),
+            dx2 = nt_tensor_view(g2, NT_F32, nt_cpu(), 4, sx),
+            dw2 = nt_tensor_view(g2 + NX, NT_F32, nt_cpu(), 4, sw),
+            db2 = nt_tensor_view(g2 + NX + NW, NT_F32, nt_cpu(), 1, sb);
+  if (!CHECK_OK(ctx, nt_conv2d_relu_forward(ctx, &tx, &tw, &tb, &ty, p))) return;
+  int masked = 0;
+  for (int i = 0; i < NY; i++) {
+    dz[i] = y[i] > 0 ? dy[i] : 0.0f;
+    masked += !(y[i] > 0);
+  }
+  if (CHECK_OK(ctx, nt_conv2d_backward(ctx, &tdz, &tx, &tw, &dx1, &dw1, &db1, p)) &&
+      CHECK_OK(ctx, nt_conv2d_relu_backward(ctx, &tdy, &ty, &tx, &tw, &dx2, &dw2, &db2, p))) {
+    CHECK(masked > 0 && memcmp(g1, g2, sizeof g1) == 0,
+          "conv relu backward differs from the backward of the masked dy (%d masked)", masked);
+  }
+  CHECK_ERR(ctx, NT_ERR_INVALID_ARG,
+            nt_conv2d_relu_backward(ctx, &tdy, NULL, &tx, &tw, &dx2, &dw2, &db2, p));
+  CHECK_ERR(ctx, NT_ERR_SHAPE,
+            nt_conv2d_relu_backward(ctx, &tdy, &tx, &tx, &tw, &dx2, &dw2, &db2, p));
+}
+
 static void test_errors(nt_ctx *ctx) {
   static float buf[4][2 * 3 * 8 * 8];
   int64_t sx[4] = {2, 3, 8, 8}, sw[4] = {4, 3, 3, 3}, sy[4] = {2, 4, 8, 8}, sb[1] = {4};
@@ -288,6 +330,7 @@ int main(void) {
   for (int i = 0; i < (int)(sizeof bwd / sizeof bwd[0]); i++)
     test_backward(ctx, bwd[i], 40 + (uint64_t)i);
   test_f32_dw(ctx);
+  test_relu_backward(ctx);
   test_errors(ctx);
   nt_ctx_free(ctx);
   return nt_test_finish();
