@@ -1,10 +1,11 @@
 /* Tensor-core causal attention forward (FlashAttention-2): a block owns 128 query rows (four
- * warps of 2 x 16) and walks the key/value tiles of 64 rows (128 in a variant) up to the
- * diagonal, double-buffered with cp.async. S = Q K^T and O += P V run on mma.sync m16n8k16 with fp32 accumulation; the
- * softmax keeps a running max and sum per row in fp32 (base-2 exponentials with log2(e)
- * folded into the scale). Rows and keys past T are zero-filled on load and masked. Q stays in
- * shared memory (its fragments are re-read per tile, as FlashAttention-2 does) to keep the
- * registers for the accumulators; one barrier per tile. */
+ * warps of 2 x 16 by default, eight warps of 16 in a variant) and walks the key/value tiles of
+ * 64 rows (128 in a variant) up to the diagonal, double-buffered with cp.async. S = Q K^T and
+ * O += P V run on mma.sync m16n8k16 with fp32 accumulation; the softmax keeps a running max
+ * and sum per row in fp32 (base-2 exponentials with log2(e) folded into the scale). Rows and
+ * keys past T are zero-filled on load and masked. Q stays in shared memory (its fragments are
+ * re-read per tile, as FlashAttention-2 does) to keep the registers for the accumulators; one
+ * barrier per tile. */
 #include <stdlib.h>
 #include "ops/attention_cuda.cuh"
 #include "ops/attention_mma.cuh"
@@ -184,11 +185,11 @@ __global__ void __launch_bounds__(256 / kM, kMinBlocks)
     }
     const T *kb = ks + buf * KB * kLd, *vb = vs + buf * KB * kLd;
     if (kt * KB + KB - 1 > q0)   /* some key may follow some row of the block */
-      fwd_tile<T, D, KB, kM, true>(kb, vb, qs + wrow0 * kLd, o, m_r, l_r, kt * KB, q0 + wrow0, lane,
-                               sl2);
+      fwd_tile<T, D, KB, kM, true>(kb, vb, qs + wrow0 * kLd, o, m_r, l_r, kt * KB, q0 + wrow0,
+                                   lane, sl2);
     else
-      fwd_tile<T, D, KB, kM, false>(kb, vb, qs + wrow0 * kLd, o, m_r, l_r, kt * KB, q0 + wrow0, lane,
-                                sl2);
+      fwd_tile<T, D, KB, kM, false>(kb, vb, qs + wrow0 * kLd, o, m_r, l_r, kt * KB, q0 + wrow0,
+                                    lane, sl2);
   }
 
   /* Normalise, stage the warp's rows in its own rows of the Q tile (only this warp reads
