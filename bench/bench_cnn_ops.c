@@ -11,8 +11,9 @@
  * median over `repeats` samples, per call, after warm-up. "graph": the `steps` calls captured
  * in one CUDA graph and replayed (launch overhead excluded); "eager": launched from the host.
  * Lines: "RESULT nt dtype op mode ms". Ops: convI fwd (conv + bias), convI fwd_relu (ReLU fused),
- * convI dx, convI dw_db, poolI fwd, poolI bwd, model fwd_bwd (fused ReLU as above, gradients
- * zeroed where the model zeroes them), model fwd_bwd_unfused (conv then a separate ReLU). */
+ * convI dx, convI dw_db, poolI fwd, poolI bwd, model fwd_bwd (ReLU fused into the conv's
+ * forward and backward, gradients zeroed where the model zeroes them), model fwd_bwd_unfused
+ * (conv, then separate ReLU forward; zero + ReLU backward, then conv backward). */
 #include "core/nt.h"
 #include "ops/conv2d.h"
 #include "ops/elementwise.h"
@@ -185,11 +186,17 @@ static nt_status conv_fwd(nt_ctx *ctx, model *m, int i, bool relu) {
   return st || !relu ? st : nt_relu_forward(ctx, &z, out);
 }
 
-/* d(out) arrives in dz's scratch: relu' from out, then the conv's backward into dx, dw, db. */
+/* relu' from out, then the conv's backward into dx (zeroed first), dw, db: fused, or as
+ * separate zero / ReLU backward / conv backward calls. */
 static nt_status conv_bwd(nt_ctx *ctx, model *m, int i, const nt_tensor *dout) {
   nt_tensor *in, *out, *din;
   conv_io(m, i, &in, &out, &din);
   nt_conv2d_params p = {1, 1};
+  if (!m->unfused) {
+    nt_status st = din ? nt_tensor_zero(ctx, din) : NT_OK;
+    return st ? st : nt_conv2d_relu_backward(ctx, dout, out, in, &m->w[i], din, &m->dw[i],
+                                             &m->db[i], p);
+  }
   nt_tensor dz = as_shape(&m->dz, out);
   nt_status st = nt_tensor_zero(ctx, &dz);   /* relu_backward accumulates */
   if (!st) st = nt_relu_backward(ctx, out, dout, &dz);
