@@ -12,6 +12,8 @@
  *   dx (stride 1, pad < kernel): the forward conv of dy with the flipped, transposed weight
  *             (pad KH-1-pad, KW-1-pad), accumulated into dx by the GEMM (beta 1).
  *   dx (other strides): dcol [K, N*P] (f32) = W^T @ dyp, then col2im gathers into dx.
+ *   relu backward: relu'(y) masks dy as the permute (dyp), the dx unfold and the db-only sum
+ *             read it, so dz is never stored.
  * NT_CONV_L2_MB=m (m > 0) splits the batch into im2col chunks of at most m MiB each (one im2col
  * + one GEMM per chunk; dW accumulates over chunks) so col can stay in L2; default: one chunk.
  * Scratch comes from the context's pool and is released in stream order. */
