@@ -9,11 +9,11 @@ Workloads (same model, config, dtype and batch on both sides):
   cnn        the Fashion-MNIST CNN, batch 128, fp16 + GradScaler, PyTorch with a DataLoader
              (2 workers, pinned memory) vs nanotrain's loader
 
-nanotrain runs as a subprocess (build/train) and reports through its metrics.jsonl; PyTorch
+nanotrain runs as a subprocess (build/nanotrain) and reports through its metrics.jsonl; PyTorch
 runs in this process. Step times are medians after warm-up; memory is the peak allocated by
 each side's allocator (torch.cuda.max_memory_allocated / nanotrain's pool peak).
 
-  python3 bench/bench_train.py --train build/train [--only gpt-char,gpt2,cnn] [--steps N]
+  python3 bench/bench_train.py --train build/nanotrain [--only gpt-char,gpt2,cnn] [--steps N]
 Prints a table (and --json FILE writes the numbers).
 """
 import argparse
@@ -217,7 +217,7 @@ def shakespeare_tokens():
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--train", default="build/train")
+    ap.add_argument("--train", default="build/nanotrain")
     ap.add_argument("--only", default="gpt-char,gpt2,cnn")
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--cnn-epochs", type=int, default=2)

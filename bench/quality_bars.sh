@@ -12,8 +12,8 @@ BUILD=${BUILD:-build}
 OUT=${OUT:-runs/quality}
 ONLY=${2:-all}
 [[ "${1:-}" == "--only" ]] || ONLY=all
-if [[ ! -x "$BUILD/train" ]]; then
-  cmake -S . -B "$BUILD" -G Ninja -DNT_CUDA_ARCHS=${NT_CUDA_ARCHS:-90} >/dev/null && ninja -C "$BUILD" train
+if [[ ! -x "$BUILD/nanotrain" ]]; then
+  cmake -S . -B "$BUILD" -G Ninja -DNT_CUDA_ARCHS=${NT_CUDA_ARCHS:-90} >/dev/null && ninja -C "$BUILD" nanotrain
 fi
 mkdir -p "$OUT"
 results=()
@@ -24,7 +24,7 @@ run() {   # name, bar description, train args...
   mkdir -p "$OUT/$name"
   echo "== $name: train $*"
   local t0=$SECONDS
-  "$BUILD/train" "$@" --out-dir "$OUT/$name" --no-progress > "$OUT/$name/train.log" 2>&1
+  "$BUILD/nanotrain" "$@" --out-dir "$OUT/$name" --no-progress > "$OUT/$name/train.log" 2>&1
   local rc=$?
   local last
   last=$(grep '^done:' "$OUT/$name/train.log" | tail -1)

@@ -79,7 +79,7 @@ static const struct option long_opts[] = {
 
 static void usage(FILE *f) {
   fprintf(f,
-"usage: train [gpt|cnn] [options]\n"
+"usage: nanotrain [gpt|cnn] [options]\n"
 "\n"
 "Trains the small GPT on tiny shakespeare (nanoGPT's shakespeare_char defaults) or the small\n"
 "CNN on Fashion-MNIST, on the CPU or a GPU, with mixed precision, checkpoints and metrics.\n"
@@ -135,8 +135,8 @@ static void usage(FILE *f) {
 }
 
 static int bad(const char *opt, const char *val, const char *why) {
-  fprintf(stderr, "train: invalid value '%s' for --%s: %s\n", val, opt, why);
-  fprintf(stderr, "Try 'train --help'.\n");
+  fprintf(stderr, "nanotrain: invalid value '%s' for --%s: %s\n", val, opt, why);
+  fprintf(stderr, "Try 'nanotrain --help'.\n");
   return 2;
 }
 
@@ -311,11 +311,11 @@ int main(int argc, char **argv) {
     case 'h':
     case O_HELP: usage(stdout); return 0;
     case ':':
-      fprintf(stderr, "train: option '%s' needs a value\nTry 'train --help'.\n",
+      fprintf(stderr, "nanotrain: option '%s' needs a value\nTry 'nanotrain --help'.\n",
               argv[optind - 1]);
       return 2;
     default:
-      fprintf(stderr, "train: unknown option '%s'\nTry 'train --help'.\n",
+      fprintf(stderr, "nanotrain: unknown option '%s'\nTry 'nanotrain --help'.\n",
               argv[optind - 1]);
       return 2;
     }
@@ -323,7 +323,7 @@ int main(int argc, char **argv) {
   for (int i = optind; i < argc; i++) {
     if (i == 1 && (!strcmp(argv[i], "gpt") || !strcmp(argv[i], "cnn"))) continue;
     if (!strcmp(argv[i], "gpt") || !strcmp(argv[i], "cnn")) continue;
-    fprintf(stderr, "train: unexpected argument '%s'\nTry 'train --help'.\n", argv[i]);
+    fprintf(stderr, "nanotrain: unexpected argument '%s'\nTry 'nanotrain --help'.\n", argv[i]);
     return 2;
   }
   if (gpt2 && !data_given) o.gpt_data = "synthetic";
@@ -335,7 +335,7 @@ int main(int argc, char **argv) {
     if (o.lr_decay_iters == 5000 && o.max_iters != 5000) o.lr_decay_iters = o.max_iters;
   }
   if (want_cuda && nt_cuda_device_count() == 0) {
-    fprintf(stderr, "train: --device %s: no usable GPU (or built without CUDA)\n",
+    fprintf(stderr, "nanotrain: --device %s: no usable GPU (or built without CUDA)\n",
             device_given ? "cuda" : "auto");
     return 2;
   }
@@ -343,7 +343,7 @@ int main(int argc, char **argv) {
   o.device = want_cuda ? nt_cuda(device_index) : nt_cpu();
   nt_ctx *ctx = NULL;
   if (nt_ctx_create(&ctx, o.device)) {
-    fprintf(stderr, "train: cannot create the %s context: %s\n",
+    fprintf(stderr, "nanotrain: cannot create the %s context: %s\n",
             want_cuda ? "CUDA" : "CPU", nt_last_error(ctx));
     nt_ctx_free(ctx);
     return 1;
@@ -352,7 +352,7 @@ int main(int argc, char **argv) {
   nt_status st = nt_train_run(ctx, &o, &res);
   int rc = 0;
   if (st) {
-    fprintf(stderr, "train: %s: %s\n", nt_status_str(st), nt_last_error(ctx));
+    fprintf(stderr, "nanotrain: %s: %s\n", nt_status_str(st), nt_last_error(ctx));
     rc = st == NT_ERR_INVALID_ARG ? 2 : 1;
   } else {
     if (model == NT_MODEL_GPT)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job: trains the CNN on Fashion-MNIST and the GPT on tiny shakespeare with
-# build/train, on the GPU when there is one (the full configs: CNN 10 epochs fp16 + loss
+# build/nanotrain, on the GPU when there is one (the full configs: CNN 10 epochs fp16 + loss
 # scaler, GPT nanoGPT shakespeare_char 5000 iterations bf16) and with smaller settings on the
 # CPU (a few minutes on 2 cores), then prints where the logs and checkpoints are.
 #   scripts/main_job.sh                 # auto: GPU if present
@@ -12,12 +12,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 OUT=${OUT:-runs/$(date +%Y%m%d-%H%M%S)}
-TRAIN="$BUILD/train"
+TRAIN="$BUILD/nanotrain"
 
 if [[ ! -x "$TRAIN" ]]; then
   echo "== building $TRAIN"
   cmake -S . -B "$BUILD" -G Ninja >/dev/null
-  ninja -C "$BUILD" train
+  ninja -C "$BUILD" nanotrain
 fi
 
 device=${NT_DEVICE:-auto}

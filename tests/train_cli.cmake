@@ -1,19 +1,19 @@
 # Command-line checks of the training program and the memory estimator: --help succeeds, bad
 # options fail with exit status 2 and a message, a tiny CPU run and a resume from its
 # checkpoint succeed (tiny shakespeare when NT_DATA_DIR has it; random tokens otherwise).
-if(TARGET train)
-  add_test(NAME train_cli_help COMMAND train --help)
-  add_test(NAME train_cli_bad_option COMMAND train --no-such-option)
-  add_test(NAME train_cli_bad_value COMMAND train cnn --batch-size zero)
-  add_test(NAME train_cli_bad_dtype COMMAND train gpt --dtype fp12)
+if(TARGET nanotrain)
+  add_test(NAME train_cli_help COMMAND nanotrain --help)
+  add_test(NAME train_cli_bad_option COMMAND nanotrain --no-such-option)
+  add_test(NAME train_cli_bad_value COMMAND nanotrain cnn --batch-size zero)
+  add_test(NAME train_cli_bad_dtype COMMAND nanotrain gpt --dtype fp12)
   set_tests_properties(train_cli_bad_option PROPERTIES PASS_REGULAR_EXPRESSION "unknown option")
   set_tests_properties(train_cli_bad_value PROPERTIES PASS_REGULAR_EXPRESSION "invalid value 'zero' for --batch-size")
   set_tests_properties(train_cli_bad_dtype PROPERTIES PASS_REGULAR_EXPRESSION "invalid value 'fp12' for --dtype")
   set(tiny --device cpu --data synthetic --vocab-size 50 --n-layer 1 --n-head 2 --n-embd 32
       --block-size 16 --batch-size 4 --eval-interval 5 --eval-iters 2 --log-interval 5
       --sample 20 --out-dir ${CMAKE_CURRENT_BINARY_DIR}/train_cli_run)
-  add_test(NAME train_cli_tiny_run COMMAND train gpt ${tiny} --max-iters 10)
-  add_test(NAME train_cli_tiny_resume COMMAND train gpt ${tiny} --max-iters 15
+  add_test(NAME train_cli_tiny_run COMMAND nanotrain gpt ${tiny} --max-iters 10)
+  add_test(NAME train_cli_tiny_resume COMMAND nanotrain gpt ${tiny} --max-iters 15
            --resume ${CMAKE_CURRENT_BINARY_DIR}/train_cli_run)
   set_tests_properties(train_cli_tiny_run PROPERTIES LABELS cpu PASS_REGULAR_EXPRESSION "done: 10 steps")
   set_tests_properties(train_cli_tiny_resume PROPERTIES LABELS cpu DEPENDS train_cli_tiny_run
