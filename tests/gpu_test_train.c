@@ -93,7 +93,10 @@ static void cnn_vs_cpu(nt_ctx *gctx, nt_ctx *cctx, nt_dtype dt, double tol) {
   enum { N = 37 };
   nt_cnn *gm = NULL, *cm = NULL;
   if (!CHECK_OK(gctx, nt_cnn_create(gctx, &c, dt, N, &gm))) return;
-  if (!CHECK_OK(cctx, nt_cnn_create(cctx, &c, NT_F32, N, &cm))) return;
+  /* The CPU model stores the same dtype (emulated bit-exactly), so only summation order
+   * differs: fp16/bf16 gradients of a model at init against fp32 ones differ by far more
+   * (seen on the H200: 5.5% for fp16, 15% for bf16 in the worst unit). */
+  if (!CHECK_OK(cctx, nt_cnn_create(cctx, &c, dt, N, &cm))) return;
   CHECK_OK(gctx, nt_params_init(gctx, nt_cnn_params(gm), 5));
   CHECK_OK(cctx, nt_params_init(cctx, nt_cnn_params(cm), 5));
   nt_test_rng r = {17};
@@ -220,14 +223,14 @@ static void gpt_runs(nt_ctx *gctx, nt_ctx *cctx) {
 static void cnn_run(nt_ctx *gctx) {
   nt_train_options o = nt_train_defaults(NT_MODEL_CNN);
   o.precision = NT_PREC_FP16;
-  o.epochs = 1;
+  o.epochs = 2;  /* one epoch of 10k images reached 78% on the H200; two pass 80% */
   o.train_subset = 10000;
   o.quiet = true;
   o.record_losses = true;
   o.log_interval = 20;
   nt_train_result r;
   if (!CHECK_OK(gctx, nt_train_run(gctx, &o, &r))) return;
-  printf("  cnn fp16 GPU, 1 epoch of 10k: loss %.4f -> %.4f, test accuracy %.2f%%, %.0f images/s, "
+  printf("  cnn fp16 GPU, 2 epochs of 10k: loss %.4f -> %.4f, test accuracy %.2f%%, %.0f images/s, "
          "graph %d, skipped %lld\n", r.losses[0], r.last_loss, 100 * r.test_accuracy,
          r.items_per_sec, r.used_cuda_graph, (long long)r.skipped);
   CHECK(r.used_cuda_graph, "the CNN step ran as a CUDA graph");
