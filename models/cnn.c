@@ -290,17 +290,14 @@ nt_status nt_cnn_eval(nt_ctx *ctx, nt_cnn *m, const nt_tensor *images, const nt_
   return st;
 }
 
-/* dz = relu'(y) * dy, then the conv's backward from dz into dx (zeroed here) and the fp32
- * weight and bias gradients. */
-static nt_status conv_relu_backward(nt_ctx *ctx, const nt_tensor *y,
-                                    const nt_tensor *dy, nt_tensor *dz, const nt_tensor *x,
-                                    const nt_tensor *w, nt_tensor *dx, nt_tensor *dw,
-                                    nt_tensor *db) {
+/* The conv's backward through its ReLU (mask applied on the fly) into dx (zeroed here; it must
+ * not alias dy) and the fp32 weight and bias gradients. */
+static nt_status conv_relu_backward(nt_ctx *ctx, const nt_tensor *y, const nt_tensor *dy,
+                                    const nt_tensor *x, const nt_tensor *w, nt_tensor *dx,
+                                    nt_tensor *dw, nt_tensor *db) {
   nt_conv2d_params cp = {1, 1};
-  nt_status st = nt_tensor_zero(ctx, dz);
-  if (!st) st = nt_relu_backward(ctx, y, dy, dz);
-  if (!st && dx) st = nt_tensor_zero(ctx, dx);
-  if (!st) st = nt_conv2d_backward(ctx, dz, x, w, dx, dw, db, cp);
+  nt_status st = dx ? nt_tensor_zero(ctx, dx) : NT_OK;
+  if (!st) st = nt_conv2d_relu_backward(ctx, dy, y, x, w, dx, dw, db, cp);
   return st;
 }
 
@@ -334,23 +331,21 @@ nt_status nt_cnn_train_step(nt_ctx *ctx, nt_cnn *m, const nt_tensor *images,
   if (!st) st = nt_tensor_zero(ctx, &dp2f);
   if (!st) st = lin_bwd(ctx, m, 0, &dpre, &v.p2f, &m->w[F1W], &dp2f, &m->g[F1W],
                                    &m->g[F1B]);
-  /* stage 2, alternating the two scratch maps */
+  /* stage 2, then stage 1: each gradient map alternates between the two scratch buffers */
   nt_tensor sA2 = v4(&m->sa, n, c->c2, H / 2, W / 2), sB2 = v4(&m->sb, n, c->c2, H / 2, W / 2);
   nt_tensor sA1 = v4(&m->sa, n, c->c1, H, W), sB1 = v4(&m->sb, n, c->c1, H, W);
   nt_tensor sAp = v4(&m->sa, n, c->c1, H / 2, W / 2);
   if (!st) st = nt_tensor_zero(ctx, &sA2);
-  if (!st) st = nt_maxpool2d_backward(ctx, &dp2, &v.arg2, &sA2);          /* d a4 */
-  if (!st) st = conv_relu_backward(ctx, &v.a4, &sA2, &sB2, &v.a3, &m->w[W4], &sA2, &m->g[W4],
-                                   &m->g[B4]);                              /* sA2 = d a3 */
-  /* d p1 lands in A (c1 channels at H/2), from dz3 in B */
-  if (!st) st = conv_relu_backward(ctx, &v.a3, &sA2, &sB2, &v.p1, &m->w[W3], &sAp, &m->g[W3],
-                                   &m->g[B3]);
-  /* stage 1 */
+  if (!st) st = nt_maxpool2d_backward(ctx, &dp2, &v.arg2, &sA2);                 /* d a4 */
+  if (!st) st = conv_relu_backward(ctx, &v.a4, &sA2, &v.a3, &m->w[W4], &sB2, &m->g[W4],
+                                   &m->g[B4]);                                     /* d a3 */
+  if (!st) st = conv_relu_backward(ctx, &v.a3, &sB2, &v.p1, &m->w[W3], &sAp, &m->g[W3],
+                                   &m->g[B3]);                                     /* d p1 */
   if (!st) st = nt_tensor_zero(ctx, &sB1);
-  if (!st) st = nt_maxpool2d_backward(ctx, &sAp, &v.arg1, &sB1);         /* d a2 */
-  if (!st) st = conv_relu_backward(ctx, &v.a2, &sB1, &sA1, &v.a1, &m->w[W2], &sB1, &m->g[W2],
-                                   &m->g[B2]);                              /* B = d a1 */
-  if (!st) st = conv_relu_backward(ctx, &v.a1, &sB1, &sA1, &v.x, &m->w[W1], NULL, &m->g[W1],
+  if (!st) st = nt_maxpool2d_backward(ctx, &sAp, &v.arg1, &sB1);                /* d a2 */
+  if (!st) st = conv_relu_backward(ctx, &v.a2, &sB1, &v.a1, &m->w[W2], &sA1, &m->g[W2],
+                                   &m->g[B2]);                                     /* d a1 */
+  if (!st) st = conv_relu_backward(ctx, &v.a1, &sA1, &v.x, &m->w[W1], NULL, &m->g[W1],
                                    &m->g[B1]);
   if (!st && m->fp8) st = nt_fp8_update(ctx, m->fp8);
   return st;
