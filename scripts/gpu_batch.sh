@@ -1,24 +1,40 @@
 #!/usr/bin/env bash
-# Everything a GPU session runs, in one call (device time is scarce): build for sm_90, the GPU
-# tests, then the benchmarks named as arguments (bench/run_<name>.sh), logs under $OUT.
-#   scripts/gpu_batch.sh [bench names...]      e.g. scripts/gpu_batch.sh gemm memops
+# What a GPU session runs, in as few calls as possible (device time is scarce). Logs under $OUT.
+#   scripts/gpu_batch.sh tests      build for sm_90, doctor, every `gpu` test, the quality bars
+#   scripts/gpu_batch.sh bench      the side-by-side benchmarks (the build must exist)
+# Data: .data/tinyshakespeare.txt and .data/fashion-mnist/*.gz (copied there, git-ignored).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/nt-out}
 mkdir -p "$out"
 export NT_DATA_DIR="$PWD/.data" NT_FASHION_DIR="$PWD/.data/fashion-mnist"
-{
-  date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
-  nvcc --version | tail -1
-} > "$out/env.txt" 2>&1
-scripts/build.sh build -DNT_CUDA_ARCHS=90 -DNT_FILTER= > "$out/build.log" 2>&1 ||
-  { tail -50 "$out/build.log"; exit 1; }
-./build/doctor >> "$out/env.txt" 2>&1
-(cd build && ctest -L gpu --output-on-failure --timeout 300) > "$out/ctest_gpu.log" 2>&1
-grep -E "tests passed|tests failed|\*\*\*|Failed|Skipped|Passed" "$out/ctest_gpu.log" | tail -40
-for b in "$@"; do
-  echo "== bench $b =="
-  timeout 300 bash "bench/run_$b.sh" build >> "$out/bench.log" 2>&1 || echo "bench $b failed ($?)"
-done
-[ $# -gt 0 ] && tail -80 "$out/bench.log"
+case "${1:-tests}" in
+tests)
+  { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+    nvcc --version | tail -1; } > "$out/env.txt" 2>&1
+  scripts/build.sh build -DNT_CUDA_ARCHS=90 -DNT_FILTER= > "$out/build.log" 2>&1 ||
+    { grep -A5 error "$out/build.log" | head -40; exit 1; }
+  ./build/doctor >> "$out/env.txt" 2>&1
+  (cd build && ctest -L gpu --output-on-failure --timeout 300) > "$out/ctest_gpu.log" 2>&1
+  grep -E "tests passed|\*\*\*|Failed" "$out/ctest_gpu.log" | tail -20
+  # The quality bars: the two GPT runs share the GPU, then the CNN.
+  OUT=runs/q BUILD=build bash bench/quality_bars.sh --only gpt > "$out/quality_gpt.log" 2>&1 &
+  OUT=runs/q BUILD=build bash bench/quality_bars.sh --only cnn > "$out/quality_cnn.log" 2>&1
+  wait
+  tail -4 "$out/quality_gpt.log" "$out/quality_cnn.log"
+  cp runs/q/gpt-bf16/train.log "$out/gpt_bf16_train.log" 2>/dev/null
+  ;;
+bench)
+  run() {  # name, command...
+    local name=$1; shift
+    echo "== bench $name" > "$out/bench_$name.log"
+    timeout 420 "$@" >> "$out/bench_$name.log" 2>&1 || echo "bench $name failed ($?)"
+  }
+  run gemm bash bench/run_gemm.sh build
+  run attention bash bench/run_attention.sh build 30 noprof
+  run cnn_ops bash bench/run_cnn_ops.sh build f16
+  run train env BUILD=build JSON="$out/bench_train.json" bash bench/run_train.sh
+  tail -n 25 "$out"/bench_*.log
+  ;;
+esac
 exit 0
