@@ -356,8 +356,8 @@ int main(int argc, char **argv) {
     rc = st == NT_ERR_INVALID_ARG ? 2 : 1;
   } else {
     if (model == NT_MODEL_GPT)
-      printf("done: %lld steps, final val loss %.4f, train loss %.4f", (long long)res.steps,
-             res.val_loss, res.train_loss);
+      printf("done: %lld steps, final val loss %.4f, best val loss %.4f, train loss %.4f",
+             (long long)res.steps, res.val_loss, res.best_val_loss, res.train_loss);
     else
       printf("done: %lld steps, test accuracy %.2f%%", (long long)res.steps,
              100 * res.test_accuracy);

@@ -568,7 +568,8 @@ void nt_trainer_finish(nt_trainer *T, const nt_mem_estimate *est) {
 
 nt_status nt_train_run(nt_ctx *ctx, const nt_train_options *o, nt_train_result *res) {
   memset(res, 0, sizeof *res);
-  res->train_loss = res->val_loss = res->test_accuracy = res->test_loss = NAN;
+  res->train_loss = res->val_loss = res->best_val_loss = res->test_accuracy = NAN;
+  res->test_loss = NAN;
   res->last_loss = NAN;
   if (o->batch_size < 1)
     return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "batch size %lld must be >= 1",

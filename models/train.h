@@ -61,6 +61,8 @@ typedef struct {
   int64_t skipped;             /* skipped for overflow */
   double last_loss;            /* train loss of the last step */
   double train_loss, val_loss; /* GPT: the last evaluation (NaN when none) */
+  double best_val_loss;        /* GPT: the lowest validation loss of any evaluation (as
+                                * nanoGPT reports it: its checkpoint keeps the best) */
   double test_accuracy, test_loss;   /* CNN */
   double items_per_sec;        /* tokens or images per second, steady state */
   double step_ms;

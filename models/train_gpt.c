@@ -310,7 +310,9 @@ nt_status nt_train_gpt(nt_ctx *ctx, const nt_train_options *o, const nt_policy *
     if (!st) st = nt_trainer_log_eval(&T, tl, vl, NAN);
     res->train_loss = tl;
     res->val_loss = vl;
+    if (!st && vl < T.best_val) T.best_val = vl;
   }
+  res->best_val_loss = T.best_val < 1e30 ? T.best_val : NAN;
   if (!st) st = nt_trainer_save(&T, write_config, &cfg);
   if (!st) nt_trainer_finish(&T, &est);
   if (!st && o->sample_tokens > 0) {

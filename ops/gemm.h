@@ -31,8 +31,8 @@ typedef struct {
   nt_tensor *aux;              /* [M, N] in D's dtype: written by GELU_AUX, read by DGELU */
   nt_tensor *bias_grad;        /* [M] F32, accumulated: BGRADA */
   /* FP8 only: device pointers to fp32 scalars. A and B hold value * scale; the product is
-   * multiplied back by scale_inv_a * scale_inv_b. On the GPU each pointer must be 16-byte
-   * aligned (cuBLASLt refuses others at launch). */
+   * multiplied back by scale_inv_a * scale_inv_b. Pointers that are not 16-byte aligned
+   * (cuBLASLt refuses them at launch) are staged into aligned slots on the stream. */
   const float *scale_inv_a, *scale_inv_b;
 } nt_gemm_opts;
 

@@ -62,6 +62,7 @@ typedef struct {
   nt_gemm_stats stats;
   bool autotune;
   int cc;              /* compute capability, major * 10 + minor */
+  float *fp8_scales;   /* 16-byte aligned device slots for misaligned FP8 scale pointers */
 } gemm_cache;
 
 static nt_status lt_check(nt_ctx *ctx, cublasStatus_t s, const char *what, const char *file,
@@ -87,6 +88,7 @@ static void cache_free(nt_ctx *ctx, void *vc) {
   gemm_cache *c = vc;
   if (!c) return;
   for (size_t i = 0; i < c->cap; i++) plan_free(ctx, c->slots[i]);
+  nt_free(ctx, c->fp8_scales);
   free(c->slots);
   free(c);
 }
@@ -293,12 +295,6 @@ static nt_status make_key(nt_ctx *ctx, const gemm_cache *c, const nt_gemm_proble
   k->align_d = align_batched(p->D->data, p->d_batch, p->D->dtype, p->batch);
   if (is_fp8(p->A->dtype)) {
     k->has_scale = (p->o->scale_inv_a ? 1 : 0) | (p->o->scale_inv_b ? 2 : 0);
-    /* Seen on the H200 (cuBLASLt 13.1): scale pointers 4 bytes apart make cublasLtMatmul
-     * return NOT_SUPPORTED after the heuristic accepted them. */
-    if (((uintptr_t)p->o->scale_inv_a | (uintptr_t)p->o->scale_inv_b) % 16)
-      return NT_ERROR(ctx, NT_ERR_INVALID_ARG,
-                      "gemm: FP8 scale pointers must be 16-byte aligned (cuBLASLt); got %p and %p",
-                      (const void *)p->o->scale_inv_a, (const void *)p->o->scale_inv_b);
     if (c->cc < 89)
       return NT_ERROR(ctx, NT_ERR_UNSUPPORTED,
                       "gemm: FP8 inputs need compute capability >= 8.9 (Ada/Hopper); this GPU is "
@@ -768,10 +764,38 @@ static nt_status split_epilogue(nt_ctx *ctx, const nt_gemm_problem *p) {
   }
 }
 
-nt_status nt_gemm_cuda(nt_ctx *ctx, const nt_gemm_problem *p) {
+/* Seen on the H200 (cuBLASLt 13.1): FP8 scale pointers that are not 16-byte aligned (e.g.
+ * adjacent floats of a scaling-state array) make cublasLtMatmul return NOT_SUPPORTED after the
+ * heuristic accepted them. Such scales are copied, on the stream (graph-capturable), into
+ * aligned slots of the cache, and the product reads those. */
+static nt_status stage_fp8_scales(nt_ctx *ctx, gemm_cache *c, const nt_gemm_problem *p,
+                                  nt_gemm_opts *o, nt_gemm_problem *q) {
+  *q = *p;
+  if (!is_fp8(p->A->dtype) || !(((uintptr_t)o->scale_inv_a | (uintptr_t)o->scale_inv_b) % 16))
+    return NT_OK;
+  nt_status st = NT_OK;
+  if (!c->fp8_scales && (st = nt_alloc(ctx, 8 * sizeof(float), (void **)&c->fp8_scales)))
+    return st;
+  const float **src[2] = {&o->scale_inv_a, &o->scale_inv_b};
+  for (int i = 0; i < 2 && !st; i++) {
+    if (!*src[i] || (uintptr_t)*src[i] % 16 == 0) continue;
+    float *slot = c->fp8_scales + 4 * i;
+    st = NT_CUDA(ctx, cudaMemcpyAsync(slot, *src[i], sizeof(float), cudaMemcpyDeviceToDevice,
+                                      nt_cuda_stream(ctx)));
+    *src[i] = slot;
+  }
+  q->o = o;
+  return st;
+}
+
+nt_status nt_gemm_cuda(nt_ctx *ctx, const nt_gemm_problem *orig) {
   gemm_cache *c = NULL;
   nt_status st = get_cache(ctx, &c);
   if (st) return st;
+  nt_gemm_opts staged = *orig->o;
+  nt_gemm_problem staged_p;
+  if ((st = stage_fp8_scales(ctx, c, orig, &staged, &staged_p))) return st;
+  const nt_gemm_problem *p = &staged_p;
   plan_key k;
   if ((st = make_key(ctx, c, p, &k))) return st;
   plan *pl = cache_find(c, &k);

@@ -168,10 +168,6 @@ static double run_case(ctxs *c, const gcase *g, const char *name) {
   nt_ctx_set_allow_tf32(c->gpu, g->tf32);
   nt_status st = nt_gemm(c->gpu, &dA, &dB, &dD, &o);
   nt_ctx_set_allow_tf32(c->gpu, false);
-  if (fp8 && sb % 4) {  /* scale pointers not 16-byte aligned: refused with a clear error */
-    CHECK_ERR(c->gpu, NT_ERR_INVALID_ARG, st);
-    goto done;
-  }
   if (!CHECK_OK(c->gpu, st)) {
     fprintf(stderr, "  in case %s\n", name);
     goto done;
@@ -367,7 +363,7 @@ static void test_fp8(ctxs *c, int cc) {
   g.M = 64;
   /* Scale pointers only 4-byte aligned (adjacent floats of one array). */
   g.scale_b_at = 1; g.out = NT_BF16;
-  run_case(c, &g, "fp8 e4m3 x e4m3 -> bf16, scales 4 bytes apart (refused)");
+  run_case(c, &g, "fp8 e4m3 x e4m3 -> bf16, scales 4 bytes apart (staged)");
   g.scale_b_at = 0;
   /* Layouts other than TN are refused with a clear message. */
   buf A, B, D;

@@ -114,8 +114,12 @@ static void cnn_vs_cpu(nt_ctx *gctx, nt_ctx *cctx, nt_dtype dt, double tol) {
   CHECK_OK(gctx, nt_tensor_copy(gctx, &dx32, &hx));
   CHECK_OK(gctx, dt == NT_F32 ? nt_tensor_copy(gctx, &dx, &dx32) : nt_convert(gctx, &dx, &dx32));
   CHECK_OK(gctx, nt_tensor_copy(gctx, &dy, &hy));
+  nt_tensor hxd;  /* the images in the model's dtype, for the CPU model */
+  CHECK_OK(cctx, nt_tensor_alloc(cctx, &hxd, dt, 4, xs));
+  CHECK_OK(cctx, nt_convert(cctx, &hxd, &hx));
   CHECK_OK(cctx, nt_params_zero_grad(cctx, nt_cnn_params(cm)));
-  CHECK_OK(cctx, nt_cnn_train_step(cctx, cm, &hx, &hy, NULL));
+  CHECK_OK(cctx, nt_cnn_train_step(cctx, cm, &hxd, &hy, NULL));
+  nt_tensor_free(cctx, &hxd);
   float lc = read_loss(cctx, nt_cnn_loss(cm));
   nt_mem_stats m1, m2;
   for (int i = 0; i < 4; i++) {
