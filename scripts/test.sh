@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 archs=${NT_CUDA_ARCHS:-90;80}
 scripts/build.sh build "-DNT_CUDA_ARCHS=$archs" -DNT_SANITIZE=OFF -DNT_FILTER=
-scripts/build.sh build-asan -DNT_CUDA=OFF -DNT_SANITIZE=ON -DNT_FILTER= -DCMAKE_BUILD_TYPE=Debug
+scripts/build.sh build-asan -DNT_CUDA=OFF -DNT_SANITIZE=ON -DNT_FILTER= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 status=0
 echo "== tests (release build) =="
 (cd build && ctest --output-on-failure -j2) || status=1
