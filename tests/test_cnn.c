@@ -2,7 +2,7 @@
  * tensor along a random direction), accumulation, torch-style init bounds, layout, the 16-bit
  * paths close to fp32 (conv weight gradients through the compute-dtype scratch), dropout, and
  * clear errors. */
-#include "tests/testutil.h"
+#include "tests/model_testutil.h"
 #include "models/cnn.h"
 #include <math.h>
 #include <stdlib.h>
@@ -21,6 +21,17 @@ static double loss_of(nt_ctx *ctx, nt_cnn *m, const nt_tensor *x, const nt_tenso
   return l;
 }
 
+typedef struct {
+  nt_ctx *ctx;
+  nt_cnn *m;
+  const nt_tensor *x, *y;
+} cnn_batch;
+
+static double cnn_loss(void *arg) {
+  cnn_batch *b = arg;
+  return loss_of(b->ctx, b->m, b->x, b->y);
+}
+
 static void test_gradcheck(nt_ctx *ctx) {
   nt_cnn_config c = tiny();
   enum { N = 3 };
@@ -37,39 +48,11 @@ static void test_gradcheck(nt_ctx *ctx) {
   nt_tensor y = nt_tensor_view(ys, NT_I32, nt_cpu(), 1, ysh);
   CHECK_OK(ctx, nt_params_zero_grad(ctx, p));
   CHECK_OK(ctx, nt_cnn_train_step(ctx, m, &x, &y, NULL));
-  double worst = 0;
-  int checked = 0;
-  for (int u = 0; u < p->n_units; u++) {
-    for (int i = 0; i < p->units[u].n_params; i++) {
-      nt_tensor w = nt_params_view(p, u, i, NT_VIEW_MASTER);
-      nt_tensor gr = nt_params_view(p, u, i, NT_VIEW_GRAD);
-      int64_t n = nt_tensor_numel(&w);
-      float *wd = w.data, *gd = gr.data;
-      float *dir = malloc((size_t)n * sizeof *dir), *save = malloc((size_t)n * sizeof *save);
-      double expect = 0;
-      for (int64_t k = 0; k < n; k++) {
-        dir[k] = nt_test_uniform(&r, 0, 1) < 0.5 ? -1.0f : 1.0f;
-        expect += (double)gd[k] * dir[k];
-      }
-      memcpy(save, wd, (size_t)n * sizeof *save);
-      /* small steps: ReLU and max-pool kinks must not be crossed (at 1e-3 some are, and the
-       * quotient then disagrees by 5-70%; it converges as the step shrinks) */
-      const double eps = 1e-4;
-      for (int64_t k = 0; k < n; k++) wd[k] = (float)(save[k] + eps * dir[k]);
-      double lp = loss_of(ctx, m, &x, &y);
-      for (int64_t k = 0; k < n; k++) wd[k] = (float)(save[k] - eps * dir[k]);
-      double lm = loss_of(ctx, m, &x, &y);
-      memcpy(wd, save, (size_t)n * sizeof *save);
-      double fd = (lp - lm) / (2 * eps);
-      double err = fabs(fd - expect) / fmax(fabs(expect), 1e-2);
-      if (err > worst) worst = err;
-      CHECK(err < 5e-2, "%s: analytic %.6g vs finite difference %.6g (rel %.3g)",
-            p->units[u].params[i].name, expect, fd, err);
-      checked++;
-      free(dir);
-      free(save);
-    }
-  }
+  /* small steps: ReLU and max-pool kinks must not be crossed (at 1e-3 some are, and the
+   * quotient then disagrees by 5-70%; it converges as the step shrinks) */
+  cnn_batch b = {ctx, m, &x, &y};
+  double worst;
+  int checked = nt_test_gradcheck_params(p, &r, 1e-4, 5e-2, cnn_loss, &b, &worst);
   printf("  gradcheck: %d parameter tensors, worst relative error %.3g\n", checked, worst);
   CHECK(checked == 12, "checked %d tensors", checked);
   /* accumulation */
@@ -78,13 +61,8 @@ static void test_gradcheck(nt_ctx *ctx) {
   float *before = malloc((size_t)n * sizeof *before);
   memcpy(before, g0.data, (size_t)n * sizeof *before);
   CHECK_OK(ctx, nt_cnn_train_step(ctx, m, &x, &y, NULL));
-  double e = 0, ref = 0;
-  for (int64_t k = 0; k < n; k++) {
-    double d = ((float *)g0.data)[k] - 2.0 * before[k];
-    e += d * d;
-    ref += 4.0 * before[k] * before[k];
-  }
-  CHECK(sqrt(e / ref) < 1e-5, "gradients accumulate: rel err %g", sqrt(e / ref));
+  double e = nt_test_scaled_rel_err(g0.data, before, n, 2.0);
+  CHECK(e < 1e-5, "gradients accumulate: rel err %g", e);
   free(before);
   /* errors */
   int64_t bad[4] = {N, 1, 8, 8};

@@ -2,7 +2,7 @@
  * tensor, along a random direction), gradients accumulate, GPT-2 init statistics, parameter
  * count and layout, dropout determinism, evaluation at smaller sizes, bf16 close to fp32,
  * and clear errors for bad configs and inputs. */
-#include "tests/testutil.h"
+#include "tests/model_testutil.h"
 #include "models/gpt.h"
 #include <math.h>
 #include <stdlib.h>
@@ -17,11 +17,32 @@ static void fill_tokens(nt_test_rng *r, int32_t *x, int n, int vocab) {
   for (int i = 0; i < n; i++) x[i] = (int32_t)nt_test_uniform(r, 0, vocab - 1e-9);
 }
 
+/* Random inputs and targets in xs and ys, viewed as [B, T] tensors x and y. */
+static void token_batch(nt_test_rng *r, int vocab, int64_t B, int64_t T, int32_t *xs,
+                        int32_t *ys, nt_tensor *x, nt_tensor *y) {
+  fill_tokens(r, xs, (int)(B * T), vocab);
+  fill_tokens(r, ys, (int)(B * T), vocab);
+  int64_t sh[2] = {B, T};
+  *x = nt_tensor_view(xs, NT_I32, nt_cpu(), 2, sh);
+  *y = nt_tensor_view(ys, NT_I32, nt_cpu(), 2, sh);
+}
+
 static double loss_of(nt_ctx *ctx, nt_gpt *g, const nt_tensor *x, const nt_tensor *y) {
   float l = NAN;
   if (nt_gpt_eval_loss(ctx, g, x, y)) return NAN;
   memcpy(&l, nt_gpt_loss(g)->data, sizeof l);
   return l;
+}
+
+typedef struct {
+  nt_ctx *ctx;
+  nt_gpt *g;
+  const nt_tensor *x, *y;
+} gpt_batch;
+
+static double gpt_loss(void *arg) {
+  gpt_batch *b = arg;
+  return loss_of(b->ctx, b->g, b->x, b->y);
 }
 
 static void test_gradcheck(nt_ctx *ctx, int vocab) {
@@ -34,11 +55,8 @@ static void test_gradcheck(nt_ctx *ctx, int vocab) {
   CHECK_OK(ctx, nt_params_init(ctx, p, 42));
   nt_test_rng r = {7};
   int32_t xs[B * T], ys[B * T];
-  fill_tokens(&r, xs, B * T, c.vocab_size);
-  fill_tokens(&r, ys, B * T, c.vocab_size);
-  int64_t sh[2] = {B, T};
-  nt_tensor x = nt_tensor_view(xs, NT_I32, nt_cpu(), 2, sh);
-  nt_tensor y = nt_tensor_view(ys, NT_I32, nt_cpu(), 2, sh);
+  nt_tensor x, y;
+  token_batch(&r, c.vocab_size, B, T, xs, ys, &x, &y);
   CHECK_OK(ctx, nt_params_zero_grad(ctx, p));
   CHECK_OK(ctx, nt_gpt_train_step(ctx, g, &x, &y, NULL));
   float l0;
@@ -54,38 +72,9 @@ static void test_gradcheck(nt_ctx *ctx, int vocab) {
     for (int64_t k = (int64_t)vocab * c.n_embd; k < (int64_t)Vp * c.n_embd; k++) pad += fabs(gw[k]);
     CHECK(pad == 0.0, "padded wte rows have zero gradient (%g)", pad);
   }
-  double worst = 0;
-  int checked = 0;
-  for (int u = 0; u < p->n_units; u++) {
-    for (int i = 0; i < p->units[u].n_params; i++) {
-      nt_tensor w = nt_params_view(p, u, i, NT_VIEW_MASTER);
-      nt_tensor gr = nt_params_view(p, u, i, NT_VIEW_GRAD);
-      int64_t n = nt_tensor_numel(&w);
-      float *wd = w.data, *gd = gr.data;
-      float *dir = malloc((size_t)n * sizeof *dir), *save = malloc((size_t)n * sizeof *save);
-      double expect = 0;
-      for (int64_t k = 0; k < n; k++) {
-        dir[k] = nt_test_uniform(&r, 0, 1) < 0.5 ? -1.0f : 1.0f;
-        expect += (double)gd[k] * dir[k];
-      }
-      memcpy(save, wd, (size_t)n * sizeof *save);
-      const double eps = 1e-3;
-      for (int64_t k = 0; k < n; k++) wd[k] = (float)(save[k] + eps * dir[k]);
-      double lp = loss_of(ctx, g, &x, &y);
-      for (int64_t k = 0; k < n; k++) wd[k] = (float)(save[k] - eps * dir[k]);
-      double lm = loss_of(ctx, g, &x, &y);
-      memcpy(wd, save, (size_t)n * sizeof *save);
-      double fd = (lp - lm) / (2 * eps);
-      /* fp32 losses quantise the difference quotient to ~1e-4: a floor of 1e-2 below */
-      double err = fabs(fd - expect) / fmax(fabs(expect), 1e-2);
-      if (err > worst) worst = err;
-      CHECK(err < 3e-2, "%s: analytic %.6g vs finite difference %.6g (rel %.3g)",
-            p->units[u].params[i].name, expect, fd, err);
-      checked++;
-      free(dir);
-      free(save);
-    }
-  }
+  gpt_batch b = {ctx, g, &x, &y};
+  double worst;
+  int checked = nt_test_gradcheck_params(p, &r, 1e-3, 3e-2, gpt_loss, &b, &worst);
   printf("  gradcheck: %d parameter tensors, worst relative error %.3g\n", checked, worst);
   CHECK(checked == 2 + 12 * 2 + 2, "checked %d tensors", checked);
   /* gradients accumulate: a second step without zeroing doubles them */
@@ -94,24 +83,14 @@ static void test_gradcheck(nt_ctx *ctx, int vocab) {
   float *before = malloc((size_t)n * sizeof *before);
   memcpy(before, g0.data, (size_t)n * sizeof *before);
   CHECK_OK(ctx, nt_gpt_train_step(ctx, g, &x, &y, NULL));
-  double e = 0, ref = 0;
-  for (int64_t k = 0; k < n; k++) {
-    double d = ((float *)g0.data)[k] - 2.0 * before[k];
-    e += d * d;
-    ref += 4.0 * before[k] * before[k];
-  }
-  CHECK(sqrt(e / ref) < 1e-5, "second backward adds: rel err %g", sqrt(e / ref));
+  double e = nt_test_scaled_rel_err(g0.data, before, n, 2.0);
+  CHECK(e < 1e-5, "second backward adds: rel err %g", e);
   /* a loss scale multiplies the gradients */
   float scale = 8.0f;
   CHECK_OK(ctx, nt_params_zero_grad(ctx, p));
   CHECK_OK(ctx, nt_gpt_train_step(ctx, g, &x, &y, &scale));
-  e = ref = 0;
-  for (int64_t k = 0; k < n; k++) {
-    double d = ((float *)g0.data)[k] - 8.0 * before[k];
-    e += d * d;
-    ref += 64.0 * before[k] * before[k];
-  }
-  CHECK(sqrt(e / ref) < 1e-5, "loss scale 8 scales the grads: rel err %g", sqrt(e / ref));
+  e = nt_test_scaled_rel_err(g0.data, before, n, 8.0);
+  CHECK(e < 1e-5, "loss scale 8 scales the grads: rel err %g", e);
   free(before);
   nt_gpt_free(ctx, g);
 }
@@ -184,11 +163,8 @@ static void test_dropout_and_sizes(nt_ctx *ctx) {
   CHECK_OK(ctx, nt_params_init(ctx, p, 3));
   nt_test_rng r = {11};
   int32_t xs[B * T], ys[B * T];
-  fill_tokens(&r, xs, B * T, c.vocab_size);
-  fill_tokens(&r, ys, B * T, c.vocab_size);
-  int64_t sh[2] = {B, T};
-  nt_tensor x = nt_tensor_view(xs, NT_I32, nt_cpu(), 2, sh);
-  nt_tensor y = nt_tensor_view(ys, NT_I32, nt_cpu(), 2, sh);
+  nt_tensor x, y;
+  token_batch(&r, c.vocab_size, B, T, xs, ys, &x, &y);
   nt_ctx_manual_seed(ctx, 5);
   nt_ctx_set_rng_offset(ctx, 0);
   float l1, l2, l3, le1, le2;
@@ -247,11 +223,8 @@ static void test_bf16_close_to_fp32(nt_ctx *ctx) {
   CHECK_OK(ctx, nt_params_init(ctx, nt_gpt_params(b), 9));
   nt_test_rng r = {3};
   int32_t xs[B * T], ys[B * T];
-  fill_tokens(&r, xs, B * T, c.vocab_size);
-  fill_tokens(&r, ys, B * T, c.vocab_size);
-  int64_t sh[2] = {B, T};
-  nt_tensor x = nt_tensor_view(xs, NT_I32, nt_cpu(), 2, sh);
-  nt_tensor y = nt_tensor_view(ys, NT_I32, nt_cpu(), 2, sh);
+  nt_tensor x, y;
+  token_batch(&r, c.vocab_size, B, T, xs, ys, &x, &y);
   double la = loss_of(ctx, a, &x, &y), lb = loss_of(ctx, b, &x, &y);
   CHECK(fabs(la - lb) < 1e-2 * fabs(la), "bf16 loss %g vs fp32 %g", lb, la);
   CHECK_OK(ctx, nt_params_zero_grad(ctx, nt_gpt_params(a)));
@@ -280,11 +253,8 @@ static void test_fp8_emulated(nt_ctx *ctx) {
   CHECK_OK(ctx, nt_gpt_enable_fp8(ctx, b, true));
   nt_test_rng r = {5};
   int32_t xs[B * T], ys[B * T];
-  fill_tokens(&r, xs, B * T, c.vocab_size);
-  fill_tokens(&r, ys, B * T, c.vocab_size);
-  int64_t sh[2] = {B, T};
-  nt_tensor x = nt_tensor_view(xs, NT_I32, nt_cpu(), 2, sh);
-  nt_tensor y = nt_tensor_view(ys, NT_I32, nt_cpu(), 2, sh);
+  nt_tensor x, y;
+  token_batch(&r, c.vocab_size, B, T, xs, ys, &x, &y);
   for (int step = 0; step < 2; step++) {
     CHECK_OK(ctx, nt_params_zero_grad(ctx, nt_gpt_params(a)));
     CHECK_OK(ctx, nt_params_zero_grad(ctx, nt_gpt_params(b)));
