@@ -178,6 +178,13 @@ void nt_trainer_free(nt_trainer *T) {
   memset(T, 0, sizeof *T);
 }
 
+void nt_trainer_no_graph_with_dropout(nt_trainer *T, float dropout) {
+  if (T->graph_wanted && dropout > 0.0f && T->o->cuda_graph == 1)
+    nt_log(T->ctx, NT_LOG_WARN, "--cuda-graph: dropout %g needs fresh masks every step; "
+           "running eagerly", (double)dropout);
+  T->graph_wanted = T->graph_wanted && dropout == 0.0f;
+}
+
 const float *nt_trainer_loss_scale(nt_trainer *T) {
   if (!nt_scaler_enabled(T->scaler)) return NULL;
   nt_tensor s = nt_scaler_scale_tensor(T->scaler);

@@ -113,6 +113,17 @@ static void write_config(nt_jw *w, const void *arg) {
   nt_jw_num(w, FASHION_STD);
 }
 
+/* The test set's loss and accuracy into the log and the result, then a checkpoint. */
+static nt_status evaluate_and_save(nt_trainer *T, cnn_run *r, nt_loader *test,
+                                   const nt_cnn_config *cfg) {
+  double tl, acc;
+  nt_status st = evaluate(T, r, test, &tl, &acc);
+  if (!st) st = nt_trainer_log_eval(T, NAN, tl, acc);
+  T->res->test_loss = tl;
+  T->res->test_accuracy = acc;
+  if (!st) st = nt_trainer_save(T, write_config, cfg);
+  return st;
+}
 
 nt_status nt_train_cnn(nt_ctx *ctx, const nt_train_options *o, const nt_policy *pol,
                        nt_train_result *res) {
@@ -176,11 +187,7 @@ nt_status nt_train_cnn(nt_ctx *ctx, const nt_train_options *o, const nt_policy *
   r.T = &T;
   T.body = body;
   T.body_arg = &r;
-  /* a graph would replay one dropout mask forever: dropout runs eagerly */
-  if (T.graph_wanted && cfg.dropout > 0.0f && o->cuda_graph == 1)
-    nt_log(ctx, NT_LOG_WARN, "--cuda-graph: dropout %g needs fresh masks every step; running "
-           "eagerly", (double)cfg.dropout);
-  T.graph_wanted = T.graph_wanted && cfg.dropout == 0.0f;
+  nt_trainer_no_graph_with_dropout(&T, cfg.dropout);
   int64_t nb = nt_loader_num_batches(train);
   T.total_iters = T.schedule_iters = nb * o->epochs;   /* --max-iters stops, not reshapes */
   if (o->max_iters > 0 && o->max_iters < T.total_iters) T.total_iters = o->max_iters;
@@ -227,25 +234,14 @@ nt_status nt_train_cnn(nt_ctx *ctx, const nt_train_options *o, const nt_policy *
     }
     if (st) break;
     if (T.batch_in_epoch >= nb) {
-      double tl, acc;
       T.epoch++;
       T.batch_in_epoch = 0;
-      st = evaluate(&T, &r, test, &tl, &acc);
-      if (!st) st = nt_trainer_log_eval(&T, NAN, tl, acc);
-      res->test_loss = tl;
-      res->test_accuracy = acc;
-      if (!st) st = nt_trainer_save(&T, write_config, &cfg);
+      st = evaluate_and_save(&T, &r, test, &cfg);
       T.t_last = nt_now_s();
     }
   }
-  if (!st && (T.batch_in_epoch != 0 || isnan(res->test_accuracy))) {   /* stopped mid-epoch */
-    double tl, acc;
-    st = evaluate(&T, &r, test, &tl, &acc);
-    if (!st) st = nt_trainer_log_eval(&T, NAN, tl, acc);
-    res->test_loss = tl;
-    res->test_accuracy = acc;
-    if (!st) st = nt_trainer_save(&T, write_config, &cfg);
-  }
+  if (!st && (T.batch_in_epoch != 0 || isnan(res->test_accuracy)))   /* stopped mid-epoch */
+    st = evaluate_and_save(&T, &r, test, &cfg);
   if (!st) nt_trainer_finish(&T, &est);
   train_set.n = full_train;
   test_set.n = full_test;

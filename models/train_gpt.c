@@ -260,11 +260,7 @@ nt_status nt_train_gpt(nt_ctx *ctx, const nt_train_options *o, const nt_policy *
   r.T = &T;
   T.body = body;
   T.body_arg = &r;
-  /* a graph would replay one dropout mask forever: dropout runs eagerly */
-  if (T.graph_wanted && cfg.dropout > 0.0f && o->cuda_graph == 1)
-    nt_log(ctx, NT_LOG_WARN, "--cuda-graph: dropout %g needs fresh masks every step; running "
-           "eagerly", (double)cfg.dropout);
-  T.graph_wanted = T.graph_wanted && cfg.dropout == 0.0f;
+  nt_trainer_no_graph_with_dropout(&T, cfg.dropout);
   T.total_iters = o->max_iters;
   T.items_per_step = B * S;
   if (r.g) T.flops_per_item = nt_gpt_flops_per_token(r.g, (int)S);

@@ -56,6 +56,9 @@ nt_status nt_trainer_init(nt_trainer *T, nt_ctx *ctx, const nt_train_options *o,
                           nt_train_result *res, nt_params *params, const char *model_name,
                           const char *items_name);
 void nt_trainer_free(nt_trainer *T);
+/* A captured graph would replay one dropout mask forever: with dropout > 0 the step runs
+ * eagerly (with a warning when --cuda-graph asked for a graph). After nt_trainer_init. */
+void nt_trainer_no_graph_with_dropout(nt_trainer *T, float dropout);
 /* The loss gradient's multiplier: the scaler's device scale (fp16), else NULL. */
 const float *nt_trainer_loss_scale(nt_trainer *T);
 double nt_trainer_lr(const nt_trainer *T, int64_t it);
