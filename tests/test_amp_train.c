@@ -59,28 +59,6 @@ static nt_tensor piece(const nt_tensor *flat, int64_t off, int ndim, int64_t d0,
   return nt_tensor_view(base, flat->dtype, flat->device, ndim, shape);
 }
 
-static bool upload(nt_ctx *ctx, nt_tensor *t, const float *h) {
-  int64_t n = nt_tensor_numel(t);
-  void *tmp = malloc((size_t)n * 4);
-  for (int64_t i = 0; i < n; i++) nt_store_f32(tmp, t->dtype, i, h[i]);
-  nt_tensor src = nt_tensor_view(tmp, t->dtype, nt_cpu(), 1, &n);
-  nt_tensor dst = nt_tensor_view(t->data, t->dtype, t->device, 1, &n);
-  bool ok = CHECK_OK(ctx, nt_tensor_copy(ctx, &dst, &src));
-  free(tmp);
-  return ok;
-}
-
-static bool download(nt_ctx *ctx, const nt_tensor *t, float *h) {
-  int64_t n = nt_tensor_numel(t);
-  void *tmp = malloc((size_t)n * 4);
-  nt_tensor dst = nt_tensor_view(tmp, t->dtype, nt_cpu(), 1, &n);
-  nt_tensor src = nt_tensor_view(t->data, t->dtype, t->device, 1, &n);
-  bool ok = CHECK_OK(ctx, nt_tensor_copy(ctx, &dst, &src));
-  for (int64_t i = 0; ok && i < n; i++) h[i] = nt_load_f32(tmp, t->dtype, i);
-  free(tmp);
-  return ok;
-}
-
 /* The batch of step s and its targets: a fixed teacher, t = A x + 0.3 sin(2 x0). */
 static void batch(int s, float *x, float *t) {
   nt_test_rng r = {4242u + 7919u * (uint64_t)s}, ra = {17u};
@@ -129,8 +107,8 @@ static bool model_init(nt_ctx *ctx, nt_precision prec, model *m) {
   memset(w + OFF_W1 + H * IN, 0, sizeof(float) * (size_t)(OFF_B1 - OFF_W1 - H * IN));
   nt_test_fill_uniform(&r, w + OFF_W2, O * H, -1.0f / sqrtf(H), 1.0f / sqrtf(H));
   nt_test_fill_uniform(&r, w + OFF_B2, O, -1.0f / sqrtf(H), 1.0f / sqrtf(H));
-  upload(ctx, &m->master_init, w);
-  upload(ctx, &m->params, w);
+  nt_test_upload(ctx, &m->master_init, w);
+  nt_test_upload(ctx, &m->params, w);
   static const nt_param_range decay[2] = {{0, OFF_W1, H * IN}, {0, OFF_W2, O * H}};
   static const nt_param_range nodecay[2] = {{0, OFF_B1, H}, {0, OFF_B2, O}};
   nt_param_group groups[2] = {{1.0f, 0.01, decay, 2}, {1.0f, 0.0, nodecay, 2}};
@@ -156,10 +134,10 @@ static double train_step(model *m, int s, bool inject) {
   nt_tensor dw1 = piece(&m->grads, OFF_W1, 2, H, IN), db1 = piece(&m->grads, OFF_B1, 1, H, 0);
   nt_tensor dw2 = piece(&m->grads, OFF_W2, 2, O, H), db2 = piece(&m->grads, OFF_B2, 1, O, 0);
   batch(s, x, t);
-  if (!upload(ctx, &m->x, x) || !CHECK_OK(ctx, nt_tensor_zero(ctx, &m->grads)) ||
+  if (!nt_test_upload(ctx, &m->x, x) || !CHECK_OK(ctx, nt_tensor_zero(ctx, &m->grads)) ||
       !CHECK_OK(ctx, nt_linear_forward(ctx, &m->x, &w1, &b1, &m->h, NT_ACT_RELU, NULL)) ||
       !CHECK_OK(ctx, nt_linear_forward(ctx, &m->h, &w2, &b2, &m->y, NT_ACT_NONE, NULL)) ||
-      !download(ctx, &m->y, y))
+      !nt_test_download(ctx, &m->y, y))
     return NAN;
   nt_scaler_values sv = {1.0f, 0, 0, 0, -1};
   if (m->pol.needs_scaler && !CHECK_OK(ctx, nt_scaler_read(ctx, m->scaler, &sv))) return NAN;
@@ -170,7 +148,7 @@ static double train_step(model *m, int s, bool inject) {
     dy[i] = (float)(2.0 * d / (B * O) * sv.scale);   /* d(loss * scale)/dy */
   }
   loss /= B * O;
-  if (!upload(ctx, &m->dy, dy) || !CHECK_OK(ctx, nt_tensor_zero(ctx, &m->dh)) ||
+  if (!nt_test_upload(ctx, &m->dy, dy) || !CHECK_OK(ctx, nt_tensor_zero(ctx, &m->dh)) ||
       !CHECK_OK(ctx, nt_tensor_zero(ctx, &m->dpre)) ||
       !CHECK_OK(ctx, nt_linear_backward(ctx, &m->dy, &m->h, &w2, &m->dh, &dw2, &db2)) ||
       !CHECK_OK(ctx, nt_relu_backward(ctx, &m->h, &m->dh, &m->dpre)) ||
@@ -179,7 +157,7 @@ static double train_step(model *m, int s, bool inject) {
   if (inject) {
     float inf = INFINITY;
     nt_tensor one = piece(&m->grads, 100, 1, 1, 0);
-    if (!upload(ctx, &one, &inf)) return NAN;
+    if (!nt_test_upload(ctx, &one, &inf)) return NAN;
   }
   nt_optim_step_args a = nt_optim_args(nt_schedule_lr(&m->sched, s));
   a.max_norm = 1.0f;
@@ -201,10 +179,10 @@ static bool train(model *m, int from, int to, double *losses, int inject_at) {
 static void snapshot(model *m, float *out) {
   nt_tensor mw, mm, vv;
   nt_adamw_state_views(m->opt, 0, &mw, &mm, &vv);
-  download(m->ctx, &mw, out);
-  download(m->ctx, &mm, out + NPARAM);
-  download(m->ctx, &vv, out + 2 * NPARAM);
-  download(m->ctx, &m->params, out + 3 * NPARAM);
+  nt_test_download(m->ctx, &mw, out);
+  nt_test_download(m->ctx, &mm, out + NPARAM);
+  nt_test_download(m->ctx, &vv, out + 2 * NPARAM);
+  nt_test_download(m->ctx, &m->params, out + 3 * NPARAM);
 }
 
 static void test_curves(nt_ctx *ctx, double *fp32_out) {
@@ -360,7 +338,7 @@ static void test_fp8(nt_ctx *ctx) {
   if (!CHECK_OK(ctx, nt_tensor_alloc(ctx, &x, NT_F32, 1, &two))) goto done;
   for (int i = 0; i < n_steps; i++) {
     float xv[2] = {-amaxes[i], amaxes[i] * 0.5f};
-    upload(ctx, &x, xv);
+    nt_test_upload(ctx, &x, xv);
     for (int k = 0; k < 2; k++) {
       CHECK_OK(ctx, nt_fp8_record_amax(ctx, st[k], 0, &x));
       CHECK_OK(ctx, nt_fp8_update(ctx, st[k]));
@@ -396,7 +374,7 @@ static void test_fp8(nt_ctx *ctx) {
     if (CHECK_OK(ctx, nt_fp8_state_create(ctx, &o, fmts, 2, &q))) {
       nt_tensor a = nt_fp8_amax_tensor(q, 1);
       float v = 7.0f;
-      upload(ctx, &a, &v);
+      nt_test_upload(ctx, &a, &v);
       CHECK_OK(ctx, nt_fp8_update(ctx, q));
       CHECK_OK(ctx, nt_fp8_read(ctx, q, 1, &sc, NULL, NULL));
       CHECK(sc == 57344.0f / 7.0f, "E5M2 scale %g", (double)sc);
@@ -443,7 +421,7 @@ static void test_graph(nt_ctx *ctx) {
     if (!CHECK_OK(ctx, nt_tensor_alloc(ctx, &u[k].params, NT_F16, 1, &n)) ||
         !CHECK_OK(ctx, nt_tensor_alloc(ctx, &u[k].grads, NT_F16, 1, &n)))
       goto done;
-    upload(ctx, &u[k].params, p);
+    nt_test_upload(ctx, &u[k].params, p);
     if (!CHECK_OK(ctx, nt_adamw_create(ctx, NULL, &u[k], 1, NULL, 0, &opt[k])) ||
         !CHECK_OK(ctx, nt_scaler_create(ctx, &so, &sc[k])))
       goto done;
@@ -468,8 +446,8 @@ static void test_graph(nt_ctx *ctx) {
     nt_test_fill_uniform(&rg, g, NG, -512, 512);
     if (s == 3) g[17] = INFINITY;
     float lr = 1e-3f * (float)(s + 1);
-    upload(ctx, &staged, g);
-    upload(ctx, &lr_t, &lr);
+    nt_test_upload(ctx, &staged, g);
+    nt_test_upload(ctx, &lr_t, &lr);
     /* Eager model 0. */
     CHECK_OK(ctx, nt_tensor_copy(ctx, &u[0].grads, &staged));
     CHECK_OK(ctx, nt_adamw_step_scaled(ctx, opt[0], sc[0], &a));
@@ -481,7 +459,7 @@ static void test_graph(nt_ctx *ctx) {
     nt_tensor master;
     nt_scaler_values v;
     nt_adamw_state_views(opt[k], 0, &master, NULL, NULL);
-    download(ctx, &master, out[k]);
+    nt_test_download(ctx, &master, out[k]);
     CHECK_OK(ctx, nt_scaler_read(ctx, sc[k], &v));
     sc_out[k] = v.scale;
     if (k == 1) CHECK(v.skipped_total == 1, "graph run skipped %lld steps", (long long)v.skipped_total);

@@ -25,31 +25,7 @@
 #define N1 4101   /* more than one 4096-element chunk */
 #define STEPS 5
 
-static bool upload(nt_ctx *ctx, nt_tensor *t, const float *h) {
-  int64_t n = nt_tensor_numel(t);
-  void *tmp = malloc((size_t)n * 4);
-  if (!tmp) return false;
-  for (int64_t i = 0; i < n; i++) nt_store_f32(tmp, t->dtype, i, h[i]);
-  nt_tensor src = nt_tensor_view(tmp, t->dtype, nt_cpu(), 1, &n);
-  nt_tensor dst = nt_tensor_view(t->data, t->dtype, t->device, 1, &n);
-  bool ok = CHECK_OK(ctx, nt_tensor_copy(ctx, &dst, &src));
-  free(tmp);
-  return ok;
-}
-
-static bool download(nt_ctx *ctx, const nt_tensor *t, float *h) {
-  int64_t n = nt_tensor_numel(t);
-  void *tmp = malloc((size_t)n * 4);
-  if (!tmp) return false;
-  nt_tensor dst = nt_tensor_view(tmp, t->dtype, nt_cpu(), 1, &n);
-  nt_tensor src = nt_tensor_view(t->data, t->dtype, t->device, 1, &n);
-  bool ok = CHECK_OK(ctx, nt_tensor_copy(ctx, &dst, &src));
-  for (int64_t i = 0; ok && i < n; i++) h[i] = nt_load_f32(tmp, t->dtype, i);
-  free(tmp);
-  return ok;
-}
-
-static bool set_scalar(nt_ctx *ctx, nt_tensor *t, float x) { return upload(ctx, t, &x); }
+static bool set_scalar(nt_ctx *ctx, nt_tensor *t, float x) { return nt_test_upload(ctx, t, &x); }
 
 /* ---- The vectors ------------------------------------------------------------------------ */
 
@@ -65,21 +41,21 @@ static void test_vector(nt_ctx *ctx, bool decoupled) {
   memset(&u, 0, sizeof u);
   if (!CHECK_OK(ctx, nt_tensor_alloc(ctx, &u.params, NT_F32, 1, &n))) return;
   if (!CHECK_OK(ctx, nt_tensor_alloc(ctx, &u.grads, NT_F32, 1, &n))) return;
-  upload(ctx, &u.params, p0);
+  nt_test_upload(ctx, &u.params, p0);
   nt_adamw_options o = decoupled ? nt_adamw_defaults() : nt_adam_defaults();
   o.lr = 0.1;
   o.weight_decay = 0.01;
   nt_adamw *opt = NULL;
   if (CHECK_OK(ctx, nt_adamw_create(ctx, &o, &u, 1, NULL, 0, &opt))) {
-    upload(ctx, &u.grads, g1);
+    nt_test_upload(ctx, &u.grads, g1);
     CHECK_OK(ctx, nt_adamw_step(ctx, opt, NULL));
-    upload(ctx, &u.grads, g2);
+    nt_test_upload(ctx, &u.grads, g2);
     CHECK_OK(ctx, nt_adamw_step(ctx, opt, NULL));
     float p[3], v[3];
     nt_tensor master, vt;
     nt_adamw_state_views(opt, 0, &master, NULL, &vt);
-    download(ctx, &master, p);
-    download(ctx, &vt, v);
+    nt_test_download(ctx, &master, p);
+    nt_test_download(ctx, &vt, v);
     for (int i = 0; i < 3; i++) {
       double rp = fabs(p[i] - ep[i]) / fabs(ep[i]), rv = fabs(v[i] - ev[i]) / fabs(ev[i]);
       /* The vector is printed to 9 digits; 3e-8 relative is below one fp32 ulp there. */
@@ -158,7 +134,7 @@ static bool run_scenario(nt_ctx *ctx, const scenario *sc, result *res, int steps
         !CHECK_OK(ctx, nt_tensor_alloc(ctx, &master_init[u], NT_F32, 1, &unit_n[u])))
       goto done;
     data_init(h, u);
-    upload(ctx, &master_init[u], h);
+    nt_test_upload(ctx, &master_init[u], h);
     units[u].master_init = &master_init[u];
   }
   if (!CHECK_OK(ctx, nt_tensor_alloc(ctx, &found, NT_F32, 0, NULL))) goto done;
@@ -177,7 +153,7 @@ static bool run_scenario(nt_ctx *ctx, const scenario *sc, result *res, int steps
   for (int s = 0; s < steps; s++) {
     for (int u = 0; u < 2; u++) {
       data_grad(h, u, s);
-      upload(ctx, &units[u].grads, h);
+      nt_test_upload(ctx, &units[u].grads, h);
     }
     set_scalar(ctx, &found, s == sc->inf_step ? 1.0f : 0.0f);
     nt_optim_step_args a = nt_optim_args(lr_at(s));
@@ -194,14 +170,14 @@ static bool run_scenario(nt_ctx *ctx, const scenario *sc, result *res, int steps
     }
     if (sc->sgd) {
       nt_sgd_state_views(sgd, u, &m, &s1);
-      download(ctx, &s1, res->s1[u]);
+      nt_test_download(ctx, &s1, res->s1[u]);
     } else {
       nt_adamw_state_views(adam, u, &m, &s1, &s2);
-      download(ctx, &s1, res->s1[u]);
-      download(ctx, &s2, res->s2[u]);
+      nt_test_download(ctx, &s1, res->s1[u]);
+      nt_test_download(ctx, &s2, res->s2[u]);
     }
-    download(ctx, &m, res->master[u]);
-    download(ctx, &units[u].params, res->lp[u]);
+    nt_test_download(ctx, &m, res->master[u]);
+    nt_test_download(ctx, &units[u].params, res->lp[u]);
   }
   CHECK_OK(ctx, sc->sgd ? nt_sgd_get_step(ctx, sgd, &res->step) : nt_adamw_get_step(ctx, adam, &res->step));
   ok = true;
@@ -367,7 +343,7 @@ static void run_steps(nt_ctx *ctx, nt_param_unit *u, void *opt, bool sgd, int fr
   float h[N1];
   for (int s = from; s < to; s++) {
     data_grad(h, 1, s);
-    upload(ctx, &u->grads, h);
+    nt_test_upload(ctx, &u->grads, h);
     nt_optim_step_args a = nt_optim_args(lr_at(s));
     CHECK_OK(ctx, sgd ? nt_sgd_step(ctx, opt, &a) : nt_adamw_step(ctx, opt, &a));
   }
@@ -381,10 +357,10 @@ static void snapshot(nt_ctx *ctx, nt_param_unit *u, void *opt, bool sgd, float *
   } else {
     nt_adamw_state_views(opt, 0, &m, &s1, &s2);
   }
-  download(ctx, &m, out);
-  download(ctx, &s1, out + N1);
-  download(ctx, &s2, out + 2 * N1);
-  download(ctx, &u->params, out + 3 * N1);
+  nt_test_download(ctx, &m, out);
+  nt_test_download(ctx, &s1, out + N1);
+  nt_test_download(ctx, &s2, out + 2 * N1);
+  nt_test_download(ctx, &u->params, out + 3 * N1);
 }
 
 static void test_save_load(nt_ctx *ctx, bool sgd) {
@@ -398,7 +374,7 @@ static void test_save_load(nt_ctx *ctx, bool sgd) {
     CHECK_OK(ctx, nt_tensor_alloc(ctx, &u[k].params, NT_BF16, 1, &n));
     CHECK_OK(ctx, nt_tensor_alloc(ctx, &u[k].grads, NT_F32, 1, &n));
     data_init(h, k);   /* the second optimizer starts elsewhere: the load must overwrite it */
-    upload(ctx, &u[k].params, h);
+    nt_test_upload(ctx, &u[k].params, h);
     nt_status st;
     if (sgd) {
       nt_sgd_options o = nt_sgd_defaults(0.05);
@@ -453,15 +429,15 @@ static void test_clip(nt_ctx *ctx) {
   const float norms[2] = {1.0f, 1e6f};   /* clipped, and untouched (coef clamps to 1) */
   for (int c = 0; c < 2; c++) {
     nt_tensor *gl[2] = {&g[0], &g[1]};
-    for (int k = 0; k < 2; k++) upload(ctx, &g[k], h[k]);
+    for (int k = 0; k < 2; k++) nt_test_upload(ctx, &g[k], h[k]);
     CHECK_OK(ctx, nt_clip_grad_norm(ctx, gl, 2, norms[c], &total));
     double coef = norms[c] / (sqrt(sumsq) + 1e-6);
     if (coef > 1) coef = 1;
     float tn;
-    download(ctx, &total, &tn);
+    nt_test_download(ctx, &total, &tn);
     CHECK(fabs(tn - sqrt(sumsq)) < 1e-5 * sqrt(sumsq), "total norm %g vs %g", (double)tn, sqrt(sumsq));
     for (int k = 0; k < 2; k++) {
-      download(ctx, &g[k], out[k]);
+      nt_test_download(ctx, &g[k], out[k]);
       double num = 0, den = 0;
       for (int64_t i = 0; i < n[k]; i++) {
         double want = h[k][i] * coef;
@@ -494,26 +470,26 @@ static void test_scaled_step(nt_ctx *ctx) {
   for (int i = 0; i < 11; i++) { g[i] = 1024.0f * (float)(i - 5) / 8.0f; p0[i] = (float)i / 10.0f; }
   CHECK_OK(ctx, nt_tensor_alloc(ctx, &u.params, NT_F16, 1, &n));
   CHECK_OK(ctx, nt_tensor_alloc(ctx, &u.grads, NT_F16, 1, &n));
-  upload(ctx, &u.params, p0);
+  nt_test_upload(ctx, &u.params, p0);
   if (!CHECK_OK(ctx, nt_adamw_create(ctx, NULL, &u, 1, NULL, 0, &opt)) ||
       !CHECK_OK(ctx, nt_scaler_create(ctx, &so, &sc)))
     goto done;
-  upload(ctx, &u.grads, g);
+  nt_test_upload(ctx, &u.grads, g);
   CHECK_OK(ctx, nt_adamw_step_scaled(ctx, opt, sc, NULL));
   CHECK_ERR(ctx, NT_ERR_STATE, nt_adamw_step_scaled(ctx, opt, sc, NULL));   /* step twice */
   CHECK_OK(ctx, nt_scaler_update(ctx, sc));
   float unscaled[11];
-  download(ctx, &u.grads, unscaled);
+  nt_test_download(ctx, &u.grads, unscaled);
   CHECK(unscaled[6] == 0.125f && unscaled[0] == -0.625f, "f16 grads unscaled: %g %g",
         (double)unscaled[6], (double)unscaled[0]);
   nt_tensor master;
   nt_adamw_state_views(opt, 0, &master, NULL, NULL);
-  download(ctx, &master, p0);
+  nt_test_download(ctx, &master, p0);
   g[3] = INFINITY;
-  upload(ctx, &u.grads, g);
+  nt_test_upload(ctx, &u.grads, g);
   CHECK_OK(ctx, nt_adamw_step_scaled(ctx, opt, sc, NULL));
   CHECK_OK(ctx, nt_scaler_update(ctx, sc));
-  download(ctx, &master, p1);
+  nt_test_download(ctx, &master, p1);
   int32_t t = 0;
   nt_adamw_get_step(ctx, opt, &t);
   nt_scaler_values v;
@@ -543,19 +519,19 @@ static void test_lr_tensor(nt_ctx *ctx) {
     CHECK_OK(ctx, nt_tensor_alloc(ctx, &u[k].params, NT_F32, 1, &n));
     CHECK_OK(ctx, nt_tensor_alloc(ctx, &u[k].grads, NT_F32, 1, &n));
     data_init(h, 0);
-    upload(ctx, &u[k].params, h);
+    nt_test_upload(ctx, &u[k].params, h);
     if (!CHECK_OK(ctx, nt_adamw_create(ctx, NULL, &u[k], 1, NULL, 0, &opt[k]))) goto done;
   }
   for (int s = 0; s < 3; s++)
     for (int k = 0; k < 2; k++) {
       data_grad(h, 0, s);
-      upload(ctx, &u[k].grads, h);
+      nt_test_upload(ctx, &u[k].grads, h);
       nt_optim_step_args a = nt_optim_args(k == 0 ? 0.015625 : 123.0);
       if (k == 1) a.lr_tensor = &lr_t;
       CHECK_OK(ctx, nt_adamw_step(ctx, opt[k], &a));
     }
-  download(ctx, &u[0].params, out[0]);
-  download(ctx, &u[1].params, out[1]);
+  nt_test_download(ctx, &u[0].params, out[0]);
+  nt_test_download(ctx, &u[1].params, out[1]);
   CHECK(memcmp(out[0], out[1], sizeof out[0]) == 0, "lr_tensor run differs from the host-lr run");
   nt_optim_step_args bad = nt_optim_args(0.1);
   bad.lr_tensor = &u[0].grads;

@@ -1,5 +1,6 @@
 #include "tests/testutil.h"
 #include <math.h>
+#include <stdlib.h>
 
 int nt_test_passed, nt_test_failed;
 
@@ -88,4 +89,28 @@ double nt_test_rel_err_d(const double *a, const double *b, int64_t n) {
   }
   if (isnan(num)) return INFINITY;
   return den == 0 ? sqrt(num) : sqrt(num / den);
+}
+
+bool nt_test_upload(nt_ctx *ctx, nt_tensor *t, const float *h) {
+  int64_t n = nt_tensor_numel(t);
+  void *tmp = malloc((size_t)n * 4);
+  if (!tmp) return false;
+  for (int64_t i = 0; i < n; i++) nt_store_f32(tmp, t->dtype, i, h[i]);
+  nt_tensor src = nt_tensor_view(tmp, t->dtype, nt_cpu(), 1, &n);
+  nt_tensor dst = nt_tensor_view(t->data, t->dtype, t->device, 1, &n);
+  bool ok = CHECK_OK(ctx, nt_tensor_copy(ctx, &dst, &src));
+  free(tmp);
+  return ok;
+}
+
+bool nt_test_download(nt_ctx *ctx, const nt_tensor *t, float *h) {
+  int64_t n = nt_tensor_numel(t);
+  void *tmp = malloc((size_t)n * 4);
+  if (!tmp) return false;
+  nt_tensor dst = nt_tensor_view(tmp, t->dtype, nt_cpu(), 1, &n);
+  nt_tensor src = nt_tensor_view(t->data, t->dtype, t->device, 1, &n);
+  bool ok = CHECK_OK(ctx, nt_tensor_copy(ctx, &dst, &src));
+  for (int64_t i = 0; ok && i < n; i++) h[i] = nt_load_f32(tmp, t->dtype, i);
+  free(tmp);
+  return ok;
 }

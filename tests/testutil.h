@@ -51,4 +51,10 @@ void nt_test_fill_uniform(nt_test_rng *r, float *x, int64_t n, float lo, float h
 double nt_test_rel_err(const float *a, const float *b, int64_t n);
 double nt_test_rel_err_d(const double *a, const double *b, int64_t n);
 
+/* Float arrays to and from a contiguous tensor of any dtype on any device, through a host
+ * buffer in the tensor's dtype (rounded on the way in); the copy is a CHECK_OK. Returns false
+ * on failure. */
+bool nt_test_upload(nt_ctx *ctx, nt_tensor *t, const float *h);
+bool nt_test_download(nt_ctx *ctx, const nt_tensor *t, float *h);
+
 #endif
