@@ -175,16 +175,24 @@ static nt_status attention_backward_cpu(nt_ctx *ctx, const nt_tensor *dout, cons
   return NT_OK;
 }
 
-/* ---- public entry points ---------------------------------------------------------------- */
-
-nt_status nt_attention_forward(nt_ctx *ctx, const nt_tensor *q, const nt_tensor *k,
-                               const nt_tensor *v, nt_tensor *out, nt_tensor *lse) {
+/* q's own checks, then k, v and out shaped and typed like q (forward and backward alike). */
+static nt_status check_q_k_v_out(nt_ctx *ctx, const nt_tensor *q, const nt_tensor *k,
+                                 const nt_tensor *v, const nt_tensor *out) {
   nt_status st;
   if ((st = check_q(ctx, q))) return st;
   if ((st = check_bhtd(ctx, q, q, "attention q"))) return st;
   if ((st = check_bhtd(ctx, k, q, "attention k"))) return st;
   if ((st = check_bhtd(ctx, v, q, "attention v"))) return st;
   if ((st = check_bhtd(ctx, out, q, "attention out"))) return st;
+  return NT_OK;
+}
+
+/* ---- public entry points ---------------------------------------------------------------- */
+
+nt_status nt_attention_forward(nt_ctx *ctx, const nt_tensor *q, const nt_tensor *k,
+                               const nt_tensor *v, nt_tensor *out, nt_tensor *lse) {
+  nt_status st;
+  if ((st = check_q_k_v_out(ctx, q, k, v, out))) return st;
   if ((st = check_lse(ctx, lse, q))) return st;
   if (on_cuda(q)) {
 #ifdef NT_HAVE_CUDA
@@ -201,11 +209,7 @@ nt_status nt_attention_backward(nt_ctx *ctx, const nt_tensor *dout, const nt_ten
                                 const nt_tensor *lse, nt_tensor *dq, nt_tensor *dk,
                                 nt_tensor *dv) {
   nt_status st;
-  if ((st = check_q(ctx, q))) return st;
-  if ((st = check_bhtd(ctx, q, q, "attention q"))) return st;
-  if ((st = check_bhtd(ctx, k, q, "attention k"))) return st;
-  if ((st = check_bhtd(ctx, v, q, "attention v"))) return st;
-  if ((st = check_bhtd(ctx, out, q, "attention out"))) return st;
+  if ((st = check_q_k_v_out(ctx, q, k, v, out))) return st;
   if ((st = check_bhtd(ctx, dout, q, "attention dout"))) return st;
   if ((st = check_bhtd(ctx, dq, q, "attention dq"))) return st;
   if ((st = check_bhtd(ctx, dk, q, "attention dk"))) return st;
