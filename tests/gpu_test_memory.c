@@ -12,7 +12,7 @@
 #ifndef NT_HAVE_CUDA
 int main(void) { return nt_test_skip("built without the CUDA backend"); }
 #else
-#include <cuda_runtime_api.h>
+#include "tests/cuda_test.h"
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
@@ -21,21 +21,6 @@ static nt_mem_stats stats(nt_ctx *ctx) {
   nt_mem_stats s;
   nt_mem_get_stats(ctx, &s);
   return s;
-}
-
-static int cuda_ok(cudaError_t e, const char *what) {
-  CHECK(e == cudaSuccess, "%s: %s", what, cudaGetErrorString(e));
-  return e == cudaSuccess;
-}
-
-/* A stream gate: a host function that blocks the stream until the test opens it (bounded at
- * 20 s so a failing test cannot hang). Deterministic, unlike a "long enough" kernel. */
-typedef struct { atomic_int open; } gate;
-
-static void gate_wait(void *p) {
-  gate *g = p;
-  struct timespec ms = {0, 1000000};
-  for (int i = 0; i < 20000 && !atomic_load(&g->open); i++) nanosleep(&ms, NULL);
 }
 
 static const size_t act_sizes[] = {4 * MiB, 12345, 1536 * KiB + 7, 777, 3 * MiB,

@@ -9,23 +9,9 @@
 #ifndef NT_HAVE_CUDA
 int main(void) { return nt_test_skip("built without the CUDA backend"); }
 #else
-#include <cuda_runtime_api.h>
+#include "tests/cuda_test.h"
 
 #define MiB ((size_t)1 << 20)
-
-static int cuda_ok(cudaError_t e, const char *what) {
-  CHECK(e == cudaSuccess, "%s: %s", what, cudaGetErrorString(e));
-  return e == cudaSuccess;
-}
-
-/* Blocks a stream until opened (bounded at 20 s): makes ordering tests deterministic. */
-typedef struct { atomic_int open; } gate;
-
-static void gate_wait(void *p) {
-  gate *g = p;
-  struct timespec ms = {0, 1000000};
-  for (int i = 0; i < 20000 && !atomic_load(&g->open); i++) nanosleep(&ms, NULL);
-}
 
 static void test_events(nt_ctx *ctx) {
   cudaStream_t s = (cudaStream_t)nt_ctx_stream(ctx);
