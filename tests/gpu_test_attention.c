@@ -21,21 +21,8 @@ typedef struct {
   float mag;
 } acase;
 
-static double tol_fwd(nt_dtype dt) {
-  return dt == NT_F32 ? 1e-5 : dt == NT_F16 ? 2e-3 : 1e-2;
-}
 static double tol_bwd(nt_dtype dt) {
   return dt == NT_F32 ? 1e-4 : dt == NT_F16 ? 2e-3 : 1e-2;
-}
-
-/* Host buffer in dtype dt holding x (rounded); x is replaced by the rounded values. */
-static void *to_dtype(float *x, size_t n, nt_dtype dt) {
-  void *b = malloc(n * nt_dtype_size(dt) + 64);
-  for (size_t i = 0; i < n; i++) {
-    nt_store_f32(b, dt, (int64_t)i, x[i]);
-    x[i] = nt_load_f32(b, dt, (int64_t)i);
-  }
-  return b;
 }
 
 static nt_status upload(nt_ctx *g, nt_tensor *dev, const void *host) {
@@ -68,8 +55,8 @@ static void run_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, acase a, const char *mod
   nt_test_fill_uniform(&rng, k, (int64_t)n, -a.mag, a.mag);
   nt_test_fill_uniform(&rng, v, (int64_t)n, -1, 1);
   nt_test_fill_uniform(&rng, dout, (int64_t)n, -1, 1);
-  void *hq = to_dtype(q, n, dt), *hk = to_dtype(k, n, dt), *hv = to_dtype(v, n, dt),
-       *hd = to_dtype(dout, n, dt);
+  void *hq = nt_test_to_dtype(q, n, dt), *hk = nt_test_to_dtype(k, n, dt);
+  void *hv = nt_test_to_dtype(v, n, dt), *hd = nt_test_to_dtype(dout, n, dt);
   char label[160];
   snprintf(label, sizeof label, "%s %s B%d H%d T%d D%d mag %g%s", mode, nt_dtype_name(dt), a.B, a.H,
            a.T, a.D, (double)a.mag, unaligned ? " unaligned" : "");
@@ -111,9 +98,9 @@ static void run_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, acase a, const char *mod
   if (ok) {
     double eo = nt_test_rel_err(o_got, o_ref, (int64_t)n);
     double el = nt_test_rel_err(lse_got, lse_ref, (int64_t)rows);
-    CHECK(eo < tol_fwd(dt), "%s: out rel err %.3g", label, eo);
+    CHECK(eo < nt_test_tol(dt), "%s: out rel err %.3g", label, eo);
     /* lse is fp32 in every dtype; its error comes from the rounded scores (1e-5 f32). */
-    CHECK(el < (dt == NT_F32 ? 1e-5 : tol_fwd(dt)), "%s: lse rel err %.3g", label, el);
+    CHECK(el < (dt == NT_F32 ? 1e-5 : nt_test_tol(dt)), "%s: lse rel err %.3g", label, el);
     printf("  %-48s out %.2e lse %.2e", label, eo, el);
   }
   for (int i = 5; i < 8 && ok; i++) ok = CHECK_OK(g, nt_tensor_zero(g, &t[i]));
@@ -151,7 +138,7 @@ static void test_layout_gpu(nt_ctx *g, nt_ctx *c, nt_dtype dt) {
         *got = x + 9 * n;
   nt_test_fill_uniform(&rng, x, (int64_t)(3 * n), -3, 3);
   nt_test_fill_uniform(&rng, pre, (int64_t)(3 * n), -1, 1);
-  void *hx = to_dtype(x, 3 * n, dt), *hpre = to_dtype(pre, 3 * n, dt);
+  void *hx = nt_test_to_dtype(x, 3 * n, dt), *hpre = nt_test_to_dtype(pre, 3 * n, dt);
   nt_tensor cp[3], gp[3], gx = {0}, gy = {0}, gback = {0};
   float *cparts = malloc(sizeof(float) * 3 * n);
   nt_tensor cx = nt_tensor_view(x, NT_F32, nt_cpu(), 3, s3);

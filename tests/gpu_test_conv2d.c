@@ -13,20 +13,6 @@ typedef struct {
   int N, Cin, H, W, Cout, KH, KW, stride, pad;
 } ccase;
 
-static double tol(nt_dtype dt) {
-  return dt == NT_F32 ? 1e-5 : dt == NT_F16 ? 2e-3 : 1e-2;
-}
-
-/* Rounds x to dt in place and returns a host buffer of dt holding it. */
-static void *to_dtype(float *x, size_t n, nt_dtype dt) {
-  void *b = malloc(n * nt_dtype_size(dt) + 1);
-  for (size_t i = 0; i < n; i++) {
-    nt_store_f32(b, dt, (int64_t)i, x[i]);
-    x[i] = nt_load_f32(b, dt, (int64_t)i);
-  }
-  return b;
-}
-
 static bool put(nt_ctx *g, nt_tensor *dev, nt_dtype dt, int ndim, const int64_t *shape,
                 const void *host) {
   if (!CHECK_OK(g, nt_tensor_alloc(g, dev, dt, ndim, shape))) return false;
@@ -63,13 +49,14 @@ static void conv_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, ccase k, bool bias, boo
   nt_test_fill_uniform(&rng, w, (int64_t)nw, -1, 1);
   nt_test_fill_uniform(&rng, b, (int64_t)nb, -1, 1);
   nt_test_fill_uniform(&rng, dy, (int64_t)ny, -1, 1);
-  void *hx = to_dtype(x, nx, dt), *hw = to_dtype(w, nw, dt), *hb = to_dtype(b, nb, bdt),
-       *hdy = to_dtype(dy, ny, dt);
+  void *hx = nt_test_to_dtype(x, nx, dt), *hw = nt_test_to_dtype(w, nw, dt);
+  void *hb = nt_test_to_dtype(b, nb, bdt), *hdy = nt_test_to_dtype(dy, ny, dt);
   /* Gradients start at zero on both sides, then a second GPU backward must double them. */
   memset(px, 0, 4 * nx);
   memset(pw, 0, 4 * nw);
   memset(pb, 0, 4 * nb);
-  void *hpx = to_dtype(px, nx, dt), *hpw = to_dtype(pw, nw, wdt), *hpb = to_dtype(pb, nb, bdt);
+  void *hpx = nt_test_to_dtype(px, nx, dt), *hpw = nt_test_to_dtype(pw, nw, wdt);
+  void *hpb = nt_test_to_dtype(pb, nb, bdt);
   char label[128];
   snprintf(label, sizeof label, "conv %s N%d Cin%d %dx%d Cout%d k%dx%d s%d p%d%s%s%s",
            nt_dtype_name(dt), k.N, k.Cin, k.H, k.W, k.Cout, k.KH, k.KW, k.stride, k.pad,
@@ -102,7 +89,7 @@ static void conv_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, ccase k, bool bias, boo
        get(g, &ty, gy);
   if (ok) {
     double e = nt_test_rel_err(gy, ry, (int64_t)ny);
-    CHECK(e < tol(dt), "%s: y rel err %.3g", label, e);
+    CHECK(e < nt_test_tol(dt), "%s: y rel err %.3g", label, e);
     printf("  %-52s y %.2e", label, e);
   }
   /* With the fused ReLU, backward is nt_conv2d_relu_backward; both sides mask dy with the GPU's
@@ -121,10 +108,10 @@ static void conv_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, ccase k, bool bias, boo
     for (size_t i = 0; i < nb; i++) gdb[i] /= (float)pass;
     double ex = nt_test_rel_err(gdx, rdx, (int64_t)nx), ew = nt_test_rel_err(gdw, rdw, (int64_t)nw);
     double eb = nt_test_rel_err(gdb, rdb, (int64_t)nb);
-    CHECK(ex < tol(dt), "%s: dx rel err %.3g (pass %d)", label, ex, pass);
-    CHECK(ew < tol(dt), "%s: dw rel err %.3g (pass %d)", label, ew, pass);
+    CHECK(ex < nt_test_tol(dt), "%s: dx rel err %.3g (pass %d)", label, ex, pass);
+    CHECK(ew < nt_test_tol(dt), "%s: dw rel err %.3g (pass %d)", label, ew, pass);
     /* An F32 db of f16/bf16 data sums dt-precision products: dt's tolerance. */
-    CHECK(eb < tol(dt), "%s: db rel err %.3g (pass %d)", label, eb, pass);
+    CHECK(eb < nt_test_tol(dt), "%s: db rel err %.3g (pass %d)", label, eb, pass);
     if (pass == 1) printf(" dx %.2e dw %.2e db %.2e", ex, ew, eb);
   }
   printf("\n");
@@ -165,7 +152,8 @@ static void pool_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, int N, int C, int H, in
   nt_test_fill_uniform(&rng, x, (int64_t)nx, -3, 3);
   nt_test_fill_uniform(&rng, dy, (int64_t)ny, -1, 1);
   nt_test_fill_uniform(&rng, pre, (int64_t)nx, -1, 1);
-  void *hx = to_dtype(x, nx, dt), *hdy = to_dtype(dy, ny, dt), *hpre = to_dtype(pre, nx, dt);
+  void *hx = nt_test_to_dtype(x, nx, dt), *hdy = nt_test_to_dtype(dy, ny, dt);
+  void *hpre = nt_test_to_dtype(pre, nx, dt);
   /* CPU reference in the same dtype: both sides round identically. */
   void *cyb = malloc(ny * nt_dtype_size(dt)), *cdxb = malloc(nx * nt_dtype_size(dt));
   memcpy(cdxb, hpre, nx * nt_dtype_size(dt));

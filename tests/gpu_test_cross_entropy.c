@@ -22,7 +22,7 @@ static void run_case(nt_ctx *cc, nt_ctx *gc, nt_test_rng *r, nt_dtype dt, int64_
   memops_pair dx = memops_pair_new(cc, gc, dt, 2, ls, NULL, misalign);
   memops_pair loss = memops_pair_new(cc, gc, NT_F32, 1, ts, NULL, 0);
   nt_tensor tc = memops_ints(cc, 1, ts, tv), tg = memops_ints(gc, 1, ts, tv);
-  double tol = memops_tol(dt);
+  double tol = nt_test_tol(dt);
   const char *dn = nt_dtype_name(dt);
   if (CHECK_OK(cc, nt_cross_entropy_forward(cc, &x.c, &tc, &loss.c)) &&
       CHECK_OK(gc, nt_cross_entropy_forward(gc, &x.g, &tg, &loss.g)))

@@ -21,7 +21,7 @@ static void run_case(nt_ctx *cc, nt_ctx *gc, nt_test_rng *r, nt_dtype dt, int64_
     }
     CHECK(mism == 0, "%s n %lld p %g offset %llu mis %d: %lld mask elements differ", dn,
           (long long)n, (double)p, (unsigned long long)offset, misalign, (long long)mism);
-    CHECK(nt_test_rel_err(b, a, n) < memops_tol(dt), "%s forward values %g", dn,
+    CHECK(nt_test_rel_err(b, a, n) < nt_test_tol(dt), "%s forward values %g", dn,
           nt_test_rel_err(b, a, n));
     if (n > 10000 && p > 0 && p < 1)
       CHECK(fabs((double)kept / (double)n - (1.0 - p)) < 0.01, "kept fraction %g",
@@ -31,7 +31,7 @@ static void run_case(nt_ctx *cc, nt_ctx *gc, nt_test_rng *r, nt_dtype dt, int64_
   }
   if (CHECK_OK(cc, nt_dropout_backward(cc, &x.c, &d.c, p, seed, offset)) &&
       CHECK_OK(gc, nt_dropout_backward(gc, &x.g, &d.g, p, seed, offset)))
-    CHECK(memops_pair_err(cc, gc, &d) < memops_tol(dt), "%s backward (+=) %g", dn,
+    CHECK(memops_pair_err(cc, gc, &d) < nt_test_tol(dt), "%s backward (+=) %g", dn,
           memops_pair_err(cc, gc, &d));
   memops_pair_free(cc, gc, &x); memops_pair_free(cc, gc, &y); memops_pair_free(cc, gc, &d);
   free(xv); free(dv);

@@ -12,7 +12,7 @@ static void run_case(nt_ctx *cc, nt_ctx *gc, nt_test_rng *r, nt_dtype dt, int64_
   memops_pair b = memops_pair_new(cc, gc, dt, 2, shape, bv, misalign);
   memops_pair y = memops_pair_new(cc, gc, dt, 2, shape, NULL, misalign);
   memops_pair d = memops_pair_new(cc, gc, dt, 2, shape, dv, misalign);
-  double tol = memops_tol(dt);
+  double tol = nt_test_tol(dt);
   const char *dn = nt_dtype_name(dt);
 #define BOTH(call_c, call_g) (CHECK_OK(cc, call_c) && CHECK_OK(gc, call_g))
   if (BOTH(nt_gelu_forward(cc, &x.c, &y.c), nt_gelu_forward(gc, &x.g, &y.g)))

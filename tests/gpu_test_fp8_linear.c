@@ -271,8 +271,8 @@ static void linear_case(ctxs *c, lcase k, bool fp8) {
       CHECK(memcmp(&rc.scale[i], &rg.scale[i], 4) == 0, "%s: tensor %d scale gpu %.9g cpu %.9g",
             what, i, rg.scale[i], rc.scale[i]);
     }
-    double tol = fp8 ? 2e-2 : k.dt == NT_F32 ? 1e-5 : k.dt == NT_F16 ? 2e-3 : 1e-2;
-    double tol_b = k.bias_dt == NT_F32 ? 1e-5 : k.bias_dt == NT_F16 ? 2e-3 : 1e-2;
+    double tol = fp8 ? 2e-2 : nt_test_tol(k.dt);
+    double tol_b = nt_test_tol(k.bias_dt);
     double ey = nt_test_rel_err(rg.y, rc.y, k.M * k.N);
     double ex = nt_test_rel_err(rg.dx, rc.dx, k.M * k.K);
     double ew = nt_test_rel_err(rg.dw, rc.dw, k.N * k.K);

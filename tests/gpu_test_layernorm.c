@@ -22,7 +22,7 @@ static void run_case(nt_ctx *cc, nt_ctx *gc, nt_test_rng *r, nt_dtype dt, nt_dty
   memops_pair rstd = memops_pair_new(cc, gc, NT_F32, 1, ms, NULL, 0);
   memops_pair dw = memops_pair_new(cc, gc, NT_F32, 1, ws, dw0, 0);
   memops_pair db = memops_pair_new(cc, gc, NT_F32, 1, ws, db0, 0);
-  double tol = memops_tol(dt);
+  double tol = nt_test_tol(dt);
   const char *dn = nt_dtype_name(dt);
   if (CHECK_OK(cc, nt_layernorm_forward(cc, &x.c, &w.c, &b.c, &y.c, &mean.c, &rstd.c)) &&
       CHECK_OK(gc, nt_layernorm_forward(gc, &x.g, &w.g, &b.g, &y.g, &mean.g, &rstd.g))) {

@@ -31,7 +31,6 @@ static void pair_free(pair *p) {
   nt_tensor_free(gpu, &p->d);
 }
 
-static double tol_of(nt_dtype dt) { return dt == NT_F32 ? 1e-5 : dt == NT_F16 ? 2e-3 : 1e-2; }
 
 /* Compares the GPU tensor with the CPU one (tolerance: the coarser of the input's and the
  * output's dtype, at least `min_tol`). */
@@ -48,7 +47,7 @@ static void compare(pair *p, const char *what, nt_dtype in, double min_tol) {
       den += b * b;
     }
     double e = den > 0 ? sqrt(num / den) : sqrt(num);
-    double tol = tol_of(in) > tol_of(p->h.dtype) ? tol_of(in) : tol_of(p->h.dtype);
+    double tol = fmax(nt_test_tol(in), nt_test_tol(p->h.dtype));
     if (tol < min_tol) tol = min_tol;
     CHECK(e < tol && isfinite(e), "%s: rel err %.3g (tol %.1g)", what, e, tol);
     printf("  %-48s rel err %.2e\n", what, e);

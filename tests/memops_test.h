@@ -10,11 +10,6 @@
 
 static const nt_dtype memops_float_dtypes[3] = {NT_F32, NT_F16, NT_BF16};
 
-/* The DESIGN tolerance ||out - ref|| / ||ref|| for a storage dtype. */
-static inline double memops_tol(nt_dtype dt) {
-  return dt == NT_F32 ? 1e-5 : dt == NT_F16 ? 2e-3 : 1e-2;
-}
-
 /* A tensor on ctx's device (CPU or GPU) of dtype dt holding vals (rounded to dt); NULL vals
  * leaves it zeroed. Aborts the test on allocation failure (a test bug, not an op error). */
 static inline nt_tensor memops_tensor(nt_ctx *ctx, nt_dtype dt, int ndim, const int64_t *shape,

@@ -38,7 +38,7 @@ static void test_values(nt_ctx *ctx, nt_test_rng *r, nt_dtype dt, int64_t N, int
   nt_tensor loss = memops_tensor(ctx, NT_F32, 1, ts, NULL), dx = memops_tensor(ctx, dt, 2, ls, NULL);
   double *lr = malloc((size_t)N * sizeof(double)), *gr = malloc((size_t)n * sizeof(double));
   ref_ce(xv, tv, N, V, dscale / (double)count, lr, gr);
-  double gtol = dt == NT_F32 ? 1e-5 : memops_tol(dt);
+  double gtol = dt == NT_F32 ? 1e-5 : nt_test_tol(dt);
 
   CHECK_OK(ctx, nt_cross_entropy_forward(ctx, &x, &t, &loss));
   float *lv = memops_values(ctx, &loss);

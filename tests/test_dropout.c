@@ -24,7 +24,7 @@ static void test_mask(nt_ctx *ctx, nt_test_rng *r, nt_dtype dt) {
     den += ref * ref;
   }
   CHECK(mism == 0, "%s: %lld elements disagree with the Philox mask", nt_dtype_name(dt), (long long)mism);
-  CHECK(sqrt(err / den) < memops_tol(dt) + 1e-7, "%s: kept values scaled by 1/(1-p), err %g",
+  CHECK(sqrt(err / den) < nt_test_tol(dt) + 1e-7, "%s: kept values scaled by 1/(1-p), err %g",
         nt_dtype_name(dt), sqrt(err / den));
   double frac = (double)kept / (double)n, sigma = sqrt(0.3 * 0.7 / (double)n);
   CHECK(fabs(frac - 0.7) < 5 * sigma, "kept fraction %g, expected 0.7", frac);
@@ -47,7 +47,7 @@ static void test_mask(nt_ctx *ctx, nt_test_rng *r, nt_dtype dt) {
   double *ref = malloc((size_t)n * sizeof(double));
   for (int64_t i = 0; i < n; i++)
     ref[i] = dx0[i] + (yv[i] != 0.0f ? (double)dyv[i] / (1.0 - p) : 0.0);
-  CHECK(memops_rel_err_fd(dxv, ref, n) < memops_tol(dt) + 1e-7, "%s backward += dy*mask/(1-p): %g",
+  CHECK(memops_rel_err_fd(dxv, ref, n) < nt_test_tol(dt) + 1e-7, "%s backward += dy*mask/(1-p): %g",
         nt_dtype_name(dt), memops_rel_err_fd(dxv, ref, n));
   free(ref); free(dxv); free(dyv); free(dx0); free(y2v); free(yv); free(xv);
   nt_tensor_free(ctx, &x); nt_tensor_free(ctx, &y); nt_tensor_free(ctx, &y2);

@@ -39,7 +39,7 @@ static void test_forward(nt_ctx *ctx, nt_test_rng *r) {
     nt_tensor y = memops_tensor(ctx, dt, 2, shape, NULL);
     double *ref = malloc((size_t)n * sizeof(double));
     float *got;
-    double tol = dt == NT_F32 ? 1e-6 : memops_tol(dt);
+    double tol = dt == NT_F32 ? 1e-6 : nt_test_tol(dt);
 
     CHECK_OK(ctx, nt_gelu_forward(ctx, &x, &y));
     for (int64_t i = 0; i < n; i++) ref[i] = gelu_d(xv[i]);

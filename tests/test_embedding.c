@@ -19,7 +19,7 @@ static void test_forward(nt_ctx *ctx, nt_test_rng *r, nt_dtype dt) {
     for (int c = 0; c < C; c++) ref[i * C + c] = (double)wte[tok[i] * C + c] + wpe[(i % T) * C + c];
   CHECK_OK(ctx, nt_embedding_forward(ctx, &tt, &et, &pt, &ot));
   float *ov = memops_values(ctx, &ot);
-  double tol = dt == NT_F32 ? 1e-7 : memops_tol(dt);
+  double tol = dt == NT_F32 ? 1e-7 : nt_test_tol(dt);
   CHECK(memops_rel_err_fd(ov, ref, B * T * C) < tol, "%s forward err %g", nt_dtype_name(dt),
         memops_rel_err_fd(ov, ref, B * T * C));
   free(ov);

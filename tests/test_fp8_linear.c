@@ -192,7 +192,7 @@ static void test_linear_case(nt_ctx *ctx, lcase c) {
   memset(db, 0, (size_t)N * eb);
   if (!CHECK_OK(ctx, nt_fp8_linear_forward(ctx, &cfg, &xt, &wt, &bt, &yt, NT_ACT_NONE, NULL)))
     goto done;
-  double tol_out = c.dt == NT_F32 ? 1e-5 : c.dt == NT_F16 ? 2e-3 : 1e-2; /* rounding of outputs */
+  double tol_out = nt_test_tol(c.dt); /* rounding of outputs */
   {
     double *exact = ref, *onq = ref + S;
     for (int64_t m = 0; m < M; m++)

@@ -34,7 +34,7 @@ static void test_forward(nt_ctx *ctx, nt_dtype dt) {
   nt_tensor b = nt_tensor_view(bm, NT_F32, nt_cpu(), 1, (int64_t[]){OUT});
   nt_tensor y = nt_tensor_view(ym, dt, nt_cpu(), 3, (int64_t[]){B0, B1, OUT});
   nt_tensor pre = nt_tensor_view(pm, dt, nt_cpu(), 3, (int64_t[]){B0, B1, OUT});
-  double tol = dt == NT_F32 ? 1e-5 : dt == NT_F16 ? 2e-3 : 1e-2;
+  double tol = nt_test_tol(dt);
   for (int act = NT_ACT_NONE; act <= NT_ACT_RELU; act++)
     for (int with_b = 0; with_b < 2; with_b++) {
       if (!CHECK_OK(ctx, nt_linear_forward(ctx, &x, &w, with_b ? &b : NULL, &y,

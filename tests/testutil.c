@@ -114,3 +114,14 @@ bool nt_test_download(nt_ctx *ctx, const nt_tensor *t, float *h) {
   free(tmp);
   return ok;
 }
+
+double nt_test_tol(nt_dtype dt) { return dt == NT_F32 ? 1e-5 : dt == NT_F16 ? 2e-3 : 1e-2; }
+
+void *nt_test_to_dtype(float *x, size_t n, nt_dtype dt) {
+  void *b = malloc(n * nt_dtype_size(dt) + 64);
+  for (size_t i = 0; b && i < n; i++) {
+    nt_store_f32(b, dt, (int64_t)i, x[i]);
+    x[i] = nt_load_f32(b, dt, (int64_t)i);
+  }
+  return b;
+}
