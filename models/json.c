@@ -319,11 +319,6 @@ void nt_jw_bool(nt_jw *w, bool v) {
   append(w, v ? "true" : "false", v ? 4 : 5);
 }
 
-void nt_jw_raw(nt_jw *w, const char *text) {
-  sep(w);
-  append(w, text, strlen(text));
-}
-
 char *nt_jw_finish(nt_jw *w) {
   if (w->oom) {
     free(w->buf);

@@ -50,7 +50,6 @@ void nt_jw_num(nt_jw *w, double v);             /* %.9g; non-finite as null */
 void nt_jw_i64(nt_jw *w, int64_t v);
 void nt_jw_u64(nt_jw *w, uint64_t v);
 void nt_jw_bool(nt_jw *w, bool v);
-void nt_jw_raw(nt_jw *w, const char *text);    /* a pre-formatted value */
 /* Appends formatted text with no separator logic (for padding etc.). */
 void nt_jw_printf(nt_jw *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Returns the NUL-terminated text (caller frees) or NULL on OOM. */
