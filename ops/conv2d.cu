@@ -23,6 +23,7 @@
 #include "ops/conv2d.h"
 #include "ops/gemm.h"
 #include "core/cuda_util.h"
+#include "ops/cuda_dtype.cuh"
 #include <stdlib.h>
 
 extern "C" {
@@ -34,16 +35,6 @@ nt_status nt_conv2d_backward_cuda(nt_ctx *ctx, const nt_tensor *dy, const nt_ten
 }
 
 namespace {
-
-__device__ __forceinline__ float ld(float x) { return x; }
-__device__ __forceinline__ float ld(__half x) { return __half2float(x); }
-__device__ __forceinline__ float ld(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T> __device__ __forceinline__ T st(float x);
-template <> __device__ __forceinline__ float st<float>(float x) { return x; }
-template <> __device__ __forceinline__ __half st<__half>(float x) { return __float2half_rn(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 st<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
 
 /* The geometry of one convolution as im2col sees it: input [N, C, H, W], kernel KH x KW,
  * output OH x OW; K = C*KH*KW real columns, Kp padded columns (column K is 1 when ones). */
@@ -82,15 +73,15 @@ template <typename T> __global__ void im2col_rows(const T *__restrict__ x,
 #pragma unroll
     for (int j = 0; j < 8; j++) {
       const int k = k0 + j;
-      T v = st<T>(0.f);
+      T v = nt_from_f<T>(0.f);
       if (k < g.K) {
         const int ih = ih0 + kh, iw = iw0 + kw;
         if (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W) {
           const long at = ((long)ci * g.H + ih) * g.W + iw;
-          if (!mn || ld(mn[at]) > 0.f) v = xn[at];
+          if (!mn || nt_to_f(mn[at]) > 0.f) v = xn[at];
         }
       } else if (k == g.K && g.ones) {
-        v = st<T>(1.f);
+        v = nt_from_f<T>(1.f);
       }
       out.v[j] = v;
       if (++kw == g.KW) {
@@ -111,7 +102,8 @@ __global__ void pack_weight(const T *__restrict__ w, const B *__restrict__ b, T 
                             int Cout, int K, int Kp) {
   GRID_STRIDE(i, (long)Cout * Kp) {
     const int co = (int)(i / (unsigned)Kp), k = (int)(i % (unsigned)Kp);
-    wp[i] = k < K ? w[(long)co * K + k] : (k == K && b) ? st<T>(ld(b[co])) : st<T>(0.f);
+    wp[i] = k < K ? w[(long)co * K + k]
+                  : (k == K && b) ? nt_from_f<T>(nt_to_f(b[co])) : nt_from_f<T>(0.f);
   }
 }
 
@@ -122,7 +114,7 @@ __global__ void pack_weight_flipped(const T *__restrict__ w, T *__restrict__ wt,
   const int K = Cout * KH * KW;
   GRID_STRIDE(i, (long)Cin * Kp) {
     const int ci = (int)(i / (unsigned)Kp), k = (int)(i % (unsigned)Kp);
-    T v = st<T>(0.f);
+    T v = nt_from_f<T>(0.f);
     if (k < K) {
       const int co = k / (KH * KW), r = k % (KH * KW), kh = r / KW, kw = r % KW;
       v = w[(((long)co * Cin + ci) * KH + (KH - 1 - kh)) * KW + (KW - 1 - kw)];
@@ -139,9 +131,9 @@ __global__ void add_weight_grad(const float *__restrict__ dwp, W *__restrict__ d
     const int co = (int)(i / (unsigned)(K + 1)), k = (int)(i % (unsigned)(K + 1));
     const float g = dwp[(long)co * Kp + k];
     if (k < K) {
-      if (dw) dw[(long)co * K + k] = st<W>(ld(dw[(long)co * K + k]) + g);
+      if (dw) dw[(long)co * K + k] = nt_from_f<W>(nt_to_f(dw[(long)co * K + k]) + g);
     } else if (db) {
-      db[co] = st<B>(ld(db[co]) + g);
+      db[co] = nt_from_f<B>(nt_to_f(db[co]) + g);
     }
   }
 }
@@ -155,7 +147,7 @@ __global__ void gather_dy(const T *__restrict__ dy, const T *__restrict__ mask,
   const T *src = dy + (long)plane * P, *m = mask ? mask + (long)plane * P : NULL;
   T *dst = dyp + ((long)co * N + n) * P;
   for (long p = threadIdx.x; p < P; p += blockDim.x)
-    dst[p] = (!m || ld(m[p]) > 0.f) ? src[p] : st<T>(0.f);
+    dst[p] = (!m || nt_to_f(m[p]) > 0.f) ? src[p] : nt_from_f<T>(0.f);
 }
 
 /* db[co] += sum over n, p of dy[n, co, p]: one block per channel, fp32 sum (used when there is
@@ -169,7 +161,7 @@ __global__ void bias_grad(const T *__restrict__ dy, const T *__restrict__ mask,
   for (unsigned i = threadIdx.x; i < (unsigned)(N * P); i += blockDim.x) {
     const unsigned n = i / Pu, p = i - n * Pu;
     const long at = ((long)n * Cout + co) * P + p;
-    if (!mask || ld(mask[at]) > 0.f) acc += ld(dy[at]);
+    if (!mask || nt_to_f(mask[at]) > 0.f) acc += nt_to_f(dy[at]);
   }
   __shared__ float part[32];
   for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
@@ -178,7 +170,7 @@ __global__ void bias_grad(const T *__restrict__ dy, const T *__restrict__ mask,
   if (threadIdx.x < 32) {
     acc = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.f;
     for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-    if (threadIdx.x == 0) db[co] = st<B>(ld(db[co]) + acc);
+    if (threadIdx.x == 0) db[co] = nt_from_f<B>(nt_to_f(db[co]) + acc);
   }
 }
 
@@ -207,7 +199,7 @@ __global__ void col2im_add(const float *__restrict__ dcol, T *__restrict__ dx, g
         acc += dcol[kk * NP + n * P + (long)oh * g.OW + ow];
       }
     }
-    dx[idx] = st<T>(ld(dx[idx]) + acc);
+    dx[idx] = nt_from_f<T>(nt_to_f(dx[idx]) + acc);
   }
 }
 

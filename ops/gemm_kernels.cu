@@ -3,21 +3,11 @@
  * gradient. Elementwise, fp32 arithmetic, results rounded once to the storage dtype. */
 #include "ops/gemm_internal.h"
 #include "core/cuda_util.h"
+#include "ops/cuda_dtype.cuh"
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 namespace {
-
-__device__ __forceinline__ float to_f(float x) { return x; }
-__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-template <typename T> __device__ __forceinline__ T from_f(float x);
-template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
-template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
 
 __device__ __forceinline__ void tanh_gelu(float x, float *g, float *dg) {
   const float s = 0.7978845608028654f, c = 0.044715f;
@@ -39,9 +29,9 @@ __global__ void bias_act_kernel(T *d, int64_t d_m, int64_t d_batch, T *aux, int6
        i += (int64_t)gridDim.x * blockDim.x) {
     int64_t n = i % N, r = i / N, m = r % M, b = r / M;
     T *dp = d + b * d_batch + m * d_m + n;
-    float x = to_f(*dp);
-    if (bias) x += bias_f32 ? ((const float *)bias)[n] : to_f(((const T *)bias)[n]);
-    if (aux) aux[b * x_batch + m * x_m + n] = from_f<T>(x);
+    float x = nt_to_f(*dp);
+    if (bias) x += bias_f32 ? ((const float *)bias)[n] : nt_to_f(((const T *)bias)[n]);
+    if (aux) aux[b * x_batch + m * x_m + n] = nt_from_f<T>(x);
     if (act == NT_GEMMK_ACT_RELU) {
       x = x > 0.0f ? x : 0.0f;
     } else if (act == NT_GEMMK_ACT_GELU) {
@@ -49,7 +39,7 @@ __global__ void bias_act_kernel(T *d, int64_t d_m, int64_t d_batch, T *aux, int6
       tanh_gelu(x, &g, &dg);
       x = g;
     }
-    *dp = from_f<T>(x);
+    *dp = nt_from_f<T>(x);
   }
 }
 
@@ -60,9 +50,9 @@ __global__ void dgelu_kernel(T *d, int64_t d_m, const T *aux, int64_t x_m, int64
        i += (int64_t)gridDim.x * blockDim.x) {
     int64_t n = i % N, m = i / N;
     float g, dg;
-    tanh_gelu(to_f(aux[m * x_m + n]), &g, &dg);
+    tanh_gelu(nt_to_f(aux[m * x_m + n]), &g, &dg);
     T *dp = d + m * d_m + n;
-    *dp = from_f<T>(to_f(*dp) * dg);
+    *dp = nt_from_f<T>(nt_to_f(*dp) * dg);
   }
 }
 
@@ -76,7 +66,7 @@ __global__ void rowsum_kernel(const T *a, int64_t a_m, int64_t a_k, int64_t M, i
   float s = 0.0f;
   if (m < M)
     for (int64_t k = blockIdx.y * 8 + threadIdx.y; k < K; k += (int64_t)gridDim.y * 8)
-      s += to_f(a[m * a_m + k * a_k]);
+      s += nt_to_f(a[m * a_m + k * a_k]);
   part[threadIdx.y][threadIdx.x] = s;
   __syncthreads();
   if (threadIdx.y == 0 && m < M) {
@@ -89,7 +79,7 @@ template <typename T>
 __global__ void add_f32_kernel(float *dst, const T *src, int64_t n) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x)
-    dst[i] += to_f(src[i]);
+    dst[i] += nt_to_f(src[i]);
 }
 
 nt_status bad_dtype(nt_ctx *ctx, nt_dtype dt, const char *what) {

@@ -5,18 +5,9 @@
 #include <cuda_bf16.h>
 #include "ops/conv2d.h"
 #include "core/cuda_util.h"
+#include "ops/cuda_dtype.cuh"
 
 namespace {
-
-__device__ __forceinline__ float ld(float x) { return x; }
-__device__ __forceinline__ float ld(__half x) { return __half2float(x); }
-__device__ __forceinline__ float ld(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T> __device__ __forceinline__ T st(float x);
-template <> __device__ __forceinline__ float st<float>(float x) { return x; }
-template <> __device__ __forceinline__ __half st<__half>(float x) { return __float2half_rn(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 st<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
 
 /* I: the index type, unsigned (32-bit division is much cheaper) when the tensor allows it. */
 template <typename T, typename I>
@@ -29,17 +20,17 @@ __global__ void pool_fwd(const T *__restrict__ x, T *__restrict__ y, int *__rest
     const int ow = (int)(o - r * OW), oh = (int)(r - pl * OH);
     const T *plane = x + (long)pl * H * W;
     int best_i = oh * k * W + ow * k;
-    float best = ld(plane[best_i]);
+    float best = nt_to_f(plane[best_i]);
     for (int dh = 0; dh < k; dh++)
       for (int dw = 0; dw < k; dw++) {
         const int i = (oh * k + dh) * W + ow * k + dw;
-        const float v = ld(plane[i]);
+        const float v = nt_to_f(plane[i]);
         if (v > best || (isnan(v) && !isnan(best))) {
           best = v;
           best_i = i;
         }
       }
-    y[o] = st<T>(best);
+    y[o] = nt_from_f<T>(best);
     am[o] = best_i;
   }
 }
@@ -53,7 +44,7 @@ __global__ void pool_bwd(const T *__restrict__ dy, const int *__restrict__ am, T
     const int i = am[o];
     if (i < 0 || i >= HW) continue;   /* a corrupt index is ignored rather than written */
     T *p = dx + (long)(o / (I)OHW) * HW + i;
-    *p = st<T>(ld(*p) + ld(dy[o]));
+    *p = nt_from_f<T>(nt_to_f(*p) + nt_to_f(dy[o]));
   }
 }
 

@@ -7,21 +7,11 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 #include "core/cuda_util.h"
+#include "ops/cuda_dtype.cuh"
 #include "ops/memops_impl.h"
 
 /* Elements per pack: 16 bytes of a 16-bit type, 32 bytes (two accesses) of fp32. */
 #define NT_PACK 8
-
-__device__ __forceinline__ float nt_to_f(float x) { return x; }
-__device__ __forceinline__ float nt_to_f(__half x) { return __half2float(x); }
-__device__ __forceinline__ float nt_to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-template <typename T> __device__ __forceinline__ T nt_from_f(float x);
-template <> __device__ __forceinline__ float nt_from_f<float>(float x) { return x; }
-template <> __device__ __forceinline__ __half nt_from_f<__half>(float x) { return __float2half_rn(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 nt_from_f<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
 
 /* Raw storage of one pack: NT_PACK elements of T as 16-byte words. */
 template <typename T> struct nt_raw_pack {
