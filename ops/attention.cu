@@ -25,7 +25,7 @@ __device__ __forceinline__ void load_lane(const T *row, int D, int lane, float *
 #pragma unroll
   for (int r = 0; r < kMaxPerLane; r++) {
     const int d = lane + 32 * r;
-    x[r] = d < D ? nt_attn_to_f32(row[d]) : 0.f;
+    x[r] = d < D ? nt_to_f(row[d]) : 0.f;
   }
 }
 
@@ -34,7 +34,7 @@ __device__ __forceinline__ void add_lane(T *row, int D, int lane, const float *x
 #pragma unroll
   for (int r = 0; r < kMaxPerLane; r++) {
     const int d = lane + 32 * r;
-    if (d < D) row[d] = nt_attn_from_f32<T>(nt_attn_to_f32(row[d]) + x[r] * mul);
+    if (d < D) row[d] = nt_from_f<T>(nt_to_f(row[d]) + x[r] * mul);
   }
 }
 
@@ -67,7 +67,7 @@ __global__ void simple_forward(const T *q, const T *k, const T *v, T *out, float
 #pragma unroll
   for (int r = 0; r < kMaxPerLane; r++) {
     const int d = lane + 32 * r;
-    if (d < D) out[row * D + d] = nt_attn_from_f32<T>(o[r] * inv);
+    if (d < D) out[row * D + d] = nt_from_f<T>(o[r] * inv);
   }
   if (lane == 0) lse[row] = m + logf(l);
 }
@@ -80,7 +80,7 @@ __global__ void row_dot(const T *dout, const T *out, float *d_rows, long rows, i
   if (row >= rows) return;
   float acc = 0.f;
   for (int d = lane; d < D; d += 32)
-    acc += nt_attn_to_f32(dout[row * D + d]) * nt_attn_to_f32(out[row * D + d]);
+    acc += nt_to_f(dout[row * D + d]) * nt_to_f(out[row * D + d]);
   acc = warp_sum(acc);
   if (lane == 0) d_rows[row] = acc;
 }
@@ -169,7 +169,7 @@ __global__ void prep_rows_vec(const T *__restrict__ dout, const T *__restrict__ 
     const uint4 b = reinterpret_cast<const uint4 *>(out)[piece];
     const T *x = reinterpret_cast<const T *>(&a), *y = reinterpret_cast<const T *>(&b);
 #pragma unroll
-    for (int e = 0; e < 8; e++) acc += nt_attn_to_f32(x[e]) * nt_attn_to_f32(y[e]);
+    for (int e = 0; e < 8; e++) acc += nt_to_f(x[e]) * nt_to_f(y[e]);
     float4 *z = reinterpret_cast<float4 *>(dq_acc) + 2 * piece;
     z[0] = make_float4(0.f, 0.f, 0.f, 0.f);
     z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -193,7 +193,7 @@ __global__ void dq_finish(const float *__restrict__ acc, T *__restrict__ dq, lon
   uint4 v = reinterpret_cast<const uint4 *>(dq)[i];
   T *x = reinterpret_cast<T *>(&v);
 #pragma unroll
-  for (int e = 0; e < 8; e++) x[e] = nt_attn_from_f32<T>(nt_attn_to_f32(x[e]) + add[e] * scale);
+  for (int e = 0; e < 8; e++) x[e] = nt_from_f<T>(nt_to_f(x[e]) + add[e] * scale);
   reinterpret_cast<uint4 *>(dq)[i] = v;
 }
 
@@ -214,7 +214,7 @@ __global__ void permute_heads(T *packed, T *p0, T *p1, T *p2, int nparts, long B
     const long ih = ((b * H + h) * T_ + t) * D + d;
     T *dst = to_parts ? hp + ih : packed + idx;
     const T src = to_parts ? packed[idx] : hp[ih];
-    *dst = accumulate ? nt_attn_from_f32<T>(nt_attn_to_f32(*dst) + nt_attn_to_f32(src)) : src;
+    *dst = accumulate ? nt_from_f<T>(nt_to_f(*dst) + nt_to_f(src)) : src;
   }
 }
 

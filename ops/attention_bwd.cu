@@ -215,10 +215,10 @@ __device__ __forceinline__ void write_dkv(const float (&gk)[D / 8][4], const flo
       uint32_t *pv = reinterpret_cast<uint32_t *>(dv_h + off + dt * 8);
       const uint32_t ok = *pk, ov = *pv;
       const T *xk = reinterpret_cast<const T *>(&ok), *xv = reinterpret_cast<const T *>(&ov);
-      *pk = mma_op<T>::pack(nt_attn_to_f32(xk[0]) + gk[dt][2 * h] * scale,
-                            nt_attn_to_f32(xk[1]) + gk[dt][2 * h + 1] * scale);
-      *pv = mma_op<T>::pack(nt_attn_to_f32(xv[0]) + gv[dt][2 * h],
-                            nt_attn_to_f32(xv[1]) + gv[dt][2 * h + 1]);
+      *pk = mma_op<T>::pack(nt_to_f(xk[0]) + gk[dt][2 * h] * scale,
+                            nt_to_f(xk[1]) + gk[dt][2 * h + 1] * scale);
+      *pv = mma_op<T>::pack(nt_to_f(xv[0]) + gv[dt][2 * h],
+                            nt_to_f(xv[1]) + gv[dt][2 * h + 1]);
     }
   }
 }
