@@ -128,6 +128,18 @@ static nt_status estimate_loss(nt_trainer *T, gpt_run *r, double *train, double 
   return NT_OK;
 }
 
+/* estimate_loss, logged and recorded in the result (NaN after a failure); *val gets the
+ * validation loss. */
+static nt_status evaluate(nt_trainer *T, gpt_run *r, double *val) {
+  double tl = NAN;
+  *val = NAN;
+  nt_status st = estimate_loss(T, r, &tl, val);
+  if (!st) st = nt_trainer_log_eval(T, tl, *val, NAN);
+  T->res->train_loss = tl;
+  T->res->val_loss = *val;
+  return st;
+}
+
 static int desc(const void *a, const void *b) {
   float x = *(const float *)a, y = *(const float *)b;
   return x < y ? 1 : x > y ? -1 : 0;
@@ -280,11 +292,8 @@ nt_status nt_train_gpt(nt_ctx *ctx, const nt_train_options *o, const nt_policy *
   while (!st && T.iter < o->max_iters) {
     bool eval_now = o->eval_interval > 0 && T.iter % o->eval_interval == 0;
     if (eval_now) {
-      double tl, vl;
-      st = estimate_loss(&T, &r, &tl, &vl);
-      if (!st) st = nt_trainer_log_eval(&T, tl, vl, NAN);
-      res->train_loss = tl;
-      res->val_loss = vl;
+      double vl;
+      st = evaluate(&T, &r, &vl);
       if (!st && T.iter > 0 && vl < T.best_val) {
         T.best_val = vl;
         st = nt_trainer_save(&T, write_config, &cfg);
@@ -301,11 +310,8 @@ nt_status nt_train_gpt(nt_ctx *ctx, const nt_train_options *o, const nt_policy *
       st = nt_trainer_save(&T, write_config, &cfg);
   }
   if (!st && o->eval_interval > 0) {
-    double tl, vl;
-    st = estimate_loss(&T, &r, &tl, &vl);
-    if (!st) st = nt_trainer_log_eval(&T, tl, vl, NAN);
-    res->train_loss = tl;
-    res->val_loss = vl;
+    double vl;
+    st = evaluate(&T, &r, &vl);
     if (!st && vl < T.best_val) T.best_val = vl;
   }
   res->best_val_loss = T.best_val < 1e30 ? T.best_val : NAN;
