@@ -1,6 +1,9 @@
 #include "core/stream.h"
 #include "core/ctx.h"
 #include "core/cuda_util.h"
+#ifdef NT_HAVE_CUDA
+#include <cuda_profiler_api.h>
+#endif
 #include <stdlib.h>
 #include <time.h>
 
@@ -142,4 +145,13 @@ nt_status nt_stream_synchronize(nt_ctx *ctx, void *stream) {
 #endif
   (void)ctx; (void)stream;
   return NT_OK;
+}
+
+void nt_profiler_range(nt_ctx *ctx, bool start) {
+#ifdef NT_HAVE_CUDA
+  /* Best effort: a profiler that is not attached makes these no-ops. */
+  if (nt_ctx_is_cuda(ctx)) (void)(start ? cudaProfilerStart() : cudaProfilerStop());
+#else
+  (void)ctx; (void)start;
+#endif
 }

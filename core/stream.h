@@ -21,6 +21,9 @@ nt_status nt_event_elapsed_ms(nt_ctx *ctx, nt_event *start, nt_event *end, float
 nt_status nt_stream_create(nt_ctx *ctx, void **stream);             /* non-blocking stream */
 void nt_stream_free(nt_ctx *ctx, void *stream);
 nt_status nt_stream_synchronize(nt_ctx *ctx, void *stream);
+/* Marks the range a profiler started with `ncu --profile-from-start off` collects
+ * (cudaProfilerStart / Stop); no-ops on a CPU context. */
+void nt_profiler_range(nt_ctx *ctx, bool start);
 
 NT_EXTERN_C_END
 #endif
