@@ -1,6 +1,7 @@
 /* Linear layer on top of nt_gemm (both devices): the forward fuses bias and activation into the
- * GEMM's epilogue; the backward is two GEMMs accumulating (beta 1), the bias gradient fused
- * into the weight-gradient GEMM (BGRADA) when db is F32. */
+ * GEMM's epilogue; the backward is two GEMMs accumulating (beta 1; the dx one writes with beta
+ * 0 when asked to overwrite, and applies a preceding GELU's derivative in its epilogue), the
+ * bias gradient fused into the weight-gradient GEMM (BGRADA) when db is F32. */
 #include "ops/linear.h"
 #include "ops/gemm.h"
 #include <string.h>
@@ -119,8 +120,48 @@ done:
   return st;
 }
 
+/* Bytes [lo, hi) a tensor's elements span. */
+static void byte_span(const nt_tensor *t, uintptr_t *lo, uintptr_t *hi) {
+  int64_t last = 0;
+  for (int i = 0; i < t->ndim; i++) last += (t->shape[i] - 1) * t->stride[i];
+  size_t es = nt_dtype_size(t->dtype);
+  *lo = (uintptr_t)t->data;
+  *hi = *lo + (uintptr_t)((size_t)(last + 1) * es);
+}
+
+static nt_status check_dgelu(nt_ctx *ctx, const nt_linear_bwd_opts *o, const nt_tensor *dx,
+                             const nt_tensor *x) {
+  const nt_tensor *pre = o->dgelu_pre;
+  char b1[96], b2[96];
+  if (!dx)
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "linear: dgelu_pre is given but dx is NULL");
+  if (!o->overwrite_dx)
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG,
+                    "linear: dgelu_pre needs overwrite_dx (the fused GELU backward scales the "
+                    "whole product and cannot accumulate into dx)");
+  nt_status st = nt_check_same_shape(ctx, pre, x, "linear dgelu_pre vs x");
+  if (st) return st;
+  if (pre->dtype != dx->dtype)
+    return NT_ERROR(ctx, NT_ERR_DTYPE, "linear: dgelu_pre is %s but dx is %s (they share one "
+                    "dtype)", nt_dtype_name(pre->dtype), nt_dtype_name(dx->dtype));
+  if (!nt_tensor_numel(pre)) return NT_OK;
+  uintptr_t plo, phi, dlo, dhi;
+  byte_span(pre, &plo, &phi);
+  byte_span(dx, &dlo, &dhi);
+  if (plo < dhi && dlo < phi)
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "linear: dgelu_pre %s overlaps dx %s",
+                    nt_tensor_describe(pre, b1, sizeof b1), nt_tensor_describe(dx, b2, sizeof b2));
+  return NT_OK;
+}
+
 nt_status nt_linear_backward(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *x,
                              const nt_tensor *w, nt_tensor *dx, nt_tensor *dw, nt_tensor *db) {
+  return nt_linear_backward_ex(ctx, dy, x, w, dx, dw, db, NULL);
+}
+
+nt_status nt_linear_backward_ex(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *x,
+                                const nt_tensor *w, nt_tensor *dx, nt_tensor *dw, nt_tensor *db,
+                                const nt_linear_bwd_opts *opts) {
   nt_status st;
   char b1[96];
   if (!dy || !x || !w) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "linear: dy, x and W are required");
@@ -136,12 +177,19 @@ nt_status nt_linear_backward(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *
   if (db && (db->ndim != 1 || db->shape[0] != out))
     return NT_ERROR(ctx, NT_ERR_SHAPE, "linear: db must be [%lld], got %s", (long long)out,
                     nt_tensor_describe(db, b1, sizeof b1));
+  if (opts && opts->dgelu_pre && (st = check_dgelu(ctx, opts, dx, x))) return st;
   if (dx) {
     if ((st = nt_check_same_shape(ctx, dx, x, "linear dx vs x")) ||
         (st = rows_view(ctx, dx, in, "dx", &dx2)))
       return st;
     nt_gemm_opts o = nt_gemm_defaults();
-    o.beta = 1.0f;
+    o.beta = opts && opts->overwrite_dx ? 0.0f : 1.0f;
+    nt_tensor pre2;
+    if (opts && opts->dgelu_pre) {
+      if ((st = rows_view(ctx, opts->dgelu_pre, in, "dgelu_pre", &pre2))) return st;
+      o.epilogue = NT_EPI_DGELU;
+      o.aux = &pre2;
+    }
     if ((st = nt_gemm(ctx, &dy2, w, &dx2, &o))) return st;
   }
   bool fused_db = db && dw && db->dtype == NT_F32 && nt_dtype_size(dy->dtype) > 1;

@@ -1,6 +1,8 @@
 /* Linear on the GPU against the CPU: forward with each activation (with and without bias) and
  * backward (dx, dW, db; fused bias gradient, db alone, bf16 db), both called twice so the
- * accumulation (+=) is compared too. Odd sizes; tolerances from DESIGN.md. */
+ * accumulation (+=) is compared too; nt_linear_backward_ex with dx overwritten (NaN-filled
+ * before) and with the GELU backward fused into dx (odd sizes: the split epilogue; aligned
+ * ones: cuBLASLt's DGELU). Tolerances from DESIGN.md. */
 #include "tests/testutil.h"
 #include "ops/linear.h"
 #include <math.h>
@@ -116,6 +118,60 @@ static void test_backward(nt_dtype dt, nt_dtype grad_dt) {
   pair_free(&db); pair_free(&db2);
 }
 
+/* nt_linear_backward_ex: x = gelu(pre); dx starts as NaN on both sides (an overwrite must not
+ * read it); two calls with the fused GELU backward (dx the same, dW and db accumulated), then
+ * one overwrite without it. */
+static void test_backward_ex(nt_dtype dt, int64_t rows, int64_t in, int64_t out) {
+  nt_test_rng r = {300 + dt + rows};
+  pair pre, x, w, dy, dx, dw, db;
+  int64_t xs[2] = {rows, in}, ws[2] = {out, in}, bs[1] = {out}, ys[2] = {rows, out};
+  if (!pair_make(&pre, dt, 2, xs, &r, 0) || !pair_make(&x, dt, 2, xs, NULL, 0) ||
+      !pair_make(&w, dt, 2, ws, &r, 0) || !pair_make(&dy, dt, 2, ys, &r, 0) ||
+      !pair_make(&dx, dt, 2, xs, NULL, NAN) || !pair_make(&dw, NT_F32, 2, ws, NULL, -0.5f) ||
+      !pair_make(&db, NT_F32, 1, bs, NULL, 0.125f))
+    return;
+  /* pre in [-2, 2] (both branches of the GELU's curve), x = gelu(pre) as the forward gives */
+  for (int64_t i = 0; i < rows * in; i++) {
+    float p = 2.0f * nt_load_f32(pre.h.data, dt, i);
+    nt_store_f32(pre.h.data, dt, i, p);
+    double u = 0.7978845608028654 * (p + 0.044715 * (double)p * p * p);
+    nt_store_f32(x.h.data, dt, i, (float)(0.5 * p * (1 + tanh(u))));
+  }
+  if (!CHECK_OK(gpu, nt_tensor_copy(gpu, &pre.d, &pre.h)) ||
+      !CHECK_OK(gpu, nt_tensor_copy(gpu, &x.d, &x.h)))
+    return;
+  char name[96];
+  for (int rep = 0; rep < 2; rep++) {
+    nt_linear_bwd_opts oc = {.overwrite_dx = true, .dgelu_pre = &pre.h};
+    nt_linear_bwd_opts og = {.overwrite_dx = true, .dgelu_pre = &pre.d};
+    if (!CHECK_OK(cpu, nt_linear_backward_ex(cpu, &dy.h, &x.h, &w.h, &dx.h, &dw.h, &db.h, &oc)) ||
+        !CHECK_OK(gpu, nt_linear_backward_ex(gpu, &dy.d, &x.d, &w.d, &dx.d, &dw.d, &db.d, &og)))
+      break;
+    snprintf(name, sizeof name, "%s %lldx%lldx%lld gelu-fused dx (call %d)", nt_dtype_name(dt),
+             (long long)rows, (long long)in, (long long)out, rep + 1);
+    /* cuBLASLt's fused DGELU may use the hardware tanh approximation: 1e-3 there */
+    compare(&dx, name, dt, 1e-3);
+    snprintf(name, sizeof name, "%s %lldx%lldx%lld ex dW f32 (call %d)", nt_dtype_name(dt),
+             (long long)rows, (long long)in, (long long)out, rep + 1);
+    compare(&dw, name, dt, 0);
+    snprintf(name, sizeof name, "%s %lldx%lldx%lld ex db f32 (call %d)", nt_dtype_name(dt),
+             (long long)rows, (long long)in, (long long)out, rep + 1);
+    compare(&db, name, dt, 0);
+  }
+  pair_free(&dx);
+  if (pair_make(&dx, dt, 2, xs, NULL, NAN)) {
+    nt_linear_bwd_opts o = {.overwrite_dx = true};
+    if (CHECK_OK(cpu, nt_linear_backward_ex(cpu, &dy.h, &x.h, &w.h, &dx.h, NULL, NULL, &o)) &&
+        CHECK_OK(gpu, nt_linear_backward_ex(gpu, &dy.d, &x.d, &w.d, &dx.d, NULL, NULL, &o))) {
+      snprintf(name, sizeof name, "%s %lldx%lldx%lld overwritten dx", nt_dtype_name(dt),
+               (long long)rows, (long long)in, (long long)out);
+      compare(&dx, name, dt, 0);
+    }
+  }
+  pair_free(&pre); pair_free(&x); pair_free(&w); pair_free(&dy); pair_free(&dx);
+  pair_free(&dw); pair_free(&db);
+}
+
 int main(void) {
   gpu = nt_test_cuda_ctx();
   if (!gpu) return nt_test_skip("no GPU");
@@ -125,6 +181,8 @@ int main(void) {
     test_forward(dts[i]);
     test_backward(dts[i], NT_F32);
     if (dts[i] != NT_F32) test_backward(dts[i], dts[i]);
+    test_backward_ex(dts[i], R, IN, OUT);
+    test_backward_ex(dts[i], 256, 192, 48);
   }
   nt_ctx_free(cpu);
   nt_ctx_free(gpu);

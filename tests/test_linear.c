@@ -1,6 +1,7 @@
 /* Linear on the CPU: forward (none, relu, gelu with the pre-activation) against fp64, backward
  * against central finite differences of a loss computed in double, gradients accumulate (+=),
- * the bias-gradient paths (fused with dW, alone, non-F32), bf16, and argument errors. */
+ * the bias-gradient paths (fused with dW, alone, non-F32), bf16, the _ex options (dx
+ * overwritten, a preceding GELU's backward fused into dx), and argument errors. */
 #include "tests/testutil.h"
 #include "ops/linear.h"
 #include <math.h>
@@ -187,6 +188,112 @@ static void test_backward_bf16(nt_ctx *ctx) {
   CHECK(e5 < 1e-2, "bf16 db (ones-vector GEMM) rel err %.3g", e5);
 }
 
+static double gelu_grad_d(double x) {
+  const double s = 0.7978845608028654, c = 0.044715;
+  double t = tanh(s * (x + c * x * x * x));
+  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * s * (1 + 3 * c * x * x);
+}
+
+/* loss(pre) = sum(g * (gelu(pre) W^T)) in double: the bias does not depend on pre. */
+static double loss_of_pre(const double *pre, const float *wv, const float *g) {
+  double s = 0;
+  for (int i = 0; i < R; i++)
+    for (int o = 0; o < OUT; o++) {
+      double y = 0;
+      for (int k = 0; k < IN; k++) y += gelu_d(pre[i * IN + k]) * wv[o * IN + k];
+      s += y * g[i * OUT + o];
+    }
+  return s;
+}
+
+/* nt_linear_backward_ex: overwrite_dx ignores (NaN-filled) dx; dgelu_pre gives the gradient of
+ * the pre-activation (F32: against finite differences of a double loss; bf16: against fp64
+ * with the rounded inputs); dW and db still accumulate; a second call gives the same dx. */
+static void test_backward_ex(nt_ctx *ctx, nt_dtype dt) {
+  nt_test_rng r = {31 + dt};
+  uint32_t prem[R * IN], xm[R * IN], wm[OUT * IN], gm[R * OUT], dxm[R * IN];
+  float prev[R * IN], xv[R * IN], wv[OUT * IN], gv[R * OUT], dwf[OUT * IN], dbf[OUT];
+  for (int i = 0; i < R * IN; i++) {
+    nt_store_f32(prem, dt, i, (float)nt_test_uniform(&r, -2, 2));
+    prev[i] = nt_load_f32(prem, dt, i);
+    nt_store_f32(xm, dt, i, (float)gelu_d(prev[i]));   /* x = gelu(pre), as the forward */
+    xv[i] = nt_load_f32(xm, dt, i);
+  }
+  fill(&r, dt, wm, wv, OUT * IN);
+  fill(&r, dt, gm, gv, R * OUT);
+  for (int i = 0; i < OUT * IN; i++) dwf[i] = 0.5f;
+  for (int i = 0; i < OUT; i++) dbf[i] = -0.25f;
+  nt_tensor pre = nt_tensor_view(prem, dt, nt_cpu(), 3, (int64_t[]){B0, B1, IN});
+  nt_tensor x = nt_tensor_view(xm, dt, nt_cpu(), 3, (int64_t[]){B0, B1, IN});
+  nt_tensor w = nt_tensor_view(wm, dt, nt_cpu(), 2, (int64_t[]){OUT, IN});
+  nt_tensor dy = nt_tensor_view(gm, dt, nt_cpu(), 3, (int64_t[]){B0, B1, OUT});
+  nt_tensor dx = nt_tensor_view(dxm, dt, nt_cpu(), 3, (int64_t[]){B0, B1, IN});
+  nt_tensor dw = nt_tensor_view(dwf, NT_F32, nt_cpu(), 2, (int64_t[]){OUT, IN});
+  nt_tensor db = nt_tensor_view(dbf, NT_F32, nt_cpu(), 1, (int64_t[]){OUT});
+  double tol = dt == NT_F32 ? 1e-4 : nt_test_tol(dt);
+  /* reference gradients: dy W, its product with gelu'(pre), dy^T x, column sums of dy */
+  double rdx[R * IN], rdp[R * IN], rdw[OUT * IN], rdb[OUT], got[R * IN];
+  for (int i = 0; i < R; i++)
+    for (int k = 0; k < IN; k++) {
+      double s = 0;
+      for (int o = 0; o < OUT; o++) s += (double)gv[i * OUT + o] * wv[o * IN + k];
+      rdx[i * IN + k] = s;
+      rdp[i * IN + k] = s * gelu_grad_d(prev[i * IN + k]);
+    }
+  for (int o = 0; o < OUT; o++) {
+    rdb[o] = 0;
+    for (int i = 0; i < R; i++) rdb[o] += gv[i * OUT + o];
+    for (int k = 0; k < IN; k++) {
+      double s = 0;
+      for (int i = 0; i < R; i++) s += (double)gv[i * OUT + o] * xv[i * IN + k];
+      rdw[o * IN + k] = s;
+    }
+  }
+  if (dt == NT_F32) {
+    /* the analytic reference itself against central differences in double */
+    double pd[R * IN], fd[R * IN];
+    for (int i = 0; i < R * IN; i++) pd[i] = prev[i];
+    for (int i = 0; i < R * IN; i++) {
+      const double eps = 1e-5;
+      double keep = pd[i];
+      pd[i] = keep + eps;
+      double lp = loss_of_pre(pd, wv, gv);
+      pd[i] = keep - eps;
+      double lm = loss_of_pre(pd, wv, gv);
+      pd[i] = keep;
+      fd[i] = (lp - lm) / (2 * eps);
+    }
+    double e = nt_test_rel_err_d(rdp, fd, R * IN);
+    CHECK(e < 1e-7, "gelu-fused dx reference vs finite differences: %.3g", e);
+  }
+  for (int rep = 0; rep < 2; rep++) {
+    for (int i = 0; i < R * IN; i++) nt_store_f32(dxm, dt, i, NAN);
+    nt_linear_bwd_opts o = {.overwrite_dx = true, .dgelu_pre = &pre};
+    if (!CHECK_OK(ctx, nt_linear_backward_ex(ctx, &dy, &x, &w, &dx, &dw, &db, &o))) return;
+    for (int i = 0; i < R * IN; i++) got[i] = nt_load_f32(dxm, dt, i);
+    double e = nt_test_rel_err_d(got, rdp, R * IN);
+    CHECK(e < tol, "%s call %d: gelu-fused overwritten dx rel err %.3g", nt_dtype_name(dt), rep, e);
+    double gw[OUT * IN], gb[OUT], scale = rep + 1;
+    for (int i = 0; i < OUT * IN; i++) gw[i] = (dwf[i] - 0.5) / scale;
+    for (int i = 0; i < OUT; i++) gb[i] = (dbf[i] + 0.25) / scale;
+    double ew = nt_test_rel_err_d(gw, rdw, OUT * IN), eb = nt_test_rel_err_d(gb, rdb, OUT);
+    CHECK(ew < 1e-5 && eb < 1e-5, "%s call %d: dW, db accumulate (rel err %.3g, %.3g)",
+          nt_dtype_name(dt), rep, ew, eb);
+  }
+  /* overwrite alone: dx = dy W, NaN in dx not read, dW/db skipped */
+  for (int i = 0; i < R * IN; i++) nt_store_f32(dxm, dt, i, NAN);
+  nt_linear_bwd_opts o = {.overwrite_dx = true};
+  if (!CHECK_OK(ctx, nt_linear_backward_ex(ctx, &dy, &x, &w, &dx, NULL, NULL, &o))) return;
+  for (int i = 0; i < R * IN; i++) got[i] = nt_load_f32(dxm, dt, i);
+  double e = nt_test_rel_err_d(got, rdx, R * IN);
+  CHECK(e < tol, "%s: overwritten dx rel err %.3g", nt_dtype_name(dt), e);
+  /* NULL options accumulate, as nt_linear_backward */
+  if (!CHECK_OK(ctx, nt_linear_backward_ex(ctx, &dy, &x, &w, &dx, NULL, NULL, NULL))) return;
+  for (int i = 0; i < R * IN; i++) got[i] = nt_load_f32(dxm, dt, i) / 2.0;
+  e = nt_test_rel_err_d(got, rdx, R * IN);
+  CHECK(e < tol, "%s: NULL options accumulate (rel err %.3g)", nt_dtype_name(dt), e);
+}
+
 static void test_errors(nt_ctx *ctx) {
   float buf[256];
   nt_tensor x = nt_tensor_view(buf, NT_F32, nt_cpu(), 2, (int64_t[]){4, 6});
@@ -210,6 +317,25 @@ static void test_errors(nt_ctx *ctx) {
   nt_tensor yb = y;
   yb.dtype = NT_BF16;
   CHECK_ERR(ctx, NT_ERR_DTYPE, nt_linear_backward(ctx, &yb, &x, &w, NULL, NULL, NULL));
+  /* _ex: the fused GELU backward needs dx overwritten, a dx, and a pre of x's shape and dx's
+   * dtype that does not overlap dx */
+  float pbuf[64], dbuf[64];
+  nt_tensor pre = nt_tensor_view(pbuf, NT_F32, nt_cpu(), 2, (int64_t[]){4, 7});
+  nt_tensor dx7 = nt_tensor_view(dbuf, NT_F32, nt_cpu(), 2, (int64_t[]){4, 7});
+  nt_linear_bwd_opts o = {.dgelu_pre = &pre};
+  CHECK_ERR(ctx, NT_ERR_INVALID_ARG, nt_linear_backward_ex(ctx, &y, &x, &w, &dx7, NULL, NULL, &o));
+  o.overwrite_dx = true;
+  CHECK_ERR(ctx, NT_ERR_INVALID_ARG, nt_linear_backward_ex(ctx, &y, &x, &w, NULL, NULL, NULL, &o));
+  nt_tensor pre6 = nt_tensor_view(pbuf, NT_F32, nt_cpu(), 2, (int64_t[]){4, 6});
+  o.dgelu_pre = &pre6;
+  CHECK_ERR(ctx, NT_ERR_SHAPE, nt_linear_backward_ex(ctx, &y, &x, &w, &dx7, NULL, NULL, &o));
+  nt_tensor preb = pre;
+  preb.dtype = NT_BF16;
+  o.dgelu_pre = &preb;
+  CHECK_ERR(ctx, NT_ERR_DTYPE, nt_linear_backward_ex(ctx, &y, &x, &w, &dx7, NULL, NULL, &o));
+  nt_tensor pre_in_dx = nt_tensor_view(dbuf + 3, NT_F32, nt_cpu(), 2, (int64_t[]){4, 7});
+  o.dgelu_pre = &pre_in_dx;
+  CHECK_ERR(ctx, NT_ERR_INVALID_ARG, nt_linear_backward_ex(ctx, &y, &x, &w, &dx7, NULL, NULL, &o));
 }
 
 int main(void) {
@@ -220,6 +346,8 @@ int main(void) {
   test_forward(ctx, NT_F16);
   test_backward_fd(ctx);
   test_backward_bf16(ctx);
+  test_backward_ex(ctx, NT_F32);
+  test_backward_ex(ctx, NT_BF16);
   test_errors(ctx);
   nt_ctx_free(ctx);
   return nt_test_finish();
