@@ -20,9 +20,9 @@ enum { LN1_W, LN1_B, QKV_W, QKV_B, PROJ_W, PROJ_B, LN2_W, LN2_B, FC_W, FC_B, FCP
 
 typedef struct {
   pv p[NP];
-  /* saved activations */
+  /* saved activations (the GELU output is not kept: backward recomputes it from fc_pre) */
   nt_tensor ln1, ln1_mean, ln1_rstd, q, k, v, att, lse, ym, x1, ln2, ln2_mean, ln2_rstd;
-  nt_tensor fc_pre, fc_act, x2;
+  nt_tensor fc_pre, x2;
   uint64_t att_off, mlp_off;      /* dropout stream offsets of the last training forward */
 } gpt_layer;
 
@@ -36,8 +36,12 @@ struct nt_gpt {
   nt_tensor x0, lnf, lnf_mean, lnf_rstd, logits, losses, loss;
   int Vp;                         /* vocabulary padded for the head's GEMMs */
   nt_tensor vmask;                /* F32 [Vp]: 0, then a large negative on the padding */
-  /* scratch shared by all layers */
-  nt_tensor qkv, tmp, dres, dtmp, dc, dq, dk, dv, datt, dqkv, d4a, d4b;
+  /* scratch shared by all layers: dres, dtmp, dc, and views into `shared` (see
+   * build_activations) */
+  nt_tensor dres, dtmp, dc, shared;
+  nt_tensor act, tmp, qkv;          /* forward */
+  nt_tensor dpre;                   /* MLP backward (with act: gelu(fc_pre) recomputed) */
+  nt_tensor datt, dq, dk, dv, dqkv; /* attention backward */
   uint64_t emb_off;
   int b, t;                       /* sizes of the last forward */
   nt_fp8_state *fp8;              /* FP8 delayed scaling for the block's linear layers, or NULL */
@@ -54,12 +58,41 @@ static nt_status lin_fwd(nt_ctx *ctx, const nt_gpt *g, int l, int k, const nt_te
   return nt_fp8_linear_forward(ctx, &c, x, w, b, y, act, pre);
 }
 
+/* Backward of linear layer k of block l: dx = dy W (overwritten: every dx in the model is a
+ * scratch gradient), dW += dy^T x, db += column sums of dy. The FP8 linear only accumulates:
+ * there dx is zeroed first. */
 static nt_status lin_bwd(nt_ctx *ctx, const nt_gpt *g, int l, int k, const nt_tensor *dy,
                          const nt_tensor *x, const nt_tensor *w, nt_tensor *dx, nt_tensor *dw,
                          nt_tensor *db) {
-  if (!g->fp8) return nt_linear_backward(ctx, dy, x, w, dx, dw, db);
+  if (!g->fp8) {
+    nt_linear_bwd_opts o = {.overwrite_dx = true};
+    return nt_linear_backward_ex(ctx, dy, x, w, dx, dw, db, &o);
+  }
   nt_fp8_linear_cfg c = {g->fp8, (4 * l + k) * NT_FP8_LINEAR_TENSORS, g->fp8_emulate};
-  return nt_fp8_linear_backward(ctx, &c, dy, x, w, dx, dw, db);
+  nt_status st = nt_tensor_zero(ctx, dx);
+  if (!st) st = nt_fp8_linear_backward(ctx, &c, dy, x, w, dx, dw, db);
+  return st;
+}
+
+/* Backward of block l's mlp.c_proj, whose input was act = gelu(pre): act holds gelu(pre)
+ * (recomputed by the caller; the input of the weight gradient), dpre is scratch. On return
+ * *dpre_out points at the gradient of pre: dpre, where the GELU backward rides on the dx
+ * GEMM's epilogue, or act (FP8: a GEMM into dpre, then a separate GELU backward into act,
+ * which the weight gradient no longer needs). */
+static nt_status mlp_proj_bwd(nt_ctx *ctx, nt_gpt *g, int l, const nt_tensor *dy,
+                              const nt_tensor *pre, nt_tensor *act, nt_tensor *dpre,
+                              nt_tensor **dpre_out) {
+  pv *P = g->layers[l].p;
+  if (!g->fp8) {
+    nt_linear_bwd_opts o = {.overwrite_dx = true, .dgelu_pre = pre};
+    *dpre_out = dpre;
+    return nt_linear_backward_ex(ctx, dy, act, &P[FCP_W].w, dpre, &P[FCP_W].g, &P[FCP_B].g, &o);
+  }
+  nt_status st = lin_bwd(ctx, g, l, 3, dy, act, &P[FCP_W].w, dpre, &P[FCP_W].g, &P[FCP_B].g);
+  if (!st) st = nt_tensor_zero(ctx, act);
+  if (!st) st = nt_gelu_backward(ctx, pre, dpre, act);
+  *dpre_out = act;
+  return st;
 }
 
 nt_gpt_config nt_gpt_config_shakespeare_char(void) {
@@ -179,7 +212,6 @@ static nt_status build_activations(nt_ctx *ctx, nt_gpt *g, nt_dtype dt, bool all
     ADD(L->ln2_mean, NT_F32, 1, sN);
     ADD(L->ln2_rstd, NT_F32, 1, sN);
     ADD(L->fc_pre, dt, 3, s4C);
-    ADD(L->fc_act, dt, 3, s4C);
     ADD(L->x2, dt, 3, sC);
   }
   ADD(g->lnf, dt, 3, sC);
@@ -189,20 +221,35 @@ static nt_status build_activations(nt_ctx *ctx, nt_gpt *g, nt_dtype dt, bool all
   if (g->Vp != c->vocab_size) ADD(g->vmask, NT_F32, 1, sVp);
   ADD(g->losses, NT_F32, 1, sN);
   ADD(g->loss, NT_F32, 0, sN);
-  ADD(g->qkv, dt, 3, s3C);
-  ADD(g->tmp, dt, 3, sC);
   ADD(g->dres, dt, 3, sC);
   ADD(g->dtmp, dt, 3, sC);
   ADD(g->dc, dt, 3, sC);
-  ADD(g->dq, dt, 4, sH);
-  ADD(g->dk, dt, 4, sH);
-  ADD(g->dv, dt, 4, sH);
-  ADD(g->datt, dt, 4, sH);
-  ADD(g->dqkv, dt, 3, s3C);
-  ADD(g->d4a, dt, 3, s4C);
-  ADD(g->d4b, dt, 3, s4C);
+  /* The forward, the MLP branch's backward and the attention branch's backward never hold
+   * live scratch at the same time (one stream, one after the other): their buffers are
+   * carved from one region, each phase's laid out from its start. `act` is the forward's
+   * GELU output and, in the MLP backward, gelu(fc_pre) recomputed. */
+  struct { nt_tensor *t; int nd; const int64_t *shape; bool first; } carve[] = {
+      {&g->act, 3, s4C, true}, {&g->tmp, 3, sC, false}, {&g->qkv, 3, s3C, false},
+      {&g->act, 3, s4C, true}, {&g->dpre, 3, s4C, false},
+      {&g->datt, 4, sH, true}, {&g->dq, 4, sH, false}, {&g->dk, 4, sH, false},
+      {&g->dv, 4, sH, false}, {&g->dqkv, 3, s3C, false}};
+  enum { NCARVE = sizeof carve / sizeof carve[0] };
+  size_t offs[NCARVE], off = 0, region = 0, es = nt_dtype_size(dt);
+  for (int i = 0; i < NCARVE; i++) {
+    int64_t n = 1;
+    for (int d = 0; d < carve[i].nd; d++) n *= carve[i].shape[d];
+    if (carve[i].first) off = 0;
+    offs[i] = off;
+    off += ((size_t)n * es + 255) & ~(size_t)255;   /* 256-byte aligned views */
+    if (off > region) region = off;
+  }
+  int64_t sR[1] = {(int64_t)(region / es)};
+  ADD(g->shared, dt, 1, sR);
 #undef ADD
   if (!st && alloc) st = nt_arena_alloc(ctx, a);
+  for (int i = 0; i < NCARVE && !st && alloc; i++)
+    *carve[i].t = nt_tensor_view((char *)g->shared.data + offs[i], dt, g->shared.device,
+                                 carve[i].nd, carve[i].shape);
   return st;
 }
 
@@ -345,7 +392,7 @@ static nt_status forward(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, bool t
     nt_tensor lse = nt_prefix_view(&L->lse, 3, lsh);
     nt_tensor x1 = v3(&L->x1, b, t, C), ln2 = v3(&L->ln2, b, t, C);
     nt_tensor m2 = v1(&L->ln2_mean, N), r2 = v1(&L->ln2_rstd, N);
-    nt_tensor pre = v3(&L->fc_pre, b, t, 4 * C), act = v3(&L->fc_act, b, t, 4 * C);
+    nt_tensor pre = v3(&L->fc_pre, b, t, 4 * C), act = v3(&g->act, b, t, 4 * C);
     nt_tensor x2 = v3(&L->x2, b, t, C);
     if (p > 0.0f) {
       L->att_off = nt_ctx_rng_reserve(ctx, (uint64_t)N * (uint64_t)C);
@@ -411,12 +458,14 @@ nt_status nt_gpt_eval_loss(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
   return st;
 }
 
-/* dres holds d(block output); on return it holds d(block input). */
+/* dres holds d(block output); on return it holds d(block input). Gradients of activations
+ * are overwritten, not accumulated, wherever the op can (GEMMs with beta 0); ops that only
+ * accumulate get a zeroed buffer. */
 static nt_status block_backward(nt_ctx *ctx, nt_gpt *g, gpt_layer *L, const nt_tensor *x) {
   int64_t b = g->b, t = g->t, C = g->cfg.n_embd, H = g->cfg.n_head, D = C / H, N = b * t;
   float p = g->cfg.dropout;
   nt_tensor dres = v3(&g->dres, b, t, C), dtmp = v3(&g->dtmp, b, t, C), dc = v3(&g->dc, b, t, C);
-  nt_tensor d4a = v3(&g->d4a, b, t, 4 * C), d4b = v3(&g->d4b, b, t, 4 * C);
+  nt_tensor act = v3(&g->act, b, t, 4 * C), dpre = v3(&g->dpre, b, t, 4 * C);
   nt_tensor dq = v4(&g->dq, b, H, t, D), dk = v4(&g->dk, b, H, t, D), dv = v4(&g->dv, b, H, t, D);
   nt_tensor datt = v4(&g->datt, b, H, t, D), dqkv = v3(&g->dqkv, b, t, 3 * C);
   nt_tensor ln1 = v3(&L->ln1, b, t, C), m1 = v1(&L->ln1_mean, N), r1 = v1(&L->ln1_rstd, N);
@@ -426,7 +475,7 @@ static nt_status block_backward(nt_ctx *ctx, nt_gpt *g, gpt_layer *L, const nt_t
   nt_tensor lse = nt_prefix_view(&L->lse, 3, lsh);
   nt_tensor x1 = v3(&L->x1, b, t, C), ln2 = v3(&L->ln2, b, t, C);
   nt_tensor m2 = v1(&L->ln2_mean, N), r2 = v1(&L->ln2_rstd, N);
-  nt_tensor pre = v3(&L->fc_pre, b, t, 4 * C), act = v3(&L->fc_act, b, t, 4 * C);
+  nt_tensor pre = v3(&L->fc_pre, b, t, 4 * C), *dpre_out = NULL;
   pv *P = L->p;
   int l = (int)(L - g->layers);
   nt_status st = NT_OK;
@@ -437,13 +486,10 @@ static nt_status block_backward(nt_ctx *ctx, nt_gpt *g, gpt_layer *L, const nt_t
     if (!st) st = nt_dropout_backward(ctx, &dres, &dtmp, p, nt_ctx_seed(ctx), L->mlp_off);
     dbranch = &dtmp;
   }
-  if (!st) st = nt_tensor_zero(ctx, &d4a);
-  if (!st) st = lin_bwd(ctx, g, l, 3, dbranch, &act, &P[FCP_W].w, &d4a, &P[FCP_W].g,
-                                   &P[FCP_B].g);
-  if (!st) st = nt_tensor_zero(ctx, &d4b);
-  if (!st) st = nt_gelu_backward(ctx, &pre, &d4a, &d4b);
-  if (!st) st = nt_tensor_zero(ctx, &dc);
-  if (!st) st = lin_bwd(ctx, g, l, 2, &d4b, &ln2, &P[FC_W].w, &dc, &P[FC_W].g, &P[FC_B].g);
+  /* The GELU output was not kept: recompute it, the input of mlp.c_proj's weight gradient. */
+  if (!st) st = nt_gelu_forward(ctx, &pre, &act);
+  if (!st) st = mlp_proj_bwd(ctx, g, l, dbranch, &pre, &act, &dpre, &dpre_out);
+  if (!st) st = lin_bwd(ctx, g, l, 2, dpre_out, &ln2, &P[FC_W].w, &dc, &P[FC_W].g, &P[FC_B].g);
   if (!st) st = nt_layernorm_backward(ctx, &dc, &x1, &P[LN2_W].w, &m2, &r2, &dres, &P[LN2_W].g,
                                       &P[LN2_B].g);
   /* attention branch: x1 = x + drop(c_proj(merge(attn(split(c_attn(ln1(x))))))) */
@@ -451,7 +497,6 @@ static nt_status block_backward(nt_ctx *ctx, nt_gpt *g, gpt_layer *L, const nt_t
     if (!st) st = nt_tensor_zero(ctx, &dtmp);
     if (!st) st = nt_dropout_backward(ctx, &dres, &dtmp, p, nt_ctx_seed(ctx), L->att_off);
   }
-  if (!st) st = nt_tensor_zero(ctx, &dc);
   if (!st) st = lin_bwd(ctx, g, l, 1, dbranch, &ym, &P[PROJ_W].w, &dc, &P[PROJ_W].g,
                                    &P[PROJ_B].g);
   if (!st) st = nt_tensor_zero(ctx, &datt);
@@ -462,7 +507,6 @@ static nt_status block_backward(nt_ctx *ctx, nt_gpt *g, gpt_layer *L, const nt_t
   if (!st) st = nt_attention_backward(ctx, &datt, &q, &k, &v, &att, &lse, &dq, &dk, &dv);
   if (!st) st = nt_tensor_zero(ctx, &dqkv);
   if (!st) st = nt_qkv_split_backward(ctx, &dq, &dk, &dv, &dqkv);
-  if (!st) st = nt_tensor_zero(ctx, &dc);
   if (!st) st = lin_bwd(ctx, g, l, 0, &dqkv, &ln1, &P[QKV_W].w, &dc, &P[QKV_W].g,
                                    &P[QKV_B].g);
   if (!st) st = nt_layernorm_backward(ctx, &dc, x, &P[LN1_W].w, &m1, &r1, &dres, &P[LN1_W].g,
