@@ -1,7 +1,7 @@
 /* Embedding on the GPU. Forward: one thread per 8-element pack of the output. Backward without
  * atomics, so the result is bit-reproducible: dwpe sums over the batch per (t, c); for dwte the
- * positions are stably radix-sorted by token id (CUB), and one block per run of equal ids sums
- * that token's rows in position order. */
+ * positions are stably radix-sorted by token id (CUB), and the blocks of a run of equal ids sum
+ * that token's rows in a fixed order (emb_dwte_kernel). */
 #include "ops/memops_cuda.cuh"
 #include <cub/device/device_radix_sort.cuh>
 #include <math.h>
@@ -47,19 +47,50 @@ __global__ void emb_dwpe_kernel(int B, int T_len, int C, const T *__restrict__ d
   }
 }
 
-/* Block i handles the run of equal ids starting at sorted index i (other blocks exit). */
+/* Block (i, chunk) handles columns [64 * chunk, 64 * chunk + 64) of the run of equal ids
+ * starting at sorted index i (blocks not at a run's start exit). Its 8 warps take every 8th row
+ * of the run (2 columns per lane), then warp 0 adds the 8 partial sums in warp order: a fixed
+ * summation order, so the result is bit-reproducible, while a long run (a small vocabulary has
+ * hundreds of rows per id) is spread over 8 warps and C / 64 blocks instead of one block. */
+constexpr int kDwteWarps = 8, kDwteCols = 64;
+
 template <typename T>
-__global__ void emb_dwte_kernel(int n, int C, int V, const int32_t *__restrict__ sorted_ids,
-                                const int32_t *__restrict__ sorted_pos, const T *__restrict__ dout,
-                                float *__restrict__ dwte) {
-  int i = blockIdx.x;
-  int id = sorted_ids[i];
+__global__ void __launch_bounds__(32 * kDwteWarps)
+    emb_dwte_kernel(int n, int C, int V, const int32_t *__restrict__ sorted_ids,
+                    const int32_t *__restrict__ sorted_pos, const T *__restrict__ dout,
+                    float *__restrict__ dwte) {
+  __shared__ float part[kDwteWarps][kDwteCols];
+  const int i = blockIdx.x;
+  const int id = sorted_ids[i];
   if ((i > 0 && sorted_ids[i - 1] == id) || id < 0 || id >= V) return;
-  int end = i + 1;
-  while (end < n && sorted_ids[end] == id) end++;
-  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int end = i + 1;   /* each warp finds the run's end 32 ids at a time */
+  for (;;) {
+    const int j = end + lane;
+    const unsigned same = __ballot_sync(0xffffffffu, j < n && sorted_ids[j] == id);
+    if (same != 0xffffffffu) {
+      end += __ffs(~same) - 1;
+      break;
+    }
+    end += 32;
+  }
+  const int c0 = blockIdx.y * kDwteCols + 2 * lane;
+  float s0 = 0.0f, s1 = 0.0f;
+  for (int j = i + warp; j < end; j += kDwteWarps) {
+    const T *row = dout + (int64_t)sorted_pos[j] * C;
+    if (c0 < C) s0 += nt_to_f(row[c0]);
+    if (c0 + 1 < C) s1 += nt_to_f(row[c0 + 1]);
+  }
+  part[warp][2 * lane] = s0;
+  part[warp][2 * lane + 1] = s1;
+  __syncthreads();
+  if (warp) return;
+  for (int k = lane; k < kDwteCols; k += 32) {
+    const int c = blockIdx.y * kDwteCols + k;
+    if (c >= C) continue;
     float s = 0.0f;
-    for (int j = i; j < end; j++) s += nt_to_f(dout[(int64_t)sorted_pos[j] * C + c]);
+#pragma unroll
+    for (int w = 0; w < kDwteWarps; w++) s += part[w][k];
     dwte[(int64_t)id * C + c] += s;
   }
 }
@@ -108,8 +139,8 @@ nt_status dwte_backward(nt_ctx *ctx, int n, int C, int V, const int32_t *tok, co
     st = NT_CUDA(ctx, cub::DeviceRadixSort::SortPairs(temp, temp_bytes, tok, buf, buf + n,
                                                       buf + 2 * n, n, 0, 32, s));
   if (st) goto done;
-  emb_dwte_kernel<T><<<(unsigned)n, C < 256 ? (C + 31) / 32 * 32 : 256, 0, s>>>(
-      n, C, V, buf, buf + 2 * n, dout, dwte);
+  emb_dwte_kernel<T><<<dim3((unsigned)n, (unsigned)((C + kDwteCols - 1) / kDwteCols)),
+                       32 * kDwteWarps, 0, s>>>(n, C, V, buf, buf + 2 * n, dout, dwte);
   st = NT_CUDA_LAUNCHED(ctx);
 done:
   nt_free(ctx, temp);
