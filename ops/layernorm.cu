@@ -2,7 +2,7 @@
  * passes over it (variance, output) hit L1. Backward: dx per row as in forward, and dweight /
  * dbias summed deterministically in two stages: every warp adds its rows into its own slice of
  * shared memory (a lane always owns the same columns, so no races), the block sums its warps'
- * slices in order into a per-block partial, and a finalize kernel sums the partials in block
+ * slices in order into a per-block partial, and a finalize kernel sums the partials in a fixed
  * order and adds them to dweight / dbias. */
 #include "ops/memops_cuda.cuh"
 
@@ -146,14 +146,33 @@ __global__ void ln_backward_kernel(int64_t rows, int C, const T *__restrict__ dy
   }
 }
 
-__global__ void ln_finalize_kernel(int C, int nblocks, const float *__restrict__ partial,
-                                   float *dweight, float *dbias) {
-  int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
+/* dweight[c] += sum over k of partial[k][0][c], dbias likewise from partial[k][1][c]. A block
+ * owns 32 columns; its 16 warps each sum every 16th partial row (coalesced 32-float reads, many
+ * in flight), then warp 0 adds the 16 warp sums in order: fixed order, bit-reproducible, and
+ * 16x shorter dependent chains than one thread per column walking all the partials. */
+constexpr int kFinWarps = 16;
+
+__global__ void __launch_bounds__(32 * kFinWarps)
+    ln_finalize_kernel(int C, int nblocks, const float *__restrict__ partial, float *dweight,
+                       float *dbias) {
+  __shared__ float sw_s[kFinWarps][32], sb_s[kFinWarps][32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int c = blockIdx.x * 32 + lane;
   float sw = 0.0f, sb = 0.0f;
-  for (int k = 0; k < nblocks; k++) {
-    sw += partial[(size_t)k * 2 * C + c];
-    sb += partial[(size_t)k * 2 * C + C + c];
+  if (c < C)
+    for (int k = warp; k < nblocks; k += kFinWarps) {
+      sw += partial[(size_t)k * 2 * C + c];
+      sb += partial[(size_t)k * 2 * C + C + c];
+    }
+  sw_s[warp][lane] = sw;
+  sb_s[warp][lane] = sb;
+  __syncthreads();
+  if (warp || c >= C) return;
+  sw = sb = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kFinWarps; w++) {
+    sw += sw_s[w][lane];
+    sb += sb_s[w][lane];
   }
   dweight[c] += sw;
   if (dbias) dbias[c] += sb;
@@ -203,7 +222,7 @@ nt_status launch_backward_v(nt_ctx *ctx, int64_t rows, int C, const T *dy, const
   kernel<<<(unsigned)grid, nw * 32, smem, s>>>(rows, C, dy, x, w, mean, rstd, dx, partial);
   st = NT_CUDA_LAUNCHED(ctx);
   if (!st) {
-    ln_finalize_kernel<<<(C + 255) / 256, 256, 0, s>>>(C, (int)grid, partial, dw, db);
+    ln_finalize_kernel<<<(C + 31) / 32, 32 * kFinWarps, 0, s>>>(C, (int)grid, partial, dw, db);
     st = NT_CUDA_LAUNCHED(ctx);
   }
   nt_free(ctx, partial); /* stream-ordered: reused only by later work on this stream */
