@@ -4,7 +4,9 @@
  * nanoGPT's state_dict ("transformer.h.0.attn.c_attn.weight"). All activations are allocated
  * at create for a maximum batch x sequence; calls may use smaller ones (evaluation, sampling).
  * Activations are in the compute dtype; LayerNorm statistics, the loss and all gradients of
- * parameters in fp32. Dropout (p > 0, training only) after the embedding and on both residual
+ * parameters in fp32. The MLP keeps its pre-activation, not its GELU output: backward
+ * recomputes gelu(pre) (the input of mlp.c_proj's weight gradient) and fuses the GELU's
+ * derivative into mlp.c_proj's input-gradient GEMM. Dropout (p > 0, training only) after the embedding and on both residual
  * branches; attention probabilities are not dropped (the fused attention has no dropout). */
 #ifndef NT_MODELS_GPT_H
 #define NT_MODELS_GPT_H
