@@ -55,12 +55,25 @@ nt_gemm_opts nt_gemm_defaults(void);
  * gradient is written by cuBLASLt into a per-plan scratch vector and then added to bias_grad.
  * Plans (descriptors, layouts and the chosen algorithm) are cached per context; with
  * autotuning (default on for CUDA contexts, NT_GEMM_AUTOTUNE=0 turns it off) the first call of
- * a new shape runs cuBLASLt's top 32 heuristic candidates twice, times those within 1.3x of
- * the fastest single run (3 samples of 5 runs each, taken round-robin, median) and keeps the
- * fastest: that call waits for the GPU (a one-time cost per shape, ~0.5 s for each GPT-2
- * logits GEMM, far less for the rest); while the stream is being captured into a CUDA graph
- * the heuristic's first choice is used instead. NT_LOG=debug logs each new plan: the
- * candidates' times and the kernel kept.
+ * a new shape times candidate algorithms once each, then those within 1.3x of the fastest
+ * (3 samples of 5 runs each, taken round-robin, median), and keeps the fastest. That call
+ * waits for the GPU: a one-time cost per shape. While the stream is being captured into a CUDA
+ * graph the heuristic's first choice is used instead. The candidates (NT_GEMM_SEARCH):
+ *   0  cuBLASLt's top 32 heuristic candidates only;
+ *   1  (default) the same for products under 1 GFLOP; at or above, a widened search: the
+ *      heuristic's top 128, its best configurations per algorithm id, every tile x stages
+ *      configuration of the fastest algorithm ids, then split-K / reduction / CTA swizzle /
+ *      cluster shape / custom option / stages variants of the fastest few, each validated by
+ *      cublasLtMatmulAlgoCheck (at most ~600 configurations timed per shape, a few seconds of
+ *      GPU time cap). A kept configuration from outside the heuristic's list is first checked
+ *      against the heuristic's kernel on the same inputs (rejected beyond the dtype's
+ *      tolerance);
+ *   2  the widened search on every shape, with larger limits (diagnosis; can take minutes).
+ * NT_GEMM_SEARCH_VERIFY=1 checks every searched candidate's result, not only the kept one;
+ * NT_GEMM_SEARCH_PICK=splitk keeps the fastest split-K configuration when one runs (tests).
+ * NT_LOG=debug logs each new plan: the candidates' times, the configuration kept (algo id,
+ * tile, stages, split-K, reduction, swizzle, custom option, cluster) and its time against the
+ * heuristic's best.
  * FP8 with beta 0 passes C as NULL (CUDA 13's cuBLASLt refuses FP8 with C aliasing D); FP8
  * with beta != 0 runs in place, or reads C from a copy of D where cuBLASLt refuses that. */
 nt_status nt_gemm(nt_ctx *ctx, const nt_tensor *A, const nt_tensor *B, nt_tensor *D,
@@ -73,6 +86,17 @@ typedef struct {
   uint64_t hits, misses;      /* lookups */
   uint64_t autotuned;         /* plans whose algorithm was picked by timing */
   uint64_t split_epilogues;   /* plans that run the epilogue as a separate kernel */
+  uint64_t searched;          /* plans tuned with the widened search (NT_GEMM_SEARCH) */
+  uint64_t search_won;        /* of those, plans keeping a configuration outside the heuristic's
+                                 top 32 */
+  uint64_t search_timed;      /* configurations timed by the widened search, all plans */
+  uint64_t search_verified;   /* searched results checked against the heuristic's kernel */
+  uint64_t search_rejected;   /* of those, beyond the tolerance (never kept) */
+  uint64_t splitk_verified;   /* verified configurations with split-K > 1 */
+  uint64_t splitk_plans;      /* plans keeping a split-K > 1 configuration */
+  uint64_t tune_us;           /* host time spent autotuning (all plans), microseconds */
+  uint64_t workspace_needed;  /* the most workspace any cached plan's algorithm needs (bytes):
+                                 the context's cuBLASLt workspace could shrink to this */
 } nt_gemm_stats;
 void nt_gemm_get_stats(nt_ctx *ctx, nt_gemm_stats *out);
 

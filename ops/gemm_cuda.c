@@ -10,68 +10,19 @@
  * special values, TF32, pointer alignments), so a cache hit only sets the per-call pointers
  * (bias, aux, FP8 scales) on the cached descriptor and launches. */
 #ifdef NT_HAVE_CUDA
-#include "ops/gemm_internal.h"
 #include "core/ctx_internal.h"
 #include "core/cuda_util.h"
 #include "core/memory.h"
-#include <cublasLt.h>
+#include "ops/gemm_lt.h"
 #include <stdlib.h>
 #include <string.h>
 
-/* Heuristic candidates: the first is used as is without autotuning; with autotuning up to this
- * many are tried (split-K / stream-K variants and other tiles for skinny or long-K products are
- * often past the top 8); those within PRUNE of the fastest single run get the full timing. */
-#define MAX_CANDIDATES 32
-#define PRUNE 1.3f
-#define TUNE_ROUNDS 3    /* timed samples per candidate, taken round-robin; the median counts */
-_Static_assert(TUNE_ROUNDS == 3, "autotune's median is written for 3 samples");
-
-typedef struct {
-  int64_t m, n, k, batch;          /* cuBLASLt's: m = our N, n = our M */
-  int64_t lda, ldb, ldd, ldx;
-  int64_t sa, sb, sd;              /* batch strides of cuBLASLt's A (our B), B (our A), D */
-  int32_t opa, opb;
-  int32_t ta, tb, td, tbias;
-  int32_t epi, beta_zero, alpha_one, tf32;
-  int32_t has_bias, has_scale, align_a, align_b, align_d, align_bias, align_aux, unused;
-} plan_key;
-
-typedef struct {
-  plan_key key;
-  cublasLtMatmulDesc_t desc;
-  cublasLtMatrixLayout_t la, lb, ld;
-  /* FP8 with beta 0: C is passed as NULL with its own layout. Since CUDA 13 cuBLASLt rejects
-   * (CUBLAS_STATUS_NOT_SUPPORTED at cublasLtMatmul, after a successful heuristic) an FP8
-   * product whose C pointer equals D's, as PyTorch's _scaled_mm and XLA found; C is unused at
-   * beta 0, so it is dropped. NULL otherwise: C is D, in place, with D's layout. */
-  cublasLtMatrixLayout_t lc;
-  bool c_copy;         /* lc set for FP8 with beta != 0: C is read from a copy of D */
-  cublasLtMatmulAlgo_t algo;
-  int n_algos;                       /* heuristic candidates offered, for error messages */
-  int chosen;                        /* rank of the algorithm kept (0: the heuristic's first) */
-  cublasStatus_t launch_status;      /* first failed launch while autotuning */
-  bool split;          /* the epilogue runs as a separate kernel after a plain product */
-  void *bgrad;         /* fused BGRADA: cuBLASLt writes the bias gradient here (M entries) */
-  nt_dtype bgrad_dt;
-  cublasStatus_t heuristic_status;   /* of the last heuristic query, for error messages */
-} plan;
-
-typedef struct {
-  plan **slots;        /* open addressing, linear probing */
-  size_t cap, n;
-  nt_gemm_stats stats;
-  bool autotune;
-  int cc;              /* compute capability, major * 10 + minor */
-  float *fp8_scales;   /* 16-byte aligned device slots for misaligned FP8 scale pointers */
-} gemm_cache;
-
-static nt_status lt_check(nt_ctx *ctx, cublasStatus_t s, const char *what, const char *file,
-                          int line) {
+nt_status nt_gemm_lt_check(nt_ctx *ctx, cublasStatus_t s, const char *what, const char *file,
+                           int line) {
   if (s == CUBLAS_STATUS_SUCCESS) return NT_OK;
   return nt_ctx_set_error(ctx, NT_ERR_CUBLAS, file, line, "gemm: %s failed: %s (%d)", what,
                           cublasLtGetStatusString(s), (int)s);
 }
-#define LT(ctx, call) lt_check((ctx), (call), #call, __FILE__, __LINE__)
 
 static void plan_free(nt_ctx *ctx, plan *p) {
   if (!p) return;
@@ -108,6 +59,13 @@ static nt_status get_cache(nt_ctx *ctx, gemm_cache **out) {
   }
   const char *env = getenv("NT_GEMM_AUTOTUNE");
   c->autotune = !(env && env[0] == '0');
+  if (!nt_gemm_search_parse(getenv("NT_GEMM_SEARCH"), &c->search))
+    nt_log(ctx, NT_LOG_WARN, "gemm: NT_GEMM_SEARCH=%s is not 0, 1 or 2; using %d",
+           getenv("NT_GEMM_SEARCH"), c->search);
+  env = getenv("NT_GEMM_SEARCH_VERIFY");
+  c->verify_all = env && env[0] == '1';
+  env = getenv("NT_GEMM_SEARCH_PICK");
+  c->pick_splitk = env && !strcmp(env, "splitk");
   int major = 0, minor = 0;
   nt_status st = NT_CUDA(ctx, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
                                                      ctx->device.index));
@@ -126,7 +84,14 @@ static nt_status get_cache(nt_ctx *ctx, gemm_cache **out) {
 
 void nt_gemm_cuda_stats(nt_ctx *ctx, nt_gemm_stats *out) {
   gemm_cache *c = ctx->gemm_cache;
-  if (c) *out = c->stats;
+  if (!c) return;
+  *out = c->stats;
+  /* The largest workspace any cached plan's algorithm asks for: what the context's workspace
+   * could shrink to without changing a kept algorithm. */
+  out->workspace_needed = 0;
+  for (size_t i = 0; i < c->cap; i++)
+    if (c->slots[i] && c->slots[i]->ws_needed > out->workspace_needed)
+      out->workspace_needed = c->slots[i]->ws_needed;
 }
 
 static uint64_t key_hash(const plan_key *k) {
@@ -167,7 +132,7 @@ static nt_status cache_insert(nt_ctx *ctx, gemm_cache *c, plan *p) {
   return NT_OK;
 }
 
-static cudaDataType_t lt_type(nt_dtype t) {
+cudaDataType_t nt_gemm_lt_type(nt_dtype t) {
   switch (t) {
     case NT_F16: return CUDA_R_16F;
     case NT_BF16: return CUDA_R_16BF;
@@ -212,13 +177,6 @@ static bool map_operand(int64_t rows, int64_t cols, int64_t s_r, int64_t s_c, in
 
 static bool is_fp8(nt_dtype t) { return t == NT_FP8_E4M3 || t == NT_FP8_E5M2; }
 
-static cublasLtMatrixLayout_t c_layout(const plan *pl) { return pl->lc ? pl->lc : pl->ld; }
-
-/* Bytes from D's first element to one past its last. */
-static size_t d_extent(const nt_gemm_problem *p) {
-  return (size_t)((p->batch - 1) * p->d_batch + (p->M - 1) * p->d_m + p->N) *
-         nt_dtype_size(p->D->dtype);
-}
 
 static const char *lt_type_name(int32_t dt) {
   return dt < 0 ? "default" : nt_dtype_name((nt_dtype)dt);
@@ -335,8 +293,30 @@ static nt_status make_layout(nt_ctx *ctx, gemm_cache *c, cublasLtMatrixLayout_t 
   return st;
 }
 
-#define SET(ctx, desc, attr, val) \
-  LT(ctx, cublasLtMatmulDescSetAttribute((desc), (attr), &(val), sizeof(val)))
+nt_status nt_gemm_lt_pref(nt_ctx *ctx, gemm_cache *c, const plan_key *k,
+                          cublasLtMatmulPreference_t *out) {
+  cublasLtMatmulPreference_t pref = NULL;
+  nt_status st = LT(ctx, cublasLtMatmulPreferenceCreate(&pref));
+  if (st) return st;
+  c->stats.descriptors++;
+  uint64_t ws = ctx->workspace_bytes;
+  uint32_t al_a = (uint32_t)k->align_a, al_b = (uint32_t)k->align_b, al_d = (uint32_t)k->align_d;
+  if ((st = LT(ctx, cublasLtMatmulPreferenceSetAttribute(
+                        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws))) ||
+      (st = LT(ctx, cublasLtMatmulPreferenceSetAttribute(
+                        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a))) ||
+      (st = LT(ctx, cublasLtMatmulPreferenceSetAttribute(
+                        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b))) ||
+      (st = LT(ctx, cublasLtMatmulPreferenceSetAttribute(
+                        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d))) ||
+      (st = LT(ctx, cublasLtMatmulPreferenceSetAttribute(
+                        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d)))) {
+    cublasLtMatmulPreferenceDestroy(pref);
+    return st;
+  }
+  *out = pref;
+  return NT_OK;
+}
 
 /* A matmul descriptor for the key with cuBLASLt epilogue `epi` (bias / bias-gradient vector of
  * type bias_t, or -1 for the default), and its heuristic candidates. n_out 0: none offered. */
@@ -376,25 +356,11 @@ static nt_status try_desc(nt_ctx *ctx, gemm_cache *c, plan *pl, const nt_gemm_pr
     const float *s = p->o->scale_inv_a;
     if ((st = SET(ctx, d, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, s))) goto fail;
   }
-  if ((st = LT(ctx, cublasLtMatmulPreferenceCreate(&pref)))) goto fail;
-  c->stats.descriptors++;
-  uint64_t ws = ctx->workspace_bytes;
-  uint32_t al_a = (uint32_t)k->align_a, al_b = (uint32_t)k->align_b, al_d = (uint32_t)k->align_d;
-  if ((st = LT(ctx, cublasLtMatmulPreferenceSetAttribute(
-                        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws))) ||
-      (st = LT(ctx, cublasLtMatmulPreferenceSetAttribute(
-                        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a))) ||
-      (st = LT(ctx, cublasLtMatmulPreferenceSetAttribute(
-                        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b))) ||
-      (st = LT(ctx, cublasLtMatmulPreferenceSetAttribute(
-                        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d))) ||
-      (st = LT(ctx, cublasLtMatmulPreferenceSetAttribute(
-                        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d))))
-    goto fail;
+  if ((st = nt_gemm_lt_pref(ctx, c, k, &pref))) goto fail;
   int n = 0;
   cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(
-      (cublasLtHandle_t)ctx->cublaslt, d, pl->la, pl->lb, c_layout(pl), pl->ld, pref,
-      c->autotune ? MAX_CANDIDATES : 1, res, &n);
+      (cublasLtHandle_t)ctx->cublaslt, d, pl->la, pl->lb, nt_gemm_lt_c_layout(pl), pl->ld, pref,
+      c->autotune ? NT_GEMM_HEURISTIC_CANDIDATES : 1, res, &n);
   cublasLtMatmulPreferenceDestroy(pref);
   pref = NULL;
   pl->heuristic_status = hs;
@@ -406,6 +372,7 @@ static nt_status try_desc(nt_ctx *ctx, gemm_cache *c, plan *pl, const nt_gemm_pr
     return NT_OK;
   }
   pl->desc = d;
+  pl->lt_epi = epi;
   *n_out = n;
   return NT_OK;
 fail:
@@ -414,14 +381,13 @@ fail:
   return st;
 }
 
-/* c_in: C when the plan has a C layout of its own (NULL at beta 0, a copy of D for c_copy);
- * otherwise C is d_out, in place. */
-static cublasStatus_t launch(nt_ctx *ctx, const plan *pl, const nt_gemm_problem *p,
-                             const cublasLtMatmulAlgo_t *algo, void *d_out, const void *c_in) {
+cublasStatus_t nt_gemm_lt_launch(nt_ctx *ctx, const plan *pl, const nt_gemm_problem *p,
+                                 const cublasLtMatmulAlgo_t *algo, void *d_out, const void *c_in) {
   float alpha = p->alpha, beta = p->o->beta;
   return cublasLtMatmul((cublasLtHandle_t)ctx->cublaslt, pl->desc, &alpha, p->B->data, pl->la,
-                        p->A->data, pl->lb, &beta, pl->lc ? c_in : d_out, c_layout(pl), d_out,
-                        pl->ld, algo, ctx->workspace, ctx->workspace_bytes, nt_cuda_stream(ctx));
+                        p->A->data, pl->lb, &beta, pl->lc ? c_in : d_out,
+                        nt_gemm_lt_c_layout(pl), d_out, pl->ld, algo, ctx->workspace,
+                        ctx->workspace_bytes, nt_cuda_stream(ctx));
 }
 
 /* FP8 accumulation (beta != 0) runs in place (C = D, one layout), as cuBLAS documents. Should
@@ -434,7 +400,7 @@ static bool may_copy_c(const plan *pl, cublasStatus_t s) {
 
 static nt_status use_c_copy(nt_ctx *ctx, gemm_cache *c, plan *pl) {
   const plan_key *k = &pl->key;
-  nt_status st = make_layout(ctx, c, &pl->lc, lt_type((nt_dtype)k->td), CUBLAS_OP_N, k->m, k->n,
+  nt_status st = make_layout(ctx, c, &pl->lc, nt_gemm_lt_type((nt_dtype)k->td), CUBLAS_OP_N, k->m, k->n,
                              k->ldd, k->batch, k->sd);
   if (!st) pl->c_copy = true;
   nt_log(ctx, NT_LOG_DEBUG, "gemm: FP8 accumulation in place refused; C from a copy of D");
@@ -461,13 +427,13 @@ static nt_status run_matmul(nt_ctx *ctx, gemm_cache *c, plan *pl, const nt_gemm_
   nt_status st = NT_OK;
   for (int attempt = 0; attempt < 2; attempt++) {
     if (pl->c_copy) {
-      size_t bytes = d_extent(p);
+      size_t bytes = nt_gemm_lt_d_extent(p);
       if ((st = nt_alloc(ctx, bytes, &copy))) return st;
       st = NT_CUDA(ctx, cudaMemcpyAsync(copy, p->D->data, bytes, cudaMemcpyDeviceToDevice,
                                         nt_cuda_stream(ctx)));
       if (st) break;
     }
-    s = launch(ctx, pl, p, &pl->algo, p->D->data, copy);
+    s = nt_gemm_lt_launch(ctx, pl, p, &pl->algo, p->D->data, copy);
     if (!may_copy_c(pl, s)) break;
     if ((st = use_c_copy(ctx, c, pl))) break;
   }
@@ -476,34 +442,16 @@ static nt_status run_matmul(nt_ctx *ctx, gemm_cache *c, plan *pl, const nt_gemm_
   return s == CUBLAS_STATUS_SUCCESS ? NT_OK : launch_error(ctx, pl, p, s);
 }
 
-static nt_status autotune(nt_ctx *ctx, plan *pl, const nt_gemm_problem *p,
-                          const cublasLtMatmulHeuristicResult_t *res, int n, bool *ran);
-
 /* NT_LOG=debug: each new plan with the kernel configuration it runs (to compare with what
  * CUBLASLT_LOG_LEVEL shows for torch). */
 static void log_plan(nt_ctx *ctx, const plan *pl, const nt_gemm_problem *p) {
   if (ctx->log_level < NT_LOG_DEBUG) return;
-  static const cublasLtMatmulAlgoConfigAttributes_t attr[] = {
-      CUBLASLT_ALGO_CONFIG_ID, CUBLASLT_ALGO_CONFIG_TILE_ID, CUBLASLT_ALGO_CONFIG_STAGES_ID,
-      CUBLASLT_ALGO_CONFIG_SPLITK_NUM, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
-      CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID};
-  static const char *names[] = {"algo", "tile", "stages", "splitK", "reduction", "swizzle",
-                                "cluster"};
-  uint32_t v[7];
-  for (int i = 0; i < 7; i++) {
-    v[i] = 0;
-    size_t w = 0;
-    /* The cluster shape is a uint16_t attribute, the others 32-bit (little-endian host). */
-    size_t sz = attr[i] == CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID ? sizeof(uint16_t) : sizeof v[i];
-    (void)cublasLtMatmulAlgoConfigGetAttribute(&pl->algo, attr[i], &v[i], sz, &w);
-  }
-  char desc[640];
+  char desc[640], algo[160];
   describe_plan(ctx, pl, p, desc, sizeof desc);
-  nt_log(ctx, NT_LOG_DEBUG,
-         "gemm plan M %lld N %lld K %lld: candidate #%d: %s %u %s %u %s %u %s %u %s %u %s %u %s %u"
-         " [%s]", (long long)p->M, (long long)p->N, (long long)p->K, pl->chosen, names[0], v[0],
-         names[1], v[1], names[2], v[2], names[3], v[3], names[4], v[4], names[5], v[5], names[6],
-         v[6], desc);
+  nt_gemm_lt_describe_algo(&pl->algo, algo, sizeof algo);
+  nt_log(ctx, NT_LOG_DEBUG, "gemm plan M %lld N %lld K %lld: candidate #%d: %s, workspace %zu [%s]",
+         (long long)p->M, (long long)p->N, (long long)p->K, pl->chosen, algo, pl->ws_needed,
+         desc);
 }
 
 /* Builds the plan for p: layouts, then the fused epilogue variants in order of preference,
@@ -514,28 +462,28 @@ static nt_status build_plan(nt_ctx *ctx, gemm_cache *c, const plan_key *k,
   if (!pl) return NT_ERROR(ctx, NT_ERR_OOM, "gemm: out of host memory for a plan");
   pl->key = *k;
   nt_status st;
-  if ((st = make_layout(ctx, c, &pl->la, lt_type(p->B->dtype), k->opa, k->m, k->k, k->lda,
+  if ((st = make_layout(ctx, c, &pl->la, nt_gemm_lt_type(p->B->dtype), k->opa, k->m, k->k, k->lda,
                         k->batch, k->sa)) ||
-      (st = make_layout(ctx, c, &pl->lb, lt_type(p->A->dtype), k->opb, k->k, k->n, k->ldb,
+      (st = make_layout(ctx, c, &pl->lb, nt_gemm_lt_type(p->A->dtype), k->opb, k->k, k->n, k->ldb,
                         k->batch, k->sb)) ||
-      (st = make_layout(ctx, c, &pl->ld, lt_type(p->D->dtype), CUBLAS_OP_N, k->m, k->n, k->ldd,
+      (st = make_layout(ctx, c, &pl->ld, nt_gemm_lt_type(p->D->dtype), CUBLAS_OP_N, k->m, k->n, k->ldd,
                         k->batch, k->sd)))
     goto fail;
   /* FP8, beta 0: C is NULL with a layout of its own (D's type, the C type cuBLAS's FP8 table
    * pairs with a f32 / f16 / bf16 D). */
   if (is_fp8(p->A->dtype) && k->beta_zero &&
-      (st = make_layout(ctx, c, &pl->lc, lt_type(p->D->dtype), CUBLAS_OP_N, k->m, k->n, k->ldd,
+      (st = make_layout(ctx, c, &pl->lc, nt_gemm_lt_type(p->D->dtype), CUBLAS_OP_N, k->m, k->n, k->ldd,
                         k->batch, k->sd)))
     goto fail;
 
-  cublasLtMatmulHeuristicResult_t res[MAX_CANDIDATES];
+  cublasLtMatmulHeuristicResult_t res[NT_GEMM_HEURISTIC_CANDIDATES];
   int n = 0;
   nt_dtype dt = p->D->dtype;
   const nt_gemm_opts *o = p->o;
   void *bias = (void *)bias_ptr(p);
   /* Always explicit: the default bias type differs between cases (FP8 kernels with an f32 D
    * expect bf16); a combination cuBLASLt rejects ends in the split epilogue. */
-  int bias_t = bias ? (int)lt_type(o->bias->dtype) : -1;
+  int bias_t = bias ? (int)nt_gemm_lt_type(o->bias->dtype) : -1;
   switch (o->epilogue) {
     case NT_EPI_BIAS:
       st = try_desc(ctx, c, pl, p, CUBLASLT_EPILOGUE_BIAS, bias_t, bias, res, &n);
@@ -570,7 +518,8 @@ static nt_status build_plan(nt_ctx *ctx, gemm_cache *c, const plan_key *k,
   bool ran = true;
   if (n > 0) {
     pl->algo = res[0].algo;
-    if (c->autotune && (st = autotune(ctx, pl, p, res, n, &ran))) goto fail;
+    pl->ws_needed = res[0].workspaceSize;
+    if (c->autotune && (st = nt_gemm_lt_autotune(ctx, pl, p, res, n, &ran))) goto fail;
     /* The heuristic offered a fused variant but none of its kernels launched: split. */
     if (!ran && o->epilogue != NT_EPI_NONE) {
       cublasLtMatmulDescDestroy(pl->desc);
@@ -595,11 +544,12 @@ static nt_status build_plan(nt_ctx *ctx, gemm_cache *c, const plan_key *k,
     }
     if (pl->split) c->stats.split_epilogues++;
     pl->algo = res[0].algo;
-    if (c->autotune && (st = autotune(ctx, pl, p, res, n, &ran))) goto fail;
+    pl->ws_needed = res[0].workspaceSize;
+    if (c->autotune && (st = nt_gemm_lt_autotune(ctx, pl, p, res, n, &ran))) goto fail;
     if (!ran && may_copy_c(pl, pl->launch_status)) {
       if ((st = use_c_copy(ctx, c, pl))) goto fail;
       pl->launch_status = CUBLAS_STATUS_SUCCESS;
-      if ((st = autotune(ctx, pl, p, res, n, &ran))) goto fail;
+      if ((st = nt_gemm_lt_autotune(ctx, pl, p, res, n, &ran))) goto fail;
     }
     if (!ran) {  /* offered, but no candidate launches: name the configuration */
       st = launch_error(ctx, pl, p, pl->launch_status);
@@ -611,132 +561,6 @@ static nt_status build_plan(nt_ctx *ctx, gemm_cache *c, const plan_key *k,
   return NT_OK;
 fail:
   plan_free(ctx, pl);
-  return st;
-}
-
-/* Times each candidate (on the caller's D when beta is 0: the real call overwrites it; on
- * scratch otherwise; the fused bias gradient goes to the plan's scratch) and keeps the
- * fastest in pl->algo; *ran tells whether any candidate launched. Skipped while the stream is
- * being captured into a CUDA graph (timing needs a host sync): the heuristic's first choice
- * stays. */
-static nt_status autotune(nt_ctx *ctx, plan *pl, const nt_gemm_problem *p,
-                          const cublasLtMatmulHeuristicResult_t *res, int n, bool *ran) {
-  gemm_cache *c = ctx->gemm_cache;
-  cudaStream_t s = nt_cuda_stream(ctx);
-  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  *ran = true;  /* unknown (not tried) counts as usable */
-  nt_status st = NT_CUDA(ctx, cudaStreamIsCapturing(s, &cap));
-  if (st || cap != cudaStreamCaptureStatusNone) return st;
-  size_t ed = nt_dtype_size(p->D->dtype);
-  size_t extent = d_extent(p);
-  /* A c_copy plan times out of place: C is the caller's D (only read), D is scratch. */
-  const void *c_in = pl->c_copy ? p->D->data : NULL;
-  bool aux_out = p->o->epilogue == NT_EPI_GELU_AUX && !pl->split;
-  size_t aux_extent = aux_out ? (size_t)((p->M - 1) * p->x_m + p->N) * ed : 0;
-  void *dscratch = NULL, *xscratch = NULL, *aux_saved = NULL, *owned = NULL;
-  cudaEvent_t e0 = NULL, e1 = NULL;
-  if (p->o->beta == 0.0f && p->o->epilogue != NT_EPI_DGELU) {
-    /* D (and aux) are pure outputs that the real call overwrites: time on them directly,
-     * which spares a scratch copy of a possibly large output (the logits). DGELU reads aux,
-     * which a caller may overwrite in place (D == aux): scratch there. */
-    dscratch = p->D->data;
-  } else {
-    /* D is read: time on zeroed scratch. Out of memory only skips the tuning. */
-    if (nt_alloc(ctx, extent, &owned) != NT_OK ||
-        (aux_out && nt_alloc(ctx, aux_extent, &xscratch) != NT_OK)) {
-      nt_log(ctx, NT_LOG_DEBUG, "gemm: autotune skipped (no memory for scratch): %s",
-             nt_last_error(ctx));
-      nt_clear_error(ctx);
-      goto done;
-    }
-    dscratch = owned;
-    if ((st = NT_CUDA(ctx, cudaMemsetAsync(dscratch, 0, extent, s)))) goto done;
-    if (aux_out) {
-      aux_saved = p->o->aux->data;
-      if ((st = SET(ctx, pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, xscratch)))
-        goto done;
-    }
-  }
-  if ((st = NT_CUDA(ctx, cudaEventCreate(&e0))) || (st = NT_CUDA(ctx, cudaEventCreate(&e1))))
-    goto done;
-  /* Each candidate runs once untimed (warm-up, lazy module loading, and whether it launches
-   * at all) and once timed; those within PRUNE of the fastest then get TUNE_ROUNDS samples of
-   * `reps` back-to-back calls, taken round-robin so clock changes during tuning hit every
-   * candidate alike; the median sample counts. */
-  bool ok[MAX_CANDIDATES];
-  float t[MAX_CANDIDATES][TUNE_ROUNDS], t1[MAX_CANDIDATES];
-  const int reps = 5;
-  int n_ok = 0, n_launched = 0;
-  float fastest = 1e30f;
-  for (int i = 0; i < n; i++) {
-    t1[i] = -1.0f;  /* not launched */
-    cublasStatus_t ls = res[i].state != CUBLAS_STATUS_SUCCESS
-                            ? res[i].state
-                            : launch(ctx, pl, p, &res[i].algo, dscratch, c_in);
-    ok[i] = ls == CUBLAS_STATUS_SUCCESS;  /* a candidate that fails to launch is skipped */
-    if (!ok[i] && pl->launch_status == CUBLAS_STATUS_SUCCESS) pl->launch_status = ls;
-    if (!ok[i]) continue;
-    n_launched++;
-    if ((st = NT_CUDA(ctx, cudaEventRecord(e0, s)))) goto done;
-    (void)launch(ctx, pl, p, &res[i].algo, dscratch, c_in);
-    if ((st = NT_CUDA(ctx, cudaEventRecord(e1, s)))) goto done;
-    if ((st = NT_CUDA(ctx, cudaEventSynchronize(e1)))) goto done;
-    if ((st = NT_CUDA(ctx, cudaEventElapsedTime(&t1[i], e0, e1)))) goto done;
-    if (t1[i] < fastest) fastest = t1[i];
-  }
-  for (int i = 0; i < n; i++) {
-    if (ok[i] && n > 1 && t1[i] > PRUNE * fastest) ok[i] = false;
-    n_ok += ok[i];
-  }
-  for (int r = 0; r < TUNE_ROUNDS && n_ok > 1; r++)
-    for (int i = 0; i < n; i++) {
-      if (!ok[i]) continue;
-      if ((st = NT_CUDA(ctx, cudaEventRecord(e0, s)))) goto done;
-      for (int j = 0; j < reps; j++) (void)launch(ctx, pl, p, &res[i].algo, dscratch, c_in);
-      if ((st = NT_CUDA(ctx, cudaEventRecord(e1, s)))) goto done;
-      if ((st = NT_CUDA(ctx, cudaEventSynchronize(e1)))) goto done;
-      if ((st = NT_CUDA(ctx, cudaEventElapsedTime(&t[i][r], e0, e1)))) goto done;
-    }
-  float best = 1e30f;
-  int best_i = -1;
-  char times[MAX_CANDIDATES * 14 + 1] = "";
-  size_t tl = 0;
-  for (int i = 0; i < n; i++) {
-    float m = 0;
-    if (ok[i] && n_ok > 1) {
-      float *v = t[i];  /* median of TUNE_ROUNDS (3) samples */
-      float lo = v[0] < v[1] ? v[0] : v[1], hi = v[0] < v[1] ? v[1] : v[0];
-      m = (v[2] < lo ? lo : (v[2] > hi ? hi : v[2])) / (float)reps;
-    }
-    /* kept candidates' medians; (single run) for pruned ones; "fail" where none launched */
-    int w = ok[i] ? snprintf(times + tl, sizeof times - tl, " %.4f", (double)m)
-            : t1[i] < 0 ? snprintf(times + tl, sizeof times - tl, " fail")
-                        : snprintf(times + tl, sizeof times - tl, " (%.4f)", (double)t1[i]);
-    if (w > 0 && (size_t)w < sizeof times - tl) tl += (size_t)w;
-    if (ok[i] && (best_i < 0 || m < best)) {
-      best = m;
-      best_i = i;
-    }
-  }
-  nt_log(ctx, NT_LOG_DEBUG,
-         "gemm autotune: ms per call of the heuristic's %d candidates:%s; kept #%d", n, times,
-         best_i);
-  if (best_i >= 0) {
-    pl->algo = res[best_i].algo;
-    if (n_launched > 1) c->stats.autotuned++;  /* picked by timing among several */
-  }
-  *ran = best_i >= 0;
-  /* The chosen candidate's rank in the heuristic's list, for bench diagnostics. */
-  pl->chosen = best_i;
-done:
-  if (aux_saved) {
-    nt_status s2 = SET(ctx, pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux_saved);
-    if (!st) st = s2;
-  }
-  if (e0) cudaEventDestroy(e0);
-  if (e1) cudaEventDestroy(e1);
-  nt_free(ctx, owned);
-  nt_free(ctx, xscratch);
   return st;
 }
 

@@ -23,6 +23,40 @@ typedef struct {
 nt_status nt_gemm_cpu(nt_ctx *ctx, const nt_gemm_problem *p);
 void nt_gemm_tanh_gelu(float x, float *gelu, float *dgelu);
 
+/* ---- The autotuner's widened search (gemm_search.c); these parts are plain C, CPU-tested. */
+
+/* NT_GEMM_SEARCH: unset or empty -> 1; "0", "1", "2" -> that mode; else 1 and false. */
+bool nt_gemm_search_parse(const char *env, int *mode);
+/* Products of at least this many floating-point operations get the widened search in mode 1. */
+#define NT_GEMM_SEARCH_MIN_FLOP 1e9
+bool nt_gemm_search_wide(int mode, double flop);
+/* How far two cuBLASLt kernels' results may differ (relative norm) for inputs `in`, D `out`. */
+double nt_gemm_search_tol(nt_dtype in, nt_dtype out, bool tf32);
+
+/* Checksums that compare two kernels' D without a second copy of D (the logits are 1.6 GB):
+ * sums[0] = sum of D^2, sums[1 + j] = sum of s_j(i) D[i] over the logical index
+ * i = (b * M + m) * N + n, the sign s_j(i) = -1 where bit j of nt_gemm_mix64(i) is set. For
+ * two results c and r, (P_j(c) - P_j(r))^2 has expectation ||c - r||^2 over the signs. */
+#define NT_GEMM_NPROJ 16
+#define NT_GEMM_NSUMS (1 + NT_GEMM_NPROJ)
+#ifdef __CUDACC__
+#define NT_GEMM_HD __host__ __device__
+#else
+#define NT_GEMM_HD
+#endif
+static inline NT_GEMM_HD uint64_t nt_gemm_mix64(uint64_t x) {  /* splitmix64's finaliser */
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+void nt_gemm_checksum_cpu(nt_dtype dt, const void *d, int64_t d_m, int64_t d_batch, int64_t M,
+                          int64_t N, int64_t batch, double sums[NT_GEMM_NSUMS]);
+/* ||c - r|| / ||r|| estimated from checksums: the mean of the NT_GEMM_NPROJ squared projection
+ * differences, or the norms' difference (a lower bound) where larger. Infinity when a sum is
+ * not finite, or when r is zero and c is not. */
+double nt_gemm_checksum_rel_diff(const double *cand, const double *ref);
+
 #ifdef NT_HAVE_CUDA
 nt_status nt_gemm_cuda(nt_ctx *ctx, const nt_gemm_problem *p);
 void nt_gemm_cuda_stats(nt_ctx *ctx, nt_gemm_stats *out);
@@ -42,6 +76,10 @@ nt_status nt_gemmk_rowsum_add(nt_ctx *ctx, nt_dtype dt, const void *a, int64_t a
                               int64_t M, int64_t K, float *out);
 /* dst[i] += src[i] (src in F32, F16 or BF16). */
 nt_status nt_gemmk_add_f32(nt_ctx *ctx, float *dst, const void *src, nt_dtype src_dt, int64_t n);
+/* The checksums of D (F32, F16 or BF16; [batch, M, N], strides d_batch, d_m, 1) into the
+ * device array sums[NT_GEMM_NSUMS] (zeroed first), on the stream; as nt_gemm_checksum_cpu. */
+nt_status nt_gemmk_checksum(nt_ctx *ctx, nt_dtype dt, const void *d, int64_t d_m,
+                            int64_t d_batch, int64_t M, int64_t N, int64_t batch, double *sums);
 #endif
 
 NT_EXTERN_C_END

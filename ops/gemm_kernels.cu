@@ -1,6 +1,7 @@
 /* Epilogues that cuBLASLt cannot fuse for a given case (odd aux leading dims, bias dtypes it
  * rejects, alpha != 1 with a bias gradient, ...), and the accumulation of the fused bias
- * gradient. Elementwise, fp32 arithmetic, results rounded once to the storage dtype. */
+ * gradient. Elementwise, fp32 arithmetic, results rounded once to the storage dtype. Also the
+ * result checksums the autotuner compares kernels with. */
 #include "ops/gemm_internal.h"
 #include "core/cuda_util.h"
 #include "ops/cuda_dtype.cuh"
@@ -80,6 +81,32 @@ __global__ void add_f32_kernel(float *dst, const T *src, int64_t n) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x)
     dst[i] += nt_to_f(src[i]);
+}
+
+/* One block per row (grid-stride), threads along the row; fp64 sums, reduced per warp and
+ * added atomically (the order of addition varies, by far less than any tolerance). */
+template <typename T>
+__global__ void checksum_kernel(const T *d, int64_t d_m, int64_t d_batch, int64_t M, int64_t N,
+                                int64_t rows, double *sums) {
+  double acc[NT_GEMM_NSUMS];
+  for (int j = 0; j < NT_GEMM_NSUMS; j++) acc[j] = 0.0;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    int64_t b = r / M, m = r - b * M;
+    const T *row = d + b * d_batch + m * d_m;
+    for (int64_t n = threadIdx.x; n < N; n += blockDim.x) {
+      double x = (double)nt_to_f(row[n]);
+      uint64_t h = nt_gemm_mix64((uint64_t)(r * N + n));
+      acc[0] += x * x;
+#pragma unroll
+      for (int j = 0; j < NT_GEMM_NPROJ; j++) acc[1 + j] += ((h >> j) & 1) ? -x : x;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < NT_GEMM_NSUMS; j++) {
+    double v = acc[j];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    if ((threadIdx.x & 31) == 0) atomicAdd(sums + j, v);
+  }
 }
 
 nt_status bad_dtype(nt_ctx *ctx, nt_dtype dt, const char *what) {
@@ -168,6 +195,31 @@ nt_status nt_gemmk_add_f32(nt_ctx *ctx, float *dst, const void *src, nt_dtype sr
       add_f32_kernel<__nv_bfloat16><<<bl, th, 0, s>>>(dst, (const __nv_bfloat16 *)src, n);
       break;
     default: return bad_dtype(ctx, src_dt, "bias gradient accumulation");
+  }
+  return NT_CUDA_LAUNCHED(ctx);
+}
+
+nt_status nt_gemmk_checksum(nt_ctx *ctx, nt_dtype dt, const void *d, int64_t d_m,
+                            int64_t d_batch, int64_t M, int64_t N, int64_t batch, double *sums) {
+  cudaStream_t s = nt_cuda_stream(ctx);
+  nt_status st = NT_CUDA(ctx, cudaMemsetAsync(sums, 0, NT_GEMM_NSUMS * sizeof(double), s));
+  if (st) return st;
+  int64_t rows = M * batch;
+  if (rows <= 0 || N <= 0) return NT_OK;
+  int th = 256, bl = (int)(rows < 2048 ? rows : 2048);
+  switch (dt) {
+    case NT_F32:
+      checksum_kernel<float><<<bl, th, 0, s>>>((const float *)d, d_m, d_batch, M, N, rows, sums);
+      break;
+    case NT_F16:
+      checksum_kernel<__half><<<bl, th, 0, s>>>((const __half *)d, d_m, d_batch, M, N, rows,
+                                                sums);
+      break;
+    case NT_BF16:
+      checksum_kernel<__nv_bfloat16><<<bl, th, 0, s>>>((const __nv_bfloat16 *)d, d_m, d_batch, M,
+                                                       N, rows, sums);
+      break;
+    default: return bad_dtype(ctx, dt, "checksum");
   }
   return NT_CUDA_LAUNCHED(ctx);
 }

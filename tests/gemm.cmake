@@ -12,3 +12,12 @@ if(TARGET gpu_test_gemm)
   set_tests_properties(gpu_test_gemm_fp8_log PROPERTIES ENVIRONMENT NT_LOG=debug
                        LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 300)
 endif()
+
+# The autotuner's widened search (NT_GEMM_SEARCH=2 with every candidate verified, a split-K
+# plan kept on purpose, then modes 1 and 0; the test sets those knobs itself), each kept plan
+# against the CPU. NT_LOG=debug: each plan's search summary and fastest configurations.
+if(TARGET gpu_test_gemm)
+  add_test(NAME gpu_test_gemm_search COMMAND gpu_test_gemm search)
+  set_tests_properties(gpu_test_gemm_search PROPERTIES ENVIRONMENT NT_LOG=debug
+                       LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 900)
+endif()

@@ -8,6 +8,7 @@
  * the rounding of D, each well under 1e-2. */
 #include "tests/testutil.h"
 #include "ops/gemm.h"
+#include "ops/gemm_internal.h"
 #include <math.h>
 #include <stdlib.h>
 #ifdef NT_HAVE_CUDA
@@ -426,6 +427,158 @@ static void test_gpu_errors(ctxs *c) {
   buf_free(c, &A);
 }
 
+/* The autotuner's result checksum on the GPU against its CPU twin: f32, f16, bf16, padded rows,
+ * a batch of 2. Both sum the same values in fp64, in different orders. */
+static void test_checksum_kernel(ctxs *c) {
+#ifdef NT_HAVE_CUDA
+  enum { B = 2, M = 37, N = 53, LD = 61 };
+  const nt_dtype dts[3] = {NT_F32, NT_F16, NT_BF16};
+  nt_test_rng r = {7};
+  for (int t = 0; t < 3; t++) {
+    buf D, S;
+    memset(&D, 0, sizeof D);
+    S = D;
+    if (!buf_make(c, &D, (size_t)B * M * LD * nt_dtype_size(dts[t])) ||
+        !buf_make(c, &S, NT_GEMM_NSUMS * sizeof(double)))
+      goto next;
+    for (int64_t i = 0; i < (int64_t)B * M * LD; i++)
+      nt_store_f32(D.h, dts[t], i, (float)nt_test_uniform(&r, -2, 2));
+    if (!buf_copy(c, &D, true)) goto next;
+    double cpu[NT_GEMM_NSUMS], gpu[NT_GEMM_NSUMS];
+    nt_gemm_checksum_cpu(dts[t], D.h, LD, (int64_t)M * LD, M, N, B, cpu);
+    if (!CHECK_OK(c->gpu, nt_gemmk_checksum(c->gpu, dts[t], D.d, LD, (int64_t)M * LD, M, N, B,
+                                            (double *)S.d)) ||
+        !buf_copy(c, &S, false))
+      goto next;
+    memcpy(gpu, S.h, sizeof gpu);
+    double worst = 0;
+    for (int j = 0; j < NT_GEMM_NSUMS; j++) {
+      double d = fabs(gpu[j] - cpu[j]) / sqrt(cpu[0]);
+      if (d > worst) worst = d;
+    }
+    CHECK(worst < 1e-9 && nt_gemm_checksum_rel_diff(gpu, cpu) < 1e-9,
+          "%s checksum kernel vs CPU: worst sum difference %.3g (relative to ||D||)",
+          nt_dtype_name(dts[t]), worst);
+    printf("  checksum kernel %-4s vs CPU: %.2e\n", nt_dtype_name(dts[t]), worst);
+  next:
+    buf_free(c, &D);
+    buf_free(c, &S);
+  }
+#else
+  (void)c;
+#endif
+}
+
+static void print_stats(const char *what, nt_ctx *ctx, nt_gemm_stats *s) {
+  nt_gemm_get_stats(ctx, s);
+  printf("  %s: plans %llu, autotuned %llu, searched %llu (won %llu), timed %llu, verified %llu "
+         "(split-K %llu), rejected %llu, split-K plans %llu, tuning %.3f s, workspace needed "
+         "%llu bytes\n",
+         what, (unsigned long long)s->plans, (unsigned long long)s->autotuned,
+         (unsigned long long)s->searched, (unsigned long long)s->search_won,
+         (unsigned long long)s->search_timed, (unsigned long long)s->search_verified,
+         (unsigned long long)s->splitk_verified, (unsigned long long)s->search_rejected,
+         (unsigned long long)s->splitk_plans, (double)s->tune_us * 1e-6,
+         (unsigned long long)s->workspace_needed);
+}
+
+/* A context whose GEMM knobs are set before its first product (they are read then). */
+static nt_ctx *ctx_with(const char *search, const char *verify, const char *pick) {
+  const char *names[3] = {"NT_GEMM_SEARCH", "NT_GEMM_SEARCH_VERIFY", "NT_GEMM_SEARCH_PICK"};
+  const char *vals[3] = {search, verify, pick};
+  for (int i = 0; i < 3; i++) {
+    if (vals[i]) setenv(names[i], vals[i], 1);
+    else unsetenv(names[i]);
+  }
+  return nt_test_cuda_ctx();
+}
+
+/* Odd shapes, long K (split-K territory), every dtype, beta != 0 (timing on scratch), batches,
+ * fused epilogues and the fused bias gradient; each searched plan's result against the CPU. */
+static void search_cases(ctxs *c, int cc, bool long_k_only) {
+  gcase g = base(NT_BF16, NT_BF16);
+  g.M = 72; g.N = 40; g.K = 8200; g.pad = 8;
+  run_case(c, &g, "search bf16 72x40x8200, padded ld");
+  g = base(NT_F16, NT_F16);
+  g.M = 65; g.N = 33; g.K = 4097; g.ta = true; g.alpha = 2.0f; g.beta = 0.5f;
+  run_case(c, &g, "search f16 ta 65x33x4097 alpha 2 beta 0.5");
+  g = base(NT_F32, NT_F32);
+  g.M = 45; g.N = 51; g.K = 3001; g.tb = true;
+  run_case(c, &g, "search f32 tb 45x51x3001");
+  if (long_k_only) return;
+  g = base(NT_F32, NT_F32);
+  g.tf32 = g.tf32_exact = true;
+  g.M = 40; g.N = 24; g.K = 2048;
+  run_case(c, &g, "search tf32 40x24x2048");
+  g = base(NT_BF16, NT_F32);
+  g.M = 19; g.N = 23; g.K = 1500; g.ta = true;
+  g.batch_a = g.batch_b = g.batch_d = 3;
+  run_case(c, &g, "search bf16->f32 batched 3, ta, 19x23x1500");
+  g = base(NT_BF16, NT_BF16);
+  g.M = 64; g.N = 96; g.K = 2048; g.epi = NT_EPI_GELU_AUX; g.bias = true;
+  run_case(c, &g, "search bf16 GELU_AUX + bias 64x96x2048");
+  g = base(NT_BF16, NT_BF16);
+  g.M = 64; g.N = 96; g.K = 4096; g.epi = NT_EPI_BGRADA; g.ta = true; g.beta = 1.0f;
+  run_case(c, &g, "search bf16 BGRADA beta 1 64x96x4096");
+  g = base(NT_F16, NT_F16);
+  g.M = 37; g.N = 53; g.K = 2999; g.epi = NT_EPI_BIAS; g.bias = true; g.bias_dt = NT_F16;
+  run_case(c, &g, "search f16 + f16 bias 37x53x2999");
+  if (cc >= 89) {
+    g = base(NT_FP8_E4M3, NT_BF16);
+    g.M = 64; g.N = 128; g.K = 4096; g.tb = true; g.lo = -4.0f; g.hi = 4.0f;
+    run_case(c, &g, "search fp8 e4m3 -> bf16 64x128x4096");
+  }
+}
+
+/* "gpu_test_gemm search": the widened autotuning search. Every candidate is compared with the
+ * heuristic's kernel (NT_GEMM_SEARCH_VERIFY=1) and every kept plan with the CPU; split-K
+ * candidates must be among those verified, and a split-K plan (NT_GEMM_SEARCH_PICK=splitk)
+ * must match the CPU too. Then mode 1's threshold and mode 0. */
+static void test_search(ctxs *c, int cc) {
+  nt_gemm_stats s;
+  nt_ctx *gpu0 = c->gpu;
+  printf("NT_GEMM_SEARCH=2, every candidate verified:\n");
+  if ((c->gpu = ctx_with("2", "1", NULL))) {
+    search_cases(c, cc, false);
+    print_stats("search 2", c->gpu, &s);
+    CHECK(s.searched >= s.plans && s.plans > 0, "every plan searched in mode 2");
+    CHECK(s.search_timed > s.plans * 32, "the search timed more than the heuristic's lists");
+    CHECK(s.search_verified > 0 && s.splitk_verified > 0,
+          "searched candidates, split-K ones among them, were verified (%llu, %llu)",
+          (unsigned long long)s.search_verified, (unsigned long long)s.splitk_verified);
+    if (s.search_rejected)
+      printf("  NOTE: %llu configurations differed from the heuristic's kernel and were dropped "
+             "(see the WARN lines)\n", (unsigned long long)s.search_rejected);
+    nt_ctx_free(c->gpu);
+  }
+  printf("NT_GEMM_SEARCH=2, the fastest split-K configuration kept:\n");
+  if ((c->gpu = ctx_with("2", NULL, "splitk"))) {
+    search_cases(c, cc, true);
+    print_stats("split-K picks", c->gpu, &s);
+    CHECK(s.splitk_plans > 0, "some plans run split-K (%llu of %llu) and matched the CPU",
+          (unsigned long long)s.splitk_plans, (unsigned long long)s.plans);
+    nt_ctx_free(c->gpu);
+  }
+  /* Mode 1: 1024 x 1024 x 512 is 1.07 GFLOP (searched), 37 x 53 x 29 is not. */
+  for (int mode = 1; mode >= 0; mode--) {
+    printf("NT_GEMM_SEARCH=%d:\n", mode);
+    if (!(c->gpu = ctx_with(mode ? "1" : "0", NULL, NULL))) continue;
+    gcase g = base(NT_BF16, NT_BF16);
+    g.M = 1024; g.N = 1024; g.K = 512;
+    run_case(c, &g, "bf16 1024x1024x512 (1.07 GFLOP)");
+    nt_gemm_get_stats(c->gpu, &s);
+    CHECK(s.searched == (uint64_t)mode, "mode %d: searched %llu", mode,
+          (unsigned long long)s.searched);
+    g = base(NT_BF16, NT_BF16);
+    run_case(c, &g, "bf16 37x53x29");
+    print_stats(mode ? "search 1" : "search 0", c->gpu, &s);
+    CHECK(s.searched == (uint64_t)mode && s.plans == 2, "a small product is not searched");
+    nt_ctx_free(c->gpu);
+  }
+  unsetenv("NT_GEMM_SEARCH");
+  c->gpu = gpu0;
+}
+
 static int compute_capability(void) {
   int major = 0, minor = 0;
 #ifdef NT_HAVE_CUDA
@@ -437,19 +590,26 @@ static int compute_capability(void) {
 }
 
 /* "gpu_test_gemm fp8" runs the FP8 cases only (tests/gemm.cmake runs it with NT_LOG=debug, so
- * the log shows each FP8 plan: layouts, types, heuristic status and count, kernel kept). */
+ * the log shows each FP8 plan: layouts, types, heuristic status and count, kernel kept).
+ * "gpu_test_gemm search" runs the autotuner's search tests (test_search; it sets the knobs). */
 int main(int argc, char **argv) {
   ctxs c;
   bool fp8_only = argc > 1 && !strcmp(argv[1], "fp8");
+  bool search = argc > 1 && !strcmp(argv[1], "search");
   c.gpu = nt_test_cuda_ctx();
   if (!c.gpu) return nt_test_skip("no GPU");
   if (nt_ctx_create(&c.cpu, nt_cpu())) return 1;
-  if (fp8_only) {
-    test_fp8(&c, compute_capability());
+  if (fp8_only || search) {
+    if (fp8_only) test_fp8(&c, compute_capability());
+    if (search) {
+      test_checksum_kernel(&c);
+      test_search(&c, compute_capability());
+    }
     nt_ctx_free(c.cpu);
     nt_ctx_free(c.gpu);
     return nt_test_finish();
   }
+  test_checksum_kernel(&c);
   test_transposes(&c);
   test_epilogues(&c);
   test_batched_alpha_beta(&c);

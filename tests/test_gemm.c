@@ -1,8 +1,11 @@
 /* GEMM on the CPU against a plain fp64 triple loop: every transpose (flags and transposed
  * views), odd shapes, padded leading dims, batched and broadcast batches, alpha/beta, each
- * epilogue, F16/BF16/FP8 inputs and the rounding of low-precision outputs; argument errors. */
+ * epilogue, F16/BF16/FP8 inputs and the rounding of low-precision outputs; argument errors.
+ * Also the autotuner's plain-C parts: NT_GEMM_SEARCH parsing, the widened-search threshold and
+ * the result checksums that compare two kernels. */
 #include "tests/testutil.h"
 #include "ops/gemm.h"
+#include "ops/gemm_internal.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -364,8 +367,97 @@ static void test_errors(nt_ctx *ctx) {
   CHECK(s.plans == 0 && s.descriptors == 0, "CPU context has no plans");
 }
 
+static void test_search_knobs(void) {
+  int m = -1;
+  CHECK(nt_gemm_search_parse(NULL, &m) && m == 1, "unset -> 1 (%d)", m);
+  CHECK(nt_gemm_search_parse("", &m) && m == 1, "empty -> 1 (%d)", m);
+  CHECK(nt_gemm_search_parse("0", &m) && m == 0, "0 (%d)", m);
+  CHECK(nt_gemm_search_parse("2", &m) && m == 2, "2 (%d)", m);
+  CHECK(!nt_gemm_search_parse("3", &m) && m == 1, "3 refused, default kept (%d)", m);
+  CHECK(!nt_gemm_search_parse("1x", &m) && m == 1, "1x refused (%d)", m);
+  /* 16384 x 384 x 384 (the small GPT's projection, 4.8 GFLOP) is searched by default; a
+   * 64-row product is not; mode 2 searches everything, mode 0 nothing. */
+  double big = 2.0 * 16384 * 384 * 384, small = 2.0 * 64 * 384 * 384;
+  CHECK(nt_gemm_search_wide(1, big) && !nt_gemm_search_wide(1, small), "mode 1 threshold");
+  CHECK(nt_gemm_search_wide(2, small) && !nt_gemm_search_wide(0, big), "modes 0 and 2");
+  CHECK(nt_gemm_search_tol(NT_BF16, NT_BF16, false) == 1e-2 &&
+            nt_gemm_search_tol(NT_F16, NT_F16, false) == 2e-3 &&
+            nt_gemm_search_tol(NT_F32, NT_F32, false) == 1e-5 &&
+            nt_gemm_search_tol(NT_F32, NT_F32, true) == 2e-3 &&
+            nt_gemm_search_tol(NT_FP8_E4M3, NT_BF16, false) == 2e-2,
+        "kernel-vs-kernel tolerances follow DESIGN's per dtype");
+}
+
+/* The checksums estimate ||c - r|| / ||r|| within a small factor for a spread error, catch a
+ * missing tile, a NaN and a zero/non-zero mismatch, and ignore the padding between rows. */
+static void test_checksums(void) {
+  enum { B = 2, M = 37, N = 53, LD = 61 };
+  int64_t n = B * M * LD;
+  float *r = calloc((size_t)n, sizeof *r), *c = calloc((size_t)n, sizeof *c);
+  double sr[NT_GEMM_NSUMS], sc[NT_GEMM_NSUMS];
+  nt_test_rng g = {42};
+  for (int64_t i = 0; i < n; i++) r[i] = (float)nt_test_uniform(&g, -1, 1);
+  nt_gemm_checksum_cpu(NT_F32, r, LD, M * LD, M, N, B, sr);
+  double norm2 = 0;
+  for (int b = 0; b < B; b++)
+    for (int m = 0; m < M; m++)
+      for (int j = 0; j < N; j++) norm2 += (double)r[(b * M + m) * LD + j] * r[(b * M + m) * LD + j];
+  CHECK(fabs(sr[0] - norm2) <= 1e-9 * norm2, "sums[0] is the sum of squares (%g vs %g)", sr[0],
+        norm2);
+  CHECK(nt_gemm_checksum_rel_diff(sr, sr) == 0.0, "identical results differ by 0");
+  /* Padding (outside the logical matrix) does not count. */
+  memcpy(c, r, (size_t)n * sizeof *c);
+  for (int b = 0; b < B; b++)
+    for (int m = 0; m < M; m++) c[(b * M + m) * LD + N + 3] = 1e6f;
+  nt_gemm_checksum_cpu(NT_F32, c, LD, M * LD, M, N, B, sc);
+  CHECK(nt_gemm_checksum_rel_diff(sc, sr) == 0.0, "padding ignored");
+  /* Spread errors of known size: the estimate within [0.4, 1.8]x of the truth, 50 trials. */
+  double lo = 1e9, hi = 0;
+  for (int t = 0; t < 50; t++) {
+    double e2 = 0;
+    memcpy(c, r, (size_t)n * sizeof *c);
+    for (int b = 0; b < B; b++)
+      for (int m = 0; m < M; m++)
+        for (int j = 0; j < N; j++) {
+          int64_t i = (b * M + m) * LD + j;
+          float d = (float)(1e-3 * nt_test_normal(&g));
+          c[i] = r[i] + d;
+          e2 += ((double)c[i] - r[i]) * ((double)c[i] - r[i]);
+        }
+    nt_gemm_checksum_cpu(NT_F32, c, LD, M * LD, M, N, B, sc);
+    double q = nt_gemm_checksum_rel_diff(sc, sr) / sqrt(e2 / norm2);
+    if (q < lo) lo = q;
+    if (q > hi) hi = q;
+  }
+  CHECK(lo > 0.4 && hi < 1.8, "estimate / true relative error in [%.2f, %.2f]", lo, hi);
+  /* A kernel that skipped one 8 x 8 tile: 64 of 3922 values zero (true error ~0.13). */
+  memcpy(c, r, (size_t)n * sizeof *c);
+  for (int m = 8; m < 16; m++)
+    for (int j = 16; j < 24; j++) c[(M + m) * LD + j] = 0.0f;
+  nt_gemm_checksum_cpu(NT_F32, c, LD, M * LD, M, N, B, sc);
+  double e = nt_gemm_checksum_rel_diff(sc, sr);
+  CHECK(e > 0.05, "a missing tile shows (%.3g)", e);
+  /* bf16 storage read as stored: rounding to bf16 (rel 2^-9 per value) stays under 1e-2. */
+  void *rb = nt_test_to_dtype(memcpy(c, r, (size_t)n * sizeof *c), (size_t)n, NT_BF16);
+  nt_gemm_checksum_cpu(NT_BF16, rb, LD, M * LD, M, N, B, sc);
+  e = nt_gemm_checksum_rel_diff(sc, sr);
+  CHECK(e > 1e-4 && e < 1e-2, "bf16 rounding: %.3g", e);
+  free(rb);
+  memcpy(c, r, (size_t)n * sizeof *c);
+  c[5] = NAN;
+  nt_gemm_checksum_cpu(NT_F32, c, LD, M * LD, M, N, B, sc);
+  CHECK(isinf(nt_gemm_checksum_rel_diff(sc, sr)), "NaN in the candidate: infinite difference");
+  double z[NT_GEMM_NSUMS] = {0};
+  CHECK(nt_gemm_checksum_rel_diff(z, z) == 0.0 && isinf(nt_gemm_checksum_rel_diff(sr, z)),
+        "zero vs zero, non-zero vs zero");
+  free(r);
+  free(c);
+}
+
 int main(void) {
   nt_ctx *ctx;
+  test_search_knobs();
+  test_checksums();
   if (nt_ctx_create(&ctx, nt_cpu())) return 1;
   test_transposes(ctx);
   test_batched(ctx);
