@@ -1,4 +1,5 @@
 #include "models/gpt.h"
+#include "core/convert.h"
 #include "ops/attention.h"
 #include "ops/cross_entropy.h"
 #include "ops/dropout.h"
@@ -35,7 +36,8 @@ struct nt_gpt {
   nt_arena arena;
   nt_tensor x0, lnf, lnf_mean, lnf_rstd, logits, losses, loss;
   int Vp;                         /* vocabulary padded for the head's GEMMs */
-  nt_tensor vmask;                /* F32 [Vp]: 0, then a large negative on the padding */
+  nt_tensor vmask;                /* [Vp] in the compute dtype (so cuBLASLt fuses it as the head
+                                     GEMM's bias): 0, then a large negative on the padding */
   /* scratch shared by all layers: dres, dtmp, dc, and views into `shared` (see
    * build_activations) */
   nt_tensor dres, dtmp, dc, shared;
@@ -218,7 +220,7 @@ static nt_status build_activations(nt_ctx *ctx, nt_gpt *g, nt_dtype dt, bool all
   ADD(g->lnf_mean, NT_F32, 1, sN);
   ADD(g->lnf_rstd, NT_F32, 1, sN);
   ADD(g->logits, dt, 2, sV);
-  if (g->Vp != c->vocab_size) ADD(g->vmask, NT_F32, 1, sVp);
+  if (g->Vp != c->vocab_size) ADD(g->vmask, dt, 1, sVp);
   ADD(g->losses, NT_F32, 1, sN);
   ADD(g->loss, NT_F32, 0, sN);
   ADD(g->dres, dt, 3, sC);
@@ -275,10 +277,11 @@ nt_status nt_gpt_create(nt_ctx *ctx, const nt_gpt_config *cfg, nt_dtype compute_
   st = build_params(ctx, g, compute_dtype, true);
   if (!st) st = build_activations(ctx, g, compute_dtype, true);
   if (!st && g->Vp != cfg->vocab_size) {
-    float *m = malloc((size_t)g->Vp * sizeof *m);
+    void *m = malloc((size_t)g->Vp * nt_dtype_size(compute_dtype));
     if (!m) st = NT_ERROR(ctx, NT_ERR_OOM, "out of host memory");
-    for (int i = 0; m && i < g->Vp; i++) m[i] = i < cfg->vocab_size ? 0.0f : -30000.0f;
-    nt_tensor hm = nt_tensor_view(m, NT_F32, nt_cpu(), 1, g->vmask.shape);
+    for (int i = 0; m && i < g->Vp; i++)
+      nt_store_f32(m, compute_dtype, i, i < cfg->vocab_size ? 0.0f : -30000.0f);
+    nt_tensor hm = nt_tensor_view(m, compute_dtype, nt_cpu(), 1, g->vmask.shape);
     if (!st) st = nt_tensor_copy(ctx, &g->vmask, &hm);
     free(m);
   }
@@ -458,6 +461,13 @@ nt_status nt_gpt_eval_loss(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
   return st;
 }
 
+/* dx = dropout's gradient of dy, written (not accumulated, so dx needs no zeroing): the
+ * forward's mask applied to dy, which is nt_dropout_forward with the same stream. */
+static nt_status dropout_grad(nt_ctx *ctx, float p, uint64_t off, const nt_tensor *dy,
+                              nt_tensor *dx) {
+  return nt_dropout_forward(ctx, dy, dx, p, nt_ctx_seed(ctx), off);
+}
+
 /* dres holds d(block output); on return it holds d(block input). Gradients of activations
  * are overwritten, not accumulated, wherever the op can (GEMMs with beta 0); ops that only
  * accumulate get a zeroed buffer. */
@@ -482,8 +492,7 @@ static nt_status block_backward(nt_ctx *ctx, nt_gpt *g, gpt_layer *L, const nt_t
   /* MLP branch: x2 = x1 + drop(fc_proj(gelu(fc(ln2(x1))))) */
   const nt_tensor *dbranch = &dres;
   if (p > 0.0f) {
-    st = nt_tensor_zero(ctx, &dtmp);
-    if (!st) st = nt_dropout_backward(ctx, &dres, &dtmp, p, nt_ctx_seed(ctx), L->mlp_off);
+    st = dropout_grad(ctx, p, L->mlp_off, &dres, &dtmp);
     dbranch = &dtmp;
   }
   /* The GELU output was not kept: recompute it, the input of mlp.c_proj's weight gradient. */
@@ -494,8 +503,7 @@ static nt_status block_backward(nt_ctx *ctx, nt_gpt *g, gpt_layer *L, const nt_t
                                       &P[LN2_B].g);
   /* attention branch: x1 = x + drop(c_proj(merge(attn(split(c_attn(ln1(x))))))) */
   if (p > 0.0f) {
-    if (!st) st = nt_tensor_zero(ctx, &dtmp);
-    if (!st) st = nt_dropout_backward(ctx, &dres, &dtmp, p, nt_ctx_seed(ctx), L->att_off);
+    if (!st) st = dropout_grad(ctx, p, L->att_off, &dres, &dtmp);
   }
   if (!st) st = lin_bwd(ctx, g, l, 1, dbranch, &ym, &P[PROJ_W].w, &dc, &P[PROJ_W].g,
                                    &P[PROJ_B].g);
@@ -546,8 +554,7 @@ nt_status nt_gpt_train_step(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
   const nt_tensor *demb = &dres;
   nt_tensor dtmp = v3(&g->dtmp, b, t, C);
   if (c->dropout > 0.0f) {
-    if (!st) st = nt_tensor_zero(ctx, &dtmp);
-    if (!st) st = nt_dropout_backward(ctx, &dres, &dtmp, c->dropout, nt_ctx_seed(ctx), g->emb_off);
+    if (!st) st = dropout_grad(ctx, c->dropout, g->emb_off, &dres, &dtmp);
     demb = &dtmp;
   }
   if (!st) st = nt_embedding_backward(ctx, tokens, demb, &g->wte.g, &g->wpe.g);
