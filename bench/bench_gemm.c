@@ -5,7 +5,9 @@
  *   bench_gemm [--dtype bf16|f16] [--repeats 20] [--shapes all|small|gpt2|square|NAME]
  *              [--no-graph] [--list]
  *
- * One line per shape: "RESULT name M N K ta tb ms tflops inner rot graph". A repeat times a
+ * One line per shape: "RESULT name M N K ta tb ms tflops inner rot graph", and at the end
+ * "TUNE searched N won N timed N verified N rejected N splitk_plans N tune_s S
+ * workspace_needed B" (the plan cache's search counters, NT_GEMM_SEARCH). A repeat times a
  * batch of `inner` calls (enough for >= 2 ms) between CUDA events; ms is the median per call
  * after warm-up (which also covers the plan cache's first-use autotuning). The batch is
  * replayed as a CUDA graph (unless --no-graph or capture fails: graph 0), so host overhead
@@ -255,9 +257,10 @@ int main(int argc, char **argv) {
     nt_ctx_free(ctx);
     return 2;
   }
-  const char *at = getenv("NT_GEMM_AUTOTUNE");
-  printf("# nt_gemm %s, median of %d repeats, autotune %s, L2 %zu MiB\n", dtype, repeats,
-         (at && at[0] == '0') ? "off" : "on", l2 >> 20);
+  const char *at = getenv("NT_GEMM_AUTOTUNE"), *search = getenv("NT_GEMM_SEARCH");
+  printf("# nt_gemm %s, median of %d repeats, autotune %s, NT_GEMM_SEARCH %s, L2 %zu MiB\n",
+         dtype, repeats, (at && at[0] == '0') ? "off" : "on", search && search[0] ? search : "1",
+         l2 >> 20);
   printf("%-22s %6s %6s %6s %3s %3s %10s %9s %5s %3s %5s\n", "# shape", "M", "N", "K", "ta",
          "tb", "ms", "TFLOP/s", "inner", "rot", "graph");
   int rc = 0;
@@ -279,6 +282,13 @@ int main(int argc, char **argv) {
   nt_gemm_get_stats(ctx, &gs);
   printf("# plans %llu, autotuned %llu, descriptors %llu\n", (unsigned long long)gs.plans,
          (unsigned long long)gs.autotuned, (unsigned long long)gs.descriptors);
+  /* One machine-readable line for bench_gemm.py: the one-time tuning cost and what it found. */
+  printf("TUNE searched %llu won %llu timed %llu verified %llu rejected %llu splitk_plans %llu "
+         "tune_s %.3f workspace_needed %llu\n",
+         (unsigned long long)gs.searched, (unsigned long long)gs.search_won,
+         (unsigned long long)gs.search_timed, (unsigned long long)gs.search_verified,
+         (unsigned long long)gs.search_rejected, (unsigned long long)gs.splitk_plans,
+         (double)gs.tune_us * 1e-6, (unsigned long long)gs.workspace_needed);
   nt_ctx_free(ctx);
   return rc;
 }

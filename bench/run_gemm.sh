@@ -3,7 +3,7 @@
 # shape, interleaved, measured the same way (see bench_gemm.py); prints the side-by-side table
 # and writes it to $build/bench/gemm_table.md. Builds nothing.
 #
-#   bench/run_gemm.sh [build-dir (default build)] [bf16|f16 (default bf16)] [diag]
+#   bench/run_gemm.sh [build-dir (default build)] [bf16|f16 (default bf16)] [diag|search|search2]
 #
 # diag (off by default; a few minutes more): after the table, logs which kernels each side
 # runs. nanotrain: NT_LOG=debug (each plan's heuristic candidates with their autotune times and
@@ -11,6 +11,18 @@
 # CUBLASLT_LOG_LEVEL=2 (every cublasLtMatmul with its algorithm); torch: CUBLASLT_LOG_LEVEL=2
 # and CUBLAS_LOGINFO_DBG=1, with its default BLAS and once more with torch preferring cuBLASLt
 # (--torch-lt, a second table). Logs in $build/bench/gemm_diag/, one short summary printed.
+#
+# search (instead of the plain table; ~2x its time plus the tuning): every shape with the
+# autotuner's heuristic list only (NT_GEMM_SEARCH=0) and with the default widened search
+# (NT_GEMM_SEARCH=1) side by side with torch, the one-time tuning cost per shape (tune s) and
+# whether the search kept a configuration from outside the heuristic's top 32 (won). Table in
+# $build/bench/gemm_search_table.md.
+#
+# search2 (diagnosis, several minutes): the four shapes below 0.95x in bench/RESULTS.md with
+# modes 0, 1 and 2 (exhaustive), one round, nanotrain's NT_LOG=debug logs kept per run
+# (each plan's search summary, its 12 fastest configurations and the kept one, ids spelled out),
+# and the cuBLASLt calls torch makes for the same shapes (CUBLASLT_LOG_LEVEL=2). Table in
+# $build/bench/gemm_search2_table.md, logs in $build/bench/gemm_search_logs/.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 build="${1:-build}"
@@ -18,6 +30,32 @@ dtype="${2:-bf16}"
 mode="${3:-}"
 bin="$build/bench/bench_gemm"
 [ -x "$bin" ] || { echo "run_gemm.sh: $bin not found (build first: cmake --build $build)" >&2; exit 1; }
+if [ "$mode" = search ]; then
+  table="$build/bench/gemm_search_table.md"
+  python3 "$here/bench_gemm.py" "$bin" --dtype "$dtype" --search-modes 0,1 | tee "$table"
+  echo "table written to $table"
+  exit 0
+fi
+if [ "$mode" = search2 ]; then
+  targets=small.proj.dx,gpt2.lmhead.dx,gpt2.lmhead.dW,square.8192
+  logs="$build/bench/gemm_search_logs"
+  rm -rf "$logs"
+  mkdir -p "$logs"
+  table="$build/bench/gemm_search2_table.md"
+  python3 "$here/bench_gemm.py" "$bin" --dtype "$dtype" --shapes "$targets" --search-modes 0,1,2 \
+    --rounds 1 --nt-log "$logs" | tee "$table"
+  echo
+  python3 "$here/bench_gemm.py" --summarize-logs "$logs" | tee "$logs/summary.txt"
+  echo "== torch's cuBLASLt calls for the same shapes (addresses stripped, counted)"
+  CUBLASLT_LOG_LEVEL=2 CUBLASLT_LOG_FILE="$logs/torch_cublaslt.%i.log" \
+    python3 "$here/bench_gemm.py" "$bin" --dtype "$dtype" --shapes "$targets" --search-modes 0 \
+    --repeats 3 --rounds 1 >"$logs/torch_logged_table.md" 2>&1 || true
+  cat "$logs"/torch_cublaslt.*.log 2>/dev/null | grep -E "cublasLtMatmul\]" |
+    sed -E 's/^\[[^]]*\]\[[^]]*\]\[[^]]*\]//; s/0[xX][0-9a-fA-F]+/P/g' | sort | uniq -c |
+    sort -rn | head -40 || true
+  echo "table written to $table; logs in $logs"
+  exit 0
+fi
 table="$build/bench/gemm_table.md"
 python3 "$here/bench_gemm.py" "$bin" --dtype "$dtype" | tee "$table"
 echo "table written to $table"

@@ -88,7 +88,7 @@ const char *const nt_gemm_src_name[NSRC] = {"heur", "algo", "enum", "var", "comb
 static const limits LIM_HEUR = {NT_GEMM_HEURISTIC_CANDIDATES, 0, 0, 0, 0, 0, 0,
                                 NT_GEMM_HEURISTIC_CANDIDATES, NT_GEMM_HEURISTIC_CANDIDATES, 0, 1e30};
 static const limits LIM_WIDE = {128, 8, 160, 3, 192, 4, 3, 640, 8, 20000, 6000.0};
-static const limits LIM_ALL = {512, 64, 2048, 0, 4096, 8, 15, 8192, 16, 400000, 120000.0};
+static const limits LIM_ALL = {512, 64, 2048, 0, 4096, 8, 15, 8192, 16, 200000, 60000.0};
 
 static const int32_t splitk_wide[] = {2, 3, 4, 6, 8, 16};
 static const int32_t splitk_all[] = {2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32};
