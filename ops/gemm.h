@@ -64,10 +64,10 @@ nt_gemm_opts nt_gemm_defaults(void);
  *      heuristic's top 128, its best configurations per algorithm id, every tile x stages
  *      configuration of the fastest algorithm ids, then split-K / reduction / CTA swizzle /
  *      cluster shape / custom option / stages variants of the fastest few, each validated by
- *      cublasLtMatmulAlgoCheck (at most ~600 configurations timed per shape, a few seconds of
- *      GPU time cap). A kept configuration from outside the heuristic's list is first checked
- *      against the heuristic's kernel on the same inputs (rejected beyond the dtype's
- *      tolerance);
+ *      cublasLtMatmulAlgoCheck (at most ~650 configurations timed per shape, at most 6 s of
+ *      GPU time: ~0.05-0.5 s for most shapes, a few seconds for a GPT-2 logits product). A kept
+ *      configuration from outside the heuristic's list is first checked against the heuristic's
+ *      kernel on the same inputs (rejected beyond the dtype's tolerance);
  *   2  the widened search on every shape, with larger limits (diagnosis; can take minutes).
  * NT_GEMM_SEARCH_VERIFY=1 checks every searched candidate's result, not only the kept one;
  * NT_GEMM_SEARCH_PICK=splitk keeps the fastest split-K configuration when one runs (tests).

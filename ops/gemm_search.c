@@ -12,8 +12,9 @@
  *          CTA swizzle, cluster shape (sm_90+), custom option and stages variants, one attribute
  *          at a time
  *   combo  per base, the best value of every attribute that helped, combined
- * Every configuration must pass cublasLtMatmulAlgoCheck with a workspace need within the
- * context's workspace. Each is run once untimed (lazy module loading; whether it launches at
+ * Every built configuration must pass cublasLtMatmulAlgoCheck with a workspace need within the
+ * context's workspace (and, below mode 2, a wave count within WAVES_MAX x the heuristic first
+ * choice's). Each is run once untimed (lazy module loading; whether it launches at
  * all) and once timed; the fastest few (within PRUNE of the fastest, at most final_max, always
  * with the heuristic list's fastest) then get TUNE_ROUNDS samples of REPS runs each, taken
  * round-robin so clock changes hit every candidate alike, and the median decides.
@@ -22,11 +23,15 @@
  * gemm_internal.h) and dropped beyond the dtype's tolerance.
  *
  * Cost, by design (to be measured on the H200): per timed configuration two runs of the product
- * plus one host sync (~20 us); a widened shape times up to ~640 configurations, so about
- * 1300 product runs: ~0.05 s for the small GPT's 16384x384x384 products, ~0.3-0.5 s for GPT-2's
- * 16384x768x3072 ones and ~3-5 s for a GPT-2 logits product (1.3 TFLOP, ~1.7 ms a run, slow
- * configurations included), capped at 6 s of GPU time per shape; host-side AlgoCheck calls add
- * tens of ms. Under 1 GFLOP nothing changes (the heuristic's 32). Once per shape and context. */
+ * plus one host sync (~20 us). Mode 1 times at most ~650 configurations per shape (heuristic
+ * 128 + per-id 160 + enumerated 192 + variants and combos up to the 640 cap), so about
+ * 1300 product runs: ~0.05 s for the small GPT's 16384x384x384 products, ~0.3-0.5 s for
+ * GPT-2's 16384x768x3072 ones and ~2-4 s for a GPT-2 logits product (1.3 TFLOP, ~1.7 ms a run,
+ * slower configurations included), capped at 6 s of quick-round GPU time per shape; AlgoCheck
+ * calls (<= 20000) add up to tens of ms of host time. A GPT-2 training run has ~15 distinct
+ * shapes: ~10 s once. Under 1 GFLOP nothing changes (the heuristic's 32, as before). Mode 2
+ * (diagnosis) times up to 8192 configurations, up to 60 s of GPU time per shape. Once per shape
+ * and context. */
 #include "ops/gemm_internal.h"
 #include <math.h>
 #include <string.h>
@@ -83,6 +88,8 @@ double nt_gemm_checksum_rel_diff(const double *cand, const double *ref) {
 #include <stdlib.h>
 
 const char *const nt_gemm_src_name[NSRC] = {"heur", "algo", "enum", "var", "combo"};
+
+#define WAVES_MAX 8.0f
 
 /* NT_GEMM_SEARCH 0 (and 1 under 1 GFLOP): the heuristic's 32, as before the search existed. */
 static const limits LIM_HEUR = {NT_GEMM_HEURISTIC_CANDIDATES, 0, 0, 0, 0, 0, 0,
@@ -181,7 +188,8 @@ const limits *nt_gemm_search_limits(bool wide, bool all) {
   return all ? &LIM_ALL : wide ? &LIM_WIDE : &LIM_HEUR;
 }
 
-static cand *push(tuner *T, const cublasLtMatmulAlgo_t *a, size_t ws, int src, int rank) {
+static cand *push(tuner *T, const cublasLtMatmulAlgo_t *a, size_t ws, float waves, int src,
+                  int rank) {
   if (T->n == T->cap) {
     int cap = T->cap ? 2 * T->cap : 256;
     cand *v = realloc(T->v, (size_t)cap * sizeof *v);
@@ -194,6 +202,7 @@ static cand *push(tuner *T, const cublasLtMatmulAlgo_t *a, size_t ws, int src, i
   x->algo = *a;
   cfg_read(a, &x->cfg);
   x->ws = ws;
+  x->waves = waves;
   x->t1 = x->tm = -1.0f;
   x->rank = rank;
   x->base = -1;
@@ -207,7 +216,7 @@ static cand *push(tuner *T, const cublasLtMatmulAlgo_t *a, size_t ws, int src, i
 static void add_returned(tuner *T, const cublasLtMatmulHeuristicResult_t *r, int src, int rank) {
   if (r->state != CUBLAS_STATUS_SUCCESS || r->workspaceSize > T->ctx->workspace_bytes) return;
   if (!seen_add(T, fnv(&r->algo, sizeof r->algo, 1))) return;
-  cand *x = push(T, &r->algo, r->workspaceSize, src, rank);
+  cand *x = push(T, &r->algo, r->workspaceSize, r->wavesCount, src, rank);
   if (x) (void)seen_add(T, fnv(&x->cfg, sizeof x->cfg, 2));
 }
 
@@ -216,13 +225,16 @@ void nt_gemm_search_add_list(tuner *T, const cublasLtMatmulHeuristicResult_t *re
     if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
     /* Taken as returned (it met the preference); remembered so the search does not redo it. */
     (void)seen_add(T, fnv(&res[i].algo, sizeof res[i].algo, 1));
-    cand *x = push(T, &res[i].algo, res[i].workspaceSize, SRC_HEUR, i);
+    cand *x = push(T, &res[i].algo, res[i].workspaceSize, res[i].wavesCount, SRC_HEUR, i);
     if (x) (void)seen_add(T, fnv(&x->cfg, sizeof x->cfg, 2));
+    if (T->ref_waves <= 0) T->ref_waves = res[i].wavesCount;
   }
 }
 
 /* A configuration built from attributes: validated by AlgoCheck, new unless its attributes were
- * seen (a returned candidate with the same ones included). */
+ * seen (a returned candidate with the same ones included). Below the exhaustive mode, one whose
+ * wave count is over WAVES_MAX x the heuristic first choice's is skipped: tiny tiles (or a
+ * large split-K) on a big product run many times slower and would eat the time budget. */
 static cand *add_built(tuner *T, const cublasLtMatmulAlgo_t *a, int src) {
   if (T->checks >= T->check_stop) return NULL;
   lt_cfg g;
@@ -237,7 +249,11 @@ static cand *add_built(tuner *T, const cublasLtMatmulAlgo_t *a, int src) {
                               &r) != CUBLAS_STATUS_SUCCESS ||
       r.workspaceSize > T->ctx->workspace_bytes)
     return NULL;
-  return push(T, a, r.workspaceSize, src, -1);
+  if (!T->all && T->ref_waves > 0 && r.wavesCount > WAVES_MAX * T->ref_waves) {
+    T->pruned++;
+    return NULL;
+  }
+  return push(T, a, r.workspaceSize, r.wavesCount, src, -1);
 }
 
 static bool set_u32(cublasLtMatmulAlgo_t *a, cublasLtMatmulAlgoConfigAttributes_t at, uint32_t v) {

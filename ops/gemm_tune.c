@@ -116,7 +116,8 @@ nt_status nt_gemm_tune_quick_round(tuner *T) {
     if (x->state != ST_NEW) continue;
     /* The heuristic's own top 32 always run; the rest within the count and GPU-time caps. */
     bool core = x->src == SRC_HEUR && x->rank < NT_GEMM_HEURISTIC_CANDIDATES;
-    if (!core && (T->timed >= T->L->total_max || T->gpu_ms > T->L->budget_ms)) {
+    bool counted_out = T->timed >= T->L->total_max && x->src != SRC_COMBO;  /* combos: few */
+    if (!core && (counted_out || T->gpu_ms > T->L->budget_ms)) {
       x->state = ST_SKIPPED;
       T->skipped++;
       continue;
@@ -244,20 +245,23 @@ static void log_result(tuner *T, int kept, int heur_best, double us) {
          "gemm search M %lld N %lld K %lld batch %lld (NT_GEMM_SEARCH=%d): kept %s #%d [%s] "
          "%.4f ms, workspace %zu; heuristic best #%d [%s] %.4f ms; speedup %.3fx; configurations "
          "heur %d algo %d enum %d var %d combo %d: timed %d, failed %d, skipped %d, verified %d, "
-         "rejected %d; algorithm ids %d, AlgoCheck %ld; quick-round GPU %.0f ms; %.0f ms in all",
+         "rejected %d; algorithm ids %d, AlgoCheck %ld, pruned by waves %d; quick-round GPU %.0f ms; "
+         "%.0f ms in all",
          (long long)p->M, (long long)p->N, (long long)p->K, (long long)p->batch, T->c->search,
          nt_gemm_src_name[T->v[kept].src], kept, gk, (double)tk, T->v[kept].ws,
          heur_best >= 0 ? T->v[heur_best].rank : -1, gh, (double)th,
          tk > 0 && th > 0 ? (double)(th / tk) : 0.0, T->added[SRC_HEUR], T->added[SRC_ALGO],
          T->added[SRC_ENUM], T->added[SRC_VAR], T->added[SRC_COMBO], T->timed, T->failed,
-         T->skipped, T->verified, T->rejected, T->nids, T->checks, T->gpu_ms, us / 1000.0);
+         T->skipped, T->verified, T->rejected, T->nids, T->checks, T->pruned, T->gpu_ms,
+         us / 1000.0);
   int cnt = 0;
   int *ix = nt_gemm_tune_by_speed(T, &cnt);
   for (int i = 0; ix && i < cnt && i < 12; i++) {
     const cand *x = &T->v[ix[i]];
     nt_gemm_search_cfg_str(&x->cfg, gk, sizeof gk);
-    nt_log(ctx, NT_LOG_DEBUG, "gemm search   #%-2d %-5s %.4f ms%s [%s] workspace %zu", i,
-           nt_gemm_src_name[x->src], (double)x->t1, x->tm >= 0 ? " (finalist)" : "", gk, x->ws);
+    nt_log(ctx, NT_LOG_DEBUG, "gemm search   #%-2d %-5s %.4f ms%s [%s] waves %.2f workspace %zu",
+           i, nt_gemm_src_name[x->src], (double)x->t1, x->tm >= 0 ? " (finalist)" : "", gk,
+           (double)x->waves, x->ws);
   }
   free(ix);
 }

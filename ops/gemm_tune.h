@@ -22,6 +22,7 @@ typedef struct {
   cublasLtMatmulAlgo_t algo;
   lt_cfg cfg;
   size_t ws;
+  float waves;    /* cuBLASLt's wavesCount (CTAs over what the GPU runs at once) */
   float t1;       /* one timed run, ms; < 0 until timed */
   float tm;       /* median ms per call of the final rounds; < 0 if not a finalist */
   int rank;       /* position in the heuristic's list (heur), else -1 */
@@ -64,6 +65,8 @@ typedef struct {
   long checks;             /* AlgoCheck calls */
   long check_stop;         /* no AlgoCheck past this count (per phase) */
   int nids;                /* algorithm ids cuBLASLt lists for the types */
+  float ref_waves;         /* the heuristic's first choice's wavesCount */
+  int pruned;              /* built configurations skipped for their wave count */
   int timed, failed, skipped, rejected, verified, splitk_verified;
   int added[NSRC];
   int ref;                 /* candidate whose result is the reference (-1: none yet) */
