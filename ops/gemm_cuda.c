@@ -177,7 +177,6 @@ static bool map_operand(int64_t rows, int64_t cols, int64_t s_r, int64_t s_c, in
 
 static bool is_fp8(nt_dtype t) { return t == NT_FP8_E4M3 || t == NT_FP8_E5M2; }
 
-
 static const char *lt_type_name(int32_t dt) {
   return dt < 0 ? "default" : nt_dtype_name((nt_dtype)dt);
 }
@@ -274,8 +273,9 @@ static nt_status make_key(nt_ctx *ctx, const gemm_cache *c, const nt_gemm_proble
 }
 
 static nt_status make_layout(nt_ctx *ctx, gemm_cache *c, cublasLtMatrixLayout_t *l,
-                             cudaDataType_t t, int32_t op, int64_t rows, int64_t cols, int64_t ld,
+                             nt_dtype dt, int32_t op, int64_t rows, int64_t cols, int64_t ld,
                              int64_t batch, int64_t stride) {
+  cudaDataType_t t = nt_gemm_lt_type(dt);
   /* The stored matrix is rows x cols for op N, cols x rows for op T. */
   uint64_t r = (uint64_t)(op == CUBLAS_OP_N ? rows : cols);
   uint64_t cc = (uint64_t)(op == CUBLAS_OP_N ? cols : rows);
@@ -400,7 +400,7 @@ static bool may_copy_c(const plan *pl, cublasStatus_t s) {
 
 static nt_status use_c_copy(nt_ctx *ctx, gemm_cache *c, plan *pl) {
   const plan_key *k = &pl->key;
-  nt_status st = make_layout(ctx, c, &pl->lc, nt_gemm_lt_type((nt_dtype)k->td), CUBLAS_OP_N, k->m, k->n,
+  nt_status st = make_layout(ctx, c, &pl->lc, (nt_dtype)k->td, CUBLAS_OP_N, k->m, k->n,
                              k->ldd, k->batch, k->sd);
   if (!st) pl->c_copy = true;
   nt_log(ctx, NT_LOG_DEBUG, "gemm: FP8 accumulation in place refused; C from a copy of D");
@@ -462,17 +462,17 @@ static nt_status build_plan(nt_ctx *ctx, gemm_cache *c, const plan_key *k,
   if (!pl) return NT_ERROR(ctx, NT_ERR_OOM, "gemm: out of host memory for a plan");
   pl->key = *k;
   nt_status st;
-  if ((st = make_layout(ctx, c, &pl->la, nt_gemm_lt_type(p->B->dtype), k->opa, k->m, k->k, k->lda,
+  if ((st = make_layout(ctx, c, &pl->la, p->B->dtype, k->opa, k->m, k->k, k->lda,
                         k->batch, k->sa)) ||
-      (st = make_layout(ctx, c, &pl->lb, nt_gemm_lt_type(p->A->dtype), k->opb, k->k, k->n, k->ldb,
+      (st = make_layout(ctx, c, &pl->lb, p->A->dtype, k->opb, k->k, k->n, k->ldb,
                         k->batch, k->sb)) ||
-      (st = make_layout(ctx, c, &pl->ld, nt_gemm_lt_type(p->D->dtype), CUBLAS_OP_N, k->m, k->n, k->ldd,
+      (st = make_layout(ctx, c, &pl->ld, p->D->dtype, CUBLAS_OP_N, k->m, k->n, k->ldd,
                         k->batch, k->sd)))
     goto fail;
   /* FP8, beta 0: C is NULL with a layout of its own (D's type, the C type cuBLAS's FP8 table
    * pairs with a f32 / f16 / bf16 D). */
   if (is_fp8(p->A->dtype) && k->beta_zero &&
-      (st = make_layout(ctx, c, &pl->lc, nt_gemm_lt_type(p->D->dtype), CUBLAS_OP_N, k->m, k->n, k->ldd,
+      (st = make_layout(ctx, c, &pl->lc, p->D->dtype, CUBLAS_OP_N, k->m, k->n, k->ldd,
                         k->batch, k->sd)))
     goto fail;
 
