@@ -1,6 +1,8 @@
 /* Conv2d: argument checks, dispatch, and the CPU reference by direct loops (inputs widened to
  * fp32 once, sums in fp64, results rounded to the output dtype). */
 #include "ops/conv2d.h"
+#include "ops/conv2d_internal.h"
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +15,28 @@ nt_status nt_conv2d_backward_cuda(nt_ctx *ctx, const nt_tensor *dy, const nt_ten
 #endif
 
 typedef struct { int64_t N, Cin, H, W, Cout, KH, KW, OH, OW; } conv_dims;
+
+int nt_conv2d_chunk_images(int n, int64_t rows, double bytes) {
+  if (n < 1) return 1;
+  const char *e = getenv("NT_CONV_L2_MB");
+  const double mb = e && *e ? atof(e) : -1.0;
+  if (mb == 0.0) return n;
+  double k;  /* images per chunk before balancing */
+  if (mb > 0.0) {
+    k = bytes > 0.0 ? floor(mb * 1048576.0 / bytes) : n;
+  } else {
+    k = bytes > 0.0 ? floor(NT_CONV_CHUNK_BYTES / bytes) : n;
+    const double k_rows = rows > 0 ? ceil((double)NT_CONV_CHUNK_ROWS / (double)rows) : n;
+    if (k < k_rows) k = k_rows;
+    if (bytes > 0.0 && k * bytes > NT_CONV_CHUNK_MAX_BYTES)
+      k = floor(NT_CONV_CHUNK_MAX_BYTES / bytes);
+  }
+  if (k < 1.0) k = 1.0;
+  if (k >= n) return n;
+  /* As many chunks as k requires, of equal size: the same number of GEMMs, less scratch. */
+  const int chunks = (n + (int)k - 1) / (int)k;
+  return (n + chunks - 1) / chunks;
+}
 
 static bool float_dtype(nt_dtype dt) { return dt == NT_F32 || dt == NT_F16 || dt == NT_BF16; }
 

@@ -1,26 +1,30 @@
 /* Conv2d on CUDA as im2col + cuBLASLt GEMM (nt_gemm), fp32 accumulation, results written once
  * in the output dtype. With P = OH * OW and K = Cin*KH*KW:
- *   col [N, P, Kp]   im2col in the compute dtype, one row of Kp contiguous values per output
- *                    position. Kp = K (+1 for a bias) rounded up to 8 so every row is 16-byte
+ *   col [n, P, Kp]   im2col of n images in the compute dtype, one row of Kp contiguous values
+ *                    per output position. Kp = K (+1 for a bias) rounded up to 8 so every row is 16-byte
  *                    aligned for tensor cores (conv1 of the CNN: K 9 -> 16). With a bias the
  *                    column K holds 1 and the packed weight's column K holds b: the GEMM adds
  *                    the bias itself (and dW's column K is db), so there is no bias pass.
  *   forward:  y[n] [Cout, P] = Wp [Cout, Kp] @ col[n]^T   one batched GEMM straight into y
  *             (A broadcast over the batch; nt_gemm's RELU epilogue for the fused variant)
- *   dW, db:   dyp [Cout, N*P] = dy permuted;  dWp [Cout, Kp] (f32) = dyp @ col (the whole batch
- *             in one GEMM);  dw += dWp[:, :K], db += dWp[:, K]
+ *   dW, db:   dyp [Cout, n*P] = dy permuted;  dWp [Cout, Kp] (f32) += dyp @ col;
+ *             dw += dWp[:, :K], db += dWp[:, K] once the whole batch is in
  *   dx (stride 1, pad < kernel): the forward conv of dy with the flipped, transposed weight
  *             (pad KH-1-pad, KW-1-pad), accumulated into dx by the GEMM (beta 1).
- *   dx (other strides): dcol [K, N*P] (f32) = W^T @ dyp, then col2im gathers into dx.
+ *   dx (other strides): dcol [K, n*P] (f32) = W^T @ dyp, then col2im gathers into dx.
  *   relu backward: relu'(y) masks dy as the permute (dyp), the dx unfold and the db-only sum
  *             read it, so dz is never stored.
- * NT_CONV_L2_MB=m (m > 0) splits the batch into im2col chunks of at most m MiB each (one im2col
- * + one GEMM per chunk; dW accumulates over chunks) so col can stay in L2; default: one chunk.
- * Scratch comes from the context's pool and is released in stream order. */
+ * Every product works through the batch in chunks of n images (nt_conv2d_chunk_images: about
+ * 8 MiB of scratch or 16k GEMM rows, at most 16 MiB; NT_CONV_L2_MB overrides): one im2col /
+ * permute and one GEMM per chunk into scratch reused by the next chunk, dWp accumulating over
+ * the chunks (beta 1), so the scratch no longer grows with the batch (the CNN's 32->32 conv at
+ * batch 128 took a 58 MB col buffer). Scratch comes from the context's pool and is released
+ * in stream order. */
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include "ops/conv2d.h"
+#include "ops/conv2d_internal.h"
 #include "ops/gemm.h"
 #include "core/cuda_util.h"
 #include "ops/cuda_dtype.cuh"
@@ -251,18 +255,6 @@ nt_status alloc(nt_ctx *ctx, nt_tensor *out, nt_dtype dt, int ndim, long a, long
   return nt_tensor_alloc(ctx, out, dt, ndim, s);
 }
 
-/* Images per im2col chunk. NT_CONV_L2_MB=m (m > 0) bounds one chunk's col to m MiB so that the
- * GEMM reads it back from L2 and the next chunk overwrites it there (H200: 50 MiB of L2);
- * unset or 0: the whole batch in one chunk (one im2col, one GEMM). */
-int chunk_images(const geom &g, size_t esz) {
-  const char *e = getenv("NT_CONV_L2_MB");
-  const double mb = e ? atof(e) : 0.0;
-  if (!(mb > 0.0)) return g.N;
-  const double per = (double)g.P() * g.Kp * (double)esz;
-  const double n = mb * 1048576.0 / per;
-  return n < 1.0 ? 1 : n >= g.N ? g.N : (int)n;
-}
-
 template <typename T> T *at(const void *p, long off) { return (T *)p + off; }
 
 template <typename T>
@@ -287,12 +279,13 @@ nt_status batched_conv_gemm(nt_ctx *ctx, const nt_tensor *wp, void *col, void *D
   return nt_gemm(ctx, &a, &b, &d, &o);
 }
 
-/* out[n] (+)= conv(in[n]) with the packed weight wp, chunk by chunk: in [N, C, H, W] as g
- * describes it, out [N, M, OH, OW]. */
+/* out[n] (+)= conv(in[n]) with the packed weight wp, chunk by chunk (one im2col and one
+ * batched GEMM per chunk into one reused col buffer): in [N, C, H, W] as g describes it,
+ * out [N, M, OH, OW]. */
 template <typename T>
 nt_status conv_chunks(nt_ctx *ctx, const nt_tensor *wp, const T *in, const T *mask, T *out,
                       const geom &g, float beta, bool relu) {
-  const int nc = chunk_images(g, sizeof(T));
+  const int nc = nt_conv2d_chunk_images(g.N, g.P(), (double)g.P() * g.Kp * sizeof(T));
   const long in_img = (long)g.C * g.H * g.W, out_img = (long)wp->shape[0] * g.P();
   nt_tensor col = {};
   nt_status st = alloc(ctx, &col, wp->dtype, 2, (long)nc * g.P(), g.Kp);
@@ -338,38 +331,72 @@ nt_status launch_add_weight_grad(nt_ctx *ctx, const nt_tensor *dwp, nt_tensor *d
   return NT_CUDA_LAUNCHED(ctx);
 }
 
-/* dw (and db through the ones column) from dyp [Cout, N*P] and an im2col of x, chunk by chunk
- * (dWp accumulates over the chunks in fp32). */
-template <typename T> nt_status weight_grad(nt_ctx *ctx, const nt_tensor *dyp, const nt_tensor *x,
-                                            nt_tensor *dw, nt_tensor *db, const geom &g,
-                                            int Cout) {
-  const int nc = chunk_images(g, sizeof(T));
-  const long NP = (long)g.N * g.P(), in_img = (long)g.C * g.H * g.W;
-  nt_tensor col = {}, dwp = {};
-  nt_status st = alloc(ctx, &col, x->dtype, 2, (long)nc * g.P(), g.Kp);
-  if (!st) st = alloc(ctx, &dwp, NT_F32, 2, Cout, g.Kp);
-  for (int n0 = 0; !st && n0 < g.N; n0 += nc) {
-    geom c = g;
-    c.N = g.N - n0 < nc ? g.N - n0 : nc;
-    const int64_t sa[2] = {Cout, (long)c.N * g.P()}, sb[2] = {(long)c.N * g.P(), g.Kp};
-    nt_tensor a = nt_tensor_view(at<T>(dyp->data, n0 * g.P()), x->dtype, x->device, 2, sa);
-    a.stride[0] = NP;  /* this chunk's columns of dyp */
-    nt_tensor bcol = nt_tensor_view(col.data, x->dtype, x->device, 2, sb);
-    nt_gemm_opts o = nt_gemm_defaults();
-    o.beta = n0 ? 1.f : 0.f;
-    st = launch_im2col<T>(ctx, at<T>(x->data, n0 * in_img), NULL, (T *)col.data, c);
-    if (!st) st = nt_gemm(ctx, &a, &bcol, &dwp, &o);
+template <typename T>
+nt_status add_weight_grads(nt_ctx *ctx, const nt_tensor *dwp, nt_tensor *dw, nt_tensor *db,
+                           int Cout, int K, int Kp) {
+  const bool w32 = dw->dtype == NT_F32, b32 = !db || db->dtype == NT_F32;
+  if (w32 && b32) return launch_add_weight_grad<T, float, float>(ctx, dwp, dw, db, Cout, K, Kp);
+  if (w32) return launch_add_weight_grad<T, float, T>(ctx, dwp, dw, db, Cout, K, Kp);
+  if (b32) return launch_add_weight_grad<T, T, float>(ctx, dwp, dw, db, Cout, K, Kp);
+  return launch_add_weight_grad<T, T, T>(ctx, dwp, dw, db, Cout, K, Kp);
+}
+
+/* The gradients that need dy permuted to dyp [Cout, n*P], chunk by chunk over the batch: dw
+ * (db through the ones column) as dWp [Cout, Kp] (f32, accumulated over the chunks by the
+ * GEMM's beta) = dyp @ im2col(x), and dx when it is not a conv of dy (dx_col2im non-NULL) as
+ * col2im of dcol [K, n*P] (f32) = W^T @ dyp. The im2col columns and dcol take turns in one
+ * scratch buffer. */
+template <typename T>
+nt_status grad_chunks(nt_ctx *ctx, const nt_tensor *dy, const T *mask, const nt_tensor *x,
+                      const nt_tensor *w, nt_tensor *dw, nt_tensor *db, nt_tensor *dx_col2im,
+                      const geom &f, int Cout) {
+  cudaStream_t s = nt_cuda_stream(ctx);
+  const long P = f.P(), in_img = (long)f.C * f.H * f.W, out_img = (long)Cout * P;
+  const double col_img = dw ? (double)P * f.Kp * sizeof(T) : 0.0,
+               dcol_img = dx_col2im ? (double)P * f.K * sizeof(float) : 0.0;
+  const double buf_img = col_img > dcol_img ? col_img : dcol_img;
+  const int nc = nt_conv2d_chunk_images(f.N, P, (double)out_img * sizeof(T) + buf_img);
+  const size_t buf_bytes = (size_t)(buf_img * nc);
+  nt_tensor dyp = {}, buf = {}, dwp = {}, w2;
+  nt_status st = alloc(ctx, &dyp, x->dtype, 2, Cout, (long)nc * P);
+  if (!st) st = alloc(ctx, &buf, NT_U8, 1, (long)buf_bytes, 0);
+  if (!st && dw) st = alloc(ctx, &dwp, NT_F32, 2, Cout, f.Kp);
+  const int64_t wshape[2] = {Cout, f.K};
+  if (!st && dx_col2im) st = nt_tensor_reshape(ctx, w, 2, wshape, &w2);
+  for (int n0 = 0; !st && n0 < f.N; n0 += nc) {
+    geom c = f;
+    c.N = f.N - n0 < nc ? f.N - n0 : nc;
+    const long rows = (long)c.N * P;
+    const int64_t sdyp[2] = {Cout, rows};
+    nt_tensor dyp_c = nt_tensor_view(dyp.data, x->dtype, x->device, 2, sdyp);
+    gather_dy<T><<<(unsigned)(c.N * Cout), P >= 256 ? 256 : 128, 0, s>>>(
+        at<T>(dy->data, n0 * out_img), mask ? mask + n0 * out_img : NULL, (T *)dyp.data, c.N,
+        Cout, P);
+    if ((st = NT_CUDA_LAUNCHED(ctx))) break;
+    if (dw) {
+      const int64_t scol[2] = {rows, f.Kp};
+      nt_tensor col = nt_tensor_view(buf.data, x->dtype, x->device, 2, scol);
+      nt_gemm_opts o = nt_gemm_defaults();
+      o.beta = n0 ? 1.f : 0.f;
+      st = launch_im2col<T>(ctx, at<T>(x->data, n0 * in_img), NULL, (T *)col.data, c);
+      if (!st) st = nt_gemm(ctx, &dyp_c, &col, &dwp, &o);
+      if (st) break;
+    }
+    if (dx_col2im) {
+      const int64_t sdcol[2] = {f.K, rows};
+      nt_tensor dcol = nt_tensor_view(buf.data, NT_F32, x->device, 2, sdcol);
+      nt_gemm_opts o = nt_gemm_defaults();
+      o.trans_a = true;
+      if ((st = nt_gemm(ctx, &w2, &dyp_c, &dcol, &o))) break;
+      col2im_add<T><<<grid_for((long)c.N * c.C * c.H * c.W), 256, 0, s>>>(
+          (const float *)dcol.data, at<T>(dx_col2im->data, n0 * in_img), c);
+      if ((st = NT_CUDA_LAUNCHED(ctx))) break;
+    }
   }
-  if (!st) {
-    const bool w32 = dw->dtype == NT_F32, b32 = !db || db->dtype == NT_F32;
-    const int K = g.K, Kp = g.Kp;
-    if (w32 && b32) st = launch_add_weight_grad<T, float, float>(ctx, &dwp, dw, db, Cout, K, Kp);
-    else if (w32) st = launch_add_weight_grad<T, float, T>(ctx, &dwp, dw, db, Cout, K, Kp);
-    else if (b32) st = launch_add_weight_grad<T, T, float>(ctx, &dwp, dw, db, Cout, K, Kp);
-    else st = launch_add_weight_grad<T, T, T>(ctx, &dwp, dw, db, Cout, K, Kp);
-  }
+  if (!st && dw) st = add_weight_grads<T>(ctx, &dwp, dw, db, Cout, f.K, f.Kp);
   nt_tensor_free(ctx, &dwp);
-  nt_tensor_free(ctx, &col);
+  nt_tensor_free(ctx, &buf);
+  nt_tensor_free(ctx, &dyp);
   return st;
 }
 
@@ -390,26 +417,6 @@ nt_status data_grad_conv(nt_ctx *ctx, const nt_tensor *dy, const T *mask, const 
   return st;
 }
 
-/* dx += col2im(W^T @ dyp): any stride and padding. */
-template <typename T> nt_status data_grad_col2im(nt_ctx *ctx, const nt_tensor *dyp,
-                                                 const nt_tensor *w, nt_tensor *dx, const geom &f,
-                                                 int Cout) {
-  nt_tensor dcol = {}, w2;
-  nt_gemm_opts o = nt_gemm_defaults();
-  o.trans_a = true;
-  const int64_t wshape[2] = {Cout, f.K};
-  nt_status st = alloc(ctx, &dcol, NT_F32, 2, f.K, (long)f.N * f.P());
-  if (!st) st = nt_tensor_reshape(ctx, w, 2, wshape, &w2);
-  if (!st) st = nt_gemm(ctx, &w2, dyp, &dcol, &o);
-  if (!st) {
-    col2im_add<T><<<grid_for((long)f.N * f.C * f.H * f.W), 256, 0, nt_cuda_stream(ctx)>>>(
-        (const float *)dcol.data, (T *)dx->data, f);
-    st = NT_CUDA_LAUNCHED(ctx);
-  }
-  nt_tensor_free(ctx, &dcol);
-  return st;
-}
-
 template <typename T>
 nt_status backward_t(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *relu_y,
                      const nt_tensor *x, const nt_tensor *w, nt_tensor *dx, nt_tensor *dw,
@@ -419,7 +426,6 @@ nt_status backward_t(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *relu_y,
   const int Cout = (int)w->shape[0];
   const geom f = fwd_geom(x, w, p, dw && db);
   const bool dx_as_conv = p.stride == 1 && p.pad < f.KH && p.pad < f.KW;
-  nt_tensor dyp = {};
   nt_status st = NT_OK;
   if (db && !dw) {
     if (db->dtype == NT_F32)
@@ -430,19 +436,9 @@ nt_status backward_t(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *relu_y,
                                            f.P());
     if ((st = NT_CUDA_LAUNCHED(ctx))) return st;
   }
-  if (dw || (dx && !dx_as_conv)) {
-    if ((st = alloc(ctx, &dyp, x->dtype, 2, Cout, (long)f.N * f.P()))) goto done;
-    gather_dy<T><<<(unsigned)(f.N * Cout), f.P() >= 256 ? 256 : 128, 0, s>>>(
-        (const T *)dy->data, mask, (T *)dyp.data, f.N, Cout, f.P());
-    if ((st = NT_CUDA_LAUNCHED(ctx))) goto done;
-  }
-  if (dw && (st = weight_grad<T>(ctx, &dyp, x, dw, db, f, Cout))) goto done;
-  if (dx) {
-    st = dx_as_conv ? data_grad_conv<T>(ctx, dy, mask, w, dx, f, Cout)
-                    : data_grad_col2im<T>(ctx, &dyp, w, dx, f, Cout);
-  }
-done:
-  nt_tensor_free(ctx, &dyp);
+  if (dw || (dx && !dx_as_conv))
+    st = grad_chunks<T>(ctx, dy, mask, x, w, dw, db, dx && !dx_as_conv ? dx : NULL, f, Cout);
+  if (!st && dx && dx_as_conv) st = data_grad_conv<T>(ctx, dy, mask, w, dx, f, Cout);
   return st;
 }
 

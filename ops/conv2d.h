@@ -7,10 +7,12 @@
  * in the output dtype; F32 uses TF32 when the context allows it); the bias rides in the GEMM
  * as an extra column of ones (on the GPU a b of F32 is rounded to the compute dtype first).
  * Backward accumulates (+=) into dx, dw, db (each may be NULL). Scratch from the context's
- * pool per call: forward N*OH*OW * Kp elements; backward about as much again for dw and
- * N*H*W * Cout*KH*KW for dx (stride 1: dx is a conv of dy with the flipped weight, added into
- * dx by the GEMM; other strides: an fp32 col2im buffer). NT_CONV_L2_MB=m (m > 0) bounds each
- * im2col buffer to m MiB by working through the batch in chunks (same results).
+ * pool per call, bounded whatever the batch: the GPU works through the batch in chunks of
+ * images (about 8 MiB of scratch or 16k output positions each, at most 16 MiB; see
+ * ops/conv2d_internal.h) with the same results; NT_CONV_L2_MB=m (m > 0) bounds each chunk's
+ * scratch to m MiB instead, m = 0 takes the whole batch at once (im2col of N*OH*OW x
+ * Cin*KH*KW elements). Backward with stride 1 computes dx as a conv of dy with the flipped
+ * weight, added into dx by the GEMM; other strides go through an fp32 col2im buffer.
  *
  * Flatten ([N, C, H, W] -> [N, C*H*W]) is not an op: it is a view, nt_tensor_reshape, and its
  * backward is the same reshape of the gradient. */

@@ -1,8 +1,9 @@
 /* CPU Conv2d: forward vs an fp64 direct computation, backward (dx, dw, db) vs finite
  * differences of that fp64 function, accumulation, NULL gradients, bf16 storage, flatten as
- * a reshape, and clear errors. */
+ * a reshape, clear errors, and the CUDA path's batch-chunking policy. */
 #include "tests/testutil.h"
 #include "ops/conv2d.h"
+#include "ops/conv2d_internal.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -313,6 +314,52 @@ static void test_errors(nt_ctx *ctx) {
     CHECK(f.data == y.data && f.shape[1] == 256, "flatten must be a view");
 }
 
+/* nt_conv2d_chunk_images: the CNN's convolutions at batch 128 (f16), edge cases, the
+ * NT_CONV_L2_MB override, and invariants over a sweep. */
+static void test_chunk_policy(void) {
+  const char *saved = getenv("NT_CONV_L2_MB");
+  char *keep = saved ? strdup(saved) : NULL;
+  unsetenv("NT_CONV_L2_MB");
+  /* conv1 forward: 784 rows x Kp 16 x 2 B = 25 KB per image: the batch fits in 8 MiB */
+  CHECK(nt_conv2d_chunk_images(128, 784, 784 * 16 * 2) == 128, "conv1: one chunk");
+  /* conv2 forward: 464 KB per image; 16384 rows need 21 images -> 7 chunks of 19 (14 last) */
+  int k = nt_conv2d_chunk_images(128, 784, 784 * 296 * 2);
+  CHECK(k == 19, "conv2: %d images per chunk, expected 19", k);
+  /* conv4 forward: 229 KB per image; 84 images for 16384 rows would take 19 MB > 16 MiB: 73
+   * at most -> 2 chunks of 64 */
+  k = nt_conv2d_chunk_images(128, 196, 196 * 584 * 2);
+  CHECK(k == 64, "conv4: %d images per chunk, expected 64", k);
+  CHECK(nt_conv2d_chunk_images(4, 784, 784 * 296 * 2) == 4, "a small batch is one chunk");
+  CHECK(nt_conv2d_chunk_images(0, 784, 1e6) == 1 && nt_conv2d_chunk_images(-3, 1, 1) == 1,
+        "no images: 1");
+  CHECK(nt_conv2d_chunk_images(64, 10000, 20.0 * 1048576) == 1, "an image over 16 MiB: 1");
+  int bad = 0;
+  for (int n = 1; n <= 300; n += 7)
+    for (int64_t rows = 1; rows <= 1 << 16; rows *= 4)
+      for (double bytes = 256; bytes <= 64.0 * 1048576; bytes *= 8) {
+        k = nt_conv2d_chunk_images(n, rows, bytes);
+        const int chunks = (n + k - 1) / k;
+        bool ok = k >= 1 && k <= n && (k == 1 || k * bytes <= NT_CONV_CHUNK_MAX_BYTES) &&
+                  (n * bytes > NT_CONV_CHUNK_BYTES || k == n);
+        /* balanced: one image fewer per chunk would take another chunk */
+        ok = ok && (k == 1 || (n + k - 2) / (k - 1) > chunks);
+        if (!ok && bad++ == 0)
+          printf("  chunk policy: n %d rows %lld bytes %g -> %d per chunk\n", n,
+                 (long long)rows, bytes, k);
+      }
+  CHECK(bad == 0, "chunk policy invariants: %d cases fail", bad);
+  setenv("NT_CONV_L2_MB", "0", 1);
+  CHECK(nt_conv2d_chunk_images(128, 784, 784 * 296 * 2) == 128, "NT_CONV_L2_MB=0: whole batch");
+  setenv("NT_CONV_L2_MB", "1", 1);  /* 3 images of 300 kB per MiB: 10 -> 3, 3, 3, 1 */
+  k = nt_conv2d_chunk_images(10, 1 << 20, 300000);
+  CHECK(k == 3, "NT_CONV_L2_MB=1: %d images per chunk, expected 3", k);
+  setenv("NT_CONV_L2_MB", "0.05", 1);
+  CHECK(nt_conv2d_chunk_images(10, 1, 784 * 32 * 2) == 1, "NT_CONV_L2_MB=0.05: one image");
+  if (keep) setenv("NT_CONV_L2_MB", keep, 1);
+  else unsetenv("NT_CONV_L2_MB");
+  free(keep);
+}
+
 int main(void) {
   nt_ctx *ctx;
   if (nt_ctx_create(&ctx, nt_cpu())) return 1;
@@ -332,6 +379,7 @@ int main(void) {
   test_f32_dw(ctx);
   test_relu_backward(ctx);
   test_errors(ctx);
+  test_chunk_policy();
   nt_ctx_free(ctx);
   return nt_test_finish();
 }
