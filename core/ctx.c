@@ -9,8 +9,24 @@
 #include <cublasLt.h>
 #endif
 
-/* cuBLASLt workspace: 32 MiB covers the heuristics' largest Hopper choices. */
+/* cuBLASLt workspace: 32 MiB, cuBLAS's recommendation for Hopper (it covers the heuristics'
+ * largest choices there), unless NT_CUBLASLT_WORKSPACE_MIB asks for another size. */
 #define NT_WORKSPACE_BYTES ((size_t)32 << 20)
+#define NT_WORKSPACE_MAX_MIB 4096.0
+
+static nt_status workspace_from_env(nt_ctx *ctx, size_t *bytes) {
+  *bytes = NT_WORKSPACE_BYTES;
+  const char *s = getenv("NT_CUBLASLT_WORKSPACE_MIB");
+  if (!s || !*s) return NT_OK;
+  char *end = NULL;
+  const double mib = strtod(s, &end);
+  if (end == s || *end || !(mib >= 0.0 && mib <= NT_WORKSPACE_MAX_MIB))
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG,
+                    "NT_CUBLASLT_WORKSPACE_MIB=\"%s\": expected a size in MiB from 0 to %.0f", s,
+                    NT_WORKSPACE_MAX_MIB);
+  *bytes = (size_t)(mib * 1048576.0 + 0.5);
+  return NT_OK;
+}
 
 static nt_log_level log_level_from_env(void) {
   const char *s = getenv("NT_LOG");
@@ -102,8 +118,10 @@ nt_status nt_ctx_create(nt_ctx **out, nt_device dev) {
   if (st) return st;
   if ((st = nt_pool_create(ctx, &ctx->pool))) return st;
   if (dev.type == NT_DEV_CUDA) {
-    if ((st = nt_alloc(ctx, NT_WORKSPACE_BYTES, &ctx->workspace))) return st;
-    ctx->workspace_bytes = NT_WORKSPACE_BYTES;
+    size_t ws;
+    if ((st = workspace_from_env(ctx, &ws))) return st;
+    if (ws && (st = nt_alloc(ctx, ws, &ctx->workspace))) return st;
+    ctx->workspace_bytes = ws;
   }
   return NT_OK;
 }
@@ -140,6 +158,35 @@ void *nt_ctx_cublaslt(nt_ctx *ctx) { return ctx->cublaslt; }
 void *nt_ctx_workspace(nt_ctx *ctx, size_t *bytes) {
   if (bytes) *bytes = ctx->workspace_bytes;
   return ctx->workspace;
+}
+
+size_t nt_ctx_workspace_bytes(const nt_ctx *ctx) { return ctx->workspace_bytes; }
+
+nt_status nt_ctx_set_workspace_bytes(nt_ctx *ctx, size_t bytes) {
+  if (!nt_ctx_is_cuda(ctx)) return NT_OK;
+#ifdef NT_HAVE_CUDA
+  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  nt_status st = nt_cuda_set_device(ctx);
+  if (!st) st = NT_CUDA(ctx, cudaStreamIsCapturing((cudaStream_t)ctx->stream, &cap));
+  if (st) return st;
+  if (cap != cudaStreamCaptureStatusNone)
+    return NT_ERROR(ctx, NT_ERR_STATE, "cuBLASLt workspace: cannot be resized while the compute "
+                    "stream is being captured into a CUDA graph");
+  if (bytes == ctx->workspace_bytes) return NT_OK;
+  /* The plans' algorithms were picked for the old size (a smaller buffer would fail them). */
+  if (ctx->gemm_cache && ctx->gemm_cache_free) ctx->gemm_cache_free(ctx, ctx->gemm_cache);
+  ctx->gemm_cache = NULL;
+  /* Freed before the new one is taken, so the pool's peak never holds both. */
+  nt_free(ctx, ctx->workspace);
+  ctx->workspace = NULL;
+  ctx->workspace_bytes = 0;
+  if (bytes && (st = nt_alloc(ctx, bytes, &ctx->workspace))) return st;
+  ctx->workspace_bytes = bytes;
+  return NT_OK;
+#else
+  (void)bytes;
+  return NT_OK;
+#endif
 }
 
 nt_status nt_ctx_synchronize(nt_ctx *ctx) {

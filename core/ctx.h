@@ -28,6 +28,17 @@ void *nt_ctx_stream(nt_ctx *ctx);           /* compute stream */
 void *nt_ctx_copy_stream(nt_ctx *ctx);      /* host<->device copies (the data loader) */
 void *nt_ctx_cublaslt(nt_ctx *ctx);
 void *nt_ctx_workspace(nt_ctx *ctx, size_t *bytes);  /* cuBLASLt workspace */
+/* The cuBLASLt workspace: the most scratch a GEMM algorithm may use (cuBLASLt's heuristics
+ * only offer algorithms that fit, so a smaller one can mean slower kernels for some shapes).
+ * Default 32 MiB, cuBLAS's recommendation for Hopper (PyTorch's choice there too), or
+ * NT_CUBLASLT_WORKSPACE_MIB (a number >= 0, fractions allowed) at context creation. Setting it
+ * releases the old buffer (stream-ordered), allocates the new one and drops the cached GEMM
+ * plans, which were chosen for the old size (the next GEMM of each shape plans and autotunes
+ * again). Call it outside stream capture and before capturing CUDA graphs: a graph keeps the
+ * buffer it was captured with. 0: no workspace. If the allocation fails the context is left
+ * with none (and the error). A CPU context has no workspace: a no-op, the size stays 0. */
+nt_status nt_ctx_set_workspace_bytes(nt_ctx *ctx, size_t bytes);
+size_t nt_ctx_workspace_bytes(const nt_ctx *ctx);
 /* Blocks until all work queued on the context's streams has finished. */
 nt_status nt_ctx_synchronize(nt_ctx *ctx);
 
