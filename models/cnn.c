@@ -19,10 +19,11 @@ struct nt_cnn {
   nt_params params;
   nt_tensor w[NPARAM], g[NPARAM];   /* compute and gradient views */
   nt_arena arena;
-  /* saved activations */
-  nt_tensor a1, a2, p1, arg1, a3, a4, p2, arg2, h, hd, logits, losses, loss;
-  /* scratch: two of the largest feature map, and the head's */
-  nt_tensor sa, sb, dp2, dh, dh2;
+  /* saved activations (conv2's and conv4's ReLU outputs are not: see the forward) */
+  nt_tensor a1, p1, arg1, a3, p2, arg2, h, hd, logits, losses, loss;
+  /* scratch: two of the largest feature map (the unsaved activations in the forward, the
+   * gradient maps in the backward), and the head's */
+  nt_tensor sa, sb, dh, dh2;
   uint64_t drop_off;
   nt_fp8_state *fp8;              /* FP8 delayed scaling for fc1, fc2, or NULL */
   bool fp8_emulate;
@@ -115,7 +116,6 @@ static nt_status build_activations(nt_ctx *ctx, nt_cnn *m, nt_dtype dt, bool all
   int64_t s1[4] = {N, c->c1, H, W}, sp1[4] = {N, c->c1, H / 2, W / 2};
   int64_t s3[4] = {N, c->c2, H / 2, W / 2}, sp2[4] = {N, c->c2, H / 4, W / 4};
   int64_t sh[2] = {N, c->hidden}, sl[2] = {N, c->classes}, sn[1] = {N};
-  int64_t sf[2] = {N, feat(c)};
   /* the scratch holds the largest map of any layer (conv1/2 out, or conv3/4 out) */
   int64_t m1 = (int64_t)c->c1 * H * W, m2 = (int64_t)c->c2 * (H / 2) * (W / 2);
   int64_t big = N * (m1 > m2 ? m1 : m2);
@@ -125,11 +125,9 @@ static nt_status build_activations(nt_ctx *ctx, nt_cnn *m, nt_dtype dt, bool all
 #define ADD(t, dtype, nd, shp) \
   if (!st) st = nt_arena_add(ctx, a, &(m->t), (dtype), (nd), (shp))
   ADD(a1, dt, 4, s1);
-  ADD(a2, dt, 4, s1);
   ADD(p1, dt, 4, sp1);
   ADD(arg1, NT_I32, 4, sp1);
   ADD(a3, dt, 4, s3);
-  ADD(a4, dt, 4, s3);
   ADD(p2, dt, 4, sp2);
   ADD(arg2, NT_I32, 4, sp2);
   ADD(h, dt, 2, sh);
@@ -139,7 +137,6 @@ static nt_status build_activations(nt_ctx *ctx, nt_cnn *m, nt_dtype dt, bool all
   ADD(loss, NT_F32, 0, sn);
   ADD(sa, dt, 1, sbig);
   ADD(sb, dt, 1, sbig);
-  ADD(dp2, dt, 2, sf);
   ADD(dh, dt, 2, sh);
   ADD(dh2, dt, 2, sh);
 #undef ADD
@@ -218,17 +215,23 @@ typedef struct {
   nt_tensor x, a1, a2, p1, arg1, a3, a4, p2, arg2, p2f, h, hd, logits;
 } views;
 
+/* conv2's and conv4's ReLU outputs (a2, a4) live in scratch buffer sa only while the forward
+ * pools them: backward does not need them. Their pooling is a max, so at each window's argmax
+ * a2 equals p1: relu'(a2) there is p1 > 0, and every other position gets no gradient. Backward
+ * masks dp1 with p1 > 0 before the max-pool backward scatters it, which gives conv2 exactly
+ * the ReLU-masked gradient a2 would have given (likewise a4 with p2). */
+
 static views make_views(const nt_cnn *m, const nt_tensor *x, int64_t n) {
   const nt_cnn_config *c = &m->cfg;
   int64_t H = c->height, W = c->width;
   views v;
   v.x = *x;
   v.a1 = v4(&m->a1, n, c->c1, H, W);
-  v.a2 = v4(&m->a2, n, c->c1, H, W);
+  v.a2 = v4(&m->sa, n, c->c1, H, W);
   v.p1 = v4(&m->p1, n, c->c1, H / 2, W / 2);
   v.arg1 = v4(&m->arg1, n, c->c1, H / 2, W / 2);
   v.a3 = v4(&m->a3, n, c->c2, H / 2, W / 2);
-  v.a4 = v4(&m->a4, n, c->c2, H / 2, W / 2);
+  v.a4 = v4(&m->sa, n, c->c2, H / 2, W / 2);
   v.p2 = v4(&m->p2, n, c->c2, H / 4, W / 4);
   v.arg2 = v4(&m->arg2, n, c->c2, H / 4, W / 4);
   v.p2f = v2(&m->p2, n, feat(c));
@@ -290,14 +293,34 @@ nt_status nt_cnn_eval(nt_ctx *ctx, nt_cnn *m, const nt_tensor *images, const nt_
   return st;
 }
 
-/* The conv's backward through its ReLU (mask applied on the fly) into dx (zeroed here; it must
- * not alias dy) and the fp32 weight and bias gradients. */
-static nt_status conv_relu_backward(nt_ctx *ctx, const nt_tensor *y, const nt_tensor *dy,
-                                    const nt_tensor *x, const nt_tensor *w, nt_tensor *dx,
-                                    nt_tensor *dw, nt_tensor *db) {
+/* The conv's backward into dx (zeroed here; it must not alias dy) and the fp32 weight and
+ * bias gradients; through its ReLU when y (the ReLU output) is given, the mask applied on the
+ * fly. */
+static nt_status conv_backward(nt_ctx *ctx, const nt_tensor *y, const nt_tensor *dy,
+                               const nt_tensor *x, const nt_tensor *w, nt_tensor *dx,
+                               nt_tensor *dw, nt_tensor *db) {
   nt_conv2d_params cp = {1, 1};
   nt_status st = dx ? nt_tensor_zero(ctx, dx) : NT_OK;
-  if (!st) st = nt_conv2d_relu_backward(ctx, dy, y, x, w, dx, dw, db, cp);
+  if (st) return st;
+  return y ? nt_conv2d_relu_backward(ctx, dy, y, x, w, dx, dw, db, cp)
+           : nt_conv2d_backward(ctx, dy, x, w, dx, dw, db, cp);
+}
+
+/* out = dy where y > 0, else 0 (out must not alias dy). */
+static nt_status relu_mask(nt_ctx *ctx, const nt_tensor *y, const nt_tensor *dy, nt_tensor *out) {
+  nt_status st = nt_tensor_zero(ctx, out);
+  return st ? st : nt_relu_backward(ctx, y, dy, out);
+}
+
+/* A pooled stage's gradient dp (of p = maxpool(relu(z)), in one scratch buffer) into dz in the
+ * other: masked by p > 0 (what relu' of the unsaved conv output amounts to there), then
+ * scattered to the argmax positions. dp's buffer is reused for dz, so the masked copy goes to
+ * mp (a prefix of the other buffer) in between. */
+static nt_status pool_relu_backward(nt_ctx *ctx, const nt_tensor *p, const nt_tensor *dp,
+                                    const nt_tensor *argmax, nt_tensor *mp, nt_tensor *dz) {
+  nt_status st = relu_mask(ctx, p, dp, mp);
+  if (!st) st = nt_tensor_zero(ctx, dz);
+  if (!st) st = nt_maxpool2d_backward(ctx, mp, argmax, dz);
   return st;
 }
 
@@ -314,7 +337,13 @@ nt_status nt_cnn_train_step(nt_ctx *ctx, nt_cnn *m, const nt_tensor *images,
   if (!st) st = nt_mean(ctx, &losses, &m->loss);
   bool drop = c->dropout > 0.0f;
   nt_tensor dh = v2(&m->dh, n, c->hidden), dh2 = v2(&m->dh2, n, c->hidden);
-  nt_tensor dp2f = v2(&m->dp2, n, feat(c)), dp2 = v4(&m->dp2, n, c->c2, H / 4, W / 4);
+  /* The gradient maps alternate between the scratch buffers sa and sb: each op reads one and
+   * writes the other (views of both at each stage's shapes). */
+  nt_tensor dp2f = v2(&m->sa, n, feat(c)), dp2 = v4(&m->sa, n, c->c2, H / 4, W / 4);
+  nt_tensor mp2 = v4(&m->sb, n, c->c2, H / 4, W / 4), mp1 = v4(&m->sb, n, c->c1, H / 2, W / 2);
+  nt_tensor sA2 = v4(&m->sa, n, c->c2, H / 2, W / 2), sB2 = v4(&m->sb, n, c->c2, H / 2, W / 2);
+  nt_tensor sA1 = v4(&m->sa, n, c->c1, H, W), sB1 = v4(&m->sb, n, c->c1, H, W);
+  nt_tensor sAp = v4(&m->sa, n, c->c1, H / 2, W / 2);
   /* head */
   if (!st) st = nt_tensor_zero(ctx, &dh);
   if (!st) st = lin_bwd(ctx, m, 1, &v.logits, drop ? &v.hd : &v.h, &m->w[F2W], &dh,
@@ -326,27 +355,21 @@ nt_status nt_cnn_train_step(nt_ctx *ctx, nt_cnn *m, const nt_tensor *images,
     dhr = &dh2;
   }
   nt_tensor dpre = drop ? dh : dh2;   /* the buffer not holding d(h) */
-  if (!st) st = nt_tensor_zero(ctx, &dpre);
-  if (!st) st = nt_relu_backward(ctx, &v.h, dhr, &dpre);
+  if (!st) st = relu_mask(ctx, &v.h, dhr, &dpre);
   if (!st) st = nt_tensor_zero(ctx, &dp2f);
   if (!st) st = lin_bwd(ctx, m, 0, &dpre, &v.p2f, &m->w[F1W], &dp2f, &m->g[F1W],
-                                   &m->g[F1B]);
-  /* stage 2, then stage 1: each gradient map alternates between the two scratch buffers */
-  nt_tensor sA2 = v4(&m->sa, n, c->c2, H / 2, W / 2), sB2 = v4(&m->sb, n, c->c2, H / 2, W / 2);
-  nt_tensor sA1 = v4(&m->sa, n, c->c1, H, W), sB1 = v4(&m->sb, n, c->c1, H, W);
-  nt_tensor sAp = v4(&m->sa, n, c->c1, H / 2, W / 2);
-  if (!st) st = nt_tensor_zero(ctx, &sA2);
-  if (!st) st = nt_maxpool2d_backward(ctx, &dp2, &v.arg2, &sA2);                 /* d a4 */
-  if (!st) st = conv_relu_backward(ctx, &v.a4, &sA2, &v.a3, &m->w[W4], &sB2, &m->g[W4],
-                                   &m->g[B4]);                                     /* d a3 */
-  if (!st) st = conv_relu_backward(ctx, &v.a3, &sB2, &v.p1, &m->w[W3], &sAp, &m->g[W3],
-                                   &m->g[B3]);                                     /* d p1 */
-  if (!st) st = nt_tensor_zero(ctx, &sB1);
-  if (!st) st = nt_maxpool2d_backward(ctx, &sAp, &v.arg1, &sB1);                /* d a2 */
-  if (!st) st = conv_relu_backward(ctx, &v.a2, &sB1, &v.a1, &m->w[W2], &sA1, &m->g[W2],
-                                   &m->g[B2]);                                     /* d a1 */
-  if (!st) st = conv_relu_backward(ctx, &v.a1, &sA1, &v.x, &m->w[W1], NULL, &m->g[W1],
-                                   &m->g[B1]);
+                                   &m->g[F1B]);                                    /* d p2 */
+  /* stage 2, then stage 1 */
+  if (!st) st = pool_relu_backward(ctx, &v.p2, &dp2, &v.arg2, &mp2, &sA2);        /* d z4 */
+  if (!st) st = conv_backward(ctx, NULL, &sA2, &v.a3, &m->w[W4], &sB2, &m->g[W4],
+                              &m->g[B4]);                                          /* d a3 */
+  if (!st) st = conv_backward(ctx, &v.a3, &sB2, &v.p1, &m->w[W3], &sAp, &m->g[W3],
+                              &m->g[B3]);                                          /* d p1 */
+  if (!st) st = pool_relu_backward(ctx, &v.p1, &sAp, &v.arg1, &mp1, &sA1);        /* d z2 */
+  if (!st) st = conv_backward(ctx, NULL, &sA1, &v.a1, &m->w[W2], &sB1, &m->g[W2],
+                              &m->g[B2]);                                          /* d a1 */
+  if (!st) st = conv_backward(ctx, &v.a1, &sB1, &v.x, &m->w[W1], NULL, &m->g[W1],
+                              &m->g[B1]);
   if (!st && m->fp8) st = nt_fp8_update(ctx, m->fp8);
   return st;
 }
