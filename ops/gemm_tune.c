@@ -350,10 +350,16 @@ nt_status nt_gemm_lt_autotune(nt_ctx *ctx, plan *pl, const nt_gemm_problem *p,
   bool aux_out = p->o->epilogue == NT_EPI_GELU_AUX && !pl->split;
   size_t aux_extent = aux_out ? (size_t)((p->M - 1) * p->x_m + p->N) * ed : 0;
   void *xscratch = NULL, *aux_saved = NULL, *owned = NULL;
-  if (p->o->beta == 0.0f && p->o->epilogue != NT_EPI_DGELU) {
+  /* DGELU reads aux ([M, N] like D): timing on D is safe unless D overlaps it. */
+  bool aux_clash = false;
+  if (p->o->epilogue == NT_EPI_DGELU) {
+    const char *d0 = p->D->data, *a0 = p->o->aux->data;
+    aux_clash = d0 < a0 + extent && a0 < d0 + extent;
+  }
+  if (p->o->beta == 0.0f && !aux_clash) {
     /* D (and aux) are pure outputs that the real call overwrites: time on them directly,
-     * which spares a scratch copy of a possibly large output (the logits). DGELU reads aux,
-     * which a caller may overwrite in place (D == aux): scratch there. */
+     * which spares a scratch copy of a possibly large output (the logits, or the MLP's
+     * 4C-wide gradient). A DGELU whose D is its aux (in place) times on scratch. */
     T.dout = p->D->data;
   } else {
     /* D is read: time on zeroed scratch. Out of memory only skips the tuning. */
