@@ -1,5 +1,6 @@
 /* Causal self-attention: argument checks, dispatch, and the CPU reference (plain loops,
- * fp64 accumulation), plus the head split/merge permutations. */
+ * fp64 accumulation, strided views, the dropout mask read from the Philox stream), plus the
+ * head split/merge permutations. */
 #include "ops/attention.h"
 #include <math.h>
 #include <stdlib.h>
@@ -7,11 +8,12 @@
 
 #ifdef NT_HAVE_CUDA
 nt_status nt_attention_forward_cuda(nt_ctx *ctx, const nt_tensor *q, const nt_tensor *k,
-                                    const nt_tensor *v, nt_tensor *out, nt_tensor *lse);
+                                    const nt_tensor *v, nt_tensor *out, nt_tensor *lse,
+                                    const nt_attention_opts *o);
 nt_status nt_attention_backward_cuda(nt_ctx *ctx, const nt_tensor *dout, const nt_tensor *q,
                                      const nt_tensor *k, const nt_tensor *v,
                                      const nt_tensor *out, const nt_tensor *lse, nt_tensor *dq,
-                                     nt_tensor *dk, nt_tensor *dv);
+                                     nt_tensor *dk, nt_tensor *dv, const nt_attention_opts *o);
 nt_status nt_qkv_split_cuda(nt_ctx *ctx, const nt_tensor *qkv, nt_tensor *q, nt_tensor *k,
                             nt_tensor *v);
 nt_status nt_qkv_split_backward_cuda(nt_ctx *ctx, const nt_tensor *dq, const nt_tensor *dk,
@@ -22,7 +24,8 @@ nt_status nt_heads_merge_backward_cuda(nt_ctx *ctx, const nt_tensor *dy, nt_tens
 
 #define ATTN_MAX_D 128
 
-/* Every [B, H, T, D] operand: float dtype shared by all, contiguous, on ctx's device. */
+/* Every [B, H, T, D] operand: float dtype shared by all, shaped like q, on ctx's device,
+ * unit stride along D (the other strides are free). */
 static nt_status check_bhtd(nt_ctx *ctx, const nt_tensor *t, const nt_tensor *ref,
                             const char *what) {
   nt_status st;
@@ -31,7 +34,11 @@ static nt_status check_bhtd(nt_ctx *ctx, const nt_tensor *t, const nt_tensor *re
   if ((st = nt_check_ndim(ctx, t, 4, what))) return st;
   if ((st = nt_check_same_shape(ctx, t, ref, what))) return st;
   if ((st = nt_check_dtype(ctx, t, ref->dtype, what))) return st;
-  return nt_check_contiguous(ctx, t, what);
+  if (t->stride[3] != 1 && t->shape[3] != 1)
+    return NT_ERROR(ctx, NT_ERR_UNSUPPORTED,
+                    "%s: the head dim D must be contiguous (stride %lld, expected 1)", what,
+                    (long long)t->stride[3]);
+  return NT_OK;
 }
 
 static nt_status check_lse(nt_ctx *ctx, const nt_tensor *lse, const nt_tensor *q) {
@@ -64,6 +71,22 @@ static nt_status check_q(nt_ctx *ctx, const nt_tensor *q) {
   return NT_OK;
 }
 
+/* opts NULL becomes the defaults; dropout in [0, 1) and, when on, a Philox-block offset. */
+static nt_status check_opts(nt_ctx *ctx, const nt_attention_opts *in, nt_attention_opts *out) {
+  static const nt_attention_opts none = {0.f, 0, 0, false};
+  *out = in ? *in : none;
+  const float p = out->dropout;
+  if (!(p >= 0.f && p < 1.f))
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "attention: dropout p = %g must be in [0, 1)",
+                    (double)p);
+  if (p > 0.f && out->offset % 4 != 0)
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG,
+                    "attention: dropout RNG offset %llu must be a multiple of 4 (take it from "
+                    "nt_ctx_rng_reserve)",
+                    (unsigned long long)out->offset);
+  return NT_OK;
+}
+
 static bool on_cuda(const nt_tensor *t) { return t->device.type == NT_DEV_CUDA; }
 
 #ifndef NT_HAVE_CUDA
@@ -72,16 +95,63 @@ static nt_status no_backend(nt_ctx *ctx) {
 }
 #endif
 
+uint32_t nt_attention_keep_threshold(float p) {
+  /* uniform(x) is nondecreasing in x and uniform(UINT32_MAX) = 1 > p: binary search for the
+   * first x above p. */
+  uint64_t lo = 0, hi = UINT32_MAX;
+  while (lo < hi) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    if (nt_rng_u32_to_uniform((uint32_t)mid) > p)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return (uint32_t)lo;
+}
+
 /* ---- CPU reference ---------------------------------------------------------------------- */
 
-static void load_row(const nt_tensor *t, int64_t row, int64_t D, double *dst) {
-  for (int64_t d = 0; d < D; d++) dst[d] = nt_load_f32(t->data, t->dtype, row * D + d);
+/* Element offset of row i of head bh = b * H + h in a [B, H, T, D] view. */
+static int64_t row_at(const nt_tensor *t, int64_t bh, int64_t i) {
+  const int64_t H = t->shape[1];
+  return (bh / H) * t->stride[0] + (bh % H) * t->stride[1] + i * t->stride[2];
+}
+
+static void load_row(const nt_tensor *t, int64_t bh, int64_t i, double *dst) {
+  const int64_t at = row_at(t, bh, i), D = t->shape[3];
+  for (int64_t d = 0; d < D; d++) dst[d] = nt_load_f32(t->data, t->dtype, at + d * t->stride[3]);
+}
+
+/* The dropout mask: reads the Philox stream one block of four numbers at a time. */
+typedef struct {
+  float p;
+  uint64_t seed, block;   /* block held in w; UINT64_MAX before the first */
+  uint32_t w[4];
+} keep_reader;
+
+static bool keep_at(keep_reader *r, uint64_t n) {
+  if (r->block != n >> 2) {
+    r->block = n >> 2;
+    const uint32_t ctr[4] = {(uint32_t)r->block, (uint32_t)(r->block >> 32), 0, 0};
+    const uint32_t key[2] = {(uint32_t)r->seed, (uint32_t)(r->seed >> 32)};
+    nt_philox4x32_10(ctr, key, r->w);
+  }
+  return nt_rng_u32_to_uniform(r->w[n & 3]) > r->p;
+}
+
+/* First stream number of row i of head bh: offset + (bh * T + i) * T. */
+static uint64_t mask_row(const nt_attention_opts *o, int64_t bh, int64_t i, int64_t T) {
+  return o->offset + ((uint64_t)bh * (uint64_t)T + (uint64_t)i) * (uint64_t)T;
 }
 
 static nt_status attention_forward_cpu(nt_ctx *ctx, const nt_tensor *q, const nt_tensor *k,
-                                       const nt_tensor *v, nt_tensor *out, nt_tensor *lse) {
+                                       const nt_tensor *v, nt_tensor *out, nt_tensor *lse,
+                                       const nt_attention_opts *opt) {
   const int64_t BH = q->shape[0] * q->shape[1], T = q->shape[2], D = q->shape[3];
   const double scale = 1.0 / sqrt((double)D);
+  const bool drop = opt->dropout > 0.f;
+  const double keep_scale = drop ? 1.0 / (1.0 - (double)opt->dropout) : 1.0;
+  keep_reader kr = {opt->dropout, opt->seed, UINT64_MAX, {0, 0, 0, 0}};
   double *qi = malloc(sizeof(double) * (size_t)D), *o = malloc(sizeof(double) * (size_t)D);
   double *kv = malloc(sizeof(double) * (size_t)D), *s = malloc(sizeof(double) * (size_t)T);
   if (!qi || !o || !kv || !s) {
@@ -89,12 +159,11 @@ static nt_status attention_forward_cpu(nt_ctx *ctx, const nt_tensor *q, const nt
     return NT_ERROR(ctx, NT_ERR_OOM, "attention: out of host memory");
   }
   for (int64_t bh = 0; bh < BH; bh++) {
-    const int64_t base = bh * T;
     for (int64_t i = 0; i < T; i++) {
-      load_row(q, base + i, D, qi);
+      load_row(q, bh, i, qi);
       double m = -INFINITY;
       for (int64_t j = 0; j <= i; j++) {
-        load_row(k, base + j, D, kv);
+        load_row(k, bh, j, kv);
         double acc = 0;
         for (int64_t d = 0; d < D; d++) acc += qi[d] * kv[d];
         s[j] = acc * scale;
@@ -102,56 +171,73 @@ static nt_status attention_forward_cpu(nt_ctx *ctx, const nt_tensor *q, const nt
       }
       double l = 0;
       memset(o, 0, sizeof(double) * (size_t)D);
+      const uint64_t n0 = drop ? mask_row(opt, bh, i, T) : 0;
       for (int64_t j = 0; j <= i; j++) {
         double p = exp(s[j] - m);
-        l += p;
-        load_row(v, base + j, D, kv);
+        l += p;   /* the normaliser (and lse) see every probability, dropped or not */
+        if (drop && !keep_at(&kr, n0 + (uint64_t)j)) continue;
+        load_row(v, bh, j, kv);
         for (int64_t d = 0; d < D; d++) o[d] += p * kv[d];
       }
+      const int64_t at = row_at(out, bh, i);
       for (int64_t d = 0; d < D; d++)
-        nt_store_f32(out->data, out->dtype, (base + i) * D + d, (float)(o[d] / l));
-      ((float *)lse->data)[base + i] = (float)(m + log(l));
+        nt_store_f32(out->data, out->dtype, at + d * out->stride[3],
+                     (float)(o[d] / l * keep_scale));
+      ((float *)lse->data)[bh * T + i] = (float)(m + log(l));
     }
   }
   free(qi); free(o); free(kv); free(s);
   return NT_OK;
 }
 
-/* Adds a double buffer of one (b, h) slice into a gradient tensor of any float dtype. */
-static void add_into(nt_tensor *g, int64_t offset, const double *src, int64_t n) {
-  for (int64_t i = 0; i < n; i++) {
-    float cur = nt_load_f32(g->data, g->dtype, offset + i);
-    nt_store_f32(g->data, g->dtype, offset + i, (float)((double)cur + src[i]));
+/* Adds (or, overwrite, stores) a double buffer of one head's [T, D] into a gradient view. */
+static void write_grad(nt_tensor *g, int64_t bh, const double *src, bool overwrite) {
+  const int64_t T = g->shape[2], D = g->shape[3];
+  for (int64_t i = 0; i < T; i++) {
+    const int64_t at = row_at(g, bh, i);
+    for (int64_t d = 0; d < D; d++) {
+      const int64_t e = at + d * g->stride[3];
+      const double cur = overwrite ? 0.0 : (double)nt_load_f32(g->data, g->dtype, e);
+      nt_store_f32(g->data, g->dtype, e, (float)(cur + src[i * D + d]));
+    }
   }
 }
 
+/* With the kept probabilities Z = P * mask / (1 - p) and O = Z V:
+ *   dV = Z^T dO,  dZ = dO V^T,  dP = dZ * mask / (1 - p),
+ *   dS = P * (dP - rowsum(P * dP)) and rowsum(P * dP) = rowsum(Z * dZ) = rowsum(dO * O),
+ * so FlashAttention's D = rowsum(dO * O) still holds with O the dropped output. */
 static nt_status attention_backward_cpu(nt_ctx *ctx, const nt_tensor *dout, const nt_tensor *q,
                                         const nt_tensor *k, const nt_tensor *v,
                                         const nt_tensor *out, const nt_tensor *lse,
-                                        nt_tensor *dq, nt_tensor *dk, nt_tensor *dv) {
+                                        nt_tensor *dq, nt_tensor *dk, nt_tensor *dv,
+                                        const nt_attention_opts *opt) {
   const int64_t BH = q->shape[0] * q->shape[1], T = q->shape[2], D = q->shape[3];
   const double scale = 1.0 / sqrt((double)D);
+  const bool drop = opt->dropout > 0.f;
+  const double keep_scale = drop ? 1.0 / (1.0 - (double)opt->dropout) : 1.0;
+  keep_reader kr = {opt->dropout, opt->seed, UINT64_MAX, {0, 0, 0, 0}};
   const size_t n = (size_t)(T * D);
-  /* Whole (b, h) slices in fp64: q, k, v, dO and the three gradient accumulators. */
-  double *buf = malloc(sizeof(double) * (7 * n + (size_t)T));
+  /* Whole heads in fp64: q, k, v, dO, O and the three gradient accumulators. */
+  double *buf = malloc(sizeof(double) * (8 * n + (size_t)T));
   if (!buf) return NT_ERROR(ctx, NT_ERR_OOM, "attention backward: out of host memory");
-  double *Q = buf, *K = Q + n, *V = K + n, *dO = V + n, *gq = dO + n, *gk = gq + n,
+  double *Q = buf, *K = Q + n, *V = K + n, *dO = V + n, *O = dO + n, *gq = O + n, *gk = gq + n,
          *gv = gk + n, *Di = gv + n;
   for (int64_t bh = 0; bh < BH; bh++) {
-    const int64_t base = bh * T;
     for (int64_t i = 0; i < T; i++) {
-      load_row(q, base + i, D, Q + i * D);
-      load_row(k, base + i, D, K + i * D);
-      load_row(v, base + i, D, V + i * D);
-      load_row(dout, base + i, D, dO + i * D);
+      load_row(q, bh, i, Q + i * D);
+      load_row(k, bh, i, K + i * D);
+      load_row(v, bh, i, V + i * D);
+      load_row(dout, bh, i, dO + i * D);
+      load_row(out, bh, i, O + i * D);
       double acc = 0;
-      for (int64_t d = 0; d < D; d++)
-        acc += dO[i * D + d] * (double)nt_load_f32(out->data, out->dtype, (base + i) * D + d);
+      for (int64_t d = 0; d < D; d++) acc += dO[i * D + d] * O[i * D + d];
       Di[i] = acc;
     }
     memset(gq, 0, sizeof(double) * 3 * n);
     for (int64_t i = 0; i < T; i++) {
-      const double L = ((const float *)lse->data)[base + i];
+      const double L = ((const float *)lse->data)[bh * T + i];
+      const uint64_t n0 = drop ? mask_row(opt, bh, i, T) : 0;
       for (int64_t j = 0; j <= i; j++) {
         double s = 0, dp = 0;
         for (int64_t d = 0; d < D; d++) {
@@ -159,17 +245,19 @@ static nt_status attention_backward_cpu(nt_ctx *ctx, const nt_tensor *dout, cons
           dp += dO[i * D + d] * V[j * D + d];
         }
         const double p = exp(s * scale - L);
-        const double ds = p * (dp - Di[i]) * scale;
+        /* mr: the dropout factor of this probability (0 dropped, 1 / (1 - p) kept). */
+        const double mr = drop ? (keep_at(&kr, n0 + (uint64_t)j) ? keep_scale : 0.0) : 1.0;
+        const double z = p * mr, ds = p * (dp * mr - Di[i]) * scale;
         for (int64_t d = 0; d < D; d++) {
-          gv[j * D + d] += p * dO[i * D + d];
+          gv[j * D + d] += z * dO[i * D + d];
           gq[i * D + d] += ds * K[j * D + d];
           gk[j * D + d] += ds * Q[i * D + d];
         }
       }
     }
-    add_into(dq, base * D, gq, (int64_t)n);
-    add_into(dk, base * D, gk, (int64_t)n);
-    add_into(dv, base * D, gv, (int64_t)n);
+    write_grad(dq, bh, gq, opt->overwrite);
+    write_grad(dk, bh, gk, opt->overwrite);
+    write_grad(dv, bh, gv, opt->overwrite);
   }
   free(buf);
   return NT_OK;
@@ -189,26 +277,31 @@ static nt_status check_q_k_v_out(nt_ctx *ctx, const nt_tensor *q, const nt_tenso
 
 /* ---- public entry points ---------------------------------------------------------------- */
 
-nt_status nt_attention_forward(nt_ctx *ctx, const nt_tensor *q, const nt_tensor *k,
-                               const nt_tensor *v, nt_tensor *out, nt_tensor *lse) {
+nt_status nt_attention_forward_ex(nt_ctx *ctx, const nt_tensor *q, const nt_tensor *k,
+                                  const nt_tensor *v, nt_tensor *out, nt_tensor *lse,
+                                  const nt_attention_opts *opts) {
   nt_status st;
+  nt_attention_opts o;
+  if ((st = check_opts(ctx, opts, &o))) return st;
   if ((st = check_q_k_v_out(ctx, q, k, v, out))) return st;
   if ((st = check_lse(ctx, lse, q))) return st;
   if (on_cuda(q)) {
 #ifdef NT_HAVE_CUDA
-    return nt_attention_forward_cuda(ctx, q, k, v, out, lse);
+    return nt_attention_forward_cuda(ctx, q, k, v, out, lse, &o);
 #else
     return no_backend(ctx);
 #endif
   }
-  return attention_forward_cpu(ctx, q, k, v, out, lse);
+  return attention_forward_cpu(ctx, q, k, v, out, lse, &o);
 }
 
-nt_status nt_attention_backward(nt_ctx *ctx, const nt_tensor *dout, const nt_tensor *q,
-                                const nt_tensor *k, const nt_tensor *v, const nt_tensor *out,
-                                const nt_tensor *lse, nt_tensor *dq, nt_tensor *dk,
-                                nt_tensor *dv) {
+nt_status nt_attention_backward_ex(nt_ctx *ctx, const nt_tensor *dout, const nt_tensor *q,
+                                   const nt_tensor *k, const nt_tensor *v, const nt_tensor *out,
+                                   const nt_tensor *lse, nt_tensor *dq, nt_tensor *dk,
+                                   nt_tensor *dv, const nt_attention_opts *opts) {
   nt_status st;
+  nt_attention_opts o;
+  if ((st = check_opts(ctx, opts, &o))) return st;
   if ((st = check_q_k_v_out(ctx, q, k, v, out))) return st;
   if ((st = check_bhtd(ctx, dout, q, "attention dout"))) return st;
   if ((st = check_bhtd(ctx, dq, q, "attention dq"))) return st;
@@ -217,12 +310,24 @@ nt_status nt_attention_backward(nt_ctx *ctx, const nt_tensor *dout, const nt_ten
   if ((st = check_lse(ctx, lse, q))) return st;
   if (on_cuda(q)) {
 #ifdef NT_HAVE_CUDA
-    return nt_attention_backward_cuda(ctx, dout, q, k, v, out, lse, dq, dk, dv);
+    return nt_attention_backward_cuda(ctx, dout, q, k, v, out, lse, dq, dk, dv, &o);
 #else
     return no_backend(ctx);
 #endif
   }
-  return attention_backward_cpu(ctx, dout, q, k, v, out, lse, dq, dk, dv);
+  return attention_backward_cpu(ctx, dout, q, k, v, out, lse, dq, dk, dv, &o);
+}
+
+nt_status nt_attention_forward(nt_ctx *ctx, const nt_tensor *q, const nt_tensor *k,
+                               const nt_tensor *v, nt_tensor *out, nt_tensor *lse) {
+  return nt_attention_forward_ex(ctx, q, k, v, out, lse, NULL);
+}
+
+nt_status nt_attention_backward(nt_ctx *ctx, const nt_tensor *dout, const nt_tensor *q,
+                                const nt_tensor *k, const nt_tensor *v, const nt_tensor *out,
+                                const nt_tensor *lse, nt_tensor *dq, nt_tensor *dk,
+                                nt_tensor *dv) {
+  return nt_attention_backward_ex(ctx, dout, q, k, v, out, lse, dq, dk, dv, NULL);
 }
 
 /* ---- head split / merge ----------------------------------------------------------------- */

@@ -1,8 +1,10 @@
 /* Causal attention on CUDA: dispatch between the tensor-core kernels (attention_fwd.cu,
- * attention_bwd.cu: F16/BF16 with D 32 or 64) and the simple kernels below (every dtype,
- * D <= 128; also chosen with NT_ATTN_SIMPLE=1 so a fast-path bug can be isolated).
- * The simple kernels give one warp per row and walk the other side's rows with an online
- * softmax: no T x T matrix, fp32 math, each output row owned by one warp (no atomics). */
+ * attention_bwd.cu: F16/BF16 with D 32 or 64 and 16-byte aligned rows) and the simple kernels
+ * below (every dtype, D <= 128, any strides; also chosen with NT_ATTN_SIMPLE=1 so a fast-path
+ * bug can be isolated). The simple kernels give one warp per row and walk the other side's
+ * rows with an online softmax: no T x T matrix, fp32 math, each output row owned by one warp
+ * (no atomics). With dropout (kDrop instantiations) they read the keep bits of a row's
+ * consecutive keys 128 at a time: one Philox block per lane and four ballots. */
 #include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
@@ -11,6 +13,9 @@
 #include "core/cuda_util.h"
 
 namespace {
+
+using nt_attn::head_off;
+using nt_attn::philox_block;
 
 constexpr int kWarpsPerBlock = 4;
 constexpr int kMaxPerLane = 4;   /* D <= 128 = 32 lanes * 4 */
@@ -29,79 +34,143 @@ __device__ __forceinline__ void load_lane(const T *row, int D, int lane, float *
   }
 }
 
+/* row += x * mul, or row = x * mul with overwrite. */
 template <typename T>
-__device__ __forceinline__ void add_lane(T *row, int D, int lane, const float *x, float mul) {
+__device__ __forceinline__ void add_lane(T *row, int D, int lane, const float *x, float mul,
+                                         bool overwrite) {
 #pragma unroll
   for (int r = 0; r < kMaxPerLane; r++) {
     const int d = lane + 32 * r;
-    if (d < D) row[d] = nt_from_f<T>(nt_to_f(row[d]) + x[r] * mul);
+    if (d < D) row[d] = nt_from_f<T>((overwrite ? 0.f : nt_to_f(row[d])) + x[r] * mul);
   }
 }
 
-template <typename T>
-__global__ void simple_forward(const T *q, const T *k, const T *v, T *out, float *lse, int BH,
-                               int T_, int D, float scale) {
+template <typename T> __device__ __forceinline__ const T *crow(const nt_attn_view &v, long bh,
+                                                               int H, long t) {
+  return static_cast<const T *>(v.p) + head_off(v, bh, H) + t * v.st;
+}
+template <typename T> __device__ __forceinline__ T *wrow(const nt_attn_view &v, long bh, int H,
+                                                         long t) {
+  return static_cast<T *>(v.p) + head_off(v, bh, H) + t * v.st;
+}
+
+/* Keep bits of one row's keys j = 0, 1, 2, ... (stream numbers first + j) visited in order by
+ * a whole warp: every 128 numbers the lanes draw 32 consecutive Philox blocks, one each, and
+ * four ballots give every lane all 128 bits. */
+struct keep_run {
+  unsigned long long b0;   /* block of key 0 */
+  int a;                   /* key 0's word in it */
+  uint32_t w0, w1, w2, w3; /* ballots of words 0..3 of the 32 blocks held */
+
+  __device__ __forceinline__ void start(unsigned long long first) {
+    b0 = first >> 2;
+    a = (int)(first & 3);
+  }
+  /* Warp-uniform j, visited in increasing order from 0. */
+  __device__ __forceinline__ bool keep(const nt_attn_drop &dr, int j, int lane) {
+    const int r = a + j;   /* position from the start of block b0 */
+    if (j == 0 || (r & 127) == 0) {
+      const uint4 x = philox_block(dr.seed, b0 + (unsigned)((r >> 2) & ~31) + (unsigned)lane);
+      w0 = __ballot_sync(0xffffffffu, x.x >= dr.thr);
+      w1 = __ballot_sync(0xffffffffu, x.y >= dr.thr);
+      w2 = __ballot_sync(0xffffffffu, x.z >= dr.thr);
+      w3 = __ballot_sync(0xffffffffu, x.w >= dr.thr);
+    }
+    const int w = r & 3;
+    const uint32_t m = w == 0 ? w0 : w == 1 ? w1 : w == 2 ? w2 : w3;
+    return (m >> ((r >> 2) & 31)) & 1u;
+  }
+};
+
+/* Keep bits of one key column's queries i0 .. i0 + 31 (stream numbers col_first + i * T, no
+ * two in one block): lane L draws query i0 + L's block, a ballot spreads the bits. */
+__device__ __forceinline__ uint32_t keep_column32(const nt_attn_drop &dr,
+                                                  unsigned long long col_first, int i0, int T_,
+                                                  int lane) {
+  const unsigned long long n = col_first + (unsigned long long)(i0 + lane) * T_;
+  const uint4 x = philox_block(dr.seed, n >> 2);
+  const int w = (int)(n & 3);
+  const uint32_t u = w == 0 ? x.x : w == 1 ? x.y : w == 2 ? x.z : x.w;
+  return __ballot_sync(0xffffffffu, u >= dr.thr);
+}
+
+template <typename T, bool kDrop>
+__global__ void simple_forward(nt_attn_view qv, nt_attn_view kv, nt_attn_view vv,
+                               nt_attn_view ov, float *lse, int BH, int H, int T_, int D,
+                               float scale, nt_attn_drop dr) {
   const int lane = threadIdx.x & 31;
   const long row = (long)blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
   if (row >= (long)BH * T_) return;
   const int i = (int)(row % T_);
-  const long base = row - i;   /* first row of this (b, h) */
-  float qi[kMaxPerLane], o[kMaxPerLane] = {0.f, 0.f, 0.f, 0.f}, kv[kMaxPerLane];
-  load_lane(q + row * D, D, lane, qi);
+  const long bh = row / T_;
+  float qi[kMaxPerLane], o[kMaxPerLane] = {0.f, 0.f, 0.f, 0.f}, kv_[kMaxPerLane];
+  load_lane(crow<T>(qv, bh, H, i), D, lane, qi);
+  keep_run kr;
+  if (kDrop) kr.start(dr.offset + (unsigned long long)row * T_);
   float m = -INFINITY, l = 0.f;
   for (int j = 0; j <= i; j++) {
-    load_lane(k + (base + j) * D, D, lane, kv);
+    load_lane(crow<T>(kv, bh, H, j), D, lane, kv_);
     float s = 0.f;
 #pragma unroll
-    for (int r = 0; r < kMaxPerLane; r++) s += qi[r] * kv[r];
+    for (int r = 0; r < kMaxPerLane; r++) s += qi[r] * kv_[r];
     s = warp_sum(s) * scale;
     const float m_new = fmaxf(m, s);
     const float corr = __expf(m - m_new), p = __expf(s - m_new);
-    l = l * corr + p;
-    load_lane(v + (base + j) * D, D, lane, kv);
+    l = l * corr + p;   /* the normaliser sees every probability, dropped or not */
+    const float pk = !kDrop || kr.keep(dr, j, lane) ? p : 0.f;
+    load_lane(crow<T>(vv, bh, H, j), D, lane, kv_);
 #pragma unroll
-    for (int r = 0; r < kMaxPerLane; r++) o[r] = o[r] * corr + p * kv[r];
+    for (int r = 0; r < kMaxPerLane; r++) o[r] = o[r] * corr + pk * kv_[r];
     m = m_new;
   }
-  const float inv = 1.f / l;
+  const float inv = (kDrop ? dr.rp : 1.f) / l;
+  T *out = wrow<T>(ov, bh, H, i);
 #pragma unroll
   for (int r = 0; r < kMaxPerLane; r++) {
     const int d = lane + 32 * r;
-    if (d < D) out[row * D + d] = nt_from_f<T>(o[r] * inv);
+    if (d < D) out[d] = nt_from_f<T>(o[r] * inv);
   }
   if (lane == 0) lse[row] = m + logf(l);
 }
 
-/* d_rows[row] = sum_d dO * O: the softmax-backward correction term, shared by both paths. */
+/* d_rows[row] = sum_d dO * O: the softmax-backward correction term, shared by both paths
+ * (O is the dropped output with dropout: see ops/attention.c). */
 template <typename T>
-__global__ void row_dot(const T *dout, const T *out, float *d_rows, long rows, int D) {
+__global__ void row_dot(nt_attn_view dov, nt_attn_view ov, float *d_rows, long rows, int H,
+                        int T_, int D) {
   const int lane = threadIdx.x & 31;
   const long row = (long)blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
   if (row >= rows) return;
+  const long bh = row / T_, t = row % T_;
+  const T *dout = crow<T>(dov, bh, H, t), *out = crow<T>(ov, bh, H, t);
   float acc = 0.f;
-  for (int d = lane; d < D; d += 32)
-    acc += nt_to_f(dout[row * D + d]) * nt_to_f(out[row * D + d]);
+  for (int d = lane; d < D; d += 32) acc += nt_to_f(dout[d]) * nt_to_f(out[d]);
   acc = warp_sum(acc);
   if (lane == 0) d_rows[row] = acc;
 }
 
-template <typename T>
-__global__ void simple_backward_dq(const T *dout, const T *q, const T *k, const T *v,
-                                   const float *lse, const float *d_rows, T *dq, int BH, int T_,
-                                   int D, float scale) {
+/* With dropout every probability has a factor mr (0 dropped, 1 / (1 - p) kept):
+ * dS = P * (dP * mr - D), dV += P * mr * dO. */
+template <typename T, bool kDrop>
+__global__ void simple_backward_dq(nt_attn_view dov, nt_attn_view qv, nt_attn_view kv,
+                                   nt_attn_view vv, const float *lse, const float *d_rows,
+                                   nt_attn_view dqv, int BH, int H, int T_, int D, float scale,
+                                   nt_attn_drop dr, bool overwrite) {
   const int lane = threadIdx.x & 31;
   const long row = (long)blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
   if (row >= (long)BH * T_) return;
   const int i = (int)(row % T_);
-  const long base = row - i;
+  const long bh = row / T_;
   float qi[kMaxPerLane], doi[kMaxPerLane], kj[kMaxPerLane], vj[kMaxPerLane];
   float acc[kMaxPerLane] = {0.f, 0.f, 0.f, 0.f};
-  load_lane(q + row * D, D, lane, qi);
-  load_lane(dout + row * D, D, lane, doi);
+  load_lane(crow<T>(qv, bh, H, i), D, lane, qi);
+  load_lane(crow<T>(dov, bh, H, i), D, lane, doi);
+  keep_run kr;
+  if (kDrop) kr.start(dr.offset + (unsigned long long)row * T_);
   const float L = lse[row], Di = d_rows[row];
   for (int j = 0; j <= i; j++) {
-    load_lane(k + (base + j) * D, D, lane, kj);
-    load_lane(v + (base + j) * D, D, lane, vj);
+    load_lane(crow<T>(kv, bh, H, j), D, lane, kj);
+    load_lane(crow<T>(vv, bh, H, j), D, lane, vj);
     float s = 0.f, dp = 0.f;
 #pragma unroll
     for (int r = 0; r < kMaxPerLane; r++) {
@@ -110,29 +179,34 @@ __global__ void simple_backward_dq(const T *dout, const T *q, const T *k, const 
     }
     s = warp_sum(s);
     dp = warp_sum(dp);
+    if (kDrop) dp *= kr.keep(dr, j, lane) ? dr.rp : 0.f;
     const float ds = __expf(s * scale - L) * (dp - Di);
 #pragma unroll
     for (int r = 0; r < kMaxPerLane; r++) acc[r] += ds * kj[r];
   }
-  add_lane(dq + row * D, D, lane, acc, scale);
+  add_lane(wrow<T>(dqv, bh, H, i), D, lane, acc, scale, overwrite);
 }
 
-template <typename T>
-__global__ void simple_backward_dkv(const T *dout, const T *q, const T *k, const T *v,
-                                    const float *lse, const float *d_rows, T *dk, T *dv, int BH,
-                                    int T_, int D, float scale) {
+template <typename T, bool kDrop>
+__global__ void simple_backward_dkv(nt_attn_view dov, nt_attn_view qv, nt_attn_view kv,
+                                    nt_attn_view vv, const float *lse, const float *d_rows,
+                                    nt_attn_view dkv, nt_attn_view dvv, int BH, int H, int T_,
+                                    int D, float scale, nt_attn_drop dr, bool overwrite) {
   const int lane = threadIdx.x & 31;
   const long row = (long)blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
   if (row >= (long)BH * T_) return;
   const int j = (int)(row % T_);
-  const long base = row - j;
+  const long bh = row / T_, base = row - j;
   float kj[kMaxPerLane], vj[kMaxPerLane], qi[kMaxPerLane], doi[kMaxPerLane];
   float gk[kMaxPerLane] = {0.f, 0.f, 0.f, 0.f}, gv[kMaxPerLane] = {0.f, 0.f, 0.f, 0.f};
-  load_lane(k + row * D, D, lane, kj);
-  load_lane(v + row * D, D, lane, vj);
+  load_lane(crow<T>(kv, bh, H, j), D, lane, kj);
+  load_lane(crow<T>(vv, bh, H, j), D, lane, vj);
+  /* Stream number of (query 0, key j); query i is i * T further. */
+  const unsigned long long col_first = kDrop ? dr.offset + (unsigned long long)base * T_ + j : 0;
+  uint32_t kbits = 0u;
   for (int i = j; i < T_; i++) {
-    load_lane(q + (base + i) * D, D, lane, qi);
-    load_lane(dout + (base + i) * D, D, lane, doi);
+    load_lane(crow<T>(qv, bh, H, i), D, lane, qi);
+    load_lane(crow<T>(dov, bh, H, i), D, lane, doi);
     float s = 0.f, dp = 0.f;
 #pragma unroll
     for (int r = 0; r < kMaxPerLane; r++) {
@@ -141,32 +215,47 @@ __global__ void simple_backward_dkv(const T *dout, const T *q, const T *k, const
     }
     s = warp_sum(s);
     dp = warp_sum(dp);
+    float mr = 1.f;
+    if (kDrop) {
+      if ((i - j) % 32 == 0) kbits = keep_column32(dr, col_first, i, T_, lane);
+      mr = (kbits >> ((i - j) % 32)) & 1u ? dr.rp : 0.f;
+    }
     const float p = __expf(s * scale - lse[base + i]);
-    const float ds = p * (dp - d_rows[base + i]);
+    const float ds = p * (dp * mr - d_rows[base + i]);
 #pragma unroll
     for (int r = 0; r < kMaxPerLane; r++) {
-      gv[r] += p * doi[r];
+      gv[r] += p * mr * doi[r];
       gk[r] += ds * qi[r];
     }
   }
-  add_lane(dk + row * D, D, lane, gk, scale);
-  add_lane(dv + row * D, D, lane, gv, 1.f);
+  add_lane(wrow<T>(dkv, bh, H, j), D, lane, gk, scale, overwrite);
+  add_lane(wrow<T>(dvv, bh, H, j), D, lane, gv, 1.f, overwrite);
 }
 
 /* Tensor-core path, before the backward kernel: d_rows = rowsum(dO * O) and dq_acc = 0 in
  * one pass of 16-byte pieces (8 elements per thread, D / 8 adjacent lanes per row; D is 32
- * or 64 and every row 16-byte aligned there). */
-template <typename T, int D>
-__global__ void prep_rows_vec(const T *__restrict__ dout, const T *__restrict__ out,
-                              float *__restrict__ d_rows, float *__restrict__ dq_acc,
-                              long rows) {
+ * or 64 and every row 16-byte aligned there). kContig: dout and out are contiguous (piece i
+ * at element 8 i); otherwise each row is found through the views. */
+template <typename T, int D, bool kContig>
+__global__ void prep_rows_vec(nt_attn_view dov, nt_attn_view ov, float *__restrict__ d_rows,
+                              float *__restrict__ dq_acc, long rows, int H, int T_) {
   constexpr int kLanes = D / 8;
   const long piece = (long)blockIdx.x * blockDim.x + threadIdx.x;
   const long row = piece / kLanes;
   float acc = 0.f;
   if (row < rows) {
-    const uint4 a = reinterpret_cast<const uint4 *>(dout)[piece];
-    const uint4 b = reinterpret_cast<const uint4 *>(out)[piece];
+    const T *dout = static_cast<const T *>(dov.p), *out = static_cast<const T *>(ov.p);
+    if (kContig) {
+      dout += piece * 8;
+      out += piece * 8;
+    } else {
+      const long bh = row / T_, t = row % T_;
+      const int col = (int)(piece % kLanes) * 8;
+      dout += head_off(dov, bh, H) + t * dov.st + col;
+      out += head_off(ov, bh, H) + t * ov.st + col;
+    }
+    const uint4 a = *reinterpret_cast<const uint4 *>(dout);
+    const uint4 b = *reinterpret_cast<const uint4 *>(out);
     const T *x = reinterpret_cast<const T *>(&a), *y = reinterpret_cast<const T *>(&b);
 #pragma unroll
     for (int e = 0; e < 8; e++) acc += nt_to_f(x[e]) * nt_to_f(y[e]);
@@ -180,21 +269,31 @@ __global__ void prep_rows_vec(const T *__restrict__ dout, const T *__restrict__ 
   if (row < rows && piece % kLanes == 0) d_rows[row] = acc;
 }
 
-/* dq += scale * dq_acc (the tensor-core backward accumulates dQ in fp32 with atomics), eight
- * elements per thread in 16-byte pieces (n is a multiple of 8, dq 16-byte aligned). */
-template <typename T>
-__global__ void dq_finish(const float *__restrict__ acc, T *__restrict__ dq, long n8,
-                          float scale) {
+/* dq += scale * dq_acc (overwrite: dq = scale * dq_acc); the tensor-core backward accumulates
+ * dQ in fp32 with atomics. Eight elements per thread in 16-byte pieces (rows of D elements,
+ * 16-byte aligned); kContig: dq contiguous, else its rows are found through the view. */
+template <typename T, int D, bool kContig>
+__global__ void dq_finish(const float *__restrict__ acc, nt_attn_view dqv, long n8, int H, int T_,
+                          float scale, bool overwrite) {
+  constexpr int kLanes = D / 8;
   const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n8) return;
+  T *dq = static_cast<T *>(dqv.p);
+  if (kContig) {
+    dq += i * 8;
+  } else {
+    const long row = i / kLanes, bh = row / T_, t = row % T_;
+    dq += head_off(dqv, bh, H) + t * dqv.st + (int)(i % kLanes) * 8;
+  }
   const float4 a0 = reinterpret_cast<const float4 *>(acc)[2 * i];
   const float4 a1 = reinterpret_cast<const float4 *>(acc)[2 * i + 1];
   const float add[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-  uint4 v = reinterpret_cast<const uint4 *>(dq)[i];
+  uint4 v = make_uint4(0u, 0u, 0u, 0u);   /* zeros: dq is not read with overwrite */
+  if (!overwrite) v = *reinterpret_cast<const uint4 *>(dq);
   T *x = reinterpret_cast<T *>(&v);
 #pragma unroll
   for (int e = 0; e < 8; e++) x[e] = nt_from_f<T>(nt_to_f(x[e]) + add[e] * scale);
-  reinterpret_cast<uint4 *>(dq)[i] = v;
+  *reinterpret_cast<uint4 *>(dq) = v;
 }
 
 /* [B, T, parts * H * D] <-> parts x [B, H, T, D]; one thread per element of the packed side.
@@ -218,9 +317,22 @@ __global__ void permute_heads(T *packed, T *p0, T *p1, T *p2, int nparts, long B
   }
 }
 
+
 unsigned rows_grid(long rows) { return (unsigned)((rows + kWarpsPerBlock - 1) / kWarpsPerBlock); }
 
-bool aligned16(const nt_tensor *t) { return ((uintptr_t)t->data & 15) == 0; }
+nt_attn_view view_of(const nt_tensor *t) {
+  return nt_attn_view{t->data, t->stride[0], t->stride[1], t->stride[2]};
+}
+
+/* Every row of the view starts on a 16-byte boundary (the data pointer and the stride of
+ * each dim that has more than one index), and the row stride fits the kernels' int. */
+bool rows_aligned16(const nt_tensor *t) {
+  if ((uintptr_t)t->data & 15) return false;
+  const int64_t es = (int64_t)nt_dtype_size(t->dtype);
+  for (int d = 0; d < 3; d++)
+    if (t->shape[d] > 1 && (t->stride[d] * es) % 16 != 0) return false;
+  return t->stride[2] > -INT32_MAX && t->stride[2] < INT32_MAX;
+}
 
 /* The tensor-core kernels move 16-byte pieces: they need aligned rows as well as a
  * supported dtype and D. */
@@ -228,19 +340,75 @@ bool use_mma(const nt_tensor *const *ts, int n) {
   const nt_tensor *q = ts[0];
   if (!nt_attention_mma_supported(q->dtype, (int)q->shape[3])) return false;
   for (int i = 0; i < n; i++)
-    if (!aligned16(ts[i])) return false;
+    if (!rows_aligned16(ts[i])) return false;
   const char *e = getenv("NT_ATTN_SIMPLE");
   return !(e && *e && strcmp(e, "0") != 0);
 }
 
+nt_attn_drop drop_of(const nt_attention_opts *o) {
+  const float p = o->dropout;
+  return nt_attn_drop{o->seed, o->offset, p > 0.f ? nt_attention_keep_threshold(p) : 0u,
+                      p > 0.f ? 1.f / (1.f - p) : 1.f};
+}
+
+/* Shapes and views every launcher below takes. */
+struct problem {
+  int BH, H, T, D;
+  float scale;
+  bool drop, overwrite;
+  nt_attn_drop dr;
+};
+
+problem problem_of(const nt_tensor *q, const nt_attention_opts *o) {
+  problem pb;
+  pb.H = (int)q->shape[1];
+  pb.BH = (int)(q->shape[0] * q->shape[1]);
+  pb.T = (int)q->shape[2];
+  pb.D = (int)q->shape[3];
+  pb.scale = 1.f / sqrtf((float)pb.D);
+  pb.drop = o->dropout > 0.f;
+  pb.overwrite = o->overwrite;
+  pb.dr = drop_of(o);
+  return pb;
+}
 
 template <typename T>
 nt_status forward_simple(nt_ctx *ctx, const nt_tensor *q, const nt_tensor *k, const nt_tensor *v,
-                         nt_tensor *out, nt_tensor *lse) {
-  const int BH = (int)(q->shape[0] * q->shape[1]), T_ = (int)q->shape[2], D = (int)q->shape[3];
-  simple_forward<T><<<rows_grid((long)BH * T_), 32 * kWarpsPerBlock, 0, nt_cuda_stream(ctx)>>>(
-      (const T *)q->data, (const T *)k->data, (const T *)v->data, (T *)out->data,
-      (float *)lse->data, BH, T_, D, 1.f / sqrtf((float)D));
+                         nt_tensor *out, nt_tensor *lse, const problem &pb) {
+  const unsigned grid = rows_grid((long)pb.BH * pb.T);
+  cudaStream_t s = nt_cuda_stream(ctx);
+  if (pb.drop)
+    simple_forward<T, true><<<grid, 32 * kWarpsPerBlock, 0, s>>>(
+        view_of(q), view_of(k), view_of(v), view_of(out), (float *)lse->data, pb.BH, pb.H, pb.T,
+        pb.D, pb.scale, pb.dr);
+  else
+    simple_forward<T, false><<<grid, 32 * kWarpsPerBlock, 0, s>>>(
+        view_of(q), view_of(k), view_of(v), view_of(out), (float *)lse->data, pb.BH, pb.H, pb.T,
+        pb.D, pb.scale, pb.dr);
+  return NT_CUDA_LAUNCHED(ctx);
+}
+
+template <typename T, int D>
+nt_status prep_and_finish(nt_ctx *ctx, const nt_tensor *dout, const nt_tensor *out,
+                          nt_tensor *dq, float *d_rows, float *dq_acc, const problem &pb,
+                          bool finish) {
+  const long rows = (long)pb.BH * pb.T, n8 = rows * D / 8;
+  const unsigned grid = (unsigned)((n8 + 255) / 256);
+  cudaStream_t s = nt_cuda_stream(ctx);
+  if (!finish) {
+    if (nt_tensor_is_contiguous(dout) && nt_tensor_is_contiguous(out))
+      prep_rows_vec<T, D, true><<<grid, 256, 0, s>>>(view_of(dout), view_of(out), d_rows, dq_acc,
+                                                     rows, pb.H, pb.T);
+    else
+      prep_rows_vec<T, D, false><<<grid, 256, 0, s>>>(view_of(dout), view_of(out), d_rows,
+                                                      dq_acc, rows, pb.H, pb.T);
+  } else if (nt_tensor_is_contiguous(dq)) {
+    dq_finish<T, D, true><<<grid, 256, 0, s>>>(dq_acc, view_of(dq), n8, pb.H, pb.T, pb.scale,
+                                               pb.overwrite);
+  } else {
+    dq_finish<T, D, false><<<grid, 256, 0, s>>>(dq_acc, view_of(dq), n8, pb.H, pb.T, pb.scale,
+                                                pb.overwrite);
+  }
   return NT_CUDA_LAUNCHED(ctx);
 }
 
@@ -251,31 +419,21 @@ template <typename T>
 nt_status backward_mma_path(nt_ctx *ctx, const nt_tensor *dout, const nt_tensor *q,
                             const nt_tensor *k, const nt_tensor *v, const nt_tensor *out,
                             const nt_tensor *lse, nt_tensor *dq, nt_tensor *dk, nt_tensor *dv,
-                            float *d_rows) {
+                            float *d_rows, const problem &pb) {
   if constexpr (sizeof(T) != 2) {
     return NT_ERROR(ctx, NT_ERR_INTERNAL, "attention: tensor-core backward needs F16/BF16");
   } else {
-    const int BH = (int)(q->shape[0] * q->shape[1]), T_ = (int)q->shape[2];
-    const int D = (int)q->shape[3];
-    const long rows = (long)BH * T_, n8 = rows * D / 8;
-    const unsigned grid = (unsigned)((n8 + 255) / 256);
-    cudaStream_t s = nt_cuda_stream(ctx);
+    auto pass = pb.D == 64 ? prep_and_finish<T, 64> : prep_and_finish<T, 32>;
     float *dq_acc = NULL;
-    nt_status st = nt_alloc(ctx, sizeof(float) * (size_t)rows * (size_t)D, (void **)&dq_acc);
+    nt_status st = nt_alloc(ctx, sizeof(float) * (size_t)pb.BH * pb.T * pb.D, (void **)&dq_acc);
     if (st) return st;
-    if (D == 64)
-      prep_rows_vec<T, 64><<<grid, 256, 0, s>>>((const T *)dout->data, (const T *)out->data,
-                                                d_rows, dq_acc, rows);
-    else
-      prep_rows_vec<T, 32><<<grid, 256, 0, s>>>((const T *)dout->data, (const T *)out->data,
-                                                d_rows, dq_acc, rows);
-    if ((st = NT_CUDA_LAUNCHED(ctx))) goto done;
-    st = nt_attention_backward_mma(ctx, q->dtype, dout->data, q->data, k->data, v->data,
-                                   (const float *)lse->data, d_rows, dq_acc, dk->data, dv->data,
-                                   BH, T_, D);
+    if ((st = pass(ctx, dout, out, dq, d_rows, dq_acc, pb, false))) goto done;
+    st = nt_attention_backward_mma(ctx, q->dtype, view_of(dout), view_of(q), view_of(k),
+                                   view_of(v), (const float *)lse->data, d_rows, dq_acc,
+                                   view_of(dk), view_of(dv), pb.BH, pb.H, pb.T, pb.D,
+                                   pb.drop ? &pb.dr : NULL, pb.overwrite);
     if (st) goto done;
-    dq_finish<T><<<grid, 256, 0, s>>>(dq_acc, (T *)dq->data, n8, 1.f / sqrtf((float)D));
-    st = NT_CUDA_LAUNCHED(ctx);
+    st = pass(ctx, dout, out, dq, d_rows, dq_acc, pb, true);
   done:
     /* The pool reuses blocks in stream order, so freeing right after queueing is safe. */
     nt_free(ctx, dq_acc);
@@ -283,34 +441,46 @@ nt_status backward_mma_path(nt_ctx *ctx, const nt_tensor *dout, const nt_tensor 
   }
 }
 
+template <typename T, bool kDrop>
+nt_status backward_simple(nt_ctx *ctx, const nt_tensor *dout, const nt_tensor *q,
+                          const nt_tensor *k, const nt_tensor *v, const float *lse,
+                          const float *d_rows, nt_tensor *dq, nt_tensor *dk, nt_tensor *dv,
+                          const problem &pb) {
+  const unsigned grid = rows_grid((long)pb.BH * pb.T);
+  cudaStream_t s = nt_cuda_stream(ctx);
+  simple_backward_dq<T, kDrop><<<grid, 32 * kWarpsPerBlock, 0, s>>>(
+      view_of(dout), view_of(q), view_of(k), view_of(v), lse, d_rows, view_of(dq), pb.BH, pb.H,
+      pb.T, pb.D, pb.scale, pb.dr, pb.overwrite);
+  nt_status st = NT_CUDA_LAUNCHED(ctx);
+  if (st) return st;
+  simple_backward_dkv<T, kDrop><<<grid, 32 * kWarpsPerBlock, 0, s>>>(
+      view_of(dout), view_of(q), view_of(k), view_of(v), lse, d_rows, view_of(dk), view_of(dv),
+      pb.BH, pb.H, pb.T, pb.D, pb.scale, pb.dr, pb.overwrite);
+  return NT_CUDA_LAUNCHED(ctx);
+}
+
 template <typename T>
 nt_status backward_all(nt_ctx *ctx, const nt_tensor *dout, const nt_tensor *q,
                        const nt_tensor *k, const nt_tensor *v, const nt_tensor *out,
                        const nt_tensor *lse, nt_tensor *dq, nt_tensor *dk, nt_tensor *dv,
-                       bool mma) {
-  const int BH = (int)(q->shape[0] * q->shape[1]), T_ = (int)q->shape[2], D = (int)q->shape[3];
-  const long rows = (long)BH * T_;
-  const float scale = 1.f / sqrtf((float)D);
-  cudaStream_t s = nt_cuda_stream(ctx);
+                       bool mma, const problem &pb) {
+  const long rows = (long)pb.BH * pb.T;
   float *d_rows = NULL;
   nt_status st = nt_alloc(ctx, sizeof(float) * (size_t)rows, (void **)&d_rows);
   if (st) return st;
   if (mma) {
-    st = backward_mma_path<T>(ctx, dout, q, k, v, out, lse, dq, dk, dv, d_rows);
+    st = backward_mma_path<T>(ctx, dout, q, k, v, out, lse, dq, dk, dv, d_rows, pb);
   } else {
-    row_dot<T><<<rows_grid(rows), 32 * kWarpsPerBlock, 0, s>>>(
-        (const T *)dout->data, (const T *)out->data, d_rows, rows, D);
-    if ((st = NT_CUDA_LAUNCHED(ctx))) goto done;
-    simple_backward_dq<T><<<rows_grid(rows), 32 * kWarpsPerBlock, 0, s>>>(
-        (const T *)dout->data, (const T *)q->data, (const T *)k->data, (const T *)v->data,
-        (const float *)lse->data, d_rows, (T *)dq->data, BH, T_, D, scale);
-    if ((st = NT_CUDA_LAUNCHED(ctx))) goto done;
-    simple_backward_dkv<T><<<rows_grid(rows), 32 * kWarpsPerBlock, 0, s>>>(
-        (const T *)dout->data, (const T *)q->data, (const T *)k->data, (const T *)v->data,
-        (const float *)lse->data, d_rows, (T *)dk->data, (T *)dv->data, BH, T_, D, scale);
+    row_dot<T><<<rows_grid(rows), 32 * kWarpsPerBlock, 0, nt_cuda_stream(ctx)>>>(
+        view_of(dout), view_of(out), d_rows, rows, pb.H, pb.T, pb.D);
     st = NT_CUDA_LAUNCHED(ctx);
+    if (!st && pb.drop)
+      st = backward_simple<T, true>(ctx, dout, q, k, v, (const float *)lse->data, d_rows, dq,
+                                    dk, dv, pb);
+    else if (!st)
+      st = backward_simple<T, false>(ctx, dout, q, k, v, (const float *)lse->data, d_rows, dq,
+                                     dk, dv, pb);
   }
-done:
   /* The pool reuses blocks in stream order, so freeing right after queueing is safe. */
   nt_free(ctx, d_rows);
   return st;
@@ -349,19 +519,20 @@ nt_status permute_dispatch(nt_ctx *ctx, const nt_tensor *packed, const nt_tensor
 
 extern "C" nt_status nt_attention_forward_cuda(nt_ctx *ctx, const nt_tensor *q,
                                                const nt_tensor *k, const nt_tensor *v,
-                                               nt_tensor *out, nt_tensor *lse) {
+                                               nt_tensor *out, nt_tensor *lse,
+                                               const nt_attention_opts *o) {
   nt_status st = nt_cuda_set_device(ctx);
   if (st) return st;
-  const int D = (int)q->shape[3];
+  const problem pb = problem_of(q, o);
   const nt_tensor *ts[4] = {q, k, v, out};
   if (use_mma(ts, 4))
-    return nt_attention_forward_mma(ctx, q->dtype, q->data, k->data, v->data, out->data,
-                                    (float *)lse->data, (int)(q->shape[0] * q->shape[1]),
-                                    (int)q->shape[2], D);
+    return nt_attention_forward_mma(ctx, q->dtype, view_of(q), view_of(k), view_of(v),
+                                    view_of(out), (float *)lse->data, pb.BH, pb.H, pb.T, pb.D,
+                                    pb.drop ? &pb.dr : NULL);
   switch (q->dtype) {
-    case NT_F32: return forward_simple<float>(ctx, q, k, v, out, lse);
-    case NT_F16: return forward_simple<__half>(ctx, q, k, v, out, lse);
-    case NT_BF16: return forward_simple<__nv_bfloat16>(ctx, q, k, v, out, lse);
+    case NT_F32: return forward_simple<float>(ctx, q, k, v, out, lse, pb);
+    case NT_F16: return forward_simple<__half>(ctx, q, k, v, out, lse, pb);
+    case NT_BF16: return forward_simple<__nv_bfloat16>(ctx, q, k, v, out, lse, pb);
     default: return NT_ERROR(ctx, NT_ERR_DTYPE, "attention: unsupported dtype");
   }
 }
@@ -370,16 +541,18 @@ extern "C" nt_status nt_attention_backward_cuda(nt_ctx *ctx, const nt_tensor *do
                                                 const nt_tensor *q, const nt_tensor *k,
                                                 const nt_tensor *v, const nt_tensor *out,
                                                 const nt_tensor *lse, nt_tensor *dq,
-                                                nt_tensor *dk, nt_tensor *dv) {
+                                                nt_tensor *dk, nt_tensor *dv,
+                                                const nt_attention_opts *o) {
   nt_status st = nt_cuda_set_device(ctx);
   if (st) return st;
+  const problem pb = problem_of(q, o);
   const nt_tensor *ts[8] = {q, k, v, out, dout, dq, dk, dv};
   const bool mma = use_mma(ts, 8);
   switch (q->dtype) {
-    case NT_F32: return backward_all<float>(ctx, dout, q, k, v, out, lse, dq, dk, dv, false);
-    case NT_F16: return backward_all<__half>(ctx, dout, q, k, v, out, lse, dq, dk, dv, mma);
+    case NT_F32: return backward_all<float>(ctx, dout, q, k, v, out, lse, dq, dk, dv, false, pb);
+    case NT_F16: return backward_all<__half>(ctx, dout, q, k, v, out, lse, dq, dk, dv, mma, pb);
     case NT_BF16:
-      return backward_all<__nv_bfloat16>(ctx, dout, q, k, v, out, lse, dq, dk, dv, mma);
+      return backward_all<__nv_bfloat16>(ctx, dout, q, k, v, out, lse, dq, dk, dv, mma, pb);
     default: return NT_ERROR(ctx, NT_ERR_DTYPE, "attention: unsupported dtype");
   }
 }

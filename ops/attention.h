@@ -1,30 +1,71 @@
 /* Causal multi-head self-attention, FlashAttention style on the GPU (no T x T matrix in
- * memory): q, k, v, out [B, H, T, D] (F32, F16, BF16; D <= 128), scale = 1/sqrt(D).
- * lse [B, H, T] F32 keeps each row's natural log-sum-exp of the scaled scores for backward.
- * All operands contiguous, one dtype, on the context's device; any T >= 1.
- * Backward accumulates (+=) into dq, dk, dv. Softmax and its statistics in fp32.
+ * memory): q, k, v, out [B, H, T, D] (F32, F16, BF16; D <= 128), scale = 1/sqrt(D),
+ *   out = dropout(softmax(scale * q k^T + causal mask)) v.
+ * lse [B, H, T] F32 keeps each row's natural log-sum-exp of the scaled scores (before any
+ * dropout) for backward. One dtype, on the context's device; any T >= 1.
+ * Backward accumulates (+=) into dq, dk, dv unless opts->overwrite. Softmax and its
+ * statistics in fp32.
  *
- * CPU: plain loops, fp64 sums. CUDA: F16/BF16 with D 32 or 64 (16-byte aligned data) run
- * tensor-core FlashAttention-2 kernels (mma.sync m16n8k16, fp32 accumulation; backward
- * recomputes P from lse and adds dQ with fp32 atomics into pool scratch of B*H*T*D floats);
- * everything else, or any call while the environment has NT_ATTN_SIMPLE=1, runs simple
- * fp32 kernels (one warp per row, online softmax) — the fallback that isolates a fast-path
- * problem. Backward also takes B*H*T floats of scratch for rowsum(dO * O).
+ * Layout: q, k, v, out, dout, dq, dk, dv are [B, H, T, D] views with a contiguous last dim
+ * (stride 1) and any B, H, T strides (in elements), e.g. q, k, v straight out of the fused
+ * QKV projection [B, T, 3C] as strides (T*3C, D, 3C, 1) at element offsets 0, C, 2C, and out
+ * straight into [B, T, C]. Outputs must not overlap each other or the inputs. lse is
+ * contiguous.
+ *
+ * Dropout (opts->dropout = p in [0, 1)) as PyTorch's scaled_dot_product_attention(dropout_p):
+ * each attention probability is zeroed with probability p and the kept ones are scaled by
+ * 1 / (1 - p). Probability (b, h, i, j) (query i, key j) is kept iff number
+ *   n = offset + ((b * H + h) * T + i) * T + j
+ * of the Philox stream `seed` (core/rng.h) maps to a uniform (nt_rng_u32_to_uniform) > p, the
+ * rule of ops/dropout, so CPU and GPU drop the same elements. The caller reserves B*H*T*T
+ * numbers with nt_ctx_rng_reserve (offset a multiple of 4) and passes the same (seed, offset)
+ * to backward; no mask is stored (the GPU regenerates it). p = 0 is exactly the no-dropout
+ * computation.
+ *
+ * CPU: plain loops, fp64 sums. CUDA: F16/BF16 with D 32 or 64 and 16-byte aligned rows (data
+ * pointer and every B, H, T stride a multiple of 16 bytes) run tensor-core FlashAttention-2
+ * kernels (mma.sync m16n8k16, fp32 accumulation; backward recomputes P from lse and adds dQ
+ * with fp32 atomics into pool scratch of B*H*T*D floats); everything else, or any call while
+ * the environment has NT_ATTN_SIMPLE=1, runs simple fp32 kernels (one warp per row, online
+ * softmax) — the fallback that isolates a fast-path problem. Backward also takes B*H*T
+ * floats of scratch for rowsum(dO * O).
  * NT_ATTN_BWD_WARPS=4|8 forces the tensor-core backward's block shape (64 or 128 keys; by
  * default 128 from T = 512 on); NT_ATTN_FWD_BLOCKS=3 builds the forward for 3 blocks per SM
  * instead of 2 and NT_ATTN_FWD_KEYS=128 gives it 128-key tiles instead of 64: variants for
- * benchmarks and tests. */
+ * benchmarks and tests, without dropout (with dropout the default shapes run). */
 #ifndef NT_OPS_ATTENTION_H
 #define NT_OPS_ATTENTION_H
 #include "core/nt.h"
 NT_EXTERN_C_BEGIN
 
+typedef struct {
+  float dropout;          /* probability of zeroing an attention probability, [0, 1) */
+  uint64_t seed, offset;  /* Philox stream of the mask; offset a multiple of 4, reserved by the
+                             caller with nt_ctx_rng_reserve(ctx, B*H*T*T); unused when
+                             dropout = 0 */
+  bool overwrite;         /* backward: dq, dk, dv = result instead of += */
+} nt_attention_opts;
+
+/* opts NULL: no dropout, backward accumulates. Backward takes the forward's opts (same
+ * dropout, seed, offset) and its out and lse. */
+nt_status nt_attention_forward_ex(nt_ctx *ctx, const nt_tensor *q, const nt_tensor *k,
+                                  const nt_tensor *v, nt_tensor *out, nt_tensor *lse,
+                                  const nt_attention_opts *opts);
+nt_status nt_attention_backward_ex(nt_ctx *ctx, const nt_tensor *dout, const nt_tensor *q,
+                                   const nt_tensor *k, const nt_tensor *v, const nt_tensor *out,
+                                   const nt_tensor *lse, nt_tensor *dq, nt_tensor *dk,
+                                   nt_tensor *dv, const nt_attention_opts *opts);
+/* The same with opts NULL. */
 nt_status nt_attention_forward(nt_ctx *ctx, const nt_tensor *q, const nt_tensor *k,
                                const nt_tensor *v, nt_tensor *out, nt_tensor *lse);
 nt_status nt_attention_backward(nt_ctx *ctx, const nt_tensor *dout, const nt_tensor *q,
                                 const nt_tensor *k, const nt_tensor *v, const nt_tensor *out,
                                 const nt_tensor *lse, nt_tensor *dq, nt_tensor *dk,
                                 nt_tensor *dv);
+/* The smallest 32-bit number x with nt_rng_u32_to_uniform(x) > p (0 <= p < 1): the mapping
+ * is monotone, so "uniform > p" is "x >= threshold", the test the CUDA kernels make on raw
+ * Philox words. Exposed for the tests. */
+uint32_t nt_attention_keep_threshold(float p);
 /* qkv [B, T, 3C] (the fused projection's output, C = H * D) <-> q, k, v [B, H, T, D], and
  * attention output [B, H, T, D] <-> [B, T, C]. Backward of each is the inverse permutation
  * (accumulating). */

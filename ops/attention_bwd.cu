@@ -7,7 +7,17 @@
  * reductions into dq_acc (scaled and added into dq by the caller). The default kernel runs
  * one barrier per query tile (tile i's dQ product after the barrier of tile i + 1, two dS^T
  * buffers) and reduces dQ four floats at a time; the older one (two barriers per tile, two
- * floats per reduction) stays selectable with NT_ATTN_BWD_PIPE=0. */
+ * floats per reduction) stays selectable with NT_ATTN_BWD_PIPE=0. Operands are strided views
+ * with 16-byte aligned rows.
+ *
+ * Dropout (kDrop, a separate instantiation of the default kernel: the kernels without it are
+ * unchanged): with mr = keep ? 1 / (1 - p) : 0 per probability,
+ *   dV += (P^T * mr) dO,  dS^T = P^T * (dP^T * mr - D),
+ * D = rowsum(dO * O) of the dropped output (ops/attention.c derives it). The keep bits are
+ * regenerated from the Philox stream: per query tile, lane L draws the 16 keep bits of the
+ * warp's 16 keys (16 consecutive stream numbers, 4 Philox blocks) for queries 2L and 2L + 1
+ * into one word, and a thread holding queries 8 nt + 2 (L % 4) + {0, 1} of keys L / 4 (+ 8)
+ * fetches word 4 nt + L % 4 with one shuffle per nt. */
 #include <stdlib.h>
 #include <string.h>
 #include "ops/attention_cuda.cuh"
@@ -28,18 +38,36 @@ template <int D, int W, bool kPipe> constexpr int smem_bytes() {
          (kPipe ? 2 : 1) * 16 * W * (kBr + kLdPad) * 2 + 4 * kBr * 4;
 }
 
+/* Dropout context of one warp's tile: q_first is the stream number of (query q_base, the
+ * warp's first key); a query row further is T numbers on. */
+struct drop_at {
+  nt_attn_drop dr;
+  unsigned long long q_first;
+  int T;
+};
+
 /* One warp's share of a query tile: its 16 keys against the tile's 64 queries (S^T, dP^T,
  * P^T, dS^T; dV and dK accumulate in registers, dS^T goes to shared memory for the dQ
  * product). kMask: the tile meets the diagonal (queries before a key get P = 0); the other
- * tiles run without the per-element test. */
-template <typename T, int D, bool kMask>
+ * tiles run without the per-element test. kDrop: dropout as the top comment says. */
+template <typename T, int D, bool kMask, bool kDrop>
 __device__ __forceinline__ void warp_tile(const uint32_t (&kf)[D / 16][4],
                                           const uint32_t (&vf)[D / 16][4],
                                           float (&gk)[D / 8][4], float (&gv)[D / 8][4],
                                           const T *qb, const T *db, const float *lb,
                                           const float *drb, T *dss, int kr0, int lane, float sl2,
-                                          int q_base, int key_a) {
+                                          int q_base, int key_a, const drop_at &da) {
   constexpr int kLd = D + kLdPad, kLdS = kBr + kLdPad, kDt = D / 8, kKs = D / 16, kSt = kBr / 8;
+  /* Keep bits of queries q_base + 2 lane (low half) and + 1 (high half) for the warp's 16
+   * keys, drawn first so the integer work overlaps the tensor-core work. Near the diagonal a
+   * query before all 16 keys needs none (its P is 0). */
+  uint32_t kw = 0u;
+  if constexpr (kDrop) {
+    const int i0 = q_base + 2 * lane, key0 = key_a - (lane >> 2);
+    const unsigned long long f0 = da.q_first + (unsigned long long)(2 * lane) * da.T;
+    if (!kMask || i0 >= key0) kw = keep_bits<16>(da.dr, f0);
+    if (!kMask || i0 + 1 >= key0) kw |= keep_bits<16>(da.dr, f0 + da.T) << 16;
+  }
   /* S^T = K Q^T and dP^T = V dO^T: [16 keys x 64 queries] per warp. */
   float st[kSt][4], dpt[kSt][4];
 #pragma unroll
@@ -59,17 +87,27 @@ __device__ __forceinline__ void warp_tile(const uint32_t (&kf)[D / 16][4],
       mma_op<T>::run(dpt[2 * np + 1], vf[kk], b[2], b[3]);
     }
   }
-  /* P^T from the saved lse (causal mask near the diagonal), then dS^T in place of dP^T. */
+  /* P^T from the saved lse (causal mask near the diagonal), then dS^T in place of dP^T;
+   * with dropout st becomes the kept P^T * mr (what dV needs). */
 #pragma unroll
-  for (int nt = 0; nt < kSt; nt++)
+  for (int nt = 0; nt < kSt; nt++) {
+    uint32_t w = 0u;   /* keep bits of this thread's queries in n-tile nt: 16 (e & 1) + 8 (e >> 1) */
+    if constexpr (kDrop) w = __shfl_sync(0xffffffffu, kw, nt * 4 + (lane & 3)) >> (lane >> 2);
 #pragma unroll
     for (int e = 0; e < 4; e++) {
       const int ql = nt * 8 + 2 * (lane & 3) + (e & 1);
       float p = fast_exp2(fmaf(st[nt][e], sl2, -lb[ql]));
       if (kMask && q_base + ql < key_a + (e >> 1) * 8) p = 0.f;
-      st[nt][e] = p;
-      dpt[nt][e] = p * (dpt[nt][e] - drb[ql]);
+      if constexpr (kDrop) {
+        const float mr = (w >> ((e & 1) * 16 + (e >> 1) * 8)) & 1u ? da.dr.rp : 0.f;
+        st[nt][e] = p * mr;
+        dpt[nt][e] = p * fmaf(dpt[nt][e], mr, -drb[ql]);
+      } else {
+        st[nt][e] = p;
+        dpt[nt][e] = p * (dpt[nt][e] - drb[ql]);
+      }
     }
+  }
   /* dV += P^T dO and dK += dS^T Q (the accumulator layout is the A-fragment layout). */
 #pragma unroll
   for (int kk = 0; kk < kBr / 16; kk++) {
@@ -103,12 +141,13 @@ __device__ __forceinline__ void warp_tile(const uint32_t (&kf)[D / 16][4],
 
 /* One warp's part of a query tile: the tensor-core work when its 16 keys meet some query of
  * the tile (query >= key), else zeros for its rows of dS^T (only the dQ product reads them). */
-template <typename T, int D, int W>
+template <typename T, int D, int W, bool kDrop>
 __device__ __forceinline__ void key_tile(const uint32_t (&kf)[D / 16][4],
                                          const uint32_t (&vf)[D / 16][4], float (&gk)[D / 8][4],
                                          float (&gv)[D / 8][4], const T *qb, const T *db,
                                          const float *lb, const float *drb, T *dss, int warp,
-                                         int lane, float sl2, int qt, int k0, int key_a) {
+                                         int lane, float sl2, int qt, int k0, int key_a,
+                                         const nt_attn_drop &dr, long bh, int T_) {
   constexpr int kLdS = kBr + kLdPad, kBc = 16 * W;
   /* Warp-uniform: do this warp's 16 keys meet any query of the tile? */
   const bool active = qt * kBr + kBr - 1 >= k0 + warp * 16;
@@ -120,12 +159,19 @@ __device__ __forceinline__ void key_tile(const uint32_t (&kf)[D / 16][4],
       *reinterpret_cast<uint32_t *>(dss + kr * kLdS + c + 2 * (lane & 3)) = 0u;
       *reinterpret_cast<uint32_t *>(dss + (kr + 8) * kLdS + c + 2 * (lane & 3)) = 0u;
     }
-  } else if (needs_mask) {
-    warp_tile<T, D, true>(kf, vf, gk, gv, qb, db, lb, drb, dss, warp * 16, lane, sl2, qt * kBr,
-                          key_a);
   } else {
-    warp_tile<T, D, false>(kf, vf, gk, gv, qb, db, lb, drb, dss, warp * 16, lane, sl2, qt * kBr,
-                           key_a);
+    drop_at da = {};
+    if constexpr (kDrop) {
+      da.dr = dr;
+      da.T = T_;
+      da.q_first = dr.offset + ((unsigned long long)bh * T_ + qt * kBr) * T_ + k0 + warp * 16;
+    }
+    if (needs_mask)
+      warp_tile<T, D, true, kDrop>(kf, vf, gk, gv, qb, db, lb, drb, dss, warp * 16, lane, sl2,
+                                   qt * kBr, key_a, da);
+    else
+      warp_tile<T, D, false, kDrop>(kf, vf, gk, gv, qb, db, lb, drb, dss, warp * 16, lane, sl2,
+                                    qt * kBr, key_a, da);
   }
 }
 
@@ -198,27 +244,33 @@ __device__ __forceinline__ void dq_tile(const T *dss, const T *ks, float *dq_h, 
   }
 }
 
-/* dK (scaled) and dV added into the head's gradients, adjacent pairs as one 4-byte access
- * (rows are 16-byte aligned, the column even). */
+/* dK (scaled) and dV added into (overwrite: stored in) the head's gradients, adjacent pairs
+ * as one 4-byte access (rows are 16-byte aligned, ldk / ldv elements apart, the column even). */
 template <typename T, int D>
 __device__ __forceinline__ void write_dkv(const float (&gk)[D / 8][4], const float (&gv)[D / 8][4],
-                                          T *dk_h, T *dv_h, int key_a, int T_, int lane,
-                                          float scale) {
+                                          T *dk_h, long long ldk, T *dv_h, long long ldv,
+                                          int key_a, int T_, int lane, float scale,
+                                          bool overwrite) {
 #pragma unroll
   for (int h = 0; h < 2; h++) {
     const int key = key_a + h * 8;
     if (key >= T_) continue;
-    const long off = (long)key * D + 2 * (lane & 3);
+    T *rk = dk_h + key * ldk + 2 * (lane & 3), *rv = dv_h + key * ldv + 2 * (lane & 3);
 #pragma unroll
     for (int dt = 0; dt < D / 8; dt++) {
-      uint32_t *pk = reinterpret_cast<uint32_t *>(dk_h + off + dt * 8);
-      uint32_t *pv = reinterpret_cast<uint32_t *>(dv_h + off + dt * 8);
-      const uint32_t ok = *pk, ov = *pv;
-      const T *xk = reinterpret_cast<const T *>(&ok), *xv = reinterpret_cast<const T *>(&ov);
-      *pk = mma_op<T>::pack(nt_to_f(xk[0]) + gk[dt][2 * h] * scale,
-                            nt_to_f(xk[1]) + gk[dt][2 * h + 1] * scale);
-      *pv = mma_op<T>::pack(nt_to_f(xv[0]) + gv[dt][2 * h],
-                            nt_to_f(xv[1]) + gv[dt][2 * h + 1]);
+      uint32_t *pk = reinterpret_cast<uint32_t *>(rk + dt * 8);
+      uint32_t *pv = reinterpret_cast<uint32_t *>(rv + dt * 8);
+      float k0 = 0.f, k1 = 0.f, v0 = 0.f, v1 = 0.f;
+      if (!overwrite) {
+        const uint32_t ok = *pk, ov = *pv;
+        const T *xk = reinterpret_cast<const T *>(&ok), *xv = reinterpret_cast<const T *>(&ov);
+        k0 = nt_to_f(xk[0]);
+        k1 = nt_to_f(xk[1]);
+        v0 = nt_to_f(xv[0]);
+        v1 = nt_to_f(xv[1]);
+      }
+      *pk = mma_op<T>::pack(k0 + gk[dt][2 * h] * scale, k1 + gk[dt][2 * h + 1] * scale);
+      *pv = mma_op<T>::pack(v0 + gv[dt][2 * h], v1 + gv[dt][2 * h + 1]);
     }
   }
 }
@@ -226,12 +278,12 @@ __device__ __forceinline__ void write_dkv(const float (&gk)[D / 8][4], const flo
 /* kPipe: one barrier per query tile, the dQ product of tile i running after that barrier
  * together with the key-side work of tile i + 1 (two dS^T buffers); otherwise two barriers
  * per tile (key-side work, barrier, dQ). */
-template <typename T, int D, int W, bool kPipe>
+template <typename T, int D, int W, bool kPipe, bool kDrop>
 __global__ void __launch_bounds__(32 * W)
-    bwd_kernel(const T *__restrict__ dout, const T *__restrict__ q, const T *__restrict__ k,
-               const T *__restrict__ v, const float *__restrict__ lse,
-               const float *__restrict__ d_rows, float *__restrict__ dq_acc, T *__restrict__ dk,
-               T *__restrict__ dv, int BH, int T_, float scale) {
+    bwd_kernel(nt_attn_view dov, nt_attn_view qv, nt_attn_view kv, nt_attn_view vv,
+               const float *__restrict__ lse, const float *__restrict__ d_rows,
+               float *__restrict__ dq_acc, nt_attn_view dkv, nt_attn_view dvv, int BH, int H,
+               int T_, float scale, nt_attn_drop dr, bool overwrite) {
   constexpr int kThreads = 32 * W, kBc = 16 * W;
   constexpr int kLd = D + kLdPad, kLdS = kBr + kLdPad, kDt = D / 8, kKs = D / 16;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -247,15 +299,19 @@ __global__ void __launch_bounds__(32 * W)
   const int kt = (int)(blockIdx.x / BH);   /* low key tiles see the most queries: run first */
   const long bh = blockIdx.x % BH;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const long head = bh * (long)T_ * D;
+  const long head = bh * (long)T_ * D;   /* of the contiguous dQ accumulator */
+  const T *__restrict__ dout = static_cast<const T *>(dov.p) + head_off(dov, bh, H);
+  const T *__restrict__ q = static_cast<const T *>(qv.p) + head_off(qv, bh, H);
+  const T *__restrict__ k = static_cast<const T *>(kv.p) + head_off(kv, bh, H);
+  const T *__restrict__ v = static_cast<const T *>(vv.p) + head_off(vv, bh, H);
   const int k0 = kt * kBc;
   const int qt0 = k0 / kBr;   /* the first query tile with a query >= some key of the block */
   const float sl2 = scale * kLog2e;
 
-  load_tile<T, kBc, D, kThreads>(ks, k + head, k0, T_, tid);
-  load_tile<T, kBc, D, kThreads>(vs, v + head, k0, T_, tid);
-  load_tile<T, kBr, D, kThreads>(qs, q + head, qt0 * kBr, T_, tid);
-  load_tile<T, kBr, D, kThreads>(dos, dout + head, qt0 * kBr, T_, tid);
+  load_tile<T, kBc, D, kThreads>(ks, k, (int)kv.st, k0, T_, tid);
+  load_tile<T, kBc, D, kThreads>(vs, v, (int)vv.st, k0, T_, tid);
+  load_tile<T, kBr, D, kThreads>(qs, q, (int)qv.st, qt0 * kBr, T_, tid);
+  load_tile<T, kBr, D, kThreads>(dos, dout, (int)dov.st, qt0 * kBr, T_, tid);
   cp_async_commit();
   if (tid < kBr) {
     /* Past-the-end queries get lse = +inf, so their P is exactly 0. */
@@ -292,8 +348,8 @@ __global__ void __launch_bounds__(32 * W)
       float next_lse = INFINITY, next_dr = 0.f;
       if (qt + 1 < n_t) {
         const int nb = buf ^ 1, r0 = (qt + 1) * kBr;
-        load_tile<T, kBr, D, kThreads>(qs + nb * kBr * kLd, q + head, r0, T_, tid);
-        load_tile<T, kBr, D, kThreads>(dos + nb * kBr * kLd, dout + head, r0, T_, tid);
+        load_tile<T, kBr, D, kThreads>(qs + nb * kBr * kLd, q, (int)qv.st, r0, T_, tid);
+        load_tile<T, kBr, D, kThreads>(dos + nb * kBr * kLd, dout, (int)dov.st, r0, T_, tid);
         cp_async_commit();
         if (tid < kBr && r0 + tid < T_) {   /* in flight during this tile */
           next_lse = lse[bh * T_ + r0 + tid];
@@ -306,8 +362,8 @@ __global__ void __launch_bounds__(32 * W)
       if (qt < n_t) {
         const T *qb = qs + buf * kBr * kLd, *db = dos + buf * kBr * kLd;
         const float *lb = lse_s + buf * kBr, *drb = dr_s + buf * kBr;
-        key_tile<T, D, W>(kf, vf, gk, gv, qb, db, lb, drb, dss + buf * kBc * kLdS, warp, lane,
-                          sl2, qt, k0, key_a);
+        key_tile<T, D, W, kDrop>(kf, vf, gk, gv, qb, db, lb, drb, dss + buf * kBc * kLdS, warp,
+                                 lane, sl2, qt, k0, key_a, dr, bh, T_);
       }
       if (qt + 1 < n_t && tid < kBr) {
         lse_s[(buf ^ 1) * kBr + tid] = next_lse * kLog2e;
@@ -321,8 +377,8 @@ __global__ void __launch_bounds__(32 * W)
       float next_lse = INFINITY, next_dr = 0.f;
       if (qt + 1 < n_t) {
         const int nb = buf ^ 1, r0 = (qt + 1) * kBr;
-        load_tile<T, kBr, D, kThreads>(qs + nb * kBr * kLd, q + head, r0, T_, tid);
-        load_tile<T, kBr, D, kThreads>(dos + nb * kBr * kLd, dout + head, r0, T_, tid);
+        load_tile<T, kBr, D, kThreads>(qs + nb * kBr * kLd, q, (int)qv.st, r0, T_, tid);
+        load_tile<T, kBr, D, kThreads>(dos + nb * kBr * kLd, dout, (int)dov.st, r0, T_, tid);
         cp_async_commit();
         if (tid < kBr && r0 + tid < T_) {   /* in flight during this tile; stored at its end */
           next_lse = lse[bh * T_ + r0 + tid];
@@ -342,7 +398,8 @@ __global__ void __launch_bounds__(32 * W)
       }
       const T *qb = qs + buf * kBr * kLd, *db = dos + buf * kBr * kLd;
       const float *lb = lse_s + buf * kBr, *drb = dr_s + buf * kBr;
-      key_tile<T, D, W>(kf, vf, gk, gv, qb, db, lb, drb, dss, warp, lane, sl2, qt, k0, key_a);
+      key_tile<T, D, W, kDrop>(kf, vf, gk, gv, qb, db, lb, drb, dss, warp, lane, sl2, qt, k0,
+                               key_a, dr, bh, T_);
       __syncthreads();   /* all of dS^T is in shared memory */
 
       dq_tile<T, D, W, false>(dss, ks, dq_acc + head, qt * kBr, T_, warp, lane);
@@ -357,67 +414,75 @@ __global__ void __launch_bounds__(32 * W)
        * barrier, which every warp reaches only once done with this tile's dQ. */
     }
   }
-  write_dkv<T, D>(gk, gv, dk + head, dv + head, key_a, T_, lane, scale);
+  write_dkv<T, D>(gk, gv, static_cast<T *>(dkv.p) + head_off(dkv, bh, H), dkv.st,
+                  static_cast<T *>(dvv.p) + head_off(dvv, bh, H), dvv.st, key_a, T_, lane, scale,
+                  overwrite);
 }
 
-template <typename T, int D, int W, bool kPipe>
-nt_status launch(nt_ctx *ctx, const void *dout, const void *q, const void *k, const void *v,
-                 const float *lse, const float *d_rows, float *dq_acc, void *dk, void *dv,
-                 int BH, int T_) {
+/* The kernel's operands in one place: dout, q, k, v, dk, dv views and the scratch. */
+struct bwd_args {
+  nt_attn_view dout, q, k, v, dk, dv;
+  const float *lse, *d_rows;
+  float *dq_acc;
+  int BH, H, T;
+  nt_attn_drop dr;
+  bool overwrite;
+};
+
+template <typename T, int D, int W, bool kPipe, bool kDrop>
+nt_status launch(nt_ctx *ctx, const bwd_args &a) {
   constexpr int bytes = smem_bytes<D, W, kPipe>(), kBc = 16 * W;
-  nt_status st = NT_CUDA(ctx, cudaFuncSetAttribute(bwd_kernel<T, D, W, kPipe>,
-                                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   bytes));
+  auto kernel = bwd_kernel<T, D, W, kPipe, kDrop>;
+  nt_status st = NT_CUDA(
+      ctx, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   if (st) return st;
-  const long blocks = (long)((T_ + kBc - 1) / kBc) * BH;
+  const long blocks = (long)((a.T + kBc - 1) / kBc) * a.BH;
   if (blocks > 0x7fffffffL) return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "attention: grid too large");
-  bwd_kernel<T, D, W, kPipe><<<(unsigned)blocks, 32 * W, bytes, nt_cuda_stream(ctx)>>>(
-      (const T *)dout, (const T *)q, (const T *)k, (const T *)v, lse, d_rows, dq_acc, (T *)dk,
-      (T *)dv, BH, T_, 1.f / sqrtf((float)D));
+  kernel<<<(unsigned)blocks, 32 * W, bytes, nt_cuda_stream(ctx)>>>(
+      a.dout, a.q, a.k, a.v, a.lse, a.d_rows, a.dq_acc, a.dk, a.dv, a.BH, a.H, a.T,
+      1.f / sqrtf((float)D), a.dr, a.overwrite);
   return NT_CUDA_LAUNCHED(ctx);
 }
 
 /* Long sequences take 128-key blocks of 8 warps (half the Q/dO traffic and dQ atomics per
  * key); short ones keep 64-key blocks of 4 warps, which balance the causal work better.
  * NT_ATTN_BWD_WARPS=4 or 8 forces one (benchmarks and tests compare the two).
- * NT_ATTN_BWD_PIPE=0 selects the two-barrier kernel (the default before the pipelined one). */
+ * NT_ATTN_BWD_PIPE=0 selects the two-barrier kernel (the default before the pipelined one);
+ * dropout always runs the pipelined one. */
 template <typename T, int D>
-nt_status launch_w(nt_ctx *ctx, const void *dout, const void *q, const void *k, const void *v,
-                   const float *lse, const float *d_rows, float *dq_acc, void *dk, void *dv,
-                   int BH, int T_) {
+nt_status launch_w(nt_ctx *ctx, const bwd_args &a, bool drop) {
   const char *e = getenv("NT_ATTN_BWD_WARPS");
   const int forced = e ? atoi(e) : 0;
-  const bool eight = forced == 8 || (forced != 4 && T_ >= kLongT);
+  const bool eight = forced == 8 || (forced != 4 && a.T >= kLongT);
   e = getenv("NT_ATTN_BWD_PIPE");
   const bool pipe = !(e && strcmp(e, "0") == 0);
-  if (eight && pipe)
-    return launch<T, D, 8, true>(ctx, dout, q, k, v, lse, d_rows, dq_acc, dk, dv, BH, T_);
-  if (eight)
-    return launch<T, D, 8, false>(ctx, dout, q, k, v, lse, d_rows, dq_acc, dk, dv, BH, T_);
-  if (pipe)
-    return launch<T, D, 4, true>(ctx, dout, q, k, v, lse, d_rows, dq_acc, dk, dv, BH, T_);
-  return launch<T, D, 4, false>(ctx, dout, q, k, v, lse, d_rows, dq_acc, dk, dv, BH, T_);
+  if (drop && eight) return launch<T, D, 8, true, true>(ctx, a);
+  if (drop) return launch<T, D, 4, true, true>(ctx, a);
+  if (eight && pipe) return launch<T, D, 8, true, false>(ctx, a);
+  if (eight) return launch<T, D, 8, false, false>(ctx, a);
+  if (pipe) return launch<T, D, 4, true, false>(ctx, a);
+  return launch<T, D, 4, false, false>(ctx, a);
 }
 
 template <typename T>
-nt_status launch_d(nt_ctx *ctx, const void *dout, const void *q, const void *k, const void *v,
-                   const float *lse, const float *d_rows, float *dq_acc, void *dk, void *dv,
-                   int BH, int T_, int D) {
-  if (D == 64) return launch_w<T, 64>(ctx, dout, q, k, v, lse, d_rows, dq_acc, dk, dv, BH, T_);
-  if (D == 32) return launch_w<T, 32>(ctx, dout, q, k, v, lse, d_rows, dq_acc, dk, dv, BH, T_);
+nt_status launch_d(nt_ctx *ctx, const bwd_args &a, int D, bool drop) {
+  if (D == 64) return launch_w<T, 64>(ctx, a, drop);
+  if (D == 32) return launch_w<T, 32>(ctx, a, drop);
   return NT_ERROR(ctx, NT_ERR_INTERNAL, "attention: no tensor-core kernel for D = %d", D);
 }
 
 }  // namespace
 
-nt_status nt_attention_backward_mma(nt_ctx *ctx, nt_dtype dt, const void *dout, const void *q,
-                                    const void *k, const void *v, const float *lse,
-                                    const float *d_rows, float *dq_acc, void *dk, void *dv,
-                                    int BH, int T, int D) {
-  if (dt == NT_BF16)
-    return launch_d<__nv_bfloat16>(ctx, dout, q, k, v, lse, d_rows, dq_acc, dk, dv, BH, T, D);
-  if (dt == NT_F16)
-    return launch_d<__half>(ctx, dout, q, k, v, lse, d_rows, dq_acc, dk, dv, BH, T, D);
+nt_status nt_attention_backward_mma(nt_ctx *ctx, nt_dtype dt, nt_attn_view dout, nt_attn_view q,
+                                    nt_attn_view k, nt_attn_view v, const float *lse,
+                                    const float *d_rows, float *dq_acc, nt_attn_view dk,
+                                    nt_attn_view dv, int BH, int H, int T, int D,
+                                    const nt_attn_drop *drop, bool overwrite) {
+  const nt_attn_drop none = {0ull, 0ull, 0u, 1.f};
+  const bwd_args a = {dout, q, k, v, dk, dv, lse, d_rows, dq_acc, BH, H, T,
+                      drop ? *drop : none, overwrite};
+  if (dt == NT_BF16) return launch_d<__nv_bfloat16>(ctx, a, D, drop != NULL);
+  if (dt == NT_F16) return launch_d<__half>(ctx, a, D, drop != NULL);
   return NT_ERROR(ctx, NT_ERR_INTERNAL, "attention: no tensor-core kernel for %s",
                   nt_dtype_name(dt));
 }

@@ -1,22 +1,81 @@
-/* Private to ops/attention*.cu: the launchers of the tensor-core (mma.sync) path, and (through
- * ops/cuda_dtype.cuh) the dtype conversions the simple and the tensor-core kernels share. */
+/* Private to ops/attention*.cu: the launchers of the tensor-core (mma.sync) path, the strided
+ * view and dropout descriptions the kernels take, the dropout mask's Philox helpers, and
+ * (through ops/cuda_dtype.cuh) the dtype conversions the simple and the tensor-core kernels
+ * share. */
 #ifndef NT_OPS_ATTENTION_CUDA_CUH
 #define NT_OPS_ATTENTION_CUDA_CUH
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#include <curand_philox4x32_x.h>
+#include <stdint.h>
 #include "core/nt.h"
 #include "ops/cuda_dtype.cuh"
 
-/* Tensor-core path (F16/BF16, D in {32, 64}). d_rows [B*H*T] holds rowsum(dO * O) and
- * dq_acc [B*H*T*D] is a zeroed fp32 buffer; both come from the caller. Each returns NT_OK
- * or the launch error. */
+/* A [B, H, T, D] operand: its first element and the element strides of B, H and T (D is
+ * contiguous). Row t of head bh = b * H + h starts at p + b * sb + h * sh + t * st. */
+struct nt_attn_view {
+  void *p;
+  long long sb, sh, st;
+};
+
+/* Attention dropout for the kernels (ops/attention.h): probability (bh, i, j) is kept iff
+ * word n = offset + (bh * T + i) * T + j of the Philox stream `seed` is >= thr
+ * (nt_attention_keep_threshold, the same as "uniform > p"); kept values are scaled by rp. */
+struct nt_attn_drop {
+  unsigned long long seed, offset;
+  uint32_t thr;
+  float rp;
+};
+
+/* Tensor-core path (F16/BF16, D in {32, 64}, 16-byte aligned rows). H splits bh into (b, h)
+ * for the views; lse [B*H*T], d_rows [B*H*T] (rowsum(dO * O)) and dq_acc [B*H*T*D] (zeroed
+ * fp32) are contiguous buffers from the caller. drop NULL: no dropout. overwrite: dk, dv
+ * are stored instead of added to. Each returns NT_OK or the launch error. */
 bool nt_attention_mma_supported(nt_dtype dt, int D);
-nt_status nt_attention_forward_mma(nt_ctx *ctx, nt_dtype dt, const void *q, const void *k,
-                                   const void *v, void *out, float *lse, int BH, int T, int D);
-nt_status nt_attention_backward_mma(nt_ctx *ctx, nt_dtype dt, const void *dout, const void *q,
-                                    const void *k, const void *v, const float *lse,
-                                    const float *d_rows, float *dq_acc, void *dk, void *dv,
-                                    int BH, int T, int D);
+nt_status nt_attention_forward_mma(nt_ctx *ctx, nt_dtype dt, nt_attn_view q, nt_attn_view k,
+                                   nt_attn_view v, nt_attn_view out, float *lse, int BH, int H,
+                                   int T, int D, const nt_attn_drop *drop);
+nt_status nt_attention_backward_mma(nt_ctx *ctx, nt_dtype dt, nt_attn_view dout, nt_attn_view q,
+                                    nt_attn_view k, nt_attn_view v, const float *lse,
+                                    const float *d_rows, float *dq_acc, nt_attn_view dk,
+                                    nt_attn_view dv, int BH, int H, int T, int D,
+                                    const nt_attn_drop *drop, bool overwrite);
+
+namespace nt_attn {
+
+/* Element offset of head bh's first row in a view. */
+__device__ __forceinline__ long long head_off(const nt_attn_view &v, long long bh, int H) {
+  return (bh / H) * v.sb + (bh % H) * v.sh;
+}
+
+/* Words 4 * blk .. 4 * blk + 3 of the stream `seed`: Philox4x32-10 of counter blk, as
+ * ops/dropout.cu and core/rng.c draw them. */
+__device__ __forceinline__ uint4 philox_block(unsigned long long seed, unsigned long long blk) {
+  return curand_Philox4x32_10(make_uint4((unsigned)blk, (unsigned)(blk >> 32), 0u, 0u),
+                              make_uint2((unsigned)seed, (unsigned)(seed >> 32)));
+}
+
+__device__ __forceinline__ uint32_t keep_nibble(uint4 x, uint32_t thr) {
+  return (uint32_t)(x.x >= thr) | (uint32_t)(x.y >= thr) << 1 | (uint32_t)(x.z >= thr) << 2 |
+         (uint32_t)(x.w >= thr) << 3;
+}
+
+/* Keep bits of the N (16 or 32) consecutive numbers first .. first + N - 1 of the stream:
+ * bit i for number first + i. N / 4 Philox blocks when first is a multiple of 4 (every row
+ * when T is), one more otherwise. */
+template <int N>
+__device__ __forceinline__ uint32_t keep_bits(const nt_attn_drop &dr, unsigned long long first) {
+  static_assert(N == 16 || N == 32, "16 or 32 keep bits");
+  const unsigned long long b0 = first >> 2;
+  const int a = (int)(first & 3);
+  uint32_t bits = 0;
+#pragma unroll
+  for (int m = 0; m < N / 4; m++) bits |= keep_nibble(philox_block(dr.seed, b0 + m), dr.thr) << (4 * m);
+  if (a) bits = (bits >> a) | keep_nibble(philox_block(dr.seed, b0 + N / 4), dr.thr) << (N - a);
+  return N == 32 ? bits : bits & 0xffffu;
+}
+
+}  // namespace nt_attn
 
 #endif

@@ -5,7 +5,16 @@
  * and sum per row in fp32 (base-2 exponentials with log2(e) folded into the scale). Rows and
  * keys past T are zero-filled on load and masked. Q stays in shared memory (its fragments are
  * re-read per tile, as FlashAttention-2 does) to keep the registers for the accumulators; one
- * barrier per tile. */
+ * barrier per tile. Operands are strided views with 16-byte aligned rows.
+ *
+ * Dropout (kDrop, a separate instantiation: the kernels without it are unchanged) zeroes
+ * probabilities after the softmax statistics (the normaliser and lse see all of them) and
+ * scales the output by 1 / (1 - p). The keep bits come from the Philox stream: for each tile a
+ * warp's rows x keys split into 32-key words (one row, 32 consecutive stream numbers, 8 Philox
+ * blocks), each lane computes kSlots of them (lane L: row L % kRw, words L / kRw + kLp * slot),
+ * and the lanes of the MMA fragment layout fetch theirs with one shuffle per row and word:
+ * a thread holds keys 8 nt + 2 (L % 4) + {0, 1}, bits 8 (nt % 4) + {0, 1} of the word shifted
+ * right by 2 (L % 4). */
 #include <stdlib.h>
 #include "ops/attention_cuda.cuh"
 #include "ops/attention_mma.cuh"
@@ -25,21 +34,42 @@ constexpr float kLog2e = 1.4426950408889634f;
 /* KB keys per tile: 64 by default, 128 as a variant (NT_ATTN_FWD_KEYS=128). */
 template <int D, int KB> constexpr int smem_bytes() { return (kBr + 4 * KB) * (D + kLdPad) * 2; }
 
-/* One key/value tile for one warp: S = Q K^T, online softmax, O += P V. kDiag: the tile
- * meets the diagonal, so keys after a row (and past T) are masked and m-blocks that see no
- * key are skipped; the other tiles run without any branch. */
-template <typename T, int D, int KB, int kM, bool kDiag>
+/* Where a warp's dropout keep bits live (see the top comment): kRw rows per warp, kLp lanes
+ * per row, kSlots 32-key words per lane. */
+template <int KB, int kM> struct fwd_keep {
+  static constexpr int kRw = 16 * kM, kLp = 32 / kRw, kSlots = KB / 32 / kLp;
+};
+
+/* One key/value tile for one warp: S = Q K^T, online softmax, [dropout,] O += P V. kDiag:
+ * the tile meets the diagonal, so keys after a row (and past T) are masked and m-blocks that
+ * see no key are skipped; the other tiles run without any branch. kDrop: lane_first is
+ * stream number of key 0 in this lane's keep-bit row (lane_row). */
+template <typename T, int D, int KB, int kM, bool kDiag, bool kDrop>
 __device__ __forceinline__ void fwd_tile(const T *kb, const T *vb,
                                          const T *qw,
                                          float (&o)[kM][D / 8][4], float (&m_r)[kM][2],
                                          float (&l_r)[kM][2], int key0, int row_w, int lane,
-                                         float sl2) {
+                                         float sl2, const nt_attn_drop &dr,
+                                         unsigned long long lane_first, int lane_row) {
   constexpr int kLd = D + kLdPad, kDt = D / 8, kKs = D / 16, kSt = KB / 8;
+  using keep = fwd_keep<KB, kM>;
   /* An m-block whose last row precedes the tile's first key sees nothing here (warp-uniform).
    * Tile 0 is never skipped, so every row's running max is finite after it. */
   bool active[kM];
 #pragma unroll
   for (int mi = 0; mi < kM; mi++) active[mi] = !kDiag || row_w + mi * 16 + 15 >= key0;
+
+  /* This lane's keep words, drawn first so the integer work overlaps the tensor-core work;
+   * on the diagonal a word whose keys all follow the row is not needed. */
+  uint32_t kw[keep::kSlots];
+  if constexpr (kDrop) {
+#pragma unroll
+    for (int sl = 0; sl < keep::kSlots; sl++) {
+      const int key = key0 + 32 * (sl * keep::kLp + lane / keep::kRw);
+      kw[sl] = 0u;
+      if (!kDiag || key <= lane_row) kw[sl] = keep_bits<32>(dr, lane_first + (unsigned)key);
+    }
+  }
 
   float s[kM][kSt][4];
 #pragma unroll
@@ -107,6 +137,29 @@ __device__ __forceinline__ void fwd_tile(const T *kb, const T *vb,
       }
     }
   }
+  if constexpr (kDrop) {
+    /* Zero the dropped probabilities (the 1 / (1 - p) goes into the final normalisation). */
+#pragma unroll
+    for (int mi = 0; mi < kM; mi++) {
+      if (!active[mi]) continue;
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        const int r = (lane >> 2) + mi * 16 + h * 8;   /* the row within the warp */
+#pragma unroll
+        for (int c = 0; c < KB / 32; c++) {
+          const uint32_t w =
+              __shfl_sync(0xffffffffu, kw[c / keep::kLp], r + keep::kRw * (c % keep::kLp)) >>
+              (2 * (lane & 3));
+#pragma unroll
+          for (int qn = 0; qn < 4; qn++) {
+            float *x = &s[mi][4 * c + qn][2 * h];
+            x[0] = (w >> (8 * qn)) & 1u ? x[0] : 0.f;
+            x[1] = (w >> (8 * qn + 1)) & 1u ? x[1] : 0.f;
+          }
+        }
+      }
+    }
+  }
   /* O += P V: the accumulator layout of S is the A-fragment layout of P. */
 #pragma unroll
   for (int kk = 0; kk < KB / 16; kk++) {
@@ -134,10 +187,10 @@ __device__ __forceinline__ void fwd_tile(const T *kb, const T *vb,
 
 /* kMinBlocks: blocks per SM the registers must allow (2: about 240 registers, no spills;
  * 3: 168 registers with a few spilled, half as many warps again to hide latency). */
-template <typename T, int D, int kMinBlocks, int KB, int kM>
+template <typename T, int D, int kMinBlocks, int KB, int kM, bool kDrop>
 __global__ void __launch_bounds__(256 / kM, kMinBlocks)
-    fwd_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
-               T *__restrict__ out, float *__restrict__ lse, int BH, int T_, float scale) {
+    fwd_kernel(nt_attn_view qv, nt_attn_view kv, nt_attn_view vv, nt_attn_view ov,
+               float *__restrict__ lse, int BH, int H, int T_, float scale, nt_attn_drop dr) {
   constexpr int kLd = D + kLdPad, kDt = D / 8, kThreads = 256 / kM;
   static_assert(16 * (kThreads / 32) * kM == kBr, "warps x rows must cover the block");
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -150,15 +203,22 @@ __global__ void __launch_bounds__(256 / kM, kMinBlocks)
   const int qt = n_qt - 1 - (int)(blockIdx.x / BH);
   const long bh = blockIdx.x % BH;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const long head = bh * (long)T_ * D;
+  const T *__restrict__ q = static_cast<const T *>(qv.p) + head_off(qv, bh, H);
+  const T *__restrict__ k = static_cast<const T *>(kv.p) + head_off(kv, bh, H);
+  const T *__restrict__ v = static_cast<const T *>(vv.p) + head_off(vv, bh, H);
+  T *__restrict__ out = static_cast<T *>(ov.p) + head_off(ov, bh, H);
   const int q0 = qt * kBr;
   const int kt_end = min(n_kt - 1, (q0 + kBr - 1) / KB);   /* last key tile any row sees */
   const float sl2 = scale * kLog2e;
   const int wrow0 = warp * 16 * kM;   /* the warp's first row within the block */
+  /* Dropout: the row whose keep bits this lane draws, and its key 0's stream number. */
+  const int lane_row = q0 + wrow0 + lane % fwd_keep<KB, kM>::kRw;
+  const unsigned long long lane_first =
+      kDrop ? dr.offset + ((unsigned long long)bh * T_ + lane_row) * T_ : 0ull;
 
-  load_tile<T, kBr, D, kThreads>(qs, q + head, q0, T_, tid);
-  load_tile<T, KB, D, kThreads>(ks, k + head, 0, T_, tid);
-  load_tile<T, KB, D, kThreads>(vs, v + head, 0, T_, tid);
+  load_tile<T, kBr, D, kThreads>(qs, q, (int)qv.st, q0, T_, tid);
+  load_tile<T, KB, D, kThreads>(ks, k, (int)kv.st, 0, T_, tid);
+  load_tile<T, KB, D, kThreads>(vs, v, (int)vv.st, 0, T_, tid);
   cp_async_commit();
 
   float o[kM][kDt][4], m_r[kM][2], l_r[kM][2];
@@ -177,19 +237,19 @@ __global__ void __launch_bounds__(256 / kM, kMinBlocks)
      * kt - 1, whose buffers the prefetch below refills while this tile is computed. */
     __syncthreads();
     if (kt < kt_end) {
-      load_tile<T, KB, D, kThreads>(ks + (buf ^ 1) * KB * kLd, k + head, (kt + 1) * KB, T_,
+      load_tile<T, KB, D, kThreads>(ks + (buf ^ 1) * KB * kLd, k, (int)kv.st, (kt + 1) * KB, T_,
                                      tid);
-      load_tile<T, KB, D, kThreads>(vs + (buf ^ 1) * KB * kLd, v + head, (kt + 1) * KB, T_,
+      load_tile<T, KB, D, kThreads>(vs + (buf ^ 1) * KB * kLd, v, (int)vv.st, (kt + 1) * KB, T_,
                                      tid);
       cp_async_commit();
     }
     const T *kb = ks + buf * KB * kLd, *vb = vs + buf * KB * kLd;
     if (kt * KB + KB - 1 > q0)   /* some key may follow some row of the block */
-      fwd_tile<T, D, KB, kM, true>(kb, vb, qs + wrow0 * kLd, o, m_r, l_r, kt * KB, q0 + wrow0,
-                                   lane, sl2);
+      fwd_tile<T, D, KB, kM, true, kDrop>(kb, vb, qs + wrow0 * kLd, o, m_r, l_r, kt * KB,
+                                          q0 + wrow0, lane, sl2, dr, lane_first, lane_row);
     else
-      fwd_tile<T, D, KB, kM, false>(kb, vb, qs + wrow0 * kLd, o, m_r, l_r, kt * KB, q0 + wrow0,
-                                    lane, sl2);
+      fwd_tile<T, D, KB, kM, false, kDrop>(kb, vb, qs + wrow0 * kLd, o, m_r, l_r, kt * KB,
+                                           q0 + wrow0, lane, sl2, dr, lane_first, lane_row);
   }
 
   /* Normalise, stage the warp's rows in its own rows of the Q tile (only this warp reads
@@ -201,7 +261,7 @@ __global__ void __launch_bounds__(256 / kM, kMinBlocks)
       float l = l_r[mi][h];
       l += __shfl_xor_sync(0xffffffffu, l, 1);
       l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const float inv = 1.f / l;
+      const float inv = (kDrop ? dr.rp : 1.f) / l;
       const int r = wrow0 + mi * 16 + (lane >> 2) + h * 8;
 #pragma unroll
       for (int dt = 0; dt < kDt; dt++) {
@@ -217,48 +277,50 @@ __global__ void __launch_bounds__(256 / kM, kMinBlocks)
   for (int c = lane; c < 16 * kM * kChunks; c += 32) {
     const int r = wrow0 + c / kChunks, col = (c % kChunks) * 8;
     if (q0 + r < T_)
-      *reinterpret_cast<uint4 *>(out + head + (long)(q0 + r) * D + col) =
+      *reinterpret_cast<uint4 *>(out + (long long)(q0 + r) * (int)ov.st + col) =
           *reinterpret_cast<const uint4 *>(qs + r * kLd + col);
   }
 }
 
-template <typename T, int D, int kMinBlocks, int KB, int kM>
-nt_status launch_b(nt_ctx *ctx, const void *q, const void *k, const void *v, void *out,
-                   float *lse, int BH, int T_) {
+template <typename T, int D, int kMinBlocks, int KB, int kM, bool kDrop>
+nt_status launch_b(nt_ctx *ctx, const nt_attn_view *ops, float *lse, int BH, int H, int T_,
+                   const nt_attn_drop &dr) {
   constexpr int bytes = smem_bytes<D, KB>();
-  nt_status st = NT_CUDA(ctx, cudaFuncSetAttribute(fwd_kernel<T, D, kMinBlocks, KB, kM>,
-                                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   bytes));
+  auto kernel = fwd_kernel<T, D, kMinBlocks, KB, kM, kDrop>;
+  nt_status st = NT_CUDA(
+      ctx, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   if (st) return st;
   const long blocks = (long)((T_ + kBr - 1) / kBr) * BH;
   if (blocks > 0x7fffffffL) return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "attention: grid too large");
-  fwd_kernel<T, D, kMinBlocks, KB, kM><<<(unsigned)blocks, 256 / kM, bytes,
-                                         nt_cuda_stream(ctx)>>>(
-      (const T *)q, (const T *)k, (const T *)v, (T *)out, lse, BH, T_, 1.f / sqrtf((float)D));
+  kernel<<<(unsigned)blocks, 256 / kM, bytes, nt_cuda_stream(ctx)>>>(
+      ops[0], ops[1], ops[2], ops[3], lse, BH, H, T_, 1.f / sqrtf((float)D), dr);
   return NT_CUDA_LAUNCHED(ctx);
 }
 
 /* Default: 64-key tiles, 4 warps of 32 rows, 2 blocks per SM. Variants for benchmarks and
  * tests: NT_ATTN_FWD_BLOCKS=3 (3 blocks per SM), NT_ATTN_FWD_KEYS=128 (128-key tiles: half
  * the barriers and softmax rescales per key, twice the S registers) and NT_ATTN_FWD_WARPS=8
- * (8 warps of 16 rows, 2 blocks per SM: 16 warps per SM instead of 8). */
+ * (8 warps of 16 rows, 2 blocks per SM: 16 warps per SM instead of 8). With dropout the
+ * default shape runs (the variants are not built with it). */
 template <typename T, int D>
-nt_status launch(nt_ctx *ctx, const void *q, const void *k, const void *v, void *out, float *lse,
-                 int BH, int T_) {
+nt_status launch(nt_ctx *ctx, const nt_attn_view *ops, float *lse, int BH, int H, int T_,
+                 const nt_attn_drop *drop) {
+  if (drop) return launch_b<T, D, 2, 64, 2, true>(ctx, ops, lse, BH, H, T_, *drop);
+  const nt_attn_drop none = {0ull, 0ull, 0u, 1.f};
   const char *e = getenv("NT_ATTN_FWD_KEYS");
-  if (e && atoi(e) == 128) return launch_b<T, D, 2, 128, 2>(ctx, q, k, v, out, lse, BH, T_);
+  if (e && atoi(e) == 128) return launch_b<T, D, 2, 128, 2, false>(ctx, ops, lse, BH, H, T_, none);
   e = getenv("NT_ATTN_FWD_BLOCKS");
-  if (e && atoi(e) == 3) return launch_b<T, D, 3, 64, 2>(ctx, q, k, v, out, lse, BH, T_);
+  if (e && atoi(e) == 3) return launch_b<T, D, 3, 64, 2, false>(ctx, ops, lse, BH, H, T_, none);
   e = getenv("NT_ATTN_FWD_WARPS");
-  if (e && atoi(e) == 8) return launch_b<T, D, 2, 64, 1>(ctx, q, k, v, out, lse, BH, T_);
-  return launch_b<T, D, 2, 64, 2>(ctx, q, k, v, out, lse, BH, T_);
+  if (e && atoi(e) == 8) return launch_b<T, D, 2, 64, 1, false>(ctx, ops, lse, BH, H, T_, none);
+  return launch_b<T, D, 2, 64, 2, false>(ctx, ops, lse, BH, H, T_, none);
 }
 
 template <typename T>
-nt_status launch_d(nt_ctx *ctx, const void *q, const void *k, const void *v, void *out,
-                   float *lse, int BH, int T_, int D) {
-  if (D == 64) return launch<T, 64>(ctx, q, k, v, out, lse, BH, T_);
-  if (D == 32) return launch<T, 32>(ctx, q, k, v, out, lse, BH, T_);
+nt_status launch_d(nt_ctx *ctx, const nt_attn_view *ops, float *lse, int BH, int H, int T_, int D,
+                   const nt_attn_drop *drop) {
+  if (D == 64) return launch<T, 64>(ctx, ops, lse, BH, H, T_, drop);
+  if (D == 32) return launch<T, 32>(ctx, ops, lse, BH, H, T_, drop);
   return NT_ERROR(ctx, NT_ERR_INTERNAL, "attention: no tensor-core kernel for D = %d", D);
 }
 
@@ -268,10 +330,12 @@ bool nt_attention_mma_supported(nt_dtype dt, int D) {
   return (dt == NT_F16 || dt == NT_BF16) && (D == 32 || D == 64);
 }
 
-nt_status nt_attention_forward_mma(nt_ctx *ctx, nt_dtype dt, const void *q, const void *k,
-                                   const void *v, void *out, float *lse, int BH, int T, int D) {
-  if (dt == NT_BF16) return launch_d<__nv_bfloat16>(ctx, q, k, v, out, lse, BH, T, D);
-  if (dt == NT_F16) return launch_d<__half>(ctx, q, k, v, out, lse, BH, T, D);
+nt_status nt_attention_forward_mma(nt_ctx *ctx, nt_dtype dt, nt_attn_view q, nt_attn_view k,
+                                   nt_attn_view v, nt_attn_view out, float *lse, int BH, int H,
+                                   int T, int D, const nt_attn_drop *drop) {
+  const nt_attn_view ops[4] = {q, k, v, out};
+  if (dt == NT_BF16) return launch_d<__nv_bfloat16>(ctx, ops, lse, BH, H, T, D, drop);
+  if (dt == NT_F16) return launch_d<__half>(ctx, ops, lse, BH, H, T, D, drop);
   return NT_ERROR(ctx, NT_ERR_INTERNAL, "attention: no tensor-core kernel for %s",
                   nt_dtype_name(dt));
 }

@@ -132,20 +132,24 @@ __device__ __forceinline__ const T *at_frag_addr_t(const T *tile, int ld, int m0
   return tile + (k0 + (lane & 7) + (lane >> 4) * 8) * ld + m0 + ((lane >> 3) & 1) * 8;
 }
 
-/* Copies rows [row0, row0 + ROWS) of a [rows_total, D] matrix into a padded shared tile,
- * zero-filling rows past the end. */
+/* Copies rows [row0, row0 + ROWS) of a [rows_total, D] matrix whose rows lie ld elements
+ * apart (16-byte aligned) into a padded shared tile, zero-filling rows past the end. */
 template <typename T, int ROWS, int D, int THREADS>
-__device__ __forceinline__ void load_tile(T *smem, const T *g, int row0, int rows_total,
-                                          int tid) {
+__device__ __forceinline__ void load_tile(T *smem, const T *g, int ld, int row0,
+                                          int rows_total, int tid) {
   constexpr int kChunks = D / 8;   /* 16-byte pieces per row */
-  constexpr int kLd = D + kLdPad;
-  static_assert((ROWS * kChunks) % THREADS == 0, "tile pieces must split evenly over threads");
+  constexpr int kLd = D + kLdPad, kRows = THREADS / kChunks;   /* rows per pass */
+  static_assert((ROWS * kChunks) % THREADS == 0 && THREADS % kChunks == 0,
+                "tile pieces must split evenly over threads");
+  const int r0 = tid / kChunks, col = (tid % kChunks) * 8;
+  const T *p = g + (long long)(row0 + r0) * ld + col;
 #pragma unroll
-  for (int i = 0; i < ROWS * kChunks / THREADS; i++) {
-    const int c = tid + i * THREADS;
-    const int r = c / kChunks, col = (c % kChunks) * 8;
+  for (int i = 0; i < ROWS / kRows; i++) {
+    const int r = r0 + i * kRows;
     const bool ok = row0 + r < rows_total;
-    cp_async16(smem + r * kLd + col, g + (long)(ok ? row0 + r : 0) * D + col, ok);
+    /* A row past the end reads nothing (src-size 0); its address stays inside the matrix. */
+    cp_async16(smem + r * kLd + col, ok ? p : g, ok);
+    p += kRows * ld;
   }
 }
 
