@@ -1,8 +1,11 @@
 /* Causal attention forward, backward and forward+backward timed with CUDA events (median of
  * repeats after warm-up) in bf16 at the small GPT's (B 64, H 6, T 256, D 64) and GPT-2's
- * (B 16, H 12, T 1024, D 64) shapes. Prints a table and "RESULT nt <shape> <fwd> <bwd> <total>"
- * lines (ms) for run_attention.sh. Usage: bench_attention [repeats] [shape index 0|1, default
- * both] (NT_ATTN_SIMPLE=1 times the fallback kernels). */
+ * (B 16, H 12, T 1024, D 64) shapes, then the small GPT's shape with attention dropout 0.2
+ * (the Philox mask regenerated in forward and backward) and with q, k, v read straight from a
+ * [B, T, 3C] projection output (out into [B, T, C], gradients written into [B, T, 3C] with
+ * overwrite: what the model runs). Prints a table and "RESULT nt <row> <fwd> <bwd> <total>"
+ * lines (ms) for run_attention.sh. Usage: bench_attention [repeats] [row index 0..3, default
+ * all] (NT_ATTN_SIMPLE=1 times the fallback kernels). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +13,11 @@
 #include "core/nt.h"
 #include "ops/attention.h"
 
-typedef struct { int B, H, T, D; } shape;
+typedef struct {
+  int B, H, T, D;
+  float p;      /* attention dropout */
+  bool packed;  /* q, k, v / dq, dk, dv as views of [B, T, 3C]; out, dout of [B, T, C] */
+} shape;
 
 static int cmp_float(const void *a, const void *b) {
   float x = *(const float *)a, y = *(const float *)b;
@@ -23,16 +30,17 @@ static void die(nt_ctx *ctx, const char *what) {
 }
 
 /* which: 0 forward, 1 backward, 2 both. Returns the median ms of `reps` timed calls. */
-static float time_it(nt_ctx *ctx, int which, int reps, nt_tensor *t, nt_tensor *lse) {
+static float time_it(nt_ctx *ctx, int which, int reps, nt_tensor *t, nt_tensor *lse,
+                     const nt_attention_opts *o) {
   nt_event *e0, *e1;
   float *ms = malloc(sizeof(float) * (size_t)reps);
   if (nt_event_create(ctx, &e0, true) || nt_event_create(ctx, &e1, true)) die(ctx, "events");
   for (int r = -3; r < reps; r++) {   /* three untimed warm-up calls */
     if (nt_event_record(ctx, e0, NULL)) die(ctx, "record");
-    if (which != 1 && nt_attention_forward(ctx, &t[0], &t[1], &t[2], &t[3], lse))
+    if (which != 1 && nt_attention_forward_ex(ctx, &t[0], &t[1], &t[2], &t[3], lse, o))
       die(ctx, "forward");
-    if (which != 0 && nt_attention_backward(ctx, &t[4], &t[0], &t[1], &t[2], &t[3], lse, &t[5],
-                                            &t[6], &t[7]))
+    if (which != 0 && nt_attention_backward_ex(ctx, &t[4], &t[0], &t[1], &t[2], &t[3], lse,
+                                               &t[5], &t[6], &t[7], o))
       die(ctx, "backward");
     if (nt_event_record(ctx, e1, NULL) || nt_event_synchronize(ctx, e1)) die(ctx, "sync");
     if (r >= 0 && nt_event_elapsed_ms(ctx, e0, e1, &ms[r])) die(ctx, "elapsed");
@@ -45,11 +53,28 @@ static float time_it(nt_ctx *ctx, int which, int reps, nt_tensor *t, nt_tensor *
   return med;
 }
 
+/* A [B, H, T, D] view of buffer `buf` ([B, T, parts * C]) at element offset off. */
+static nt_tensor heads_view(const nt_tensor *buf, int64_t off, shape sh, int parts) {
+  int64_t dims[4] = {sh.B, sh.H, sh.T, sh.D};
+  nt_tensor t = nt_tensor_view((char *)buf->data + off * 2, NT_BF16, buf->device, 4, dims);
+  const int64_t row = (int64_t)parts * sh.H * sh.D;
+  t.stride[0] = sh.T * row;
+  t.stride[1] = sh.D;
+  t.stride[2] = row;
+  t.stride[3] = 1;
+  return t;
+}
+
 int main(int argc, char **argv) {
+  const shape shapes[4] = {{64, 6, 256, 64, 0.f, false},
+                           {16, 12, 1024, 64, 0.f, false},
+                           {64, 6, 256, 64, 0.2f, false},
+                           {64, 6, 256, 64, 0.f, true}};
+  const int nshapes = 4;
   const int reps = argc > 1 ? atoi(argv[1]) : 30;
   const int only = argc > 2 ? atoi(argv[2]) : -1;
-  if (reps < 1 || only < -1 || only > 1) {
-    fprintf(stderr, "usage: bench_attention [repeats >= 1] [shape 0|1]\n");
+  if (reps < 1 || only < -1 || only >= nshapes) {
+    fprintf(stderr, "usage: bench_attention [repeats >= 1] [row 0..%d]\n", nshapes - 1);
     return 2;
   }
   nt_ctx *ctx;
@@ -58,44 +83,66 @@ int main(int argc, char **argv) {
     return 1;
   }
   if (nt_ctx_create(&ctx, nt_cuda(0))) die(ctx, "context");
-  const shape shapes[2] = {{64, 6, 256, 64}, {16, 12, 1024, 64}};
   const char *simple = getenv("NT_ATTN_SIMPLE");
   printf("nanotrain causal attention, bf16, %s kernels, median of %d\n",
          simple && *simple && strcmp(simple, "0") ? "simple" : "tensor-core", reps);
-  printf("%-22s %10s %10s %10s %12s\n", "B,H,T,D", "fwd ms", "bwd ms", "fwd+bwd ms", "TFLOP/s");
-  for (int s = 0; s < 2; s++) {
+  printf("%-26s %10s %10s %10s %12s\n", "B,H,T,D", "fwd ms", "bwd ms", "fwd+bwd ms", "TFLOP/s");
+  for (int s = 0; s < nshapes; s++) {
     if (only >= 0 && s != only) continue;
     const shape sh = shapes[s];
     int64_t dims[4] = {sh.B, sh.H, sh.T, sh.D}, ldims[3] = {sh.B, sh.H, sh.T};
+    const int64_t C = (int64_t)sh.H * sh.D;
     const size_t n = (size_t)sh.B * sh.H * sh.T * sh.D;
-    nt_tensor t[8], lse;   /* q k v out dout dq dk dv */
-    uint16_t *host = malloc(2 * n);
-    uint64_t st = 0x9e3779b97f4a7c15ull * (uint64_t)(s + 1);
-    for (int i = 0; i < 8; i++) {
-      if (nt_tensor_alloc(ctx, &t[i], NT_BF16, 4, dims)) die(ctx, "alloc");
-      if (i < 5) {
-        for (size_t j = 0; j < n; j++) {
+    /* Buffers: contiguous q k v out dout dq dk dv, or packed qkv dout out dqkv. */
+    int64_t lens[8];
+    const int nbuf = sh.packed ? 4 : 8;
+    for (int i = 0; i < nbuf; i++)
+      lens[i] = sh.packed ? (int64_t)n * (i == 0 || i == 3 ? 3 : 1) : (int64_t)n;
+    nt_tensor buf[8], t[8], lse;   /* t: q k v out dout dq dk dv */
+    uint16_t *host = malloc(2 * 3 * n);
+    uint64_t st = 0x9e3779b97f4a7c15ull * (uint64_t)(s % 2 + 1);
+    for (int i = 0; i < nbuf; i++) {
+      if (nt_tensor_alloc(ctx, &buf[i], NT_BF16, 1, &lens[i])) die(ctx, "alloc");
+      const bool input = sh.packed ? i < 2 : i < 5;
+      if (input) {
+        for (int64_t j = 0; j < lens[i]; j++) {
           st = st * 6364136223846793005ull + 1442695040888963407ull;
           host[j] = nt_f32_to_bf16((float)((double)(st >> 40) / (double)(1u << 24) * 2.0 - 1.0));
         }
-        nt_tensor h = nt_tensor_view(host, NT_BF16, nt_cpu(), 4, dims);
-        if (nt_tensor_copy(ctx, &t[i], &h)) die(ctx, "upload");
-      } else if (nt_tensor_zero(ctx, &t[i])) {
+        nt_tensor h = nt_tensor_view(host, NT_BF16, nt_cpu(), 1, &lens[i]);
+        if (nt_tensor_copy(ctx, &buf[i], &h)) die(ctx, "upload");
+      } else if (nt_tensor_zero(ctx, &buf[i])) {
         die(ctx, "zero");
       }
     }
+    if (sh.packed) {
+      t[0] = heads_view(&buf[0], 0, sh, 3);
+      t[1] = heads_view(&buf[0], C, sh, 3);
+      t[2] = heads_view(&buf[0], 2 * C, sh, 3);
+      t[3] = heads_view(&buf[2], 0, sh, 1);
+      t[4] = heads_view(&buf[1], 0, sh, 1);
+      t[5] = heads_view(&buf[3], 0, sh, 3);
+      t[6] = heads_view(&buf[3], C, sh, 3);
+      t[7] = heads_view(&buf[3], 2 * C, sh, 3);
+    } else {
+      for (int i = 0; i < 8; i++)
+        t[i] = nt_tensor_view(buf[i].data, NT_BF16, buf[i].device, 4, dims);
+    }
     if (nt_tensor_alloc(ctx, &lse, NT_F32, 3, ldims)) die(ctx, "alloc lse");
-    const float f = time_it(ctx, 0, reps, t, &lse);
-    const float b = time_it(ctx, 1, reps, t, &lse);
-    const float fb = time_it(ctx, 2, reps, t, &lse);
+    /* The model reserves a fresh stream per step; the cost does not depend on it. */
+    const nt_attention_opts opts = {sh.p, 1234, 0, sh.packed};
+    const float f = time_it(ctx, 0, reps, t, &lse, &opts);
+    const float b = time_it(ctx, 1, reps, t, &lse, &opts);
+    const float fb = time_it(ctx, 2, reps, t, &lse, &opts);
     /* Causal FLOPs as FlashAttention counts them: forward 2 matmuls of B*H*T*T*D/2 MACs,
      * backward 2.5x the forward. */
     const double flops = 3.5 * 4.0 * sh.B * sh.H * (double)sh.T * sh.T * sh.D / 2.0;
     char name[64];
-    snprintf(name, sizeof name, "%d,%d,%d,%d", sh.B, sh.H, sh.T, sh.D);
-    printf("%-22s %10.3f %10.3f %10.3f %12.1f\n", name, f, b, fb, flops / (fb * 1e-3) / 1e12);
+    snprintf(name, sizeof name, "%d,%d,%d,%d%s", sh.B, sh.H, sh.T, sh.D,
+             sh.p > 0.f ? ",p=0.2" : sh.packed ? ",qkv-views" : "");
+    printf("%-26s %10.3f %10.3f %10.3f %12.1f\n", name, f, b, fb, flops / (fb * 1e-3) / 1e12);
     printf("RESULT nt %s %.4f %.4f %.4f\n", name, f, b, fb);
-    for (int i = 0; i < 8; i++) nt_tensor_free(ctx, &t[i]);
+    for (int i = 0; i < nbuf; i++) nt_tensor_free(ctx, &buf[i]);
     nt_tensor_free(ctx, &lse);
     free(host);
   }

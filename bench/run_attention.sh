@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Causal attention, bf16: nanotrain's kernels (bench_attention) next to torch's
-# scaled_dot_product_attention (bench_attention.py) on the same shapes, one table with the
-# ratio torch_ms / nanotrain_ms (>= 1.00 means nanotrain is at least as fast).
+# scaled_dot_product_attention (bench_attention.py) on the same rows (two plain shapes, the
+# small GPT's with dropout 0.2, and with q/k/v as views of the [B, T, 3C] projection output),
+# one table with the ratio torch_ms / nanotrain_ms (>= 1.00 means nanotrain is at least as
+# fast).
 # Usage: bench/run_attention.sh [build-dir] [repeats]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -25,10 +27,10 @@ printf '%s\n%s\n' "$out_nt" "$out_pt" | awk '
   $1 == "RESULT" { key = $3; v[$2, key, 1] = $4; v[$2, key, 2] = $5; v[$2, key, 3] = $6;
                    if (!(key in seen)) { seen[key] = 1; order[n++] = key } }
   END {
-    printf "%-18s | %-25s | %-25s | %-25s\n", "B,H,T,D (bf16)", "forward ms nt/torch (x)",
+    printf "%-26s | %-25s | %-25s | %-25s\n", "B,H,T,D (bf16)", "forward ms nt/torch (x)",
            "backward ms nt/torch (x)", "fwd+bwd ms nt/torch (x)"
     for (i = 0; i < n; i++) {
-      k = order[i]; line = sprintf("%-18s", k)
+      k = order[i]; line = sprintf("%-26s", k)
       for (j = 1; j <= 3; j++) {
         a = v["nt", k, j]; b = v["torch", k, j]
         r = (a > 0 && b > 0) ? sprintf("%.2f", b / a) : "-"
@@ -47,8 +49,10 @@ echo
 echo "variants, ms:                                  fwd      bwd  fwd+bwd"
 for var in NT_ATTN_BWD_WARPS=4 NT_ATTN_BWD_WARPS=8 NT_ATTN_BWD_PIPE=0 NT_ATTN_FWD_BLOCKS=3 \
   NT_ATTN_FWD_KEYS=128 NT_ATTN_FWD_WARPS=8; do
-  env "$var" "$bin" "$reps" | awk -v var="$var" '$1 == "RESULT" {
-    printf "  %-22s %-18s %8s %8s %8s\n", var, $3, $4, $5, $6 }'
+  for row in 0 1; do   # the plain shapes (dropout runs the default kernels only)
+    env "$var" "$bin" "$reps" "$row" | awk -v var="$var" '$1 == "RESULT" {
+      printf "  %-22s %-18s %8s %8s %8s\n", var, $3, $4, $5, $6 }'
+  done
 done
 
 # Where the time goes at T = 1024, when Nsight Compute is installed and may read the counters

@@ -91,7 +91,8 @@ __device__ __forceinline__ void warp_tile(const uint32_t (&kf)[D / 16][4],
    * with dropout st becomes the kept P^T * mr (what dV needs). */
 #pragma unroll
   for (int nt = 0; nt < kSt; nt++) {
-    uint32_t w = 0u;   /* keep bits of this thread's queries in n-tile nt: 16 (e & 1) + 8 (e >> 1) */
+    /* Keep bits of this thread's elements of n-tile nt: element e at 16 (e & 1) + 8 (e >> 1). */
+    uint32_t w = 0u;
     if constexpr (kDrop) w = __shfl_sync(0xffffffffu, kw, nt * 4 + (lane & 3)) >> (lane >> 2);
 #pragma unroll
     for (int e = 0; e < 4; e++) {

@@ -71,7 +71,8 @@ __device__ __forceinline__ uint32_t keep_bits(const nt_attn_drop &dr, unsigned l
   const int a = (int)(first & 3);
   uint32_t bits = 0;
 #pragma unroll
-  for (int m = 0; m < N / 4; m++) bits |= keep_nibble(philox_block(dr.seed, b0 + m), dr.thr) << (4 * m);
+  for (int m = 0; m < N / 4; m++)
+    bits |= keep_nibble(philox_block(dr.seed, b0 + m), dr.thr) << (4 * m);
   if (a) bits = (bits >> a) | keep_nibble(philox_block(dr.seed, b0 + N / 4), dr.thr) << (N - a);
   return N == 32 ? bits : bits & 0xffffu;
 }

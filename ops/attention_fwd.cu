@@ -42,7 +42,7 @@ template <int KB, int kM> struct fwd_keep {
 
 /* One key/value tile for one warp: S = Q K^T, online softmax, [dropout,] O += P V. kDiag:
  * the tile meets the diagonal, so keys after a row (and past T) are masked and m-blocks that
- * see no key are skipped; the other tiles run without any branch. kDrop: lane_first is
+ * see no key are skipped; the other tiles run without any branch. kDrop: lane_first is the
  * stream number of key 0 in this lane's keep-bit row (lane_row). */
 template <typename T, int D, int KB, int kM, bool kDiag, bool kDrop>
 __device__ __forceinline__ void fwd_tile(const T *kb, const T *vb,

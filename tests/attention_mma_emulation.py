@@ -7,7 +7,10 @@
    level for odd T against a dense causal reference, the pipelined backward (one barrier per
    query tile) with its double-buffer indices and a check that no shared buffer is written
    and read between the same two barriers.
-Usage: python3 tests/attention_mma_emulation.py  (every error printed should be ~1e-14)"""
+3) replays the dropout keep-bit assignment of every kernel (which lane draws which Philox
+   blocks, the shuffles, the bit positions) against the stream read element by element.
+Usage: python3 tests/attention_mma_emulation.py  (every error printed should be ~1e-14, every
+mask line OK)"""
 import numpy as np
 
 rng = np.random.default_rng(0)
@@ -250,3 +253,139 @@ for T in [1, 37, 64, 65, 100, 128, 129, 200, 257, 300, 513, 700]:
                 dq, dk, dv = f(Q, K, V, O, dO, L, W)
                 e = [np.abs(a-b).max() for a, b in [(O, Or), (L, Lr), (dq, dqr), (dk, dkr), (dv, dvr)]]
                 print(T, D, name, "warps", W, ["%.1e" % x for x in e])
+
+print("--- dropout keep bits: the kernels' lane -> (row, keys) assignment, shuffles and bit")
+print("    extraction against keep(bh, i, j) read straight from the stream (must all be OK)")
+M64 = (1 << 64) - 1; M32 = 0xffffffff
+
+def philox(blk, seed):   # Philox4x32-10 as core/rng.c: counter (blk lo, blk hi, 0, 0), key = seed
+    c = [blk & M32, (blk >> 32) & M32, 0, 0]; k0, k1 = seed & M32, (seed >> 32) & M32
+    for r in range(10):
+        if r: k0 = (k0 + 0x9E3779B9) & M32; k1 = (k1 + 0xBB67AE85) & M32
+        p0 = 0xD2511F53 * c[0]; p1 = 0xCD9E8D57 * c[2]
+        c = [((p1 >> 32) ^ c[1] ^ k0) & M32, p1 & M32, ((p0 >> 32) ^ c[3] ^ k1) & M32, p0 & M32]
+    return c
+
+from functools import lru_cache
+SEED, THR = 0x1234567890abcdef, int(0.2 * 2**32)   # any threshold: only the index math matters
+@lru_cache(maxsize=None)
+def block(b): return philox(b, SEED)
+def word(n): return block(n >> 2)[n & 3]
+def keep(n): return word(n) >= THR
+
+def keep_bits(N, first):   # attention_cuda.cuh keep_bits<N>
+    b0, a = first >> 2, first & 3; bits = 0
+    for m in range(N // 4):
+        bits |= sum((w >= THR) << i for i, w in enumerate(block(b0 + m))) << (4 * m)
+    if a:
+        nib = sum((w >= THR) << i for i, w in enumerate(block(b0 + N // 4)))
+        bits = ((bits >> a) | (nib << (N - a))) & M32
+    return bits if N == 32 else bits & 0xffff
+
+def check(name, bad, n):
+    print(f"  {name:58s} {'OK' if bad == 0 else 'WRONG'} ({n} probabilities, {bad} wrong)")
+    assert bad == 0
+
+# keep_bits itself, every alignment
+bad = n = 0
+for first in range(1000, 1040):
+    for N in (16, 32):
+        b = keep_bits(N, first)
+        for i in range(N): n += 1; bad += ((b >> i) & 1) != keep(first + i)
+check("keep_bits<16/32> at every alignment", bad, n)
+
+def fwd_masks(T, BH, offset, KB, kM):
+    """attention_fwd.cu: lanes draw kSlots words per tile, fragment owners shuffle them in."""
+    kBr, kRw = 128, 16 * kM; kLp = 32 // kRw; kSlots = KB // 32 // kLp; bad = n = 0
+    for bh in range(BH):
+        for qt in range(-(-T // kBr)):
+            q0 = qt * kBr; kt_end = min(-(-T // KB) - 1, (q0 + kBr - 1) // KB)
+            for warp in range(8 // kM):
+                wrow0 = warp * 16 * kM; row_w = q0 + wrow0
+                for kt in range(kt_end + 1):
+                    key0 = kt * KB; diag = key0 + KB - 1 > q0
+                    kw = []
+                    for lane in range(32):   # generation
+                        lane_row = row_w + lane % kRw
+                        lane_first = offset + (bh * T + lane_row) * T
+                        ws = []
+                        for sl in range(kSlots):
+                            key = key0 + 32 * (sl * kLp + lane // kRw)
+                            ws.append(keep_bits(32, lane_first + key) if (not diag or key <= lane_row) else 0)
+                        kw.append(ws)
+                    for mi in range(kM):
+                        if diag and not (row_w + mi * 16 + 15 >= key0): continue   # inactive m-block
+                        for lane in range(32):
+                            for h in range(2):
+                                r = (lane >> 2) + mi * 16 + h * 8; row = row_w + r
+                                for c in range(KB // 32):
+                                    w = kw[r + kRw * (c % kLp)][c // kLp] >> (2 * (lane & 3))
+                                    for qn in range(4):
+                                        for e in range(2):
+                                            key = key0 + (4 * c + qn) * 8 + 2 * (lane & 3) + e
+                                            if row >= T or key > row: continue   # P = 0 anyway
+                                            n += 1
+                                            bad += ((w >> (8 * qn + e)) & 1) != keep(offset + (bh * T + row) * T + key)
+    return bad, n
+
+def bwd_masks(T, BH, offset, W):
+    """attention_bwd.cu: lane L draws queries 2L, 2L + 1 of the warp's 16 keys, one shuffle per nt."""
+    kBr, kBc = 64, 16 * W; n_t = -(-T // kBr); bad = n = 0
+    for bh in range(BH):
+        for kt in range(-(-T // kBc)):
+            k0 = kt * kBc; qt0 = k0 // kBr
+            for qt in range(qt0, n_t):
+                q_base = qt * kBr
+                needs_mask = q_base < k0 + kBc - 1
+                for warp in range(W):
+                    if not (q_base + kBr - 1 >= k0 + warp * 16): continue   # inactive warp
+                    q_first = offset + (bh * T + q_base) * T + k0 + warp * 16
+                    kw = []
+                    for lane in range(32):
+                        i0 = q_base + 2 * lane; key0 = k0 + warp * 16
+                        f0 = q_first + 2 * lane * T; x = 0
+                        if not needs_mask or i0 >= key0: x = keep_bits(16, f0)
+                        if not needs_mask or i0 + 1 >= key0: x |= keep_bits(16, f0 + T) << 16
+                        kw.append(x)
+                    for lane in range(32):
+                        key_a = k0 + warp * 16 + (lane >> 2)
+                        for nt in range(kBr // 8):
+                            w = kw[nt * 4 + (lane & 3)] >> (lane >> 2)
+                            for e in range(4):
+                                query = q_base + nt * 8 + 2 * (lane & 3) + (e & 1)
+                                key = key_a + (e >> 1) * 8
+                                if query >= T or key >= T or query < key: continue
+                                n += 1
+                                bad += ((w >> ((e & 1) * 16 + (e >> 1) * 8)) & 1) != keep(offset + (bh * T + query) * T + key)
+    return bad, n
+
+def simple_masks(T, BH, offset):
+    """attention.cu: keep_run (a row's keys, 32 blocks per refill, four ballots) and keep_column32."""
+    bad = n = 0
+    for bh in range(BH):
+        for i in range(T):
+            first = offset + (bh * T + i) * T; b0, a = first >> 2, first & 3
+            for j in range(i + 1):
+                r = a + j
+                if j == 0 or (r & 127) == 0:
+                    xs = [block(b0 + ((r >> 2) & ~31) + lane) for lane in range(32)]
+                    ball = [sum((xs[L][w] >= THR) << L for L in range(32)) for w in range(4)]
+                n += 1; bad += ((ball[r & 3] >> ((r >> 2) & 31)) & 1) != keep(first + j)
+        for j in range(T):
+            col_first = offset + bh * T * T + j
+            for i in range(j, T):
+                if (i - j) % 32 == 0:
+                    bits = 0
+                    for lane in range(32):
+                        nn = col_first + (i + lane) * T
+                        bits |= (word(nn) >= THR) << lane
+                n += 1; bad += ((bits >> ((i - j) % 32)) & 1) != keep(col_first + i * T)
+    return bad, n
+
+for T, BH, offset in [(1, 1, 0), (37, 2, 4), (64, 1, 0), (130, 1, 1 << 40), (200, 2, 8), (257, 1, 12)]:
+    for KB, kM in ((64, 2), (64, 1), (128, 2)):
+        check(f"fwd T {T} BH {BH} offset {offset} keys {KB} warps {8 // kM}", *fwd_masks(T, BH, offset, KB, kM))
+    for W in (4, 8):
+        check(f"bwd T {T} BH {BH} offset {offset} warps {W}", *bwd_masks(T, BH, offset, W))
+    if T <= 130:
+        check(f"simple T {T} BH {BH} offset {offset}", *simple_masks(T, BH, offset))

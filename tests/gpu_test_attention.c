@@ -7,7 +7,14 @@
  * NT_ATTN_BWD_PIPE=0 in both block shapes),
  * B and H > 1,
  * large-magnitude scores. Gradients are checked once from zero and again after a second
- * backward call (must be exactly twice: accumulation). Tolerances ||gpu - ref|| / ||ref||:
+ * backward call (must be exactly twice: accumulation; with overwrite, the same again, into
+ * NaN-filled gradients). Dropout 0.2 (and 0.5) on every path, with offsets past 2^32;
+ * q/k/v/dq/dk/dv as views of [B, T, 3C (+ pad)] buffers and out/dout of [B, T, C (+ pad)]
+ * (pad 0: the tensor-core path; pad 2: unaligned rows, the simple kernels), the pads left
+ * untouched. The dropout mask itself is compared exactly: with q = k = 0 every probability
+ * of row i is 1 / (i + 1), and one-hot, power-of-two v (and dO) make each output (and dV)
+ * element an integer that spells out which keys (queries) were kept.
+ * Tolerances ||gpu - ref|| / ||ref||:
  * F16 2e-3, BF16 1e-2; F32 1e-5 forward and 1e-4 backward (dS = P * (dP - D) cancels: the
  * difference of two fp32 sums over D and T loses about a digit against the fp64 CPU). */
 #include "tests/testutil.h"
@@ -21,8 +28,33 @@ typedef struct {
   float mag;
 } acase;
 
+/* How a case runs: kernel selection label, operand layout and attention options. */
+typedef struct {
+  const char *name;
+  bool unaligned;     /* contiguous operands start 2 elements into their allocation */
+  int packed;         /* 0: contiguous [B, H, T, D]; n > 0: views of packed [B, T, parts * C +
+                         n - 1] buffers (q k v / dq dk dv in one, out and dout in their own) */
+  float p;            /* dropout */
+  uint64_t seed, offset;
+  bool overwrite;
+} rmode;
+
 static double tol_bwd(nt_dtype dt) {
   return dt == NT_F32 ? 1e-4 : dt == NT_F16 ? 2e-3 : 1e-2;
+}
+
+static double norm(const float *x, size_t n) {
+  double s = 0;
+  for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+  return sqrt(s);
+}
+
+/* ||a - b|| / max(||b||, floor). */
+static double rel_err_floor(const float *a, const float *b, size_t n, double floor) {
+  double d = 0;
+  for (size_t i = 0; i < n; i++) d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+  const double den = fmax(norm(b, n), floor);
+  return isnan(d) ? INFINITY : den == 0 ? sqrt(d) : sqrt(d) / den;
 }
 
 static nt_status upload(nt_ctx *g, nt_tensor *dev, const void *host) {
@@ -40,12 +72,53 @@ static nt_status download_f32(nt_ctx *g, const nt_tensor *dev, float *out) {
   return st;
 }
 
-/* unaligned: the device tensors start 2 elements into their allocation (forces the simple
- * kernels through the alignment check). */
-static void run_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, acase a, const char *mode, bool unaligned,
-                     uint64_t seed) {
+/* Where operand i (q k v dout out dq dk dv) lives: buffer, element offset, strides. */
+typedef struct {
+  int buf;
+  int64_t off, st[4];
+} place;
+
+enum { kMaxBufs = 8 };
+
+static int layout(acase a, const rmode *m, place pl[8], int64_t len[kMaxBufs]) {
+  const int64_t n = (int64_t)a.B * a.H * a.T * a.D, C = (int64_t)a.H * a.D;
+  if (!m->packed) {
+    const int64_t pad = m->unaligned ? 2 : 0;
+    for (int i = 0; i < 8; i++) {
+      pl[i] = (place){i, pad, {(int64_t)a.H * a.T * a.D, (int64_t)a.T * a.D, a.D, 1}};
+      len[i] = n + pad;
+    }
+    return 8;
+  }
+  const int64_t w3 = 3 * C + m->packed - 1, w1 = C + m->packed - 1;
+  const int64_t s3[4] = {a.T * w3, a.D, w3, 1}, s1[4] = {a.T * w1, a.D, w1, 1};
+  const int bufs[8] = {0, 0, 0, 1, 2, 3, 3, 3};
+  const int64_t offs[8] = {0, C, 2 * C, 0, 0, 0, C, 2 * C};
+  for (int i = 0; i < 8; i++) {
+    pl[i].buf = bufs[i];
+    pl[i].off = offs[i];
+    memcpy(pl[i].st, bufs[i] == 0 || bufs[i] == 3 ? s3 : s1, sizeof s3);
+  }
+  len[0] = len[3] = a.B * a.T * w3;
+  len[1] = len[2] = a.B * a.T * w1;
+  return 4;
+}
+
+static int64_t at(const place *pl, acase a, int64_t e) {   /* e: contiguous [B,H,T,D] index */
+  const int64_t d = e % a.D, t = e / a.D % a.T, h = e / ((int64_t)a.D * a.T) % a.H,
+                b = e / ((int64_t)a.D * a.T * a.H);
+  return pl->off + b * pl->st[0] + h * pl->st[1] + t * pl->st[2] + d;
+}
+
+static const float kSentinel = 3.f;   /* fills what no view covers (and must stay) */
+
+/* A case: CPU reference in f32 storage from the same (rounded) inputs, then the GPU forward
+ * and two backward calls in the case's layout, options and dtype. */
+static void run_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, acase a, const rmode *m, uint64_t seed) {
   const size_t n = (size_t)a.B * a.H * a.T * a.D, rows = (size_t)a.B * a.H * a.T;
   int64_t shape[4] = {a.B, a.H, a.T, a.D}, lshape[3] = {a.B, a.H, a.T};
+  const nt_attention_opts ref_opts = {m->p, m->seed, m->offset, false};
+  const nt_attention_opts opts = {m->p, m->seed, m->offset, m->overwrite};
   nt_test_rng rng = {seed};
   float *h = malloc(sizeof(float) * n * 12 + sizeof(float) * rows * 2);
   float *q = h, *k = h + n, *v = h + 2 * n, *dout = h + 3 * n;
@@ -55,13 +128,16 @@ static void run_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, acase a, const char *mod
   nt_test_fill_uniform(&rng, k, (int64_t)n, -a.mag, a.mag);
   nt_test_fill_uniform(&rng, v, (int64_t)n, -1, 1);
   nt_test_fill_uniform(&rng, dout, (int64_t)n, -1, 1);
-  void *hq = nt_test_to_dtype(q, n, dt), *hk = nt_test_to_dtype(k, n, dt);
-  void *hv = nt_test_to_dtype(v, n, dt), *hd = nt_test_to_dtype(dout, n, dt);
-  char label[160];
-  snprintf(label, sizeof label, "%s %s B%d H%d T%d D%d mag %g%s", mode, nt_dtype_name(dt), a.B, a.H,
-           a.T, a.D, (double)a.mag, unaligned ? " unaligned" : "");
+  free(nt_test_to_dtype(q, n, dt));   /* round the inputs to dt (the reference sees these) */
+  free(nt_test_to_dtype(k, n, dt));
+  free(nt_test_to_dtype(v, n, dt));
+  free(nt_test_to_dtype(dout, n, dt));
+  char label[200];
+  snprintf(label, sizeof label, "%s %s B%d H%d T%d D%d mag %g%s%s p %g%s", m->name,
+           nt_dtype_name(dt), a.B, a.H, a.T, a.D, (double)a.mag, m->unaligned ? " unaligned" : "",
+           m->packed == 1 ? " packed" : m->packed ? " packed+pad" : "", (double)m->p,
+           m->overwrite ? " overwrite" : "");
 
-  /* CPU reference in f32 storage from the same (rounded) inputs. */
   nt_tensor cq = nt_tensor_view(q, NT_F32, nt_cpu(), 4, shape),
             ck = nt_tensor_view(k, NT_F32, nt_cpu(), 4, shape),
             cv = nt_tensor_view(v, NT_F32, nt_cpu(), 4, shape),
@@ -71,62 +147,162 @@ static void run_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, acase a, const char *mod
   nt_tensor cg[3];
   for (int i = 0; i < 3; i++) cg[i] = nt_tensor_view(g_ref + i * n, NT_F32, nt_cpu(), 4, shape);
   memset(g_ref, 0, sizeof(float) * 3 * n);
-  if (!CHECK_OK(c, nt_attention_forward(c, &cq, &ck, &cv, &co, &cl)) ||
-      !CHECK_OK(c, nt_attention_backward(c, &cd, &cq, &ck, &cv, &co, &cl, &cg[0], &cg[1], &cg[2])))
-    goto free_host;
+  if (!CHECK_OK(c, nt_attention_forward_ex(c, &cq, &ck, &cv, &co, &cl, &ref_opts)) ||
+      !CHECK_OK(c, nt_attention_backward_ex(c, &cd, &cq, &ck, &cv, &co, &cl, &cg[0], &cg[1],
+                                            &cg[2], &ref_opts))) {
+    free(h);
+    return;
+  }
 
-  /* Device tensors: one allocation each, optionally viewed 2 elements in. */
-  nt_tensor alloc[8], t[8]; /* q k v dout out dq dk dv */
-  nt_tensor dl = {0};
-  memset(alloc, 0, sizeof alloc);
-  const int64_t pad = unaligned ? 2 : 0;
-  int64_t flat = (int64_t)n + pad;
+  /* Host images of the device buffers: sentinels, inputs scattered into their views, the
+   * gradients' views zero (accumulate) or NaN (overwrite: must never be read). */
+  place pl[8];
+  int64_t len[kMaxBufs];
+  const int nbuf = layout(a, m, pl, len);
+  float *hb[kMaxBufs] = {0};
+  nt_tensor buf[kMaxBufs], t[8], dl = {0};
+  memset(buf, 0, sizeof buf);
   bool ok = true;
+  for (int b = 0; b < nbuf; b++) {
+    hb[b] = malloc(sizeof(float) * (size_t)len[b]);
+    for (int64_t e = 0; e < len[b]; e++) hb[b][e] = kSentinel;
+  }
+  const float *ins[4] = {q, k, v, dout};
+  for (int i = 0; i < 8; i++)
+    for (size_t e = 0; e < n; e++)
+      hb[pl[i].buf][at(&pl[i], a, (int64_t)e)] =
+          i < 4 ? ins[i][e] : i == 4 ? kSentinel : m->overwrite ? NAN : 0.f;
+  for (int b = 0; b < nbuf && ok; b++) {
+    ok = CHECK_OK(g, nt_tensor_alloc(g, &buf[b], dt, 1, &len[b])) &&
+         nt_test_upload(g, &buf[b], hb[b]);
+  }
   for (int i = 0; i < 8 && ok; i++) {
-    ok = CHECK_OK(g, nt_tensor_alloc(g, &alloc[i], dt, 1, &flat));
-    if (ok) {
-      t[i] = nt_tensor_view((char *)alloc[i].data + pad * (int64_t)nt_dtype_size(dt), dt,
-                            nt_ctx_device(g), 4, shape);
-    }
+    t[i] = nt_tensor_view((char *)buf[pl[i].buf].data + pl[i].off * (int64_t)nt_dtype_size(dt), dt,
+                          nt_ctx_device(g), 4, shape);
+    memcpy(t[i].stride, pl[i].st, sizeof pl[i].st);
   }
   ok = ok && CHECK_OK(g, nt_tensor_alloc(g, &dl, NT_F32, 3, lshape));
-  ok = ok && CHECK_OK(g, upload(g, &t[0], hq)) && CHECK_OK(g, upload(g, &t[1], hk)) &&
-       CHECK_OK(g, upload(g, &t[2], hv)) && CHECK_OK(g, upload(g, &t[3], hd));
-  ok = ok && CHECK_OK(g, nt_attention_forward(g, &t[0], &t[1], &t[2], &t[4], &dl));
-  ok = ok && CHECK_OK(g, download_f32(g, &t[4], o_got)) &&
-       CHECK_OK(g, download_f32(g, &dl, lse_got));
+  ok = ok && CHECK_OK(g, nt_attention_forward_ex(g, &t[0], &t[1], &t[2], &t[4], &dl, &opts));
+  ok = ok && nt_test_download(g, &buf[pl[4].buf], hb[pl[4].buf]) &&
+       nt_test_download(g, &dl, lse_got);
   if (ok) {
+    for (size_t e = 0; e < n; e++) o_got[e] = hb[pl[4].buf][at(&pl[4], a, (int64_t)e)];
     double eo = nt_test_rel_err(o_got, o_ref, (int64_t)n);
     double el = nt_test_rel_err(lse_got, lse_ref, (int64_t)rows);
     CHECK(eo < nt_test_tol(dt), "%s: out rel err %.3g", label, eo);
     /* lse is fp32 in every dtype; its error comes from the rounded scores (1e-5 f32). */
     CHECK(el < (dt == NT_F32 ? 1e-5 : nt_test_tol(dt)), "%s: lse rel err %.3g", label, el);
-    printf("  %-48s out %.2e lse %.2e", label, eo, el);
+    printf("  %-72s out %.2e lse %.2e", label, eo, el);
   }
-  for (int i = 5; i < 8 && ok; i++) ok = CHECK_OK(g, nt_tensor_zero(g, &t[i]));
+  const char *names[3] = {"dq", "dk", "dv"};
   for (int pass = 1; pass <= 2 && ok; pass++) {
-    ok = CHECK_OK(
-        g, nt_attention_backward(g, &t[3], &t[0], &t[1], &t[2], &t[4], &dl, &t[5], &t[6], &t[7]));
-    const char *names[3] = {"dq", "dk", "dv"};
+    ok = CHECK_OK(g, nt_attention_backward_ex(g, &t[3], &t[0], &t[1], &t[2], &t[4], &dl, &t[5],
+                                              &t[6], &t[7], &opts));
+    for (int b = 0; b < nbuf && ok; b++) ok = nt_test_download(g, &buf[b], hb[b]);
+    const float div = m->overwrite ? 1.f : (float)pass;
+    /* With one key (T = 1) dQ = dK = 0 in exact arithmetic (P = 1, dS = P (dP mr - dO.O) =
+     * 0); with dropout they come out as rounding noise, measured against ||dV||. */
+    const double floor = a.T == 1 ? norm(g_ref + 2 * n, n) : 0.0;
     for (int i = 0; i < 3 && ok; i++) {
-      ok = CHECK_OK(g, download_f32(g, &t[5 + i], g_got + i * n));
-      if (!ok) break;
-      for (size_t j = 0; j < n; j++) g_got[i * n + j] /= (float)pass;
-      double e = nt_test_rel_err(g_got + i * n, g_ref + i * n, (int64_t)n);
+      for (size_t e = 0; e < n; e++)
+        g_got[i * n + e] = hb[pl[5 + i].buf][at(&pl[5 + i], a, (int64_t)e)] / div;
+      double e = rel_err_floor(g_got + i * n, g_ref + i * n, n, floor);
       CHECK(e < tol_bwd(dt), "%s: %s rel err %.3g after %d backward call(s)", label, names[i], e,
             pass);
       if (pass == 1) printf(" %s %.2e", names[i], e);
     }
   }
+  if (ok) {
+    /* Nothing outside the views was written: every buffer element no operand covers still
+     * holds the sentinel. */
+    int64_t stray = 0;
+    for (int b = 0; b < nbuf; b++) {
+      char *covered = calloc((size_t)len[b], 1);
+      for (int i = 0; i < 8; i++)
+        if (pl[i].buf == b)
+          for (size_t e = 0; e < n; e++) covered[at(&pl[i], a, (int64_t)e)] = 1;
+      for (int64_t e = 0; e < len[b]; e++) stray += !covered[e] && hb[b][e] != kSentinel;
+      free(covered);
+    }
+    CHECK(stray == 0, "%s: %lld elements outside the views changed", label, (long long)stray);
+  }
   printf("\n");
-  for (int i = 0; i < 8; i++) nt_tensor_free(g, &alloc[i]);
+  for (int b = 0; b < nbuf; b++) {
+    nt_tensor_free(g, &buf[b]);
+    free(hb[b]);
+  }
   nt_tensor_free(g, &dl);
-free_host:
-  free(hq);
-  free(hk);
-  free(hv);
-  free(hd);
   free(h);
+}
+
+/* The mask, element for element: q = k = 0 makes every probability of row i 1 / (i + 1);
+ * v_j = 2^(j / D) e_(j % D) makes out_i[d] (i + 1) (1 - p) the integer whose bits say which
+ * keys j = d, d + D, ... (j <= i) row i kept, and dO_i = (i + 1) 2^(i / D) e_(i % D) does the
+ * same for dV_j[d] (1 - p) over the queries i >= j. GPU and CPU must agree on every integer.
+ * T <= 4 D keeps them below 16 and T <= 256 keeps (i + 1) exact in bf16. */
+static void test_mask_exact(nt_ctx *g, nt_ctx *c, nt_dtype dt, int BH, int T, int D,
+                            const char *mode, float p, uint64_t offset) {
+  const size_t n = (size_t)BH * T * D;
+  int64_t shape[4] = {1, BH, T, D}, lshape[3] = {1, BH, T};
+  const nt_attention_opts opts = {p, 4321, offset, false};
+  float *hx = calloc(n * 8, sizeof(float));
+  float *zero = hx, *v = hx + n, *dout = hx + 2 * n, *ref = hx + 3 * n, *got = hx + 5 * n;
+  float *lse = malloc(sizeof(float) * (size_t)BH * T);
+  for (int bh = 0; bh < BH; bh++)
+    for (int j = 0; j < T; j++) {
+      v[((size_t)bh * T + j) * D + j % D] = ldexpf(1.f, j / D);
+      dout[((size_t)bh * T + j) * D + j % D] = (float)(j + 1) * ldexpf(1.f, j / D);
+    }
+  nt_tensor ct[8], gt[8], gl = {0};
+  for (int i = 0; i < 8; i++) memset(&gt[i], 0, sizeof gt[i]);
+  const float *src[4] = {zero, zero, v, dout};
+  float *cbuf[4] = {ref, ref + n, got, got + n};   /* CPU out, dV | GPU out, dV */
+  for (int i = 0; i < 4; i++) ct[i] = nt_tensor_view((void *)src[i], NT_F32, nt_cpu(), 4, shape);
+  ct[4] = nt_tensor_view(cbuf[0], NT_F32, nt_cpu(), 4, shape);
+  ct[5] = nt_tensor_view(hx + 7 * n, NT_F32, nt_cpu(), 4, shape);   /* dq, dk: ignored */
+  ct[6] = ct[5];
+  ct[7] = nt_tensor_view(cbuf[1], NT_F32, nt_cpu(), 4, shape);
+  nt_tensor cl = nt_tensor_view(lse, NT_F32, nt_cpu(), 3, lshape);
+  bool ok = CHECK_OK(c, nt_attention_forward_ex(c, &ct[0], &ct[1], &ct[2], &ct[4], &cl, &opts));
+  ok = ok && CHECK_OK(c, nt_attention_backward_ex(c, &ct[3], &ct[0], &ct[1], &ct[2], &ct[4], &cl,
+                                                  &ct[5], &ct[6], &ct[7], &opts));
+  for (int i = 0; i < 8 && ok; i++) ok = CHECK_OK(g, nt_tensor_alloc(g, &gt[i], dt, 4, shape));
+  ok = ok && CHECK_OK(g, nt_tensor_alloc(g, &gl, NT_F32, 3, lshape));
+  for (int i = 0; i < 4 && ok; i++) ok = nt_test_upload(g, &gt[i], src[i]);
+  for (int i = 5; i < 8 && ok; i++) ok = CHECK_OK(g, nt_tensor_zero(g, &gt[i]));
+  ok = ok && CHECK_OK(g, nt_attention_forward_ex(g, &gt[0], &gt[1], &gt[2], &gt[4], &gl, &opts)) &&
+       CHECK_OK(g, nt_attention_backward_ex(g, &gt[3], &gt[0], &gt[1], &gt[2], &gt[4], &gl, &gt[5],
+                                            &gt[6], &gt[7], &opts)) &&
+       nt_test_download(g, &gt[4], cbuf[2]) && nt_test_download(g, &gt[7], cbuf[3]);
+  if (ok) {
+    long wrong_o = 0, wrong_v = 0, kept = 0, total = 0;
+    for (int bh = 0; bh < BH; bh++)
+      for (int i = 0; i < T; i++)
+        for (int d = 0; d < D; d++) {
+          const size_t e = ((size_t)bh * T + i) * D + d;
+          const double fo = (i + 1) * (1.0 - (double)p), fv = 1.0 - (double)p;
+          const long ro = lround(ref[e] * fo), go = lround(got[e] * fo);
+          const long rv = lround(ref[n + e] * fv), gv = lround(got[n + e] * fv);
+          wrong_o += ro != go;
+          wrong_v += rv != gv;
+          for (long b = ro; b; b >>= 1) kept += b & 1;
+          if (d <= i) total += (i - d) / D + 1;
+        }
+    char label[128];
+    snprintf(label, sizeof label, "mask %s %s BH%d T%d D%d p %g offset %llu", mode,
+             nt_dtype_name(dt), BH, T, D, (double)p, (unsigned long long)offset);
+    CHECK(wrong_o == 0, "%s: %ld output elements keep other keys than the CPU", label, wrong_o);
+    CHECK(wrong_v == 0, "%s: %ld dV elements keep other queries than the CPU", label, wrong_v);
+    /* The decoding itself must see a plausible mask (not, say, all zeros on both sides). */
+    CHECK(fabs(1.0 - (double)kept / (double)total - p) < 0.05, "%s: dropped %.3f of %ld", label,
+          1.0 - (double)kept / (double)total, total);
+    printf("  %-60s exact (dropped %.3f of %ld)\n", label, 1.0 - (double)kept / (double)total,
+           total);
+  }
+  for (int i = 0; i < 8; i++) nt_tensor_free(g, &gt[i]);
+  nt_tensor_free(g, &gl);
+  free(hx);
+  free(lse);
 }
 
 static void test_layout_gpu(nt_ctx *g, nt_ctx *c, nt_dtype dt) {
@@ -213,14 +389,19 @@ int main(void) {
       {2, 1, 20, 7, 2.f},    {1, 1, 130, 96, 1.f}, {1, 3, 700, 64, 1.f}, {2, 1, 513, 32, 2.f}};
   const nt_dtype dts[3] = {NT_BF16, NT_F16, NT_F32};
   const int ncases = (int)(sizeof cases / sizeof cases[0]);
+  const rmode plain = {"auto", false, 0, 0.f, 0, 0, false};
   for (int mode = 0; mode < 2; mode++) {
     /* mode 0: whatever the dispatch picks (tensor cores for F16/BF16 with D 32/64);
      * mode 1: NT_ATTN_SIMPLE=1, the fallback kernels for everything. */
-    if (mode == 1) setenv("NT_ATTN_SIMPLE", "1", 1);
+    rmode rm = plain;
+    if (mode == 1) {
+      setenv("NT_ATTN_SIMPLE", "1", 1);
+      rm.name = "simple";
+    }
     for (int d = 0; d < 3; d++)
       for (int i = 0; i < ncases; i++) {
         if (mode == 1 && cases[i].T > 300) continue; /* the simple kernels are slow */
-        run_case(g, c, dts[d], cases[i], mode ? "simple" : "auto", false, 100 + (uint64_t)i);
+        run_case(g, c, dts[d], cases[i], &rm, 100 + (uint64_t)i);
       }
     unsetenv("NT_ATTN_SIMPLE");
   }
@@ -240,19 +421,81 @@ int main(void) {
         if (cases[i].D != 32 && cases[i].D != 64) continue;
         const bool long_t = cases[i].T >= 512;
         if (pass != 1) setenv("NT_ATTN_BWD_WARPS", long_t ? "4" : "8", 1);
-        const char *label = pass == 1   ? "fwd 3 blocks/SM, bwd 2 barriers"
-                            : pass == 2 ? "fwd 8 warps, bwd other shape, 2 barriers"
-                            : long_t    ? "fwd 128 keys, bwd 4 warps"
-                                        : "fwd 128 keys, bwd 8 warps";
-        run_case(g, c, dts[d], cases[i], label, false, 200 + (uint64_t)i);
+        rmode rm = plain;
+        rm.name = pass == 1   ? "fwd 3 blocks/SM, bwd 2 barriers"
+                  : pass == 2 ? "fwd 8 warps, bwd other shape, 2 barriers"
+                  : long_t    ? "fwd 128 keys, bwd 4 warps"
+                              : "fwd 128 keys, bwd 8 warps";
+        run_case(g, c, dts[d], cases[i], &rm, 200 + (uint64_t)i);
       }
     unsetenv("NT_ATTN_BWD_WARPS");
     unsetenv("NT_ATTN_BWD_PIPE");
     unsetenv(fwd_var[pass][0]);
   }
   /* Unaligned views must fall back to the simple kernels and still be right. */
-  run_case(g, c, NT_BF16, (acase){2, 2, 37, 64, 2.f}, "auto", true, 300);
-  run_case(g, c, NT_F16, (acase){1, 2, 70, 32, 2.f}, "auto", true, 301);
+  rmode un = plain;
+  un.unaligned = true;
+  run_case(g, c, NT_BF16, (acase){2, 2, 37, 64, 2.f}, &un, 300);
+  run_case(g, c, NT_F16, (acase){1, 2, 70, 32, 2.f}, &un, 301);
+
+  /* Dropout, strided views, overwrite: every dtype, D 32 / 64 (tensor cores for F16/BF16)
+   * and others (simple kernels), odd T, B and H > 1, Philox offsets past 2^32. */
+  const acase dcases[] = {{2, 3, 37, 64, 2.f},  {1, 2, 200, 32, 2.f}, {2, 2, 257, 64, 2.f},
+                          {1, 1, 1, 64, 2.f},   {2, 1, 65, 32, 2.f},  {1, 3, 200, 64, 4.f},
+                          {1, 2, 513, 64, 1.f}, {2, 1, 20, 7, 2.f},   {1, 1, 130, 96, 1.f},
+                          {4, 6, 256, 64, 1.f}};
+  const int ndc = (int)(sizeof dcases / sizeof dcases[0]);
+  const rmode dmodes[] = {
+      {"dropout", false, 0, 0.2f, 7, 0, false},
+      {"dropout", false, 0, 0.5f, 1234567, (3ull << 32) + 8, false},
+      {"dropout overwrite", false, 0, 0.2f, 99, 4096, true},
+      {"strided", false, 1, 0.f, 0, 0, false},
+      {"strided dropout overwrite", false, 1, 0.2f, 5, 64, true},
+      {"strided dropout", false, 3, 0.2f, 5, 64, false},   /* unaligned rows: simple kernels */
+      {"strided overwrite", false, 3, 0.f, 0, 0, true},
+      {"dropout unaligned", true, 0, 0.2f, 8, 12, false}};
+  for (int mode = 0; mode < 2; mode++) {
+    if (mode == 1) setenv("NT_ATTN_SIMPLE", "1", 1);
+    for (size_t r = 0; r < sizeof dmodes / sizeof dmodes[0]; r++)
+      for (int d = 0; d < 3; d++)
+        for (int i = 0; i < ndc; i++) {
+          if (mode == 1 && (dcases[i].T > 300 || r % 2)) continue; /* the simple kernels are slow */
+          rmode rm = dmodes[r];
+          char name[64];
+          snprintf(name, sizeof name, "%s%s", mode ? "simple " : "", rm.name);
+          rm.name = name;
+          run_case(g, c, dts[d], dcases[i], &rm, 400 + (uint64_t)i);
+        }
+    unsetenv("NT_ATTN_SIMPLE");
+  }
+  /* The dropout backward's other block shape on each side of T = 512. */
+  for (int d = 0; d < 2; d++)
+    for (int i = 0; i < ndc; i++) {
+      if (dcases[i].D != 32 && dcases[i].D != 64) continue;
+      setenv("NT_ATTN_BWD_WARPS", dcases[i].T >= 512 ? "4" : "8", 1);
+      rmode rm = dmodes[4];
+      rm.name = dcases[i].T >= 512 ? "dropout bwd 4 warps" : "dropout bwd 8 warps";
+      run_case(g, c, dts[d], dcases[i], &rm, 500 + (uint64_t)i);
+      unsetenv("NT_ATTN_BWD_WARPS");
+    }
+  /* The mask bit for bit, on the tensor-core and the simple path. */
+  for (int mode = 0; mode < 2; mode++) {
+    if (mode == 1) setenv("NT_ATTN_SIMPLE", "1", 1);
+    const char *mname = mode ? "simple" : "auto";
+    for (int d = 0; d < 3; d++) {
+      test_mask_exact(g, c, dts[d], 3, 37, 64, mname, 0.2f, 0);
+      test_mask_exact(g, c, dts[d], 2, 200, 64, mname, 0.2f, (5ull << 32) + 4);
+      test_mask_exact(g, c, dts[d], 1, 256, 64, mname, 0.5f, 20);
+      test_mask_exact(g, c, dts[d], 2, 97, 32, mname, 0.2f, 8);
+      test_mask_exact(g, c, dts[d], 1, 128, 32, mname, 0.3f, 0);
+    }
+    unsetenv("NT_ATTN_SIMPLE");
+  }
+  setenv("NT_ATTN_BWD_WARPS", "8", 1);
+  test_mask_exact(g, c, NT_BF16, 2, 200, 64, "bwd 8 warps", 0.2f, 16);
+  test_mask_exact(g, c, NT_F16, 1, 128, 32, "bwd 8 warps", 0.2f, 16);
+  unsetenv("NT_ATTN_BWD_WARPS");
+
   for (int d = 0; d < 3; d++) test_layout_gpu(g, c, dts[d]);
   /* Mixed devices are a clear error. */
   {
