@@ -48,8 +48,8 @@ class Block(nn.Module):
         B, T, C = x.shape
         q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
         q, k, v = (t.view(B, T, self.H, C // self.H).transpose(1, 2) for t in (q, k, v))
-        # nanotrain's fused attention has no probability dropout: neither has this one
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                           dropout_p=self.p if self.training else 0.0)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         x = x + F.dropout(self.c_proj(y), self.p, self.training)
         h = F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh")

@@ -22,9 +22,12 @@ enum { LN1_W, LN1_B, QKV_W, QKV_B, PROJ_W, PROJ_B, LN2_W, LN2_B, FC_W, FC_B, FCP
 typedef struct {
   pv p[NP];
   /* saved activations (the GELU output is not kept: backward recomputes it from fc_pre) */
-  nt_tensor ln1, ln1_mean, ln1_rstd, q, k, v, att, lse, ym, x1, ln2, ln2_mean, ln2_rstd;
+  nt_tensor ln1, ln1_mean, ln1_rstd, qkv, lse, ym, x1, ln2, ln2_mean, ln2_rstd;
   nt_tensor fc_pre, x2;
-  uint64_t att_off, mlp_off;      /* dropout stream offsets of the last training forward */
+  /* qkv [B, T, 3C] is the attention's input and ym [B, T, C] its output: the kernels read and
+   * write head views of them in place (no split or merge copies). */
+  uint64_t att_off, mlp_off, attp_off;   /* dropout stream offsets of the last training
+                                            forward (residual branches, attention probs) */
 } gpt_layer;
 
 struct nt_gpt {
@@ -41,9 +44,9 @@ struct nt_gpt {
   /* scratch shared by all layers: dres, dtmp, dc, and views into `shared` (see
    * build_activations) */
   nt_tensor dres, dtmp, dc, shared;
-  nt_tensor act, tmp, qkv;          /* forward */
+  nt_tensor act, tmp;               /* forward */
   nt_tensor dpre;                   /* MLP backward (with act: gelu(fc_pre) recomputed) */
-  nt_tensor datt, dq, dk, dv, dqkv; /* attention backward */
+  nt_tensor dqkv;                   /* attention backward */
   uint64_t emb_off;
   int b, t;                       /* sizes of the last forward */
   nt_fp8_state *fp8;              /* FP8 delayed scaling for the block's linear layers, or NULL */
@@ -189,9 +192,9 @@ static nt_status build_params(nt_ctx *ctx, nt_gpt *g, nt_dtype dt, bool alloc) {
 
 static nt_status build_activations(nt_ctx *ctx, nt_gpt *g, nt_dtype dt, bool alloc) {
   const nt_gpt_config *c = &g->cfg;
-  int64_t B = g->B, T = g->T, C = c->n_embd, H = c->n_head, D = C / H, N = B * T;
+  int64_t B = g->B, T = g->T, C = c->n_embd, H = c->n_head, N = B * T;
   int64_t sC[3] = {B, T, C}, s3C[3] = {B, T, 3 * C}, s4C[3] = {B, T, 4 * C};
-  int64_t sH[4] = {B, H, T, D}, sL[3] = {B, H, T}, sN[1] = {N};
+  int64_t sL[3] = {B, H, T}, sN[1] = {N};
   int64_t sV[2] = {N, g->Vp}, sVp[1] = {g->Vp};
   nt_arena *a = &g->arena;
   nt_status st = NT_OK;
@@ -203,10 +206,7 @@ static nt_status build_activations(nt_ctx *ctx, nt_gpt *g, nt_dtype dt, bool all
     ADD(L->ln1, dt, 3, sC);
     ADD(L->ln1_mean, NT_F32, 1, sN);
     ADD(L->ln1_rstd, NT_F32, 1, sN);
-    ADD(L->q, dt, 4, sH);
-    ADD(L->k, dt, 4, sH);
-    ADD(L->v, dt, 4, sH);
-    ADD(L->att, dt, 4, sH);
+    ADD(L->qkv, dt, 3, s3C);
     ADD(L->lse, NT_F32, 3, sL);
     ADD(L->ym, dt, 3, sC);
     ADD(L->x1, dt, 3, sC);
@@ -231,10 +231,9 @@ static nt_status build_activations(nt_ctx *ctx, nt_gpt *g, nt_dtype dt, bool all
    * carved from one region, each phase's laid out from its start. `act` is the forward's
    * GELU output and, in the MLP backward, gelu(fc_pre) recomputed. */
   struct { nt_tensor *t; int nd; const int64_t *shape; bool first; } carve[] = {
-      {&g->act, 3, s4C, true}, {&g->tmp, 3, sC, false}, {&g->qkv, 3, s3C, false},
+      {&g->act, 3, s4C, true}, {&g->tmp, 3, sC, false},
       {&g->act, 3, s4C, true}, {&g->dpre, 3, s4C, false},
-      {&g->datt, 4, sH, true}, {&g->dq, 4, sH, false}, {&g->dk, 4, sH, false},
-      {&g->dv, 4, sH, false}, {&g->dqkv, 3, s3C, false}};
+      {&g->dqkv, 3, s3C, true}};
   enum { NCARVE = sizeof carve / sizeof carve[0] };
   size_t offs[NCARVE], off = 0, region = 0, es = nt_dtype_size(dt);
   for (int i = 0; i < NCARVE; i++) {
@@ -345,14 +344,35 @@ static nt_tensor v3(const nt_tensor *t, int64_t b, int64_t s, int64_t c) {
   int64_t sh[3] = {b, s, c};
   return nt_prefix_view(t, 3, sh);
 }
-static nt_tensor v4(const nt_tensor *t, int64_t b, int64_t h, int64_t s, int64_t d) {
-  int64_t sh[4] = {b, h, s, d};
-  return nt_prefix_view(t, 4, sh);
-}
 static nt_tensor v1(const nt_tensor *t, int64_t n) { return nt_prefix_view(t, 1, &n); }
 static nt_tensor v2(const nt_tensor *t, int64_t n, int64_t c) {
   int64_t sh[2] = {n, c};
   return nt_prefix_view(t, 2, sh);
+}
+
+/* Head h of part `part` (0 q, 1 k, 2 v; 0 for a [B, T, C] tensor) of x [b, t, W] as a
+ * [b, H, t, D] view: columns part*H*D + h*D .. + D of every row, no copy. */
+static nt_tensor heads(const nt_tensor *x, int64_t H, int64_t D, int part) {
+  nt_tensor h = *x;
+  int64_t W = x->shape[2];
+  h.data = (char *)x->data + (size_t)(part * H * D) * nt_dtype_size(x->dtype);
+  h.ndim = 4;
+  h.shape[0] = x->shape[0];
+  h.shape[1] = H;
+  h.shape[2] = x->shape[1];
+  h.shape[3] = D;
+  h.stride[0] = x->shape[1] * W;
+  h.stride[1] = D;
+  h.stride[2] = W;
+  h.stride[3] = 1;
+  h.owner = NULL;
+  return h;
+}
+
+/* Attention-probability dropout p (0 in evaluation) on the stream reserved at `off`. */
+static nt_attention_opts attention_opts(nt_ctx *ctx, float p, uint64_t off) {
+  nt_attention_opts o = {p, nt_ctx_seed(ctx), off, false};
+  return o;
 }
 
 /* out = res + dropout(branch); `scratch` holds the dropped branch. */
@@ -385,12 +405,13 @@ static nt_status forward(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, bool t
   } else {
     st = nt_embedding_forward(ctx, tokens, &g->wte.w, &g->wpe.w, &x0);
   }
-  nt_tensor x = x0, qkv = v3(&g->qkv, b, t, 3 * C), dropped = v3(&g->dtmp, b, t, C);
+  nt_tensor x = x0, dropped = v3(&g->dtmp, b, t, C);
   for (int l = 0; l < c->n_layer && !st; l++) {
     gpt_layer *L = &g->layers[l];
     nt_tensor ln1 = v3(&L->ln1, b, t, C), m1 = v1(&L->ln1_mean, N), r1 = v1(&L->ln1_rstd, N);
-    nt_tensor q = v4(&L->q, b, H, t, D), k = v4(&L->k, b, H, t, D), v = v4(&L->v, b, H, t, D);
-    nt_tensor att = v4(&L->att, b, H, t, D), ym = v3(&L->ym, b, t, C);
+    nt_tensor qkv = v3(&L->qkv, b, t, 3 * C), ym = v3(&L->ym, b, t, C);
+    nt_tensor q = heads(&qkv, H, D, 0), k = heads(&qkv, H, D, 1), v = heads(&qkv, H, D, 2);
+    nt_tensor att = heads(&ym, H, D, 0);
     int64_t lsh[3] = {b, H, t};
     nt_tensor lse = nt_prefix_view(&L->lse, 3, lsh);
     nt_tensor x1 = v3(&L->x1, b, t, C), ln2 = v3(&L->ln2, b, t, C);
@@ -400,13 +421,13 @@ static nt_status forward(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, bool t
     if (p > 0.0f) {
       L->att_off = nt_ctx_rng_reserve(ctx, (uint64_t)N * (uint64_t)C);
       L->mlp_off = nt_ctx_rng_reserve(ctx, (uint64_t)N * (uint64_t)C);
+      L->attp_off = nt_ctx_rng_reserve(ctx, (uint64_t)(b * H) * (uint64_t)t * (uint64_t)t);
     }
+    nt_attention_opts ao = attention_opts(ctx, p, L->attp_off);
     st = nt_layernorm_forward(ctx, &x, &L->p[LN1_W].w, &L->p[LN1_B].w, &ln1, &m1, &r1);
     if (!st) st = lin_fwd(ctx, g, l, 0, &ln1, &L->p[QKV_W].w, &L->p[QKV_B].w, &qkv,
                                     NT_ACT_NONE, NULL);
-    if (!st) st = nt_qkv_split(ctx, &qkv, (int)H, &q, &k, &v);
-    if (!st) st = nt_attention_forward(ctx, &q, &k, &v, &att, &lse);
-    if (!st) st = nt_heads_merge(ctx, &att, &ym);
+    if (!st) st = nt_attention_forward_ex(ctx, &q, &k, &v, &att, &lse, &ao);
     if (!st) st = lin_fwd(ctx, g, l, 1, &ym, &L->p[PROJ_W].w, &L->p[PROJ_B].w, &tmp,
                                     NT_ACT_NONE, NULL);
     if (!st) st = residual_add(ctx, p, L->att_off, &x, &tmp, &dropped, &x1);
@@ -476,11 +497,12 @@ static nt_status block_backward(nt_ctx *ctx, nt_gpt *g, gpt_layer *L, const nt_t
   float p = g->cfg.dropout;
   nt_tensor dres = v3(&g->dres, b, t, C), dtmp = v3(&g->dtmp, b, t, C), dc = v3(&g->dc, b, t, C);
   nt_tensor act = v3(&g->act, b, t, 4 * C), dpre = v3(&g->dpre, b, t, 4 * C);
-  nt_tensor dq = v4(&g->dq, b, H, t, D), dk = v4(&g->dk, b, H, t, D), dv = v4(&g->dv, b, H, t, D);
-  nt_tensor datt = v4(&g->datt, b, H, t, D), dqkv = v3(&g->dqkv, b, t, 3 * C);
+  nt_tensor dqkv = v3(&g->dqkv, b, t, 3 * C), datt = heads(&dc, H, D, 0);
+  nt_tensor dq = heads(&dqkv, H, D, 0), dk = heads(&dqkv, H, D, 1), dv = heads(&dqkv, H, D, 2);
   nt_tensor ln1 = v3(&L->ln1, b, t, C), m1 = v1(&L->ln1_mean, N), r1 = v1(&L->ln1_rstd, N);
-  nt_tensor q = v4(&L->q, b, H, t, D), k = v4(&L->k, b, H, t, D), v = v4(&L->v, b, H, t, D);
-  nt_tensor att = v4(&L->att, b, H, t, D), ym = v3(&L->ym, b, t, C);
+  nt_tensor qkv = v3(&L->qkv, b, t, 3 * C), ym = v3(&L->ym, b, t, C);
+  nt_tensor q = heads(&qkv, H, D, 0), k = heads(&qkv, H, D, 1), v = heads(&qkv, H, D, 2);
+  nt_tensor att = heads(&ym, H, D, 0);
   int64_t lsh[3] = {b, H, t};
   nt_tensor lse = nt_prefix_view(&L->lse, 3, lsh);
   nt_tensor x1 = v3(&L->x1, b, t, C), ln2 = v3(&L->ln2, b, t, C);
@@ -501,20 +523,15 @@ static nt_status block_backward(nt_ctx *ctx, nt_gpt *g, gpt_layer *L, const nt_t
   if (!st) st = lin_bwd(ctx, g, l, 2, dpre_out, &ln2, &P[FC_W].w, &dc, &P[FC_W].g, &P[FC_B].g);
   if (!st) st = nt_layernorm_backward(ctx, &dc, &x1, &P[LN2_W].w, &m2, &r2, &dres, &P[LN2_W].g,
                                       &P[LN2_B].g);
-  /* attention branch: x1 = x + drop(c_proj(merge(attn(split(c_attn(ln1(x))))))) */
+  /* attention branch: x1 = x + drop(c_proj(attn(c_attn(ln1(x))))), attn on head views */
   if (p > 0.0f) {
     if (!st) st = dropout_grad(ctx, p, L->att_off, &dres, &dtmp);
   }
   if (!st) st = lin_bwd(ctx, g, l, 1, dbranch, &ym, &P[PROJ_W].w, &dc, &P[PROJ_W].g,
                                    &P[PROJ_B].g);
-  if (!st) st = nt_tensor_zero(ctx, &datt);
-  if (!st) st = nt_heads_merge_backward(ctx, &dc, &datt);
-  if (!st) st = nt_tensor_zero(ctx, &dq);
-  if (!st) st = nt_tensor_zero(ctx, &dk);
-  if (!st) st = nt_tensor_zero(ctx, &dv);
-  if (!st) st = nt_attention_backward(ctx, &datt, &q, &k, &v, &att, &lse, &dq, &dk, &dv);
-  if (!st) st = nt_tensor_zero(ctx, &dqkv);
-  if (!st) st = nt_qkv_split_backward(ctx, &dq, &dk, &dv, &dqkv);
+  nt_attention_opts ao = attention_opts(ctx, p, L->attp_off);
+  ao.overwrite = true;
+  if (!st) st = nt_attention_backward_ex(ctx, &datt, &q, &k, &v, &att, &lse, &dq, &dk, &dv, &ao);
   if (!st) st = lin_bwd(ctx, g, l, 0, &dqkv, &ln1, &P[QKV_W].w, &dc, &P[QKV_W].g,
                                    &P[QKV_B].g);
   if (!st) st = nt_layernorm_backward(ctx, &dc, x, &P[LN1_W].w, &m1, &r1, &dres, &P[LN1_W].g,
