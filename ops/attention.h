@@ -19,11 +19,14 @@
  * of the Philox stream `seed` (core/rng.h) maps to a uniform (nt_rng_u32_to_uniform) > p, the
  * rule of ops/dropout, so CPU and GPU drop the same elements. The caller reserves B*H*T*T
  * numbers with nt_ctx_rng_reserve (offset a multiple of 4) and passes the same (seed, offset)
- * to backward; no mask is stored (the GPU regenerates it). p = 0 is exactly the no-dropout
- * computation.
+ * to backward; no mask is stored (the GPU regenerates it: one Philox4x32-10 block per four
+ * probabilities in forward and again in backward, integer work that roughly doubles the
+ * tensor-core kernels' instruction count). p = 0 is exactly the no-dropout computation (pass
+ * it in evaluation).
  *
  * CPU: plain loops, fp64 sums. CUDA: F16/BF16 with D 32 or 64 and 16-byte aligned rows (data
- * pointer and every B, H, T stride a multiple of 16 bytes) run tensor-core FlashAttention-2
+ * pointer and every B, H, T stride a multiple of 16 bytes, the T stride below 2^31) run
+ * tensor-core FlashAttention-2
  * kernels (mma.sync m16n8k16, fp32 accumulation; backward recomputes P from lse and adds dQ
  * with fp32 atomics into pool scratch of B*H*T*D floats); everything else, or any call while
  * the environment has NT_ATTN_SIMPLE=1, runs simple fp32 kernels (one warp per row, online

@@ -443,7 +443,7 @@ int main(void) {
   const acase dcases[] = {{2, 3, 37, 64, 2.f},  {1, 2, 200, 32, 2.f}, {2, 2, 257, 64, 2.f},
                           {1, 1, 1, 64, 2.f},   {2, 1, 65, 32, 2.f},  {1, 3, 200, 64, 4.f},
                           {1, 2, 513, 64, 1.f}, {2, 1, 20, 7, 2.f},   {1, 1, 130, 96, 1.f},
-                          {4, 6, 256, 64, 1.f}};
+                          {4, 6, 256, 64, 1.f}, {2, 2, 37, 32, 2.f},  {1, 1, 257, 32, 2.f}};
   const int ndc = (int)(sizeof dcases / sizeof dcases[0]);
   const rmode dmodes[] = {
       {"dropout", false, 0, 0.2f, 7, 0, false},
