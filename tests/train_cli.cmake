@@ -20,6 +20,16 @@ if(TARGET nanotrain)
                        PASS_REGULAR_EXPRESSION "resumed from .* at step 10.*done: 15 steps")
   set_tests_properties(train_cli_help train_cli_bad_option train_cli_bad_value train_cli_bad_dtype
                        PROPERTIES LABELS cpu)
+  # The checkpoint read back as a numpy / PyTorch user would (tests/check_safetensors.py).
+  find_program(NT_PYTHON3 python3)
+  if(NT_PYTHON3)
+    add_test(NAME train_cli_ckpt_readable COMMAND ${NT_PYTHON3}
+             ${CMAKE_SOURCE_DIR}/tests/check_safetensors.py
+             ${CMAKE_CURRENT_BINARY_DIR}/train_cli_run/ckpt.safetensors
+             ${CMAKE_CURRENT_BINARY_DIR}/train_cli_run/ckpt.json)
+    set_tests_properties(train_cli_ckpt_readable PROPERTIES LABELS cpu SKIP_RETURN_CODE 77
+                         DEPENDS train_cli_tiny_resume)
+  endif()
 endif()
 if(TARGET memest)
   add_test(NAME memest_gpt2_full_shard COMMAND memest --preset gpt2 --batch-size 16
