@@ -142,6 +142,7 @@ void nt_ctx_free(nt_ctx *ctx) {
   }
 #ifdef NT_HAVE_CUDA
   if (ctx->cublaslt) cublasLtDestroy((cublasLtHandle_t)ctx->cublaslt);
+  if (ctx->rng_base && ctx->rng_base != &ctx->rng_base_host) cudaFree(ctx->rng_base);
   if (ctx->stream) cudaStreamDestroy((cudaStream_t)ctx->stream);
   if (ctx->copy_stream) cudaStreamDestroy((cudaStream_t)ctx->copy_stream);
 #endif
@@ -240,10 +241,152 @@ uint64_t nt_ctx_seed(const nt_ctx *ctx) { return ctx->seed; }
 uint64_t nt_ctx_rng_offset(const nt_ctx *ctx) { return ctx->rng_offset; }
 void nt_ctx_set_rng_offset(nt_ctx *ctx, uint64_t offset) { ctx->rng_offset = offset; }
 
+static uint64_t round4(uint64_t n) { return (n + 3) & ~(uint64_t)3; }
+
 uint64_t nt_ctx_rng_reserve(nt_ctx *ctx, uint64_t n) {
+  if (ctx->rng_in_step) {
+    uint64_t start = ctx->rng_step_used;
+    ctx->rng_step_used += round4(n);
+    return start;
+  }
   uint64_t start = ctx->rng_offset;
-  ctx->rng_offset += (n + 3) & ~(uint64_t)3;
+  ctx->rng_offset += round4(n);
   return start;
+}
+
+/* Whether the compute stream is being captured into a CUDA graph (false for a CPU context). */
+static nt_status rng_capturing(nt_ctx *ctx, bool *capturing) {
+  *capturing = false;
+#ifdef NT_HAVE_CUDA
+  if (nt_ctx_is_cuda(ctx)) {
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    nt_status st = NT_CUDA(ctx, cudaStreamIsCapturing((cudaStream_t)ctx->stream, &cap));
+    if (st) return st;
+    *capturing = cap != cudaStreamCaptureStatusNone;
+  }
+#else
+  (void)ctx;
+#endif
+  return NT_OK;
+}
+
+/* Makes the base word hold the absolute offset (rounded up to a multiple of 4, so every
+ * consumer keeps Philox-block alignment), rewriting it only when it is out of date. */
+static nt_status rng_base_sync(nt_ctx *ctx, bool capturing, const char *who) {
+  ctx->rng_offset = round4(ctx->rng_offset);
+  if (!ctx->rng_base) {
+    if (!nt_ctx_is_cuda(ctx)) {
+      ctx->rng_base = &ctx->rng_base_host;
+    } else {
+#ifdef NT_HAVE_CUDA
+      if (capturing)
+        return NT_ERROR(ctx, NT_ERR_STATE, "%s: the RNG step base does not exist yet; run one "
+                        "step eagerly before capturing a CUDA graph", who);
+      void *p = NULL;
+      nt_status st = nt_cuda_set_device(ctx);
+      if (!st) st = NT_CUDA(ctx, cudaMalloc(&p, sizeof(uint64_t)));
+      if (st) return st;
+      ctx->rng_base = p;
+#else
+      return NT_ERROR(ctx, NT_ERR_NO_DEVICE, "%s: CUDA is not compiled in", who);
+#endif
+    }
+  }
+  if (ctx->rng_base_known && ctx->rng_base_queued == ctx->rng_offset) return NT_OK;
+  if (capturing)
+    return NT_ERROR(ctx, NT_ERR_STATE, "%s: the RNG step base is out of date (offset %llu, "
+                    "base %llu) while a CUDA graph is being captured; a captured rewrite would "
+                    "pin every replay to one base", who, (unsigned long long)ctx->rng_offset,
+                    (unsigned long long)ctx->rng_base_queued);
+  if (nt_ctx_is_cuda(ctx)) {
+#ifdef NT_HAVE_CUDA
+    nt_status st = nt_rng_base_set_cuda(ctx, ctx->rng_base, ctx->rng_offset);
+    if (st) return st;
+#endif
+  } else {
+    ctx->rng_base_host = ctx->rng_offset;
+  }
+  ctx->rng_base_queued = ctx->rng_offset;
+  ctx->rng_base_known = true;
+  return NT_OK;
+}
+
+nt_status nt_ctx_rng_step_begin(nt_ctx *ctx) {
+  if (ctx->rng_in_step)
+    return NT_ERROR(ctx, NT_ERR_STATE, "nt_ctx_rng_step_begin: a step is already open");
+  bool capturing;
+  nt_status st = rng_capturing(ctx, &capturing);
+  if (!st) st = rng_base_sync(ctx, capturing, "nt_ctx_rng_step_begin");
+  if (st) return st;
+  ctx->rng_in_step = true;
+  ctx->rng_step_used = 0;
+  return NT_OK;
+}
+
+nt_status nt_ctx_rng_step_end(nt_ctx *ctx, uint64_t *reserved) {
+  if (reserved) *reserved = 0;
+  if (!ctx->rng_in_step)
+    return NT_ERROR(ctx, NT_ERR_STATE, "nt_ctx_rng_step_end: no step is open");
+  const uint64_t n = ctx->rng_step_used;
+  ctx->rng_in_step = false;
+  ctx->rng_step_used = 0;
+  if (reserved) *reserved = n;
+  bool capturing;
+  nt_status st = rng_capturing(ctx, &capturing);
+  if (st) return st;
+  if (nt_ctx_is_cuda(ctx)) {
+#ifdef NT_HAVE_CUDA
+    /* Launched even for n = 0, so a captured graph always holds the increment node. */
+    st = nt_rng_base_add_cuda(ctx, ctx->rng_base, n);
+    if (st) return st;
+#endif
+  } else {
+    ctx->rng_base_host += n;
+  }
+  if (capturing) return NT_OK;   /* each replay advances both (nt_ctx_rng_step_replay) */
+  ctx->rng_offset += n;
+  ctx->rng_base_queued += n;
+  return NT_OK;
+}
+
+nt_status nt_ctx_rng_step_replay(nt_ctx *ctx, uint64_t reserved) {
+  if (ctx->rng_in_step)
+    return NT_ERROR(ctx, NT_ERR_STATE, "nt_ctx_rng_step_replay: called inside an open step");
+  if (reserved % 4 != 0)
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "nt_ctx_rng_step_replay: %llu numbers is not a "
+                    "step's count (a multiple of 4)", (unsigned long long)reserved);
+  bool capturing;
+  nt_status st = rng_capturing(ctx, &capturing);
+  if (!st) st = rng_base_sync(ctx, capturing, "nt_ctx_rng_step_replay");
+  if (st) return st;
+  ctx->rng_offset += reserved;
+  ctx->rng_base_queued += reserved;
+  return NT_OK;
+}
+
+bool nt_ctx_rng_in_step(const nt_ctx *ctx) { return ctx->rng_in_step; }
+
+const uint64_t *nt_ctx_rng_base(const nt_ctx *ctx) {
+  return ctx->rng_in_step ? ctx->rng_base : NULL;
+}
+
+nt_status nt_ctx_rng_base_read(nt_ctx *ctx, uint64_t *out) {
+  *out = 0;
+  if (!ctx->rng_base)
+    return NT_ERROR(ctx, NT_ERR_STATE, "nt_ctx_rng_base_read: no RNG step has run yet");
+  if (!nt_ctx_is_cuda(ctx)) {
+    *out = ctx->rng_base_host;
+    return NT_OK;
+  }
+#ifdef NT_HAVE_CUDA
+  nt_status st = nt_cuda_set_device(ctx);
+  if (!st) st = NT_CUDA(ctx, cudaMemcpyAsync(out, ctx->rng_base, sizeof *out,
+                                             cudaMemcpyDeviceToHost, (cudaStream_t)ctx->stream));
+  if (!st) st = NT_CUDA(ctx, cudaStreamSynchronize((cudaStream_t)ctx->stream));
+  return st;
+#else
+  return NT_ERROR(ctx, NT_ERR_NO_DEVICE, "nt_ctx_rng_base_read: CUDA is not compiled in");
+#endif
 }
 
 void nt_ctx_set_allow_tf32(nt_ctx *ctx, bool allow) { ctx->allow_tf32 = allow; }

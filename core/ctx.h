@@ -54,14 +54,48 @@ void nt_clear_error(nt_ctx *ctx);
 
 /* RNG: a counter-based Philox4x32-10 stream per context (seed, offset). Ops that draw random
  * numbers (dropout, init) take `n` numbers starting at the current offset and advance it, so
- * CPU and GPU runs from the same seed draw the same numbers. */
+ * CPU and GPU runs from the same seed draw the same numbers. nt_ctx_rng_offset is the
+ * absolute position (what checkpoints save); set it outside a step (below). */
 void nt_ctx_manual_seed(nt_ctx *ctx, uint64_t seed);
 uint64_t nt_ctx_seed(const nt_ctx *ctx);
 uint64_t nt_ctx_rng_offset(const nt_ctx *ctx);
 void nt_ctx_set_rng_offset(nt_ctx *ctx, uint64_t offset);
 /* Reserves n numbers: returns the offset to draw from and advances the context's offset
- * (rounded up to a multiple of 4, Philox's block). */
+ * (rounded up to a multiple of 4, Philox's block). Inside a step (below) the offset returned
+ * is relative to the step base: 0 for the step's first reservation. */
 uint64_t nt_ctx_rng_reserve(nt_ctx *ctx, uint64_t n);
+
+/* Per-step RNG base, so that a step captured as a CUDA graph draws fresh numbers on every
+ * replay (PyTorch's graph-safe Philox offsets, in spirit). The base is a uint64 in device
+ * memory (host memory for a CPU context) that the random ops read when they run: between
+ * nt_ctx_rng_step_begin and nt_ctx_rng_step_end, nt_ctx_rng_reserve hands out offsets
+ * relative to it, and dropout (ops/dropout.h) and attention dropout (ops/attention.h) draw
+ * number base + offset + i. A step's numbers are therefore the same ones the absolute offsets
+ * of an unbracketed step would give.
+ *  - begin: the base becomes the absolute offset (rounded up to a multiple of 4); the device
+ *    word is rewritten, on the compute stream, only when it is out of date (the first step,
+ *    after nt_ctx_set_rng_offset / nt_ctx_manual_seed or reservations outside a step). During
+ *    stream capture an out-of-date base is an error (NT_ERR_STATE): a captured rewrite would
+ *    pin every replay to one base.
+ *  - end: enqueues base += (numbers reserved in the step) on the compute stream and advances
+ *    the absolute offset by as much, so after the step nt_ctx_rng_offset equals the base.
+ *    *reserved (may be NULL) gets that count. While the stream is being captured the increment
+ *    is recorded into the graph and the absolute offset is left alone: replays advance both.
+ *  - replay: call it just before launching a graph captured between begin and end that
+ *    reserved `reserved` numbers (a step must reserve the same count every time to be
+ *    replayed): brings the base up to date if needed and advances the absolute offset by
+ *    `reserved`, as the graph's own increment will advance the base.
+ * Begin inside a step, end or replay outside one are NT_ERR_STATE. */
+nt_status nt_ctx_rng_step_begin(nt_ctx *ctx);
+nt_status nt_ctx_rng_step_end(nt_ctx *ctx, uint64_t *reserved);
+nt_status nt_ctx_rng_step_replay(nt_ctx *ctx, uint64_t reserved);
+bool nt_ctx_rng_in_step(const nt_ctx *ctx);
+/* The base word for the random ops: a device pointer (host for a CPU context) inside a step,
+ * NULL outside one (base 0: offsets are absolute). */
+const uint64_t *nt_ctx_rng_base(const nt_ctx *ctx);
+/* The base's value once queued work has run (synchronizes; for tests and diagnostics).
+ * NT_ERR_STATE before the first step. */
+nt_status nt_ctx_rng_base_read(nt_ctx *ctx, uint64_t *out);
 
 /* TF32 for fp32 GEMMs (the "tf32" precision policy). Off by default. */
 void nt_ctx_set_allow_tf32(nt_ctx *ctx, bool allow);

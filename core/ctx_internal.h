@@ -13,7 +13,14 @@ struct nt_ctx {
   char last_error[1024];
   nt_log_level log_level;
   uint64_t seed;
-  uint64_t rng_offset;
+  uint64_t rng_offset;             /* absolute; during a step, the step's base */
+  /* The per-step RNG base (nt_ctx_rng_step_begin/end). */
+  bool rng_in_step;
+  uint64_t rng_step_used;          /* numbers reserved in the open step */
+  uint64_t *rng_base;              /* device word, or &rng_base_host; NULL before a step */
+  uint64_t rng_base_host;
+  uint64_t rng_base_queued;        /* the word's value once queued work has run */
+  bool rng_base_known;             /* rng_base_queued is valid */
   bool allow_tf32;
   void *stream;                   /* cudaStream_t */
   void *copy_stream;              /* cudaStream_t */
@@ -25,7 +32,15 @@ struct nt_ctx {
   void (*gemm_cache_free)(nt_ctx *ctx, void *cache);
 };
 
+NT_EXTERN_C_BEGIN
+#ifdef NT_HAVE_CUDA
+/* core/rng.cu: one-thread kernels on the compute stream that set / advance the step base. */
+nt_status nt_rng_base_set_cuda(nt_ctx *ctx, uint64_t *base, uint64_t value);
+nt_status nt_rng_base_add_cuda(nt_ctx *ctx, uint64_t *base, uint64_t n);
+#endif
+
 nt_status nt_pool_create(nt_ctx *ctx, struct nt_pool **out);
 void nt_pool_destroy(nt_ctx *ctx, struct nt_pool *pool);
+NT_EXTERN_C_END
 
 #endif

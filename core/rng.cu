@@ -12,6 +12,7 @@
 #include <curand_kernel.h>
 #include <stdint.h>
 #include "core/rng.h"
+#include "core/ctx_internal.h"
 #include "core/cuda_util.h"
 
 namespace {
@@ -65,6 +66,14 @@ __global__ void normal_kernel(float *out, int64_t n, unsigned long long seed,
   }
 }
 
+/* The per-step RNG base (core/ctx.h): written only by these one-thread kernels, read by the
+ * random ops' kernels later on the same stream. */
+__global__ void base_set_kernel(unsigned long long *base, unsigned long long value) {
+  *base = value;
+}
+
+__global__ void base_add_kernel(unsigned long long *base, unsigned long long n) { *base += n; }
+
 unsigned grid_for(int64_t n, int threads) {
   int64_t blocks = ((n + 3) / 4 + threads - 1) / threads;
   return (unsigned)(blocks > 65536 ? 65536 : blocks);  /* grid-stride beyond this */
@@ -92,5 +101,19 @@ extern "C" nt_status nt_rng_normal_cuda(nt_ctx *ctx, float *out, int64_t n, uint
     normal_kernel<true><<<grid_for(n, threads), threads, 0, s>>>(out, n, seed, offset, mean, std);
   else
     normal_kernel<false><<<grid_for(n, threads), threads, 0, s>>>(out, n, seed, offset, mean, std);
+  return NT_CUDA_LAUNCHED(ctx);
+}
+
+extern "C" nt_status nt_rng_base_set_cuda(nt_ctx *ctx, uint64_t *base, uint64_t value) {
+  nt_status st = nt_cuda_set_device(ctx);
+  if (st) return st;
+  base_set_kernel<<<1, 1, 0, nt_cuda_stream(ctx)>>>((unsigned long long *)base, value);
+  return NT_CUDA_LAUNCHED(ctx);
+}
+
+extern "C" nt_status nt_rng_base_add_cuda(nt_ctx *ctx, uint64_t *base, uint64_t n) {
+  nt_status st = nt_cuda_set_device(ctx);
+  if (st) return st;
+  base_add_kernel<<<1, 1, 0, nt_cuda_stream(ctx)>>>((unsigned long long *)base, n);
   return NT_CUDA_LAUNCHED(ctx);
 }

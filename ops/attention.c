@@ -89,6 +89,13 @@ static nt_status check_opts(nt_ctx *ctx, const nt_attention_opts *in, nt_attenti
 
 static bool on_cuda(const nt_tensor *t) { return t->device.type == NT_DEV_CUDA; }
 
+/* The CPU reference draws number base + offset + n: inside an RNG step the offset is relative
+ * to the context's step base (core/ctx.h; the CUDA kernels read the same word themselves). */
+static void add_step_base(nt_ctx *ctx, nt_attention_opts *o) {
+  const uint64_t *base = nt_ctx_rng_base(ctx);
+  if (base && o->dropout > 0.f) o->offset += *base;
+}
+
 #ifndef NT_HAVE_CUDA
 static nt_status no_backend(nt_ctx *ctx) {
   return NT_ERROR(ctx, NT_ERR_NO_DEVICE, "attention: CUDA tensor without the CUDA backend");
@@ -292,6 +299,7 @@ nt_status nt_attention_forward_ex(nt_ctx *ctx, const nt_tensor *q, const nt_tens
     return no_backend(ctx);
 #endif
   }
+  add_step_base(ctx, &o);
   return attention_forward_cpu(ctx, q, k, v, out, lse, &o);
 }
 
@@ -315,6 +323,7 @@ nt_status nt_attention_backward_ex(nt_ctx *ctx, const nt_tensor *dout, const nt_
     return no_backend(ctx);
 #endif
   }
+  add_step_base(ctx, &o);
   return attention_backward_cpu(ctx, dout, q, k, v, out, lse, dq, dk, dv, &o);
 }
 

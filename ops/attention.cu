@@ -106,7 +106,7 @@ __global__ void simple_forward(nt_attn_view qv, nt_attn_view kv, nt_attn_view vv
   float qi[kMaxPerLane], o[kMaxPerLane] = {0.f, 0.f, 0.f, 0.f}, kv_[kMaxPerLane];
   load_lane(crow<T>(qv, bh, H, i), D, lane, qi);
   keep_run kr;
-  if (kDrop) kr.start(dr.offset + (unsigned long long)row * T_);
+  if (kDrop) kr.start(nt_attn::drop_origin(dr) + (unsigned long long)row * T_);
   float m = -INFINITY, l = 0.f;
   for (int j = 0; j <= i; j++) {
     load_lane(crow<T>(kv, bh, H, j), D, lane, kv_);
@@ -166,7 +166,7 @@ __global__ void simple_backward_dq(nt_attn_view dov, nt_attn_view qv, nt_attn_vi
   load_lane(crow<T>(qv, bh, H, i), D, lane, qi);
   load_lane(crow<T>(dov, bh, H, i), D, lane, doi);
   keep_run kr;
-  if (kDrop) kr.start(dr.offset + (unsigned long long)row * T_);
+  if (kDrop) kr.start(nt_attn::drop_origin(dr) + (unsigned long long)row * T_);
   const float L = lse[row], Di = d_rows[row];
   for (int j = 0; j <= i; j++) {
     load_lane(crow<T>(kv, bh, H, j), D, lane, kj);
@@ -202,7 +202,8 @@ __global__ void simple_backward_dkv(nt_attn_view dov, nt_attn_view qv, nt_attn_v
   load_lane(crow<T>(kv, bh, H, j), D, lane, kj);
   load_lane(crow<T>(vv, bh, H, j), D, lane, vj);
   /* Stream number of (query 0, key j); query i is i * T further. */
-  const unsigned long long col_first = kDrop ? dr.offset + (unsigned long long)base * T_ + j : 0;
+  const unsigned long long col_first =
+      kDrop ? nt_attn::drop_origin(dr) + (unsigned long long)base * T_ + j : 0;
   uint32_t kbits = 0u;
   for (int i = j; i < T_; i++) {
     load_lane(crow<T>(qv, bh, H, i), D, lane, qi);
@@ -345,9 +346,12 @@ bool use_mma(const nt_tensor *const *ts, int n) {
   return !(e && *e && strcmp(e, "0") != 0);
 }
 
-nt_attn_drop drop_of(const nt_attention_opts *o) {
+/* Inside an RNG step o->offset is relative to the context's step base (core/ctx.h). */
+nt_attn_drop drop_of(nt_ctx *ctx, const nt_attention_opts *o) {
   const float p = o->dropout;
-  return nt_attn_drop{o->seed, o->offset, p > 0.f ? nt_attention_keep_threshold(p) : 0u,
+  return nt_attn_drop{o->seed, o->offset,
+                      reinterpret_cast<const unsigned long long *>(nt_ctx_rng_base(ctx)),
+                      p > 0.f ? nt_attention_keep_threshold(p) : 0u,
                       p > 0.f ? 1.f / (1.f - p) : 1.f};
 }
 
@@ -359,7 +363,7 @@ struct problem {
   nt_attn_drop dr;
 };
 
-problem problem_of(const nt_tensor *q, const nt_attention_opts *o) {
+problem problem_of(nt_ctx *ctx, const nt_tensor *q, const nt_attention_opts *o) {
   problem pb;
   pb.H = (int)q->shape[1];
   pb.BH = (int)(q->shape[0] * q->shape[1]);
@@ -368,7 +372,7 @@ problem problem_of(const nt_tensor *q, const nt_attention_opts *o) {
   pb.scale = 1.f / sqrtf((float)pb.D);
   pb.drop = o->dropout > 0.f;
   pb.overwrite = o->overwrite;
-  pb.dr = drop_of(o);
+  pb.dr = drop_of(ctx, o);
   return pb;
 }
 
@@ -523,7 +527,7 @@ extern "C" nt_status nt_attention_forward_cuda(nt_ctx *ctx, const nt_tensor *q,
                                                const nt_attention_opts *o) {
   nt_status st = nt_cuda_set_device(ctx);
   if (st) return st;
-  const problem pb = problem_of(q, o);
+  const problem pb = problem_of(ctx, q, o);
   const nt_tensor *ts[4] = {q, k, v, out};
   if (use_mma(ts, 4))
     return nt_attention_forward_mma(ctx, q->dtype, view_of(q), view_of(k), view_of(v),
@@ -545,7 +549,7 @@ extern "C" nt_status nt_attention_backward_cuda(nt_ctx *ctx, const nt_tensor *do
                                                 const nt_attention_opts *o) {
   nt_status st = nt_cuda_set_device(ctx);
   if (st) return st;
-  const problem pb = problem_of(q, o);
+  const problem pb = problem_of(ctx, q, o);
   const nt_tensor *ts[8] = {q, k, v, out, dout, dq, dk, dv};
   const bool mma = use_mma(ts, 8);
   switch (q->dtype) {

@@ -19,9 +19,12 @@
  * of the Philox stream `seed` (core/rng.h) maps to a uniform (nt_rng_u32_to_uniform) > p, the
  * rule of ops/dropout, so CPU and GPU drop the same elements. The caller reserves B*H*T*T
  * numbers with nt_ctx_rng_reserve (offset a multiple of 4) and passes the same (seed, offset)
- * to backward; no mask is stored (the GPU regenerates it: one Philox4x32-10 block per four
- * probabilities in forward and again in backward, integer work that roughly doubles the
- * tensor-core kernels' instruction count). p = 0 is exactly the no-dropout computation (pass
+ * to backward. Inside an RNG step (nt_ctx_rng_step_begin) the offset is relative: n becomes
+ * base + offset + ..., the base read from the context's step word when the op runs (the
+ * kernels read it from device memory, so a replayed CUDA graph draws a fresh mask every
+ * step); backward must run in the same step as its forward. No mask is stored (the GPU
+ * regenerates it: one Philox4x32-10 block per four probabilities in forward and again in
+ * backward, integer work that roughly doubles the tensor-core kernels' instruction count). p = 0 is exactly the no-dropout computation (pass
  * it in evaluation).
  *
  * CPU: plain loops, fp64 sums. CUDA: F16/BF16 with D 32 or 64 and 16-byte aligned rows (data
@@ -44,8 +47,8 @@ NT_EXTERN_C_BEGIN
 typedef struct {
   float dropout;          /* probability of zeroing an attention probability, [0, 1) */
   uint64_t seed, offset;  /* Philox stream of the mask; offset a multiple of 4, reserved by the
-                             caller with nt_ctx_rng_reserve(ctx, B*H*T*T); unused when
-                             dropout = 0 */
+                             caller with nt_ctx_rng_reserve(ctx, B*H*T*T) (relative to the
+                             step base inside an RNG step); unused when dropout = 0 */
   bool overwrite;         /* backward: dq, dk, dv = result instead of += */
 } nt_attention_opts;
 

@@ -148,7 +148,8 @@ __device__ __forceinline__ void key_tile(const uint32_t (&kf)[D / 16][4],
                                          float (&gv)[D / 8][4], const T *qb, const T *db,
                                          const float *lb, const float *drb, T *dss, int warp,
                                          int lane, float sl2, int qt, int k0, int key_a,
-                                         const nt_attn_drop &dr, long bh, int T_) {
+                                         const nt_attn_drop &dr, unsigned long long head_first,
+                                         int T_) {
   constexpr int kLdS = kBr + kLdPad, kBc = 16 * W;
   /* Warp-uniform: do this warp's 16 keys meet any query of the tile? */
   const bool active = qt * kBr + kBr - 1 >= k0 + warp * 16;
@@ -165,7 +166,7 @@ __device__ __forceinline__ void key_tile(const uint32_t (&kf)[D / 16][4],
     if constexpr (kDrop) {
       da.dr = dr;
       da.T = T_;
-      da.q_first = dr.offset + ((unsigned long long)bh * T_ + qt * kBr) * T_ + k0 + warp * 16;
+      da.q_first = head_first + (unsigned long long)(qt * kBr) * T_ + k0 + warp * 16;
     }
     if (needs_mask)
       warp_tile<T, D, true, kDrop>(kf, vf, gk, gv, qb, db, lb, drb, dss, warp * 16, lane, sl2,
@@ -308,6 +309,9 @@ __global__ void __launch_bounds__(32 * W)
   const int k0 = kt * kBc;
   const int qt0 = k0 / kBr;   /* the first query tile with a query >= some key of the block */
   const float sl2 = scale * kLog2e;
+  /* Dropout: the stream number of this head's (query 0, key 0), step base included. */
+  const unsigned long long head_first =
+      kDrop ? drop_origin(dr) + (unsigned long long)bh * T_ * T_ : 0ull;
 
   load_tile<T, kBc, D, kThreads>(ks, k, (int)kv.st, k0, T_, tid);
   load_tile<T, kBc, D, kThreads>(vs, v, (int)vv.st, k0, T_, tid);
@@ -364,7 +368,7 @@ __global__ void __launch_bounds__(32 * W)
         const T *qb = qs + buf * kBr * kLd, *db = dos + buf * kBr * kLd;
         const float *lb = lse_s + buf * kBr, *drb = dr_s + buf * kBr;
         key_tile<T, D, W, kDrop>(kf, vf, gk, gv, qb, db, lb, drb, dss + buf * kBc * kLdS, warp,
-                                 lane, sl2, qt, k0, key_a, dr, bh, T_);
+                                 lane, sl2, qt, k0, key_a, dr, head_first, T_);
       }
       if (qt + 1 < n_t && tid < kBr) {
         lse_s[(buf ^ 1) * kBr + tid] = next_lse * kLog2e;
@@ -400,7 +404,7 @@ __global__ void __launch_bounds__(32 * W)
       const T *qb = qs + buf * kBr * kLd, *db = dos + buf * kBr * kLd;
       const float *lb = lse_s + buf * kBr, *drb = dr_s + buf * kBr;
       key_tile<T, D, W, kDrop>(kf, vf, gk, gv, qb, db, lb, drb, dss, warp, lane, sl2, qt, k0,
-                               key_a, dr, bh, T_);
+                               key_a, dr, head_first, T_);
       __syncthreads();   /* all of dS^T is in shared memory */
 
       dq_tile<T, D, W, false>(dss, ks, dq_acc + head, qt * kBr, T_, warp, lane);
@@ -479,7 +483,7 @@ nt_status nt_attention_backward_mma(nt_ctx *ctx, nt_dtype dt, nt_attn_view dout,
                                     const float *d_rows, float *dq_acc, nt_attn_view dk,
                                     nt_attn_view dv, int BH, int H, int T, int D,
                                     const nt_attn_drop *drop, bool overwrite) {
-  const nt_attn_drop none = {0ull, 0ull, 0u, 1.f};
+  const nt_attn_drop none = {0ull, 0ull, nullptr, 0u, 1.f};
   const bwd_args a = {dout, q, k, v, dk, dv, lse, d_rows, dq_acc, BH, H, T,
                       drop ? *drop : none, overwrite};
   if (dt == NT_BF16) return launch_d<__nv_bfloat16>(ctx, a, D, drop != NULL);

@@ -20,10 +20,15 @@ struct nt_attn_view {
 };
 
 /* Attention dropout for the kernels (ops/attention.h): probability (bh, i, j) is kept iff
- * word n = offset + (bh * T + i) * T + j of the Philox stream `seed` is >= thr
- * (nt_attention_keep_threshold, the same as "uniform > p"); kept values are scaled by rp. */
+ * word n = *base + offset + (bh * T + i) * T + j of the Philox stream `seed` is >= thr
+ * (nt_attention_keep_threshold, the same as "uniform > p"); kept values are scaled by rp.
+ * base: the context's RNG step word in device memory (core/ctx.h), read by the dropout
+ * kernels when they run (nt_attn::drop_origin: once per thread, once per key tile in the
+ * forward), so a replayed CUDA graph sees the base its step advanced; NULL outside a step
+ * (base 0). The kernels without dropout never read it. */
 struct nt_attn_drop {
   unsigned long long seed, offset;
+  const unsigned long long *base;
   uint32_t thr;
   float rp;
 };
@@ -47,6 +52,12 @@ namespace nt_attn {
 /* Element offset of head bh's first row in a view. */
 __device__ __forceinline__ long long head_off(const nt_attn_view &v, long long bh, int H) {
   return (bh / H) * v.sb + (bh % H) * v.sh;
+}
+
+/* The stream number of the mask's probability (0, 0, 0): the call's offset plus the step
+ * base. Dropout instantiations only. */
+__device__ __forceinline__ unsigned long long drop_origin(const nt_attn_drop &dr) {
+  return dr.offset + (dr.base ? *dr.base : 0ull);
 }
 
 /* Words 4 * blk .. 4 * blk + 3 of the stream `seed`: Philox4x32-10 of counter blk, as

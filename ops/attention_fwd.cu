@@ -42,15 +42,18 @@ template <int KB, int kM> struct fwd_keep {
 
 /* One key/value tile for one warp: S = Q K^T, online softmax, [dropout,] O += P V. kDiag:
  * the tile meets the diagonal, so keys after a row (and past T) are masked and m-blocks that
- * see no key are skipped; the other tiles run without any branch. kDrop: lane_first is the
- * stream number of key 0 in this lane's keep-bit row (lane_row). */
+ * see no key are skipped; the other tiles run without any branch. kDrop: lane_rel is the
+ * stream number of key 0 in this lane's keep-bit row (lane_row), relative to the mask's
+ * origin (drop_origin: the offset plus the RNG step base). The base is read again for every
+ * tile (one L1 hit) rather than kept live: holding it in registers added spills to the D = 64
+ * kernel, which is at its 255-register bound. */
 template <typename T, int D, int KB, int kM, bool kDiag, bool kDrop>
 __device__ __forceinline__ void fwd_tile(const T *kb, const T *vb,
                                          const T *qw,
                                          float (&o)[kM][D / 8][4], float (&m_r)[kM][2],
                                          float (&l_r)[kM][2], int key0, int row_w, int lane,
                                          float sl2, const nt_attn_drop &dr,
-                                         unsigned long long lane_first, int lane_row) {
+                                         unsigned long long lane_rel, int lane_row) {
   constexpr int kLd = D + kLdPad, kDt = D / 8, kKs = D / 16, kSt = KB / 8;
   using keep = fwd_keep<KB, kM>;
   /* An m-block whose last row precedes the tile's first key sees nothing here (warp-uniform).
@@ -63,6 +66,7 @@ __device__ __forceinline__ void fwd_tile(const T *kb, const T *vb,
    * on the diagonal a word whose keys all follow the row is not needed. */
   uint32_t kw[keep::kSlots];
   if constexpr (kDrop) {
+    const unsigned long long lane_first = drop_origin(dr) + lane_rel;
 #pragma unroll
     for (int sl = 0; sl < keep::kSlots; sl++) {
       const int key = key0 + 32 * (sl * keep::kLp + lane / keep::kRw);
@@ -211,10 +215,10 @@ __global__ void __launch_bounds__(256 / kM, kMinBlocks)
   const int kt_end = min(n_kt - 1, (q0 + kBr - 1) / KB);   /* last key tile any row sees */
   const float sl2 = scale * kLog2e;
   const int wrow0 = warp * 16 * kM;   /* the warp's first row within the block */
-  /* Dropout: the row whose keep bits this lane draws, and its key 0's stream number. */
+  /* Dropout: the row whose keep bits this lane draws, and its key 0's stream number relative
+   * to the mask's origin. */
   const int lane_row = q0 + wrow0 + lane % fwd_keep<KB, kM>::kRw;
-  const unsigned long long lane_first =
-      kDrop ? dr.offset + ((unsigned long long)bh * T_ + lane_row) * T_ : 0ull;
+  const unsigned long long lane_rel = kDrop ? ((unsigned long long)bh * T_ + lane_row) * T_ : 0ull;
 
   load_tile<T, kBr, D, kThreads>(qs, q, (int)qv.st, q0, T_, tid);
   load_tile<T, KB, D, kThreads>(ks, k, (int)kv.st, 0, T_, tid);
@@ -246,10 +250,10 @@ __global__ void __launch_bounds__(256 / kM, kMinBlocks)
     const T *kb = ks + buf * KB * kLd, *vb = vs + buf * KB * kLd;
     if (kt * KB + KB - 1 > q0)   /* some key may follow some row of the block */
       fwd_tile<T, D, KB, kM, true, kDrop>(kb, vb, qs + wrow0 * kLd, o, m_r, l_r, kt * KB,
-                                          q0 + wrow0, lane, sl2, dr, lane_first, lane_row);
+                                          q0 + wrow0, lane, sl2, dr, lane_rel, lane_row);
     else
       fwd_tile<T, D, KB, kM, false, kDrop>(kb, vb, qs + wrow0 * kLd, o, m_r, l_r, kt * KB,
-                                           q0 + wrow0, lane, sl2, dr, lane_first, lane_row);
+                                           q0 + wrow0, lane, sl2, dr, lane_rel, lane_row);
   }
 
   /* Normalise, stage the warp's rows in its own rows of the Q tile (only this warp reads
@@ -306,7 +310,7 @@ template <typename T, int D>
 nt_status launch(nt_ctx *ctx, const nt_attn_view *ops, float *lse, int BH, int H, int T_,
                  const nt_attn_drop *drop) {
   if (drop) return launch_b<T, D, 2, 64, 2, true>(ctx, ops, lse, BH, H, T_, *drop);
-  const nt_attn_drop none = {0ull, 0ull, 0u, 1.f};
+  const nt_attn_drop none = {0ull, 0ull, nullptr, 0u, 1.f};
   const char *e = getenv("NT_ATTN_FWD_KEYS");
   if (e && atoi(e) == 128) return launch_b<T, D, 2, 128, 2, false>(ctx, ops, lse, BH, H, T_, none);
   e = getenv("NT_ATTN_FWD_BLOCKS");

@@ -35,7 +35,9 @@ static nt_status dropout(nt_ctx *ctx, const char *name, const nt_tensor *x, nt_t
     return nt_memops_no_cuda(ctx, name);
 #endif
   }
-  dropout_cpu(x, y, p, seed, offset, accumulate);
+  /* Inside an RNG step the offset is relative to the step base (core/ctx.h). */
+  const uint64_t *base = nt_ctx_rng_base(ctx);
+  dropout_cpu(x, y, p, seed, offset + (base ? *base : 0), accumulate);
   return NT_OK;
 }
 

@@ -1,6 +1,7 @@
 /* Dropout with cuRAND's Philox4x32-10: element i uses number offset + i of the stream, exactly
  * as the CPU's nt_rng_u32(seed, offset + i); offset is a multiple of 4, so elements 4j..4j+3
- * are the four words of one Philox block (counter (offset + 4j) / 4, key seed). */
+ * are the four words of one Philox block (counter (offset + 4j) / 4, key seed). Inside an RNG
+ * step the kernel adds the step base, read from device memory when it runs (core/ctx.h). */
 #include "ops/memops_cuda.cuh"
 #include <curand_philox4x32_x.h>
 
@@ -22,7 +23,10 @@ __device__ __forceinline__ uint4 philox_block(uint64_t seed, uint64_t first) {
 
 template <typename T, bool ACC>
 __global__ void dropout_kernel(int64_t n, int64_t npacks, float p, float keep_scale,
-                               uint64_t seed, uint64_t offset, const T *x, T *y) {
+                               uint64_t seed, uint64_t rel_offset, const uint64_t *base,
+                               const T *x, T *y) {
+  /* base: the step word (a multiple of 4), NULL outside a step. */
+  const uint64_t offset = rel_offset + (base ? *base : 0);
   int64_t stride = (int64_t)gridDim.x * blockDim.x;
   int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   for (int64_t k = tid; k < npacks; k += stride) {
@@ -65,12 +69,13 @@ void launch(nt_ctx *ctx, int64_t n, float p, uint64_t seed, uint64_t offset, con
   if (blocks < 1) blocks = 1;
   float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
   cudaStream_t s = nt_cuda_stream(ctx);
+  const uint64_t *base = nt_ctx_rng_base(ctx);
   if (acc)
     dropout_kernel<T, true><<<(unsigned)blocks, threads, 0, s>>>(n, npacks, p, keep_scale, seed,
-                                                                 offset, x, y);
+                                                                 offset, base, x, y);
   else
     dropout_kernel<T, false><<<(unsigned)blocks, threads, 0, s>>>(n, npacks, p, keep_scale, seed,
-                                                                  offset, x, y);
+                                                                  offset, base, x, y);
 }
 
 } // namespace

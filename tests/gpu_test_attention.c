@@ -13,12 +13,14 @@
  * (pad 0: the tensor-core path; pad 2: unaligned rows, the simple kernels), the pads left
  * untouched. The dropout mask itself is compared exactly: with q = k = 0 every probability
  * of row i is 1 / (i + 1), and one-hot, power-of-two v (and dO) make each output (and dV)
- * element an integer that spells out which keys (queries) were kept.
+ * element an integer that spells out which keys (queries) were kept; also inside an RNG step
+ * and as a replayed CUDA graph of the step (offsets relative to the device-side step base).
  * Tolerances ||gpu - ref|| / ||ref||:
  * F16 2e-3, BF16 1e-2; F32 1e-5 forward and 1e-4 backward (dS = P * (dP - D) cancels: the
  * difference of two fp32 sums over D and T loses about a digit against the fp64 CPU). */
 #include "tests/testutil.h"
 #include "ops/attention.h"
+#include "models/cuda_graph.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -235,16 +237,83 @@ static void run_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, acase a, const rmode *m,
   free(h);
 }
 
+/* How the GPU side of test_mask_exact draws its mask: with the absolute offset, inside an RNG
+ * step (offset relative to the context's device-side step base), or as a CUDA graph of that
+ * step replayed after one eager step (the base then advanced by the step's increment). */
+enum { MASK_PLAIN, MASK_STEP, MASK_GRAPH };
+
+typedef struct {
+  nt_tensor *gt, *gl;
+  nt_attention_opts opts;
+} mask_step;
+
+/* One RNG step: another op's 5 numbers (so the mask sits at relative offset 8), the zeroed
+ * gradients, forward and backward. */
+static nt_status mask_step_body(nt_ctx *g, void *argp) {
+  mask_step *a = argp;
+  nt_tensor *gt = a->gt;
+  nt_status st = nt_ctx_rng_step_begin(g);
+  if (st) return st;
+  nt_ctx_rng_reserve(g, 5);
+  a->opts.offset = nt_ctx_rng_reserve(g, (uint64_t)nt_tensor_numel(&gt[0]) / gt[0].shape[3] *
+                                             gt[0].shape[2]);
+  for (int i = 5; i < 8 && !st; i++) st = nt_tensor_zero(g, &gt[i]);
+  if (!st) st = nt_attention_forward_ex(g, &gt[0], &gt[1], &gt[2], &gt[4], a->gl, &a->opts);
+  if (!st)
+    st = nt_attention_backward_ex(g, &gt[3], &gt[0], &gt[1], &gt[2], &gt[4], a->gl, &gt[5],
+                                  &gt[6], &gt[7], &a->opts);
+  nt_status end = nt_ctx_rng_step_end(g, NULL);
+  return st ? st : end;
+}
+
+/* Runs the GPU side in `step` mode; returns the absolute offset its mask used (the CPU's). */
+static bool mask_gpu(nt_ctx *g, nt_tensor *gt, nt_tensor *gl, const nt_attention_opts *opts,
+                     int step, uint64_t *abs_offset) {
+  *abs_offset = opts->offset;
+  if (step == MASK_PLAIN) {
+    bool ok = true;
+    for (int i = 5; i < 8 && ok; i++) ok = CHECK_OK(g, nt_tensor_zero(g, &gt[i]));
+    return ok && CHECK_OK(g, nt_attention_forward_ex(g, &gt[0], &gt[1], &gt[2], &gt[4], gl, opts)) &&
+           CHECK_OK(g, nt_attention_backward_ex(g, &gt[3], &gt[0], &gt[1], &gt[2], &gt[4], gl,
+                                                &gt[5], &gt[6], &gt[7], opts));
+  }
+  /* The base starts at offset - 8, so the eager step's mask is at `offset`; in graph mode two
+   * eager steps move the base on by twice the step's count before the replay draws. */
+  mask_step a = {gt, gl, *opts};
+  const uint64_t base0 = opts->offset - 8;
+  nt_ctx_set_rng_offset(g, base0);
+  if (!CHECK_OK(g, mask_step_body(g, &a))) return false;
+  const uint64_t count = nt_ctx_rng_offset(g) - base0;
+  CHECK(a.opts.offset == 8, "mask step: relative offset %llu", (unsigned long long)a.opts.offset);
+  if (step == MASK_STEP) return true;
+  /* A second eager step (as the trainer runs two) leaves the pool's scratch cached for the
+   * capture. */
+  if (!CHECK_OK(g, mask_step_body(g, &a))) return false;
+  nt_graph *graph = NULL;
+  if (!CHECK_OK(g, nt_graph_capture(g, mask_step_body, &a, &graph))) return false;
+  const uint64_t before = nt_ctx_rng_offset(g);
+  *abs_offset = before + 8;
+  bool ok = CHECK_OK(g, nt_ctx_rng_step_replay(g, count)) && CHECK_OK(g, nt_graph_launch(g, graph));
+  uint64_t dev = 0;
+  ok = ok && CHECK_OK(g, nt_ctx_rng_base_read(g, &dev));
+  CHECK(before == base0 + 2 * count && dev == before + count && nt_ctx_rng_offset(g) == dev,
+        "mask graph: base after the replay %llu, offset %llu, want %llu", (unsigned long long)dev,
+        (unsigned long long)nt_ctx_rng_offset(g), (unsigned long long)(before + count));
+  nt_graph_free(graph);
+  return ok;
+}
+
 /* The mask, element for element: q = k = 0 makes every probability of row i 1 / (i + 1);
  * v_j = 2^(j / D) e_(j % D) makes out_i[d] (i + 1) (1 - p) the integer whose bits say which
  * keys j = d, d + D, ... (j <= i) row i kept, and dO_i = (i + 1) 2^(i / D) e_(i % D) does the
  * same for dV_j[d] (1 - p) over the queries i >= j. GPU and CPU must agree on every integer.
- * T <= 4 D keeps them below 16 and T <= 256 keeps (i + 1) exact in bf16. */
+ * T <= 4 D keeps them below 16 and T <= 256 keeps (i + 1) exact in bf16. step: MASK_*; the
+ * CPU reference draws from the absolute offset the GPU's mask used. */
 static void test_mask_exact(nt_ctx *g, nt_ctx *c, nt_dtype dt, int BH, int T, int D,
-                            const char *mode, float p, uint64_t offset) {
+                            const char *mode, float p, uint64_t offset, int step) {
   const size_t n = (size_t)BH * T * D;
   int64_t shape[4] = {1, BH, T, D}, lshape[3] = {1, BH, T};
-  const nt_attention_opts opts = {p, 4321, offset, false};
+  nt_attention_opts opts = {p, 4321, offset, false};
   float *hx = calloc(n * 8, sizeof(float));
   float *zero = hx, *v = hx + n, *dout = hx + 2 * n, *ref = hx + 3 * n, *got = hx + 5 * n;
   float *lse = malloc(sizeof(float) * (size_t)BH * T);
@@ -263,17 +332,15 @@ static void test_mask_exact(nt_ctx *g, nt_ctx *c, nt_dtype dt, int BH, int T, in
   ct[6] = ct[5];
   ct[7] = nt_tensor_view(cbuf[1], NT_F32, nt_cpu(), 4, shape);
   nt_tensor cl = nt_tensor_view(lse, NT_F32, nt_cpu(), 3, lshape);
-  bool ok = CHECK_OK(c, nt_attention_forward_ex(c, &ct[0], &ct[1], &ct[2], &ct[4], &cl, &opts));
-  ok = ok && CHECK_OK(c, nt_attention_backward_ex(c, &ct[3], &ct[0], &ct[1], &ct[2], &ct[4], &cl,
-                                                  &ct[5], &ct[6], &ct[7], &opts));
+  bool ok = true;
   for (int i = 0; i < 8 && ok; i++) ok = CHECK_OK(g, nt_tensor_alloc(g, &gt[i], dt, 4, shape));
   ok = ok && CHECK_OK(g, nt_tensor_alloc(g, &gl, NT_F32, 3, lshape));
   for (int i = 0; i < 4 && ok; i++) ok = nt_test_upload(g, &gt[i], src[i]);
-  for (int i = 5; i < 8 && ok; i++) ok = CHECK_OK(g, nt_tensor_zero(g, &gt[i]));
-  ok = ok && CHECK_OK(g, nt_attention_forward_ex(g, &gt[0], &gt[1], &gt[2], &gt[4], &gl, &opts)) &&
-       CHECK_OK(g, nt_attention_backward_ex(g, &gt[3], &gt[0], &gt[1], &gt[2], &gt[4], &gl, &gt[5],
-                                            &gt[6], &gt[7], &opts)) &&
+  ok = ok && mask_gpu(g, gt, &gl, &opts, step, &opts.offset) &&
        nt_test_download(g, &gt[4], cbuf[2]) && nt_test_download(g, &gt[7], cbuf[3]);
+  ok = ok && CHECK_OK(c, nt_attention_forward_ex(c, &ct[0], &ct[1], &ct[2], &ct[4], &cl, &opts));
+  ok = ok && CHECK_OK(c, nt_attention_backward_ex(c, &ct[3], &ct[0], &ct[1], &ct[2], &ct[4], &cl,
+                                                  &ct[5], &ct[6], &ct[7], &opts));
   if (ok) {
     long wrong_o = 0, wrong_v = 0, kept = 0, total = 0;
     for (int bh = 0; bh < BH; bh++)
@@ -288,9 +355,10 @@ static void test_mask_exact(nt_ctx *g, nt_ctx *c, nt_dtype dt, int BH, int T, in
           for (long b = ro; b; b >>= 1) kept += b & 1;
           if (d <= i) total += (i - d) / D + 1;
         }
+    static const char *steps[3] = {"", " in a step", " graph replay"};
     char label[128];
-    snprintf(label, sizeof label, "mask %s %s BH%d T%d D%d p %g offset %llu", mode,
-             nt_dtype_name(dt), BH, T, D, (double)p, (unsigned long long)offset);
+    snprintf(label, sizeof label, "mask %s%s %s BH%d T%d D%d p %g offset %llu", mode, steps[step],
+             nt_dtype_name(dt), BH, T, D, (double)p, (unsigned long long)opts.offset);
     CHECK(wrong_o == 0, "%s: %ld output elements keep other keys than the CPU", label, wrong_o);
     CHECK(wrong_v == 0, "%s: %ld dV elements keep other queries than the CPU", label, wrong_v);
     /* The decoding itself must see a plausible mask (not, say, all zeros on both sides). */
@@ -483,17 +551,30 @@ int main(void) {
     if (mode == 1) setenv("NT_ATTN_SIMPLE", "1", 1);
     const char *mname = mode ? "simple" : "auto";
     for (int d = 0; d < 3; d++) {
-      test_mask_exact(g, c, dts[d], 3, 37, 64, mname, 0.2f, 0);
-      test_mask_exact(g, c, dts[d], 2, 200, 64, mname, 0.2f, (5ull << 32) + 4);
-      test_mask_exact(g, c, dts[d], 1, 256, 64, mname, 0.5f, 20);
-      test_mask_exact(g, c, dts[d], 2, 97, 32, mname, 0.2f, 8);
-      test_mask_exact(g, c, dts[d], 1, 128, 32, mname, 0.3f, 0);
+      test_mask_exact(g, c, dts[d], 3, 37, 64, mname, 0.2f, 0, MASK_PLAIN);
+      test_mask_exact(g, c, dts[d], 2, 200, 64, mname, 0.2f, (5ull << 32) + 4, MASK_PLAIN);
+      test_mask_exact(g, c, dts[d], 1, 256, 64, mname, 0.5f, 20, MASK_PLAIN);
+      test_mask_exact(g, c, dts[d], 2, 97, 32, mname, 0.2f, 8, MASK_PLAIN);
+      test_mask_exact(g, c, dts[d], 1, 128, 32, mname, 0.3f, 0, MASK_PLAIN);
+    }
+    unsetenv("NT_ATTN_SIMPLE");
+  }
+  /* Inside an RNG step and as a replayed CUDA graph of the step (the step base read from
+   * device memory): tensor-core and simple kernels, T not a multiple of 4. */
+  for (int mode = 0; mode < 2; mode++) {
+    if (mode == 1) setenv("NT_ATTN_SIMPLE", "1", 1);
+    const char *mname = mode ? "simple" : "auto";
+    for (int step = MASK_STEP; step <= MASK_GRAPH; step++) {
+      test_mask_exact(g, c, NT_BF16, 3, 37, 64, mname, 0.2f, (7ull << 32) + 8, step);
+      test_mask_exact(g, c, NT_F16, 2, 97, 32, mname, 0.2f, 4104, step);
+      test_mask_exact(g, c, NT_F32, 2, 65, 64, mname, 0.3f, 16, step);
     }
     unsetenv("NT_ATTN_SIMPLE");
   }
   setenv("NT_ATTN_BWD_WARPS", "8", 1);
-  test_mask_exact(g, c, NT_BF16, 2, 200, 64, "bwd 8 warps", 0.2f, 16);
-  test_mask_exact(g, c, NT_F16, 1, 128, 32, "bwd 8 warps", 0.2f, 16);
+  test_mask_exact(g, c, NT_BF16, 2, 200, 64, "bwd 8 warps", 0.2f, 16, MASK_PLAIN);
+  test_mask_exact(g, c, NT_BF16, 2, 200, 64, "bwd 8 warps", 0.2f, 16, MASK_GRAPH);
+  test_mask_exact(g, c, NT_F16, 1, 128, 32, "bwd 8 warps", 0.2f, 16, MASK_PLAIN);
   unsetenv("NT_ATTN_BWD_WARPS");
 
   for (int d = 0; d < 3; d++) test_layout_gpu(g, c, dts[d]);

@@ -3,8 +3,8 @@
  * dropout) vs finite differences of that fp64 function, the dropped fraction over a large
  * tensor, strided q/k/v/out/gradient views of [B, T, 3C] and [B, T, C] buffers against
  * contiguous copies, overwrite vs accumulate, p = 0 against the plain path bit for bit, the
- * keep threshold, bf16/f16 storage, head split/merge permutations, and clear errors for bad
- * arguments. */
+ * keep threshold, bf16/f16 storage, offsets relative to the RNG step base, head split/merge
+ * permutations, and clear errors for bad arguments. */
 #include "tests/testutil.h"
 #include "ops/attention.h"
 #include <math.h>
@@ -399,6 +399,57 @@ done:
   free(lse0);
 }
 
+/* Inside an RNG step the dropout offset is relative to the context's step base: forward and
+ * backward equal, bit for bit, the calls outside a step with the offset base + offset added
+ * by hand; the next step (same relative offset, advanced base) drops other probabilities. */
+static void test_step_base(nt_ctx *ctx) {
+  const int B = 2, H = 2, T = 13, D = 8;
+  const float p = 0.3f;
+  const uint64_t seed = 31, start = (1ull << 35) + 12;
+  const size_t n = (size_t)B * H * T * D, rows = (size_t)B * H * T;
+  nt_test_rng rng = {57};
+  /* q k v dout | out dq dk dv (step) | out dq dk dv (by hand) | out (next step) */
+  float *f = malloc(4 * n * 13), *lse = malloc(4 * rows * 3);
+  nt_test_fill_uniform(&rng, f, (int64_t)(4 * n), -1.5f, 1.5f);
+  int64_t shape[4] = {B, H, T, D}, lshape[3] = {B, H, T};
+  nt_tensor t[13], tl[3];
+  for (int i = 0; i < 13; i++) t[i] = nt_tensor_view(f + i * n, NT_F32, nt_cpu(), 4, shape);
+  for (int i = 0; i < 3; i++) tl[i] = nt_tensor_view(lse + i * rows, NT_F32, nt_cpu(), 3, lshape);
+  nt_attention_opts o = {p, seed, 0, true};
+  nt_ctx_set_rng_offset(ctx, start);
+  uint64_t used = 0;
+  if (CHECK_OK(ctx, nt_ctx_rng_step_begin(ctx))) {
+    nt_ctx_rng_reserve(ctx, 10);   /* another op's numbers first: the mask's offset is 12 */
+    o.offset = nt_ctx_rng_reserve(ctx, (uint64_t)B * H * T * T);
+    CHECK_OK(ctx, nt_attention_forward_ex(ctx, &t[0], &t[1], &t[2], &t[4], &tl[0], &o));
+    CHECK_OK(ctx, nt_attention_backward_ex(ctx, &t[3], &t[0], &t[1], &t[2], &t[4], &tl[0], &t[5],
+                                           &t[6], &t[7], &o));
+    CHECK_OK(ctx, nt_ctx_rng_step_end(ctx, &used));
+  }
+  CHECK(o.offset == 12 && used == 12 + 676, "relative offset %llu, step count %llu",
+        (unsigned long long)o.offset, (unsigned long long)used);
+  nt_attention_opts abs = o;
+  abs.offset = start + o.offset;
+  if (CHECK_OK(ctx, nt_attention_forward_ex(ctx, &t[0], &t[1], &t[2], &t[8], &tl[1], &abs)) &&
+      CHECK_OK(ctx, nt_attention_backward_ex(ctx, &t[3], &t[0], &t[1], &t[2], &t[8], &tl[1],
+                                             &t[9], &t[10], &t[11], &abs))) {
+    CHECK(memcmp(f + 4 * n, f + 8 * n, 4 * 4 * n) == 0 && memcmp(lse, lse + rows, 4 * rows) == 0,
+          "attention dropout in a step differs from the absolute offset");
+  }
+  if (CHECK_OK(ctx, nt_ctx_rng_step_begin(ctx))) {
+    nt_ctx_rng_reserve(ctx, 10);
+    o.offset = nt_ctx_rng_reserve(ctx, (uint64_t)B * H * T * T);
+    CHECK_OK(ctx, nt_attention_forward_ex(ctx, &t[0], &t[1], &t[2], &t[12], &tl[2], &o));
+    CHECK_OK(ctx, nt_ctx_rng_step_end(ctx, NULL));
+    CHECK(memcmp(f + 4 * n, f + 12 * n, 4 * n) != 0, "the next step draws another mask");
+    CHECK(memcmp(lse, lse + 2 * rows, 4 * rows) == 0, "lse does not depend on the mask");
+  }
+  CHECK(nt_ctx_rng_offset(ctx) == start + 2 * used, "two steps: offset %llu",
+        (unsigned long long)nt_ctx_rng_offset(ctx));
+  free(f);
+  free(lse);
+}
+
 /* The threshold the GPU compares raw Philox words with: the first word whose uniform is > p. */
 static void test_threshold(void) {
   const float ps[] = {0.2f, 0.5f, 0.1f, 0.9f, 1e-9f, 0.999999f, 0.3333333f};
@@ -548,6 +599,7 @@ int main(void) {
   test_strided(ctx, 1, 2, 5, 3, 0.5f);
   test_overwrite_and_p0(ctx, 0.f);
   test_overwrite_and_p0(ctx, 0.2f);
+  test_step_base(ctx);
   test_threshold();
   test_layout(ctx);
   test_errors(ctx);

@@ -1,6 +1,6 @@
 /* CPU dropout: the mask is the Philox stream (element i <-> number offset + i), kept elements
  * are scaled by 1/(1-p), backward uses the same mask and accumulates, edge values of p,
- * argument errors. */
+ * argument errors, and offsets relative to the RNG step base inside a step. */
 #include "ops/dropout.h"
 #include "tests/memops_test.h"
 
@@ -122,6 +122,88 @@ static void test_fd(nt_ctx *ctx, nt_test_rng *r) {
   free(x); free(w); free(dx);
 }
 
+/* Inside an RNG step the offset is relative to the step base: the same result as the
+ * absolute offset base + offset outside a step, and the next step (base advanced by the
+ * step's reservations) draws another mask. Also the step bracket's bookkeeping and misuse. */
+static void test_step_base(nt_ctx *ctx, nt_test_rng *r) {
+  int64_t n = 1001, shape[1] = {1001};
+  const float p = 0.3f;
+  const uint64_t seed = 77, start = 4096 + 8;
+  float *xv = memops_random(r, n, 0.5f, 2.0f), *dyv = memops_random(r, n, -1.0f, 1.0f);
+  nt_tensor x = memops_tensor(ctx, NT_F32, 1, shape, xv);
+  nt_tensor y = memops_tensor(ctx, NT_F32, 1, shape, NULL), ya = memops_tensor(ctx, NT_F32, 1, shape, NULL);
+  nt_tensor dy = memops_tensor(ctx, NT_F32, 1, shape, dyv);
+  nt_tensor dx = memops_tensor(ctx, NT_F32, 1, shape, NULL), dxa = memops_tensor(ctx, NT_F32, 1, shape, NULL);
+  CHECK(nt_ctx_rng_base(ctx) == NULL, "no step base outside a step");
+  nt_ctx_set_rng_offset(ctx, start);
+  uint64_t used = 0, first = 1, second = 1;
+  if (CHECK_OK(ctx, nt_ctx_rng_step_begin(ctx))) {
+    CHECK(nt_ctx_rng_in_step(ctx) && nt_ctx_rng_base(ctx) != NULL, "a step is open");
+    first = nt_ctx_rng_reserve(ctx, 5);     /* 8 numbers: the next one starts at 8 */
+    second = nt_ctx_rng_reserve(ctx, (uint64_t)n);
+    CHECK_OK(ctx, nt_dropout_forward(ctx, &x, &y, p, seed, second));
+    CHECK_OK(ctx, nt_tensor_zero(ctx, &dx));
+    CHECK_OK(ctx, nt_dropout_backward(ctx, &dy, &dx, p, seed, second));
+    CHECK_ERR(ctx, NT_ERR_STATE, nt_ctx_rng_step_begin(ctx));
+    CHECK_ERR(ctx, NT_ERR_STATE, nt_ctx_rng_step_replay(ctx, 8));
+    CHECK_OK(ctx, nt_ctx_rng_step_end(ctx, &used));
+  }
+  CHECK(first == 0 && second == 8, "offsets relative to the step base: %llu, %llu",
+        (unsigned long long)first, (unsigned long long)second);
+  CHECK(used == 8 + 1004 && nt_ctx_rng_offset(ctx) == start + used,
+        "the step reserved %llu numbers, offset %llu -> %llu", (unsigned long long)used,
+        (unsigned long long)start, (unsigned long long)nt_ctx_rng_offset(ctx));
+  uint64_t base = 0;
+  CHECK_OK(ctx, nt_ctx_rng_base_read(ctx, &base));
+  CHECK(base == nt_ctx_rng_offset(ctx), "base %llu == offset %llu after the step",
+        (unsigned long long)base, (unsigned long long)nt_ctx_rng_offset(ctx));
+  CHECK(nt_ctx_rng_base(ctx) == NULL && !nt_ctx_rng_in_step(ctx), "the step is closed");
+  CHECK_ERR(ctx, NT_ERR_STATE, nt_ctx_rng_step_end(ctx, NULL));
+  /* The same numbers by hand, outside a step. */
+  CHECK_OK(ctx, nt_dropout_forward(ctx, &x, &ya, p, seed, start + second));
+  CHECK_OK(ctx, nt_tensor_zero(ctx, &dxa));
+  CHECK_OK(ctx, nt_dropout_backward(ctx, &dy, &dxa, p, seed, start + second));
+  float *yv = memops_values(ctx, &y), *yav = memops_values(ctx, &ya);
+  float *dxv = memops_values(ctx, &dx), *dxav = memops_values(ctx, &dxa);
+  CHECK(memcmp(yv, yav, (size_t)n * sizeof(float)) == 0, "forward in a step == absolute offset");
+  CHECK(memcmp(dxv, dxav, (size_t)n * sizeof(float)) == 0, "backward in a step == absolute offset");
+  /* The next step: the same relative offsets draw from the advanced base. */
+  float *y2v = NULL;
+  if (CHECK_OK(ctx, nt_ctx_rng_step_begin(ctx))) {
+    nt_ctx_rng_reserve(ctx, 5);
+    const uint64_t off = nt_ctx_rng_reserve(ctx, (uint64_t)n);
+    CHECK_OK(ctx, nt_dropout_forward(ctx, &x, &ya, p, seed, off));
+    CHECK_OK(ctx, nt_ctx_rng_step_end(ctx, NULL));
+    y2v = memops_values(ctx, &ya);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < n; i++) differ += (yv[i] != 0.0f) != (y2v[i] != 0.0f);
+    CHECK(differ > n / 10, "the next step draws another mask (%lld of %lld differ)",
+          (long long)differ, (long long)n);
+  }
+  CHECK(nt_ctx_rng_offset(ctx) == start + 2 * used, "two steps advance the offset twice");
+  /* A reservation outside a step moves the absolute offset; the next step's base follows it,
+   * and an offset that is not a multiple of 4 is rounded up to the next block. */
+  nt_ctx_rng_reserve(ctx, 6);
+  nt_ctx_set_rng_offset(ctx, nt_ctx_rng_offset(ctx) + 1);
+  const uint64_t want = start + 2 * used + 12;   /* + 8 reserved + 1, rounded up to 4 */
+  if (CHECK_OK(ctx, nt_ctx_rng_step_begin(ctx))) {
+    CHECK_OK(ctx, nt_ctx_rng_base_read(ctx, &base));
+    CHECK_OK(ctx, nt_ctx_rng_step_end(ctx, &used));
+  }
+  CHECK(base == want && used == 0 && nt_ctx_rng_offset(ctx) == want,
+        "base follows the absolute offset, rounded up to 4: %llu (want %llu)",
+        (unsigned long long)base, (unsigned long long)want);
+  CHECK_ERR(ctx, NT_ERR_INVALID_ARG, nt_ctx_rng_step_replay(ctx, 6));
+  /* Replay bookkeeping (a CPU context has no graphs, but the arithmetic is shared). */
+  CHECK_OK(ctx, nt_ctx_rng_step_replay(ctx, 1012));
+  CHECK_OK(ctx, nt_ctx_rng_base_read(ctx, &base));
+  CHECK(nt_ctx_rng_offset(ctx) == want + 1012 && base == want,
+        "replay advances the absolute offset; the graph's own increment moves the base");
+  free(xv); free(dyv); free(yv); free(yav); free(dxv); free(dxav); free(y2v);
+  nt_tensor_free(ctx, &x); nt_tensor_free(ctx, &y); nt_tensor_free(ctx, &ya);
+  nt_tensor_free(ctx, &dy); nt_tensor_free(ctx, &dx); nt_tensor_free(ctx, &dxa);
+}
+
 int main(void) {
   nt_ctx *ctx;
   if (nt_ctx_create(&ctx, nt_cpu())) return 1;
@@ -129,6 +211,7 @@ int main(void) {
   for (int d = 0; d < 3; d++) test_mask(ctx, &r, memops_float_dtypes[d]);
   test_edges(ctx, &r);
   test_fd(ctx, &r);
+  test_step_base(ctx, &r);
   nt_ctx_free(ctx);
   return nt_test_finish();
 }
