@@ -178,13 +178,6 @@ void nt_trainer_free(nt_trainer *T) {
   memset(T, 0, sizeof *T);
 }
 
-void nt_trainer_no_graph_with_dropout(nt_trainer *T, float dropout) {
-  if (T->graph_wanted && dropout > 0.0f && T->o->cuda_graph == 1)
-    nt_log(T->ctx, NT_LOG_WARN, "--cuda-graph: dropout %g needs fresh masks every step; "
-           "running eagerly", (double)dropout);
-  T->graph_wanted = T->graph_wanted && dropout == 0.0f;
-}
-
 const float *nt_trainer_loss_scale(nt_trainer *T) {
   if (!nt_scaler_enabled(T->scaler)) return NULL;
   nt_tensor s = nt_scaler_scale_tensor(T->scaler);
@@ -297,23 +290,62 @@ static nt_status log_step(nt_trainer *T, float loss) {
   return st;
 }
 
+/* The model's body inside an RNG step: its reservations are relative to the step base, and
+ * the base's increment is the last thing queued (captured with the body). T->rng_step gets
+ * the step's count. */
+static nt_status rng_step_body(nt_ctx *ctx, void *arg) {
+  nt_trainer *T = arg;
+  nt_status st = nt_ctx_rng_step_begin(ctx);
+  if (st) return st;
+  st = T->body(ctx, T->body_arg);
+  nt_status end = nt_ctx_rng_step_end(ctx, &T->rng_step);
+  return st ? st : end;
+}
+
+static nt_status replay(nt_trainer *T) {
+  nt_status st = nt_ctx_rng_step_replay(T->ctx, T->graph_rng);
+  return st ? st : nt_graph_launch(T->ctx, T->graph);
+}
+
 static nt_status run_body(nt_trainer *T) {
   nt_ctx *ctx = T->ctx;
-  if (T->graph) return nt_graph_launch(ctx, T->graph);
-  nt_status st = T->body(ctx, T->body_arg);
+  if (T->graph) return replay(T);
+  const uint64_t prev = T->rng_step;
+  nt_status st = rng_step_body(ctx, T);
+  if (st) return st;
   T->eager_steps++;
+  if (T->eager_steps > 1 && T->rng_step != prev) T->rng_varies = true;
   /* Capture after two eager steps: they warm the pool, tune the GEMM plans, and let lazily
-   * allocated buffers (the loader's device ring) exist before the graph bakes in the scratch
-   * addresses the ops free inside it; nothing allocated later may hold data across a replay. */
-  if (st || !T->graph_wanted || T->graph_tried || T->eager_steps < 2) return st;
+   * allocated buffers (the loader's device ring, the RNG step base) exist before the graph
+   * bakes in the scratch addresses the ops free inside it; nothing allocated later may hold
+   * data across a replay. */
+  if (!T->graph_wanted || T->graph_tried || T->eager_steps < 2) return NT_OK;
   T->graph_tried = true;
-  st = nt_graph_capture(ctx, T->body, T->body_arg, &T->graph);
+  if (T->rng_varies) {
+    nt_log(ctx, NT_LOG_WARN, "CUDA graph: the step's random-number count changed between "
+           "steps; running eagerly");
+    return NT_OK;
+  }
+  const uint64_t eager_rng = T->rng_step;
+  st = nt_graph_capture(ctx, rng_step_body, T, &T->graph);
+  const uint64_t captured = T->rng_step;
+  T->rng_step = eager_rng;
   if (st) {
     nt_log(ctx, NT_LOG_WARN, "CUDA graph capture failed, running eagerly: %s", nt_last_error(ctx));
     nt_clear_error(ctx);
     T->graph = NULL;
     return NT_OK;
   }
+  if (captured != eager_rng) {
+    /* The replays would advance the base by the wrong amount (or reuse numbers). */
+    nt_log(ctx, NT_LOG_WARN, "CUDA graph: the captured step reserves %llu random numbers, the "
+           "eager steps %llu; running eagerly", (unsigned long long)captured,
+           (unsigned long long)eager_rng);
+    nt_graph_free(T->graph);
+    T->graph = NULL;
+    return NT_OK;
+  }
+  T->graph_rng = captured;
   T->res->used_cuda_graph = true;
   return NT_OK;
 }

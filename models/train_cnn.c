@@ -187,7 +187,6 @@ nt_status nt_train_cnn(nt_ctx *ctx, const nt_train_options *o, const nt_policy *
   r.T = &T;
   T.body = body;
   T.body_arg = &r;
-  nt_trainer_no_graph_with_dropout(&T, cfg.dropout);
   int64_t nb = nt_loader_num_batches(train);
   T.total_iters = T.schedule_iters = nb * o->epochs;   /* --max-iters stops, not reshapes */
   if (o->max_iters > 0 && o->max_iters < T.total_iters) T.total_iters = o->max_iters;

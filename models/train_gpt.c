@@ -272,7 +272,6 @@ nt_status nt_train_gpt(nt_ctx *ctx, const nt_train_options *o, const nt_policy *
   r.T = &T;
   T.body = body;
   T.body_arg = &r;
-  nt_trainer_no_graph_with_dropout(&T, cfg.dropout);
   T.total_iters = o->max_iters;
   T.items_per_step = B * S;
   if (r.g) T.flops_per_item = nt_gpt_flops_per_token(r.g, (int)S);

@@ -30,6 +30,10 @@ typedef struct {
   nt_graph *graph;
   bool graph_wanted, graph_tried;
   int eager_steps;
+  /* Random numbers the body reserves per step (inside the context's RNG step bracket): the
+   * latest step's, whether two eager steps differed, and the captured graph's. */
+  uint64_t rng_step, graph_rng;
+  bool rng_varies;
   /* loop position */
   int64_t iter;                 /* iterations completed (skipped ones included) */
   int64_t total_iters;
@@ -56,14 +60,17 @@ nt_status nt_trainer_init(nt_trainer *T, nt_ctx *ctx, const nt_train_options *o,
                           nt_train_result *res, nt_params *params, const char *model_name,
                           const char *items_name);
 void nt_trainer_free(nt_trainer *T);
-/* A captured graph would replay one dropout mask forever: with dropout > 0 the step runs
- * eagerly (with a warning when --cuda-graph asked for a graph). After nt_trainer_init. */
-void nt_trainer_no_graph_with_dropout(nt_trainer *T, float dropout);
 /* The loss gradient's multiplier: the scaler's device scale (fp16), else NULL. */
 const float *nt_trainer_loss_scale(nt_trainer *T);
 double nt_trainer_lr(const nt_trainer *T, int64_t it);
 /* One iteration: the body (a replayed CUDA graph when captured), then the AdamW step with
- * unscale/skip/clip and the scaler update. Logs when due. loss: the model's F32 scalar. */
+ * unscale/skip/clip and the scaler update. Logs when due. loss: the model's F32 scalar.
+ * The body runs inside an RNG step (nt_ctx_rng_step_begin/end), so its dropout masks come
+ * from offsets relative to the context's device-side step base and its end-of-step increment
+ * is part of the captured graph: every replay draws fresh masks, the same ones an eager step
+ * would. The replays assume the count of random numbers the step reserves never changes: if
+ * the two eager steps differ, or the capture differs from them, no graph is used (with a
+ * warning). */
 nt_status nt_trainer_step(nt_trainer *T, const nt_tensor *loss);
 /* Reads a device F32 scalar (synchronizes). */
 nt_status nt_trainer_read_scalar(nt_trainer *T, const nt_tensor *t, float *out);

@@ -3,7 +3,10 @@
  *    TF32: 1e-4; bf16/fp16 within their tolerances), and steady-state steps make no new
  *    system allocations;
  *  - short GPT (bf16, CUDA graph) and CNN (fp16 + loss scaler) runs whose loss falls, whose
- *    first-step loss matches the CPU's closely, and a bit-identical resume on the GPU.
+ *    first-step loss matches the CPU's closely, and a bit-identical resume on the GPU;
+ *  - GPT with dropout 0.2 (synthetic tokens, bf16 and fp32) as a CUDA graph: losses
+ *    bit-identical to the eager run, the RNG offset and device step base where the step's
+ *    reservations put them, fp32 losses close to the CPU's.
  * Skips (77) without a GPU. The data-driven parts need NT_DATA_DIR / Fashion-MNIST. */
 #include "tests/testutil.h"
 #include "models/train.h"
@@ -273,6 +276,90 @@ static void gpt2_run(nt_ctx *gctx) {
   nt_train_result_free(&r);
 }
 
+/* Per step of the GPT: the embedding's and every layer's two residual dropout masks (N * C
+ * each) and the attention probabilities (B * H * T * T), each rounded up to 4. */
+static uint64_t gpt_step_numbers(const nt_gpt_config *c, int B, int T) {
+  const uint64_t nc = ((uint64_t)B * T * c->n_embd + 3) & ~3ull;
+  const uint64_t att = ((uint64_t)B * c->n_head * T * T + 3) & ~3ull;
+  return nc + (uint64_t)c->n_layer * (2 * nc + att);
+}
+
+/* GPT with dropout 0.2 as a CUDA graph: every replay draws fresh masks from the device-side
+ * RNG step base. The graph run's losses equal the eager run's (--no-cuda-graph) bit for bit,
+ * both end with the offset and the device base at steps x the step's count, and in fp32 the
+ * losses follow the CPU's (same masks: a mask drawn at a stale base would not). T = 128 keeps
+ * the attention backward's dQ sums in a fixed order (two key blocks), as in the resume test. */
+static void gpt_dropout_graph(nt_ctx *gctx, nt_ctx *cctx, nt_precision prec) {
+  enum { STEPS = 10, B = 8, T = 128 };
+  nt_train_options o = nt_train_defaults(NT_MODEL_GPT);
+  o.gpt_data = "synthetic";
+  o.gpt.n_layer = 2;
+  o.gpt.n_head = 2;   /* D = 64: the tensor-core kernels in bf16 */
+  o.gpt.n_embd = 128;
+  o.gpt.block_size = T;
+  o.gpt.vocab_size = 65;
+  o.gpt.dropout = 0.2f;
+  o.batch_size = B;
+  o.max_iters = STEPS;
+  o.warmup_iters = 2;
+  o.lr_decay_iters = STEPS;
+  o.eval_interval = 0;
+  o.log_interval = 0;
+  o.quiet = true;
+  o.record_losses = true;
+  o.precision = prec;
+  const uint64_t want = STEPS * gpt_step_numbers(&o.gpt, B, T);
+  const char *pn = nt_precision_name(prec);
+  nt_train_result g, e;
+  o.cuda_graph = 1;
+  if (!CHECK_OK(gctx, nt_train_run(gctx, &o, &g))) return;
+  uint64_t g_off = nt_ctx_rng_offset(gctx), g_base = 0;
+  CHECK_OK(gctx, nt_ctx_rng_base_read(gctx, &g_base));
+  o.cuda_graph = 0;
+  if (!CHECK_OK(gctx, nt_train_run(gctx, &o, &e))) {
+    nt_train_result_free(&g);
+    return;
+  }
+  uint64_t e_off = nt_ctx_rng_offset(gctx), e_base = 0;
+  CHECK_OK(gctx, nt_ctx_rng_base_read(gctx, &e_base));
+  int same = 0;
+  for (int64_t i = 0; i < g.n_losses && i < e.n_losses; i++)
+    same += memcmp(&g.losses[i], &e.losses[i], sizeof(double)) == 0;
+  printf("  gpt %s dropout 0.2, graph vs eager: %d of %d losses identical (%.5f -> %.5f), "
+         "rng offset %llu / %llu, base %llu / %llu (want %llu)\n", pn, same, STEPS,
+         g.losses[0], g.last_loss, (unsigned long long)g_off, (unsigned long long)e_off,
+         (unsigned long long)g_base, (unsigned long long)e_base, (unsigned long long)want);
+  CHECK(g.used_cuda_graph && !e.used_cuda_graph, "%s dropout: graph %d, eager %d", pn,
+        g.used_cuda_graph, e.used_cuda_graph);
+  CHECK(g.steady_system_allocs == 0, "%s dropout graph: %llu steady-state cudaMalloc calls", pn,
+        (unsigned long long)g.steady_system_allocs);
+  CHECK(same == STEPS && g.n_losses == STEPS, "%s dropout: graph losses bit-identical to eager "
+        "(%d of %d)", pn, same, STEPS);
+  CHECK(g_off == want && g_base == want && e_off == want && e_base == want,
+        "%s dropout: offset and device base after %d steps = %llu", pn, STEPS,
+        (unsigned long long)want);
+  bool differ = true;
+  for (int i = 1; i < STEPS; i++) differ = differ && g.losses[i] != g.losses[i - 1];
+  CHECK(differ, "%s dropout: successive losses differ", pn);
+  if (prec == NT_PREC_FP32) {
+    nt_train_result c;
+    o.device = nt_cpu();
+    o.cuda_graph = -1;
+    if (CHECK_OK(cctx, nt_train_run(cctx, &o, &c))) {
+      double worst = 0;
+      for (int i = 0; i < STEPS && i < c.n_losses; i++)
+        worst = fmax(worst, fabs(g.losses[i] - c.losses[i]) / c.losses[i]);
+      printf("  gpt fp32 dropout 0.2: GPU graph vs CPU losses, worst rel diff %.3g over %d "
+             "steps\n", worst, STEPS);
+      CHECK(c.n_losses == STEPS && worst < 2e-3, "fp32 dropout: GPU graph losses follow the "
+            "CPU's (worst rel diff %g)", worst);
+      nt_train_result_free(&c);
+    }
+  }
+  nt_train_result_free(&g);
+  nt_train_result_free(&e);
+}
+
 int main(void) {
   nt_ctx *gctx = nt_test_cuda_ctx();
   if (!gctx) return nt_test_skip("no GPU");
@@ -288,6 +375,8 @@ int main(void) {
   cnn_vs_cpu(gctx, cctx, NT_F16, 5e-3);
   cnn_vs_cpu(gctx, cctx, NT_BF16, 2e-2);
   gpt2_run(gctx);
+  gpt_dropout_graph(gctx, cctx, NT_PREC_BF16);
+  gpt_dropout_graph(gctx, cctx, NT_PREC_FP32);
   const char *d = getenv("NT_DATA_DIR");
   char p[4096];
   snprintf(p, sizeof p, "%s/tinyshakespeare.txt", d ? d : "");
