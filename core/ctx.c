@@ -336,9 +336,8 @@ nt_status nt_ctx_rng_step_end(nt_ctx *ctx, uint64_t *reserved) {
   if (st) return st;
   if (nt_ctx_is_cuda(ctx)) {
 #ifdef NT_HAVE_CUDA
-    /* Launched even for n = 0, so a captured graph always holds the increment node. */
-    st = nt_rng_base_add_cuda(ctx, ctx->rng_base, n);
-    if (st) return st;
+    /* A step without random numbers (no dropout) queues nothing: its graph is unchanged. */
+    if (n && (st = nt_rng_base_add_cuda(ctx, ctx->rng_base, n))) return st;
 #endif
   } else {
     ctx->rng_base_host += n;

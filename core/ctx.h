@@ -77,8 +77,9 @@ uint64_t nt_ctx_rng_reserve(nt_ctx *ctx, uint64_t n);
  *    after nt_ctx_set_rng_offset / nt_ctx_manual_seed or reservations outside a step). During
  *    stream capture an out-of-date base is an error (NT_ERR_STATE): a captured rewrite would
  *    pin every replay to one base.
- *  - end: enqueues base += (numbers reserved in the step) on the compute stream and advances
- *    the absolute offset by as much, so after the step nt_ctx_rng_offset equals the base.
+ *  - end: enqueues base += (numbers reserved in the step) on the compute stream (nothing when
+ *    the step reserved none) and advances the absolute offset by as much, so after the step
+ *    nt_ctx_rng_offset equals the base.
  *    *reserved (may be NULL) gets that count. While the stream is being captured the increment
  *    is recorded into the graph and the absolute offset is left alone: replays advance both.
  *  - replay: call it just before launching a graph captured between begin and end that
