@@ -128,8 +128,8 @@ static void usage(FILE *f) {
 "  --checkpoint-interval N    also save every N iterations\n"
 "  --sample N                 gpt: generate N characters after training\n"
 "  --temperature X --top-k N  sampling (0.8, 200)\n"
-"  --cuda-graph / --no-cuda-graph   capture the step as a CUDA graph (default on a GPU\n"
-"                             when dropout is 0; falls back to eager if capture fails)\n"
+"  --cuda-graph / --no-cuda-graph   capture the step as a CUDA graph (default on a GPU;\n"
+"                             falls back to eager if capture fails)\n"
 "  --progress / --no-progress   progress bar (default when stdout is a terminal)\n"
 "  --quiet                    no per-step output\n"
 "  --help                     this text\n");

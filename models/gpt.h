@@ -6,8 +6,12 @@
  * Activations are in the compute dtype; LayerNorm statistics, the loss and all gradients of
  * parameters in fp32. The MLP keeps its pre-activation, not its GELU output: backward
  * recomputes gelu(pre) (the input of mlp.c_proj's weight gradient) and fuses the GELU's
- * derivative into mlp.c_proj's input-gradient GEMM. Dropout (p > 0, training only) after the embedding and on both residual
- * branches; attention probabilities are not dropped (the fused attention has no dropout). */
+ * derivative into mlp.c_proj's input-gradient GEMM. Attention reads q, k, v as head views of
+ * the QKV projection's output and writes its [B, T, C] output in place (no split/merge
+ * copies). Dropout (p > 0, training only) after the embedding, on the attention probabilities
+ * (as nanoGPT's SDPA dropout_p) and on both residual branches; its masks come from Philox
+ * offsets relative to the context's per-step RNG base, so a CUDA graph of the step draws new
+ * masks on every replay. */
 #ifndef NT_MODELS_GPT_H
 #define NT_MODELS_GPT_H
 #include "core/nt.h"

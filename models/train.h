@@ -46,7 +46,7 @@ typedef struct {
   int sample_tokens;           /* GPT: generate this many characters after training */
   float temperature;
   int top_k;
-  int cuda_graph;              /* -1 auto (GPU, no dropout), 0 off, 1 on (falls back) */
+  int cuda_graph;              /* -1 auto (on a GPU), 0 off, 1 on (falls back) */
   int progress;                /* -1 auto (isatty), 0 plain lines, 1 bar */
   bool quiet;                  /* no per-step output (tests) */
   bool record_losses;          /* keep every step's loss in the result (syncs every step) */
