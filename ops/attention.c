@@ -1,6 +1,5 @@
 /* Causal self-attention: argument checks, dispatch, and the CPU reference (plain loops,
- * fp64 accumulation, strided views, the dropout mask read from the Philox stream), plus the
- * head split/merge permutations. */
+ * fp64 accumulation, strided views, the dropout mask read from the Philox stream). */
 #include "ops/attention.h"
 #include <math.h>
 #include <stdlib.h>
@@ -14,12 +13,6 @@ nt_status nt_attention_backward_cuda(nt_ctx *ctx, const nt_tensor *dout, const n
                                      const nt_tensor *k, const nt_tensor *v,
                                      const nt_tensor *out, const nt_tensor *lse, nt_tensor *dq,
                                      nt_tensor *dk, nt_tensor *dv, const nt_attention_opts *o);
-nt_status nt_qkv_split_cuda(nt_ctx *ctx, const nt_tensor *qkv, nt_tensor *q, nt_tensor *k,
-                            nt_tensor *v);
-nt_status nt_qkv_split_backward_cuda(nt_ctx *ctx, const nt_tensor *dq, const nt_tensor *dk,
-                                     const nt_tensor *dv, nt_tensor *dqkv);
-nt_status nt_heads_merge_cuda(nt_ctx *ctx, const nt_tensor *o, nt_tensor *y);
-nt_status nt_heads_merge_backward_cuda(nt_ctx *ctx, const nt_tensor *dy, nt_tensor *do_);
 #endif
 
 #define ATTN_MAX_D 128
@@ -337,147 +330,4 @@ nt_status nt_attention_backward(nt_ctx *ctx, const nt_tensor *dout, const nt_ten
                                 const nt_tensor *lse, nt_tensor *dq, nt_tensor *dk,
                                 nt_tensor *dv) {
   return nt_attention_backward_ex(ctx, dout, q, k, v, out, lse, dq, dk, dv, NULL);
-}
-
-/* ---- head split / merge ----------------------------------------------------------------- */
-
-static nt_status check_layout_dtype(nt_ctx *ctx, const nt_tensor *t, const char *what) {
-  if (t->dtype != NT_F32 && t->dtype != NT_F16 && t->dtype != NT_BF16)
-    return NT_ERROR(ctx, NT_ERR_DTYPE, "%s: dtype %s not supported (f32, f16, bf16)", what,
-                    nt_dtype_name(t->dtype));
-  return NT_OK;
-}
-
-/* qkv [B, T, 3C] against three [B, H, T, D] views (all checked against q). */
-static nt_status check_split(nt_ctx *ctx, const nt_tensor *qkv, int heads, const nt_tensor *q,
-                             const nt_tensor *k, const nt_tensor *v, const char *what) {
-  nt_status st;
-  if (!qkv || !q || !k || !v) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "%s: NULL tensor", what);
-  if ((st = check_layout_dtype(ctx, qkv, what))) return st;
-  if ((st = nt_check_device(ctx, qkv, what))) return st;
-  if ((st = nt_check_ndim(ctx, qkv, 3, "qkv [B, T, 3C]"))) return st;
-  if ((st = nt_check_contiguous(ctx, qkv, what))) return st;
-  if (qkv->shape[2] % 3)
-    return NT_ERROR(ctx, NT_ERR_SHAPE, "%s: qkv last dim %lld is not 3C", what,
-                    (long long)qkv->shape[2]);
-  const int64_t C = qkv->shape[2] / 3;
-  if (heads < 1 || C % heads)
-    return NT_ERROR(ctx, NT_ERR_SHAPE, "%s: C = %lld is not divisible by heads = %d", what,
-                    (long long)C, heads);
-  const int64_t shape[4] = {qkv->shape[0], heads, qkv->shape[1], C / heads};
-  const nt_tensor *parts[3] = {q, k, v};
-  for (int i = 0; i < 3; i++) {
-    if ((st = nt_check_device(ctx, parts[i], what))) return st;
-    if ((st = nt_check_dtype(ctx, parts[i], qkv->dtype, what))) return st;
-    if ((st = nt_check_ndim(ctx, parts[i], 4, "q/k/v [B, H, T, D]"))) return st;
-    for (int d = 0; d < 4; d++)
-      if ((st = nt_check_dim(ctx, parts[i], d, shape[d], "q/k/v [B, H, T, D]"))) return st;
-    if ((st = nt_check_contiguous(ctx, parts[i], what))) return st;
-  }
-  return NT_OK;
-}
-
-/* Copies (accumulate = false) or adds between [B, T, nparts * C] and nparts [B, H, T, D]. */
-static void permute_cpu(nt_tensor *packed, nt_tensor *const *parts, int nparts, bool to_parts,
-                        bool accumulate) {
-  const nt_tensor *p0 = parts[0];
-  const int64_t B = p0->shape[0], H = p0->shape[1], T = p0->shape[2], D = p0->shape[3];
-  const int64_t C = H * D, row = (int64_t)nparts * C;
-  for (int s = 0; s < nparts; s++)
-    for (int64_t b = 0; b < B; b++)
-      for (int64_t h = 0; h < H; h++)
-        for (int64_t t = 0; t < T; t++)
-          for (int64_t d = 0; d < D; d++) {
-            const int64_t ip = (b * T + t) * row + s * C + h * D + d;
-            const int64_t ih = ((b * H + h) * T + t) * D + d;
-            nt_tensor *dst = to_parts ? parts[s] : packed;
-            const nt_tensor *src = to_parts ? packed : parts[s];
-            const int64_t id = to_parts ? ih : ip, is = to_parts ? ip : ih;
-            float x = nt_load_f32(src->data, src->dtype, is);
-            if (accumulate) x += nt_load_f32(dst->data, dst->dtype, id);
-            nt_store_f32(dst->data, dst->dtype, id, x);
-          }
-}
-
-nt_status nt_qkv_split(nt_ctx *ctx, const nt_tensor *qkv, int heads, nt_tensor *q, nt_tensor *k,
-                       nt_tensor *v) {
-  nt_status st = check_split(ctx, qkv, heads, q, k, v, "qkv_split");
-  if (st) return st;
-  if (on_cuda(qkv)) {
-#ifdef NT_HAVE_CUDA
-    return nt_qkv_split_cuda(ctx, qkv, q, k, v);
-#else
-    return no_backend(ctx);
-#endif
-  }
-  nt_tensor *parts[3] = {q, k, v};
-  permute_cpu((nt_tensor *)qkv, parts, 3, true, false);
-  return NT_OK;
-}
-
-nt_status nt_qkv_split_backward(nt_ctx *ctx, const nt_tensor *dq, const nt_tensor *dk,
-                                const nt_tensor *dv, nt_tensor *dqkv) {
-  if (!dq) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "qkv_split_backward: dq is NULL");
-  if (dq->ndim != 4)
-    return NT_ERROR(ctx, NT_ERR_SHAPE, "qkv_split_backward: dq must be [B, H, T, D]");
-  nt_status st = check_split(ctx, dqkv, (int)dq->shape[1], dq, dk, dv, "qkv_split_backward");
-  if (st) return st;
-  if (on_cuda(dqkv)) {
-#ifdef NT_HAVE_CUDA
-    return nt_qkv_split_backward_cuda(ctx, dq, dk, dv, dqkv);
-#else
-    return no_backend(ctx);
-#endif
-  }
-  nt_tensor *parts[3] = {(nt_tensor *)dq, (nt_tensor *)dk, (nt_tensor *)dv};
-  permute_cpu(dqkv, parts, 3, false, true);
-  return NT_OK;
-}
-
-static nt_status check_merge(nt_ctx *ctx, const nt_tensor *o, const nt_tensor *y,
-                             const char *what) {
-  nt_status st;
-  if (!o || !y) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "%s: NULL tensor", what);
-  if ((st = check_layout_dtype(ctx, o, what))) return st;
-  if ((st = nt_check_device(ctx, o, what))) return st;
-  if ((st = nt_check_device(ctx, y, what))) return st;
-  if ((st = nt_check_dtype(ctx, y, o->dtype, what))) return st;
-  if ((st = nt_check_ndim(ctx, o, 4, "heads [B, H, T, D]"))) return st;
-  if ((st = nt_check_ndim(ctx, y, 3, "merged [B, T, C]"))) return st;
-  if ((st = nt_check_dim(ctx, y, 0, o->shape[0], "merged [B, T, C]"))) return st;
-  if ((st = nt_check_dim(ctx, y, 1, o->shape[2], "merged [B, T, C]"))) return st;
-  if ((st = nt_check_dim(ctx, y, 2, o->shape[1] * o->shape[3], "merged [B, T, C = H*D]")))
-    return st;
-  if ((st = nt_check_contiguous(ctx, o, what))) return st;
-  return nt_check_contiguous(ctx, y, what);
-}
-
-nt_status nt_heads_merge(nt_ctx *ctx, const nt_tensor *o, nt_tensor *y) {
-  nt_status st = check_merge(ctx, o, y, "heads_merge");
-  if (st) return st;
-  if (on_cuda(o)) {
-#ifdef NT_HAVE_CUDA
-    return nt_heads_merge_cuda(ctx, o, y);
-#else
-    return no_backend(ctx);
-#endif
-  }
-  nt_tensor *parts[1] = {(nt_tensor *)o};
-  permute_cpu(y, parts, 1, false, false);
-  return NT_OK;
-}
-
-nt_status nt_heads_merge_backward(nt_ctx *ctx, const nt_tensor *dy, nt_tensor *do_) {
-  nt_status st = check_merge(ctx, do_, dy, "heads_merge_backward");
-  if (st) return st;
-  if (on_cuda(dy)) {
-#ifdef NT_HAVE_CUDA
-    return nt_heads_merge_backward_cuda(ctx, dy, do_);
-#else
-    return no_backend(ctx);
-#endif
-  }
-  nt_tensor *parts[1] = {do_};
-  permute_cpu((nt_tensor *)dy, parts, 1, true, true);
-  return NT_OK;
 }

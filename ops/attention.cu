@@ -297,27 +297,6 @@ __global__ void dq_finish(const float *__restrict__ acc, nt_attn_view dqv, long 
   *reinterpret_cast<uint4 *>(dq) = v;
 }
 
-/* [B, T, parts * H * D] <-> parts x [B, H, T, D]; one thread per element of the packed side.
- * accumulate: the destination is added to (backward). */
-template <typename T>
-__global__ void permute_heads(T *packed, T *p0, T *p1, T *p2, int nparts, long B, int T_, int H,
-                              int D, bool to_parts, bool accumulate) {
-  const long C = (long)H * D, row = nparts * C;
-  const long n = B * T_ * row;
-  for (long idx = (long)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
-       idx += (long)gridDim.x * blockDim.x) {
-    const long c = idx % row, bt = idx / row;
-    const int t = (int)(bt % T_);
-    const long b = bt / T_;
-    const int part = (int)(c / C), h = (int)((c % C) / D), d = (int)(c % D);
-    T *hp = part == 0 ? p0 : part == 1 ? p1 : p2;
-    const long ih = ((b * H + h) * T_ + t) * D + d;
-    T *dst = to_parts ? hp + ih : packed + idx;
-    const T src = to_parts ? packed[idx] : hp[ih];
-    *dst = accumulate ? nt_from_f<T>(nt_to_f(*dst) + nt_to_f(src)) : src;
-  }
-}
-
 
 unsigned rows_grid(long rows) { return (unsigned)((rows + kWarpsPerBlock - 1) / kWarpsPerBlock); }
 
@@ -490,35 +469,6 @@ nt_status backward_all(nt_ctx *ctx, const nt_tensor *dout, const nt_tensor *q,
   return st;
 }
 
-template <typename T>
-nt_status permute(nt_ctx *ctx, T *packed, T *p0, T *p1, T *p2, int nparts, const nt_tensor *h,
-                  bool to_parts, bool accumulate) {
-  const long n = nt_tensor_numel(h) * nparts;
-  if (n == 0) return NT_OK;
-  const long blocks = (n + 255) / 256;
-  permute_heads<T><<<(unsigned)(blocks < 65536 ? blocks : 65536), 256, 0, nt_cuda_stream(ctx)>>>(
-      packed, p0, p1, p2, nparts, h->shape[0], (int)h->shape[2], (int)h->shape[1],
-      (int)h->shape[3], to_parts, accumulate);
-  return NT_CUDA_LAUNCHED(ctx);
-}
-
-nt_status permute_dispatch(nt_ctx *ctx, const nt_tensor *packed, const nt_tensor *p0,
-                           const nt_tensor *p1, const nt_tensor *p2, int nparts, bool to_parts,
-                           bool accumulate) {
-  void *a = packed->data, *b = p0->data, *c = p1 ? p1->data : NULL, *d = p2 ? p2->data : NULL;
-  switch (packed->dtype) {
-    case NT_F32: return permute<float>(ctx, (float *)a, (float *)b, (float *)c, (float *)d,
-                                       nparts, p0, to_parts, accumulate);
-    case NT_F16: return permute<__half>(ctx, (__half *)a, (__half *)b, (__half *)c, (__half *)d,
-                                        nparts, p0, to_parts, accumulate);
-    case NT_BF16:
-      return permute<__nv_bfloat16>(ctx, (__nv_bfloat16 *)a, (__nv_bfloat16 *)b,
-                                    (__nv_bfloat16 *)c, (__nv_bfloat16 *)d, nparts, p0, to_parts,
-                                    accumulate);
-    default: return NT_ERROR(ctx, NT_ERR_DTYPE, "attention layout: unsupported dtype");
-  }
-}
-
 }  // namespace
 
 extern "C" nt_status nt_attention_forward_cuda(nt_ctx *ctx, const nt_tensor *q,
@@ -559,28 +509,4 @@ extern "C" nt_status nt_attention_backward_cuda(nt_ctx *ctx, const nt_tensor *do
       return backward_all<__nv_bfloat16>(ctx, dout, q, k, v, out, lse, dq, dk, dv, mma, pb);
     default: return NT_ERROR(ctx, NT_ERR_DTYPE, "attention: unsupported dtype");
   }
-}
-
-extern "C" nt_status nt_qkv_split_cuda(nt_ctx *ctx, const nt_tensor *qkv, nt_tensor *q,
-                                       nt_tensor *k, nt_tensor *v) {
-  nt_status st = nt_cuda_set_device(ctx);
-  return st ? st : permute_dispatch(ctx, qkv, q, k, v, 3, true, false);
-}
-
-extern "C" nt_status nt_qkv_split_backward_cuda(nt_ctx *ctx, const nt_tensor *dq,
-                                                const nt_tensor *dk, const nt_tensor *dv,
-                                                nt_tensor *dqkv) {
-  nt_status st = nt_cuda_set_device(ctx);
-  return st ? st : permute_dispatch(ctx, dqkv, dq, dk, dv, 3, false, true);
-}
-
-extern "C" nt_status nt_heads_merge_cuda(nt_ctx *ctx, const nt_tensor *o, nt_tensor *y) {
-  nt_status st = nt_cuda_set_device(ctx);
-  return st ? st : permute_dispatch(ctx, y, o, NULL, NULL, 1, false, false);
-}
-
-extern "C" nt_status nt_heads_merge_backward_cuda(nt_ctx *ctx, const nt_tensor *dy,
-                                                  nt_tensor *do_) {
-  nt_status st = nt_cuda_set_device(ctx);
-  return st ? st : permute_dispatch(ctx, dy, do_, NULL, NULL, 1, true, true);
 }

@@ -72,15 +72,6 @@ nt_status nt_attention_backward(nt_ctx *ctx, const nt_tensor *dout, const nt_ten
  * is monotone, so "uniform > p" is "x >= threshold", the test the CUDA kernels make on raw
  * Philox words. Exposed for the tests. */
 uint32_t nt_attention_keep_threshold(float p);
-/* qkv [B, T, 3C] (the fused projection's output, C = H * D) <-> q, k, v [B, H, T, D], and
- * attention output [B, H, T, D] <-> [B, T, C]. Backward of each is the inverse permutation
- * (accumulating). */
-nt_status nt_qkv_split(nt_ctx *ctx, const nt_tensor *qkv, int heads, nt_tensor *q, nt_tensor *k,
-                       nt_tensor *v);
-nt_status nt_qkv_split_backward(nt_ctx *ctx, const nt_tensor *dq, const nt_tensor *dk,
-                                const nt_tensor *dv, nt_tensor *dqkv);
-nt_status nt_heads_merge(nt_ctx *ctx, const nt_tensor *o, nt_tensor *y);
-nt_status nt_heads_merge_backward(nt_ctx *ctx, const nt_tensor *dy, nt_tensor *do_);
 
 NT_EXTERN_C_END
 #endif

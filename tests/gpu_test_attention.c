@@ -373,78 +373,6 @@ static void test_mask_exact(nt_ctx *g, nt_ctx *c, nt_dtype dt, int BH, int T, in
   free(lse);
 }
 
-static void test_layout_gpu(nt_ctx *g, nt_ctx *c, nt_dtype dt) {
-  const int B = 3, T = 37, H = 6, D = 24, C = H * D;
-  const size_t n = (size_t)B * T * C;
-  int64_t s3[3] = {B, T, 3 * C}, s4[4] = {B, H, T, D}, sy[3] = {B, T, C};
-  nt_test_rng rng = {77};
-  float *x = malloc(sizeof(float) * 3 * n * 4), *pre = x + 3 * n, *ref = x + 6 * n,
-        *got = x + 9 * n;
-  nt_test_fill_uniform(&rng, x, (int64_t)(3 * n), -3, 3);
-  nt_test_fill_uniform(&rng, pre, (int64_t)(3 * n), -1, 1);
-  void *hx = nt_test_to_dtype(x, 3 * n, dt), *hpre = nt_test_to_dtype(pre, 3 * n, dt);
-  nt_tensor cp[3], gp[3], gx = {0}, gy = {0}, gback = {0};
-  float *cparts = malloc(sizeof(float) * 3 * n);
-  nt_tensor cx = nt_tensor_view(x, NT_F32, nt_cpu(), 3, s3);
-  for (int i = 0; i < 3; i++) cp[i] = nt_tensor_view(cparts + i * n, NT_F32, nt_cpu(), 4, s4);
-  memset(gp, 0, sizeof gp);
-  bool ok = CHECK_OK(c, nt_qkv_split(c, &cx, H, &cp[0], &cp[1], &cp[2]));
-  ok = ok && CHECK_OK(g, nt_tensor_alloc(g, &gx, dt, 3, s3)) &&
-       CHECK_OK(g, nt_tensor_alloc(g, &gback, dt, 3, s3)) &&
-       CHECK_OK(g, nt_tensor_alloc(g, &gy, dt, 3, sy));
-  for (int i = 0; i < 3 && ok; i++) ok = CHECK_OK(g, nt_tensor_alloc(g, &gp[i], dt, 4, s4));
-  ok = ok && CHECK_OK(g, upload(g, &gx, hx)) &&
-       CHECK_OK(g, nt_qkv_split(g, &gx, H, &gp[0], &gp[1], &gp[2]));
-  for (int i = 0; i < 3 && ok; i++) {
-    ok = CHECK_OK(g, download_f32(g, &gp[i], got));
-    int bad = 0;
-    for (size_t j = 0; ok && j < n; j++) bad += got[j] != cparts[i * n + j];
-    CHECK(bad == 0, "qkv_split %s part %d: %d wrong", nt_dtype_name(dt), i, bad);
-  }
-  /* split backward into a pre-filled dqkv: pre + qkv (a permutation there and back). */
-  ok = ok && CHECK_OK(g, upload(g, &gback, hpre)) &&
-       CHECK_OK(g, nt_qkv_split_backward(g, &gp[0], &gp[1], &gp[2], &gback)) &&
-       CHECK_OK(g, download_f32(g, &gback, got));
-  if (ok) {
-    /* The same fp32 sum rounded to dt on both sides: bit-exact. */
-    int bad = 0;
-    for (size_t j = 0; j < 3 * n; j++) {
-      float r = pre[j] + x[j], rounded;
-      uint32_t cell;
-      nt_store_f32(&cell, dt, 0, r);
-      rounded = nt_load_f32(&cell, dt, 0);
-      ref[j] = rounded;
-      bad += got[j] != ref[j];
-    }
-    CHECK(bad == 0, "qkv_split_backward %s: %d wrong", nt_dtype_name(dt), bad);
-  }
-  /* merge of k, then merge backward into k again (k + k). */
-  ok = ok && CHECK_OK(g, nt_heads_merge(g, &gp[1], &gy)) && CHECK_OK(g, download_f32(g, &gy, got));
-  if (ok) {
-    int bad = 0;
-    for (int b = 0; b < B; b++)
-      for (int t = 0; t < T; t++)
-        for (int cc = 0; cc < C; cc++)
-          bad += got[((size_t)b * T + t) * C + cc] != x[((size_t)b * T + t) * 3 * C + C + cc];
-    CHECK(bad == 0, "heads_merge %s: %d wrong", nt_dtype_name(dt), bad);
-  }
-  ok = ok && CHECK_OK(g, nt_heads_merge_backward(g, &gy, &gp[1])) &&
-       CHECK_OK(g, download_f32(g, &gp[1], got));
-  if (ok) {
-    int bad = 0;
-    for (size_t j = 0; j < n; j++) bad += got[j] != 2.f * cparts[n + j];
-    CHECK(bad == 0, "heads_merge_backward %s: %d wrong", nt_dtype_name(dt), bad);
-  }
-  for (int i = 0; i < 3; i++) nt_tensor_free(g, &gp[i]);
-  nt_tensor_free(g, &gx);
-  nt_tensor_free(g, &gy);
-  nt_tensor_free(g, &gback);
-  free(hx);
-  free(hpre);
-  free(x);
-  free(cparts);
-}
-
 int main(void) {
   nt_ctx *g = nt_test_cuda_ctx();
   if (!g) return nt_test_skip("no GPU");
@@ -577,7 +505,6 @@ int main(void) {
   test_mask_exact(g, c, NT_F16, 1, 128, 32, "bwd 8 warps", 0.2f, 16, MASK_PLAIN);
   unsetenv("NT_ATTN_BWD_WARPS");
 
-  for (int d = 0; d < 3; d++) test_layout_gpu(g, c, dts[d]);
   /* Mixed devices are a clear error. */
   {
     int64_t s[4] = {1, 1, 4, 8}, ls[3] = {1, 1, 4};

@@ -463,64 +463,6 @@ static void test_threshold(void) {
   CHECK(nt_attention_keep_threshold(0.f) == 0, "p = 0 keeps every word");
 }
 
-static void test_layout(nt_ctx *ctx) {
-  const int B = 2, T = 5, H = 3, D = 7, C = H * D;
-  const size_t n = (size_t)B * T * C;
-  float *qkv = malloc(4 * 3 * n), *parts = malloc(4 * 3 * n), *back = malloc(4 * 3 * n);
-  for (size_t i = 0; i < 3 * n; i++) qkv[i] = (float)i;
-  int64_t s3[3] = {B, T, 3 * C}, s4[4] = {B, H, T, D}, sy[3] = {B, T, C};
-  nt_tensor tqkv = nt_tensor_view(qkv, NT_F32, nt_cpu(), 3, s3);
-  nt_tensor tp[3];
-  for (int i = 0; i < 3; i++) tp[i] = nt_tensor_view(parts + i * n, NT_F32, nt_cpu(), 4, s4);
-  if (CHECK_OK(ctx, nt_qkv_split(ctx, &tqkv, H, &tp[0], &tp[1], &tp[2]))) {
-    int bad = 0;
-    for (int s = 0; s < 3; s++)
-      for (int b = 0; b < B; b++)
-        for (int h = 0; h < H; h++)
-          for (int t = 0; t < T; t++)
-            for (int d = 0; d < D; d++)
-              bad += parts[s * n + (((size_t)b * H + h) * T + t) * D + d] !=
-                     qkv[((size_t)b * T + t) * 3 * C + s * C + h * D + d];
-    CHECK(bad == 0, "qkv_split: %d misplaced elements", bad);
-  }
-  /* Backward accumulates: start from 1 and add the split parts back -> qkv + 1. */
-  for (size_t i = 0; i < 3 * n; i++) back[i] = 1.f;
-  nt_tensor tback = nt_tensor_view(back, NT_F32, nt_cpu(), 3, s3);
-  if (CHECK_OK(ctx, nt_qkv_split_backward(ctx, &tp[0], &tp[1], &tp[2], &tback))) {
-    int bad = 0;
-    for (size_t i = 0; i < 3 * n; i++) bad += back[i] != qkv[i] + 1.f;
-    CHECK(bad == 0, "qkv_split_backward: %d wrong elements", bad);
-  }
-  float *y = malloc(4 * n), *dh = malloc(4 * n);
-  nt_tensor ty = nt_tensor_view(y, NT_F32, nt_cpu(), 3, sy);
-  nt_tensor tdh = nt_tensor_view(dh, NT_F32, nt_cpu(), 4, s4);
-  if (CHECK_OK(ctx, nt_heads_merge(ctx, &tp[1], &ty))) {
-    int bad = 0;
-    for (int b = 0; b < B; b++)
-      for (int t = 0; t < T; t++)
-        for (int c = 0; c < C; c++)
-          bad += y[((size_t)b * T + t) * C + c] != qkv[((size_t)b * T + t) * 3 * C + C + c];
-    CHECK(bad == 0, "heads_merge: %d misplaced elements", bad);
-  }
-  for (size_t i = 0; i < n; i++) dh[i] = 2.f;
-  if (CHECK_OK(ctx, nt_heads_merge_backward(ctx, &ty, &tdh))) {
-    int bad = 0;
-    for (size_t i = 0; i < n; i++) bad += dh[i] != parts[n + i] + 2.f;
-    CHECK(bad == 0, "heads_merge_backward: %d wrong elements", bad);
-  }
-  /* Errors: C not divisible by heads, wrong part shape. */
-  CHECK_ERR(ctx, NT_ERR_SHAPE, nt_qkv_split(ctx, &tqkv, 4, &tp[0], &tp[1], &tp[2]));
-  nt_tensor wrong = tp[2];
-  wrong.shape[2] = T - 1;
-  CHECK_ERR(ctx, NT_ERR_SHAPE, nt_qkv_split(ctx, &tqkv, H, &tp[0], &tp[1], &wrong));
-  CHECK_ERR(ctx, NT_ERR_SHAPE, nt_heads_merge(ctx, &tp[0], &tqkv));
-  free(qkv);
-  free(parts);
-  free(back);
-  free(y);
-  free(dh);
-}
-
 static void test_errors(nt_ctx *ctx) {
   static float buf[6][2 * 3 * 5 * 8];
   int64_t s[4] = {2, 3, 5, 8}, sk[4] = {2, 3, 6, 8}, ls[3] = {2, 3, 5}, big[4] = {1, 1, 2, 200};
@@ -601,7 +543,6 @@ int main(void) {
   test_overwrite_and_p0(ctx, 0.2f);
   test_step_base(ctx);
   test_threshold();
-  test_layout(ctx);
   test_errors(ctx);
   nt_ctx_free(ctx);
   return nt_test_finish();
