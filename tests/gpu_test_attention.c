@@ -59,21 +59,6 @@ static double rel_err_floor(const float *a, const float *b, size_t n, double flo
   return isnan(d) ? INFINITY : den == 0 ? sqrt(d) : sqrt(d) / den;
 }
 
-static nt_status upload(nt_ctx *g, nt_tensor *dev, const void *host) {
-  nt_tensor h = nt_tensor_view((void *)host, dev->dtype, nt_cpu(), dev->ndim, dev->shape);
-  return nt_tensor_copy(g, dev, &h);
-}
-
-static nt_status download_f32(nt_ctx *g, const nt_tensor *dev, float *out) {
-  size_t n = (size_t)nt_tensor_numel(dev);
-  void *tmp = malloc(n * nt_dtype_size(dev->dtype) + 1);
-  nt_tensor h = nt_tensor_view(tmp, dev->dtype, nt_cpu(), dev->ndim, dev->shape);
-  nt_status st = nt_tensor_copy(g, &h, dev);
-  for (size_t i = 0; st == NT_OK && i < n; i++) out[i] = nt_load_f32(tmp, dev->dtype, (int64_t)i);
-  free(tmp);
-  return st;
-}
-
 /* Where operand i (q k v dout out dq dk dv) lives: buffer, element offset, strides. */
 typedef struct {
   int buf;
