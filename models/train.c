@@ -163,6 +163,9 @@ nt_status nt_trainer_init(nt_trainer *T, nt_ctx *ctx, const nt_train_options *o,
   }
   int mode = o->cuda_graph;
   T->graph_wanted = nt_ctx_is_cuda(ctx) && mode != 0;
+  const char *pr = getenv("NT_PROFILE_ITERS");
+  if (!pr || sscanf(pr, "%ld:%ld", &T->profile_from, &T->profile_to) != 2)
+    T->profile_from = T->profile_to = -1;
   T->t_start = T->t_last = nt_now_s();
   T->last_loss = NAN;
   return NT_OK;
@@ -355,9 +358,7 @@ nt_status nt_trainer_step(nt_trainer *T, const nt_tensor *loss) {
   nt_mem_stats m0, m1;
   nt_mem_get_stats(T->ctx, &m0);
   /* NT_PROFILE_ITERS="a:b": iterations a..b-1 are the profiler's range (see nt_profiler_range). */
-  const char *pr = getenv("NT_PROFILE_ITERS");
-  long pa = -1, pb = -1;
-  if (pr && sscanf(pr, "%ld:%ld", &pa, &pb) == 2 && T->iter == pa) nt_profiler_range(T->ctx, true);
+  if (T->iter == T->profile_from) nt_profiler_range(T->ctx, true);
   nt_status st = run_body(T);
   if (st) return st;
   nt_optim_step_args a = nt_optim_args((float)nt_trainer_lr(T, T->iter));
@@ -365,7 +366,7 @@ nt_status nt_trainer_step(nt_trainer *T, const nt_tensor *loss) {
   st = nt_adamw_step_scaled(T->ctx, T->opt, T->scaler, &a);
   if (!st) st = nt_scaler_update(T->ctx, T->scaler);
   if (st) return st;
-  if (T->iter + 1 == pb) nt_profiler_range(T->ctx, false);
+  if (T->iter + 1 == T->profile_to) nt_profiler_range(T->ctx, false);
   nt_mem_get_stats(T->ctx, &m1);
   if (T->eager_steps >= 3 || T->graph)
     T->res->steady_system_allocs += m1.n_system_allocs - m0.n_system_allocs;

@@ -30,6 +30,7 @@ typedef struct {
   nt_graph *graph;
   bool graph_wanted, graph_tried;
   int eager_steps;
+  long profile_from, profile_to;  /* NT_PROFILE_ITERS="a:b" (-1: none), read once at init */
   /* Random numbers the body reserves per step (inside the context's RNG step bracket): the
    * latest step's, whether two eager steps differed, and the captured graph's. */
   uint64_t rng_step, graph_rng;
