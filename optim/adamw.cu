@@ -42,11 +42,11 @@ adamw_kernel(const nt_optim_chunk *__restrict__ chunks, float *__restrict__ mast
       int64_t stop = i + 4 < end ? i + 4 : end;
       for (int64_t j = i; j < stop; j++) {
         float p = master[j], mm = m[j], vv = v[j];
-        nt_adam_update(&p, &mm, &vv, nt_vec::to_f(grad[j]), clip, &h, &k);
+        nt_adam_update(&p, &mm, &vv, nt_to_f(grad[j]), clip, &h, &k);
         master[j] = p;
         m[j] = mm;
         v[j] = vv;
-        if (write_lp) lp[j] = nt_vec::from_f<P>(p);
+        if (write_lp) lp[j] = nt_from_f<P>(p);
       }
     }
   }

@@ -39,10 +39,10 @@ sgd_kernel(const nt_optim_chunk *__restrict__ chunks, float *__restrict__ master
       int64_t stop = i + 4 < end ? i + 4 : end;
       for (int64_t j = i; j < stop; j++) {
         float p = master[j], b = buf ? buf[j] : 0.0f;
-        nt_sgd_update(&p, buf ? &b : nullptr, nt_vec::to_f(grad[j]), clip, wd, neg_lr, first, &h);
+        nt_sgd_update(&p, buf ? &b : nullptr, nt_to_f(grad[j]), clip, wd, neg_lr, first, &h);
         master[j] = p;
         if (buf) buf[j] = b;
-        if (write_lp) lp[j] = nt_vec::from_f<P>(p);
+        if (write_lp) lp[j] = nt_from_f<P>(p);
       }
     }
   }
