@@ -106,6 +106,17 @@ def adamw(model, lr, betas, wd):
 
 
 # ---------------------------------------------------------------- PyTorch timing
+def gpt_step(model, fwd, opt, x, y):
+    """One training step as nanoGPT takes it: bf16 autocast, clip 1.0, AdamW."""
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = fwd(x, y)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss
+
+
 def torch_gpt(cfg, B, steps, compile_, tokens):
     torch.manual_seed(0)
     dev = "cuda"
@@ -126,13 +137,7 @@ def torch_gpt(cfg, B, steps, compile_, tokens):
     warm = 10 if compile_ else 5
     for i in range(warm + steps):
         t0 = time.perf_counter()
-        x, y = batch()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = fwd(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        loss = gpt_step(model, fwd, opt, *batch())
         torch.cuda.synchronize()
         if i >= warm:
             times.append(time.perf_counter() - t0)

@@ -8,7 +8,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_train import GPT, adamw  # noqa: E402
+from bench_train import GPT, adamw, gpt_step  # noqa: E402
 
 
 def main():
@@ -26,12 +26,7 @@ def main():
     y = torch.randint(V, (B, T), device="cuda")
 
     def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = fwd(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        gpt_step(model, fwd, opt, x, y)
 
     for _ in range(8):
         step()
