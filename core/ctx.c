@@ -163,14 +163,30 @@ void *nt_ctx_workspace(nt_ctx *ctx, size_t *bytes) {
 
 size_t nt_ctx_workspace_bytes(const nt_ctx *ctx) { return ctx->workspace_bytes; }
 
+/* Whether the compute stream is being captured into a CUDA graph (false for a CPU context). */
+static nt_status compute_capturing(nt_ctx *ctx, bool *capturing) {
+  *capturing = false;
+#ifdef NT_HAVE_CUDA
+  if (nt_ctx_is_cuda(ctx)) {
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    nt_status st = NT_CUDA(ctx, cudaStreamIsCapturing((cudaStream_t)ctx->stream, &cap));
+    if (st) return st;
+    *capturing = cap != cudaStreamCaptureStatusNone;
+  }
+#else
+  (void)ctx;
+#endif
+  return NT_OK;
+}
+
 nt_status nt_ctx_set_workspace_bytes(nt_ctx *ctx, size_t bytes) {
   if (!nt_ctx_is_cuda(ctx)) return NT_OK;
 #ifdef NT_HAVE_CUDA
-  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  bool capturing;
   nt_status st = nt_cuda_set_device(ctx);
-  if (!st) st = NT_CUDA(ctx, cudaStreamIsCapturing((cudaStream_t)ctx->stream, &cap));
+  if (!st) st = compute_capturing(ctx, &capturing);
   if (st) return st;
-  if (cap != cudaStreamCaptureStatusNone)
+  if (capturing)
     return NT_ERROR(ctx, NT_ERR_STATE, "cuBLASLt workspace: cannot be resized while the compute "
                     "stream is being captured into a CUDA graph");
   if (bytes == ctx->workspace_bytes) return NT_OK;
@@ -254,22 +270,6 @@ uint64_t nt_ctx_rng_reserve(nt_ctx *ctx, uint64_t n) {
   return start;
 }
 
-/* Whether the compute stream is being captured into a CUDA graph (false for a CPU context). */
-static nt_status rng_capturing(nt_ctx *ctx, bool *capturing) {
-  *capturing = false;
-#ifdef NT_HAVE_CUDA
-  if (nt_ctx_is_cuda(ctx)) {
-    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-    nt_status st = NT_CUDA(ctx, cudaStreamIsCapturing((cudaStream_t)ctx->stream, &cap));
-    if (st) return st;
-    *capturing = cap != cudaStreamCaptureStatusNone;
-  }
-#else
-  (void)ctx;
-#endif
-  return NT_OK;
-}
-
 /* Makes the base word hold the absolute offset (rounded up to a multiple of 4, so every
  * consumer keeps Philox-block alignment), rewriting it only when it is out of date. */
 static nt_status rng_base_sync(nt_ctx *ctx, bool capturing, const char *who) {
@@ -315,7 +315,7 @@ nt_status nt_ctx_rng_step_begin(nt_ctx *ctx) {
   if (ctx->rng_in_step)
     return NT_ERROR(ctx, NT_ERR_STATE, "nt_ctx_rng_step_begin: a step is already open");
   bool capturing;
-  nt_status st = rng_capturing(ctx, &capturing);
+  nt_status st = compute_capturing(ctx, &capturing);
   if (!st) st = rng_base_sync(ctx, capturing, "nt_ctx_rng_step_begin");
   if (st) return st;
   ctx->rng_in_step = true;
@@ -332,7 +332,7 @@ nt_status nt_ctx_rng_step_end(nt_ctx *ctx, uint64_t *reserved) {
   ctx->rng_step_used = 0;
   if (reserved) *reserved = n;
   bool capturing;
-  nt_status st = rng_capturing(ctx, &capturing);
+  nt_status st = compute_capturing(ctx, &capturing);
   if (st) return st;
   if (nt_ctx_is_cuda(ctx)) {
 #ifdef NT_HAVE_CUDA
@@ -355,7 +355,7 @@ nt_status nt_ctx_rng_step_replay(nt_ctx *ctx, uint64_t reserved) {
     return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "nt_ctx_rng_step_replay: %llu numbers is not a "
                     "step's count (a multiple of 4)", (unsigned long long)reserved);
   bool capturing;
-  nt_status st = rng_capturing(ctx, &capturing);
+  nt_status st = compute_capturing(ctx, &capturing);
   if (!st) st = rng_base_sync(ctx, capturing, "nt_ctx_rng_step_replay");
   if (st) return st;
   ctx->rng_offset += reserved;
