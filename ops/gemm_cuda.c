@@ -8,7 +8,11 @@
  * A plan holds the matmul descriptor, the three layouts and the algorithm; it is keyed by
  * everything that shapes those (sizes, strides, transposes, dtypes, epilogue, alpha/beta
  * special values, TF32, pointer alignments), so a cache hit only sets the per-call pointers
- * (bias, aux, FP8 scales) on the cached descriptor and launches. */
+ * (bias, aux, FP8 scales) on the cached descriptor and launches.
+ *
+ * NT_GEMM_ROWORDER=1 also times the same product posed in other layouts (ORDER_ROW, the other
+ * orientation; gemm_lt.h's NT_GEMM_FORM_*), for plans without a cuBLASLt epilogue; a plan keeps
+ * whichever formulation's kernel is fastest (checked against its own heuristic's result). */
 #ifdef NT_HAVE_CUDA
 #include "core/ctx_internal.h"
 #include "core/cuda_util.h"
@@ -31,6 +35,13 @@ static void plan_free(nt_ctx *ctx, plan *p) {
   if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
   if (p->ld) cublasLtMatrixLayoutDestroy(p->ld);
   if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
+  for (int f = 0; f < NT_GEMM_NFORMS; f++) {
+    lt_form *F = &p->forms[f];
+    if (F->desc) cublasLtMatmulDescDestroy(F->desc);
+    if (F->la) cublasLtMatrixLayoutDestroy(F->la);
+    if (F->lb) cublasLtMatrixLayoutDestroy(F->lb);
+    if (F->ld) cublasLtMatrixLayoutDestroy(F->ld);
+  }
   nt_free(ctx, p->bgrad);
   free(p);
 }
@@ -66,6 +77,20 @@ static nt_status get_cache(nt_ctx *ctx, gemm_cache **out) {
   c->verify_all = env && env[0] == '1';
   env = getenv("NT_GEMM_SEARCH_PICK");
   c->pick_splitk = env && !strcmp(env, "splitk");
+  env = getenv("NT_GEMM_ROWORDER");
+  c->roworder = env && (env[0] == '1' || env[0] == '2') && !env[1] ? env[0] - '0' : 0;
+  /* NT_GEMM_SUSTAINED: unset or 1, the default warm-up; 0 off; a number >= 2, that many ms. */
+  env = getenv("NT_GEMM_SUSTAINED");
+  c->sustained_ms = NT_GEMM_SUSTAINED_MS;
+  if (env && env[0]) {
+    char *end = NULL;
+    double v = strtod(env, &end);
+    if (!end || *end || !(v >= 0) || v > 1000)
+      nt_log(ctx, NT_LOG_WARN, "gemm: NT_GEMM_SUSTAINED=%s is not 0, 1 or a warm-up in ms "
+             "(2..1000); using %g ms", env, (double)c->sustained_ms);
+    else if (v != 1)
+      c->sustained_ms = (float)v;
+  }
   int major = 0, minor = 0;
   nt_status st = NT_CUDA(ctx, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
                                                      ctx->device.index));
@@ -189,7 +214,7 @@ static void describe_plan(nt_ctx *ctx, const plan *pl, const nt_gemm_problem *p,
            "cuBLASLt m %lld n %lld k %lld batch %lld; A (our B) %s op %s ld %lld align %d; "
            "B (our A) %s op %s ld %lld align %d; C %s; D %s ld %lld align %d; epilogue %d%s, "
            "bias %s; scale pointers A %s B %s; alpha %g beta %g; heuristic %s, %d candidate(s)%s%s;"
-           " workspace %zu bytes",
+           " workspace %zu bytes; formulation %s",
            (long long)k->m, (long long)k->n, (long long)k->k, (long long)k->batch,
            lt_type_name(k->ta), k->opa == CUBLAS_OP_T ? "T" : "N", (long long)k->lda, k->align_a,
            lt_type_name(k->tb), k->opb == CUBLAS_OP_T ? "T" : "N", (long long)k->ldb, k->align_b,
@@ -202,7 +227,7 @@ static void describe_plan(nt_ctx *ctx, const plan *pl, const nt_gemm_problem *p,
            pl->n_algos, pl->launch_status != CUBLAS_STATUS_SUCCESS ? ", autotune launch: " : "",
            pl->launch_status != CUBLAS_STATUS_SUCCESS ? cublasLtGetStatusString(pl->launch_status)
                                                       : "",
-           ctx->workspace_bytes);
+           ctx->workspace_bytes, nt_gemm_form_name[pl->form]);
 }
 
 static const void *bias_ptr(const nt_gemm_problem *p) {
@@ -272,17 +297,22 @@ static nt_status make_key(nt_ctx *ctx, const gemm_cache *c, const nt_gemm_proble
   return NT_OK;
 }
 
-static nt_status make_layout(nt_ctx *ctx, gemm_cache *c, cublasLtMatrixLayout_t *l,
-                             nt_dtype dt, int32_t op, int64_t rows, int64_t cols, int64_t ld,
-                             int64_t batch, int64_t stride) {
+/* A stored matrix: r x c column-major, or (row) the same memory read as ORDER_ROW, which is
+ * its transpose: c x r with the same leading dim. */
+static nt_status layout_stored(nt_ctx *ctx, gemm_cache *c, cublasLtMatrixLayout_t *l,
+                               nt_dtype dt, bool row, int64_t r, int64_t cc, int64_t ld,
+                               int64_t batch, int64_t stride) {
   cudaDataType_t t = nt_gemm_lt_type(dt);
-  /* The stored matrix is rows x cols for op N, cols x rows for op T. */
-  uint64_t r = (uint64_t)(op == CUBLAS_OP_N ? rows : cols);
-  uint64_t cc = (uint64_t)(op == CUBLAS_OP_N ? cols : rows);
-  nt_status st = LT(ctx, cublasLtMatrixLayoutCreate(l, t, r, cc, ld));
+  nt_status st = LT(ctx, cublasLtMatrixLayoutCreate(l, t, (uint64_t)(row ? cc : r),
+                                                    (uint64_t)(row ? r : cc), ld));
   if (st) return st;
   c->stats.descriptors++;
-  if (batch > 1) {
+  if (row) {
+    int32_t order = CUBLASLT_ORDER_ROW;
+    st = LT(ctx, cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_ORDER, &order,
+                                                  sizeof order));
+  }
+  if (!st && batch > 1) {
     int32_t n = (int32_t)batch;
     st = LT(ctx, cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &n,
                                                   sizeof n));
@@ -291,6 +321,14 @@ static nt_status make_layout(nt_ctx *ctx, gemm_cache *c, cublasLtMatrixLayout_t 
                               sizeof stride));
   }
   return st;
+}
+
+static nt_status make_layout(nt_ctx *ctx, gemm_cache *c, cublasLtMatrixLayout_t *l,
+                             nt_dtype dt, int32_t op, int64_t rows, int64_t cols, int64_t ld,
+                             int64_t batch, int64_t stride) {
+  /* The stored matrix is rows x cols for op N, cols x rows for op T. */
+  return layout_stored(ctx, c, l, dt, false, op == CUBLAS_OP_N ? rows : cols,
+                       op == CUBLAS_OP_N ? cols : rows, ld, batch, stride);
 }
 
 nt_status nt_gemm_lt_pref(nt_ctx *ctx, gemm_cache *c, const plan_key *k,
@@ -381,9 +419,103 @@ fail:
   return st;
 }
 
-cublasStatus_t nt_gemm_lt_launch(nt_ctx *ctx, const plan *pl, const nt_gemm_problem *p,
+const char *const nt_gemm_form_name[NT_GEMM_NFORMS] = {"T.col", "T.row", "D.row", "D.col"};
+
+static bool form_swaps(int form) { return form == NT_GEMM_FORM_DROW || form == NT_GEMM_FORM_DCOL; }
+
+bool nt_gemm_lt_forms_ok(const plan *pl) {
+  return pl->desc && pl->lt_epi == CUBLASLT_EPILOGUE_DEFAULT && !pl->lc && !pl->key.has_scale &&
+         !is_fp8((nt_dtype)pl->key.ta) && !is_fp8((nt_dtype)pl->key.tb);
+}
+
+/* Formulation f's descriptor and layouts, from the plan's own (column-major, cuBLASLt's A our
+ * op(B)^T, its B our op(A)^T, its D our D^T). Reading a matrix as ORDER_ROW transposes it, so
+ * its op flips; the other orientation computes (D^T)^T = op(A) op(B): cuBLASLt's A and B swap
+ * roles, both ops flip, and D is read as ORDER_ROW. */
+static nt_status form_build(nt_ctx *ctx, gemm_cache *c, plan *pl, const nt_gemm_problem *p,
+                            int f) {
+  const plan_key *k = &pl->key;
+  lt_form *F = &pl->forms[f];
+  bool swap = form_swaps(f), row = f == NT_GEMM_FORM_TROW || f == NT_GEMM_FORM_DROW;
+  struct {
+    nt_dtype dt;
+    int32_t op;
+    int64_t r, c, ld, stride;  /* the plan's stored (column-major) matrix */
+  } X[2] = {{p->B->dtype, k->opa, k->opa == CUBLAS_OP_N ? k->m : k->k,
+             k->opa == CUBLAS_OP_N ? k->k : k->m, k->lda, k->sa},
+            {p->A->dtype, k->opb, k->opb == CUBLAS_OP_N ? k->k : k->n,
+             k->opb == CUBLAS_OP_N ? k->n : k->k, k->ldb, k->sb}};
+  cublasOperation_t op[2];
+  cublasLtMatrixLayout_t *l[2] = {&F->la, &F->lb};
+  nt_status st = NT_OK;
+  for (int i = 0; i < 2 && !st; i++) {
+    int j = swap ? 1 - i : i;  /* the plan's operand that becomes this form's A (0) or B (1) */
+    bool flip = swap != row;
+    op[i] = (cublasOperation_t)(flip ? (X[j].op == CUBLAS_OP_N ? CUBLAS_OP_T : CUBLAS_OP_N)
+                                     : X[j].op);
+    st = layout_stored(ctx, c, l[i], X[j].dt, row, X[j].r, X[j].c, X[j].ld, k->batch,
+                       X[j].stride);
+  }
+  if (!st) st = layout_stored(ctx, c, &F->ld, p->D->dtype, swap, k->m, k->n, k->ldd, k->batch,
+                              k->sd);
+  if (!st) st = LT(ctx, cublasLtMatmulDescCreate(&F->desc, nt_gemm_lt_compute(k), CUDA_R_32F));
+  if (!st) c->stats.descriptors++;
+  if (!st) st = SET(ctx, F->desc, CUBLASLT_MATMUL_DESC_TRANSA, op[0]);
+  if (!st) st = SET(ctx, F->desc, CUBLASLT_MATMUL_DESC_TRANSB, op[1]);
+  return st;
+}
+
+nt_status nt_gemm_lt_form_heuristic(nt_ctx *ctx, gemm_cache *c, plan *pl,
+                                    const nt_gemm_problem *p, int form,
+                                    cublasLtMatmulHeuristicResult_t *res, int max, int *n) {
+  *n = 0;
+  if (form <= NT_GEMM_FORM_TCOL || form >= NT_GEMM_NFORMS || !nt_gemm_lt_forms_ok(pl))
+    return NT_OK;
+  lt_form *F = &pl->forms[form];
+  nt_status st = NT_OK;
+  /* Layouts cuBLASLt refuses to create leave nothing usable: no candidates, no error. */
+  if (!F->desc && (st = form_build(ctx, c, pl, p, form))) {
+    nt_log(ctx, NT_LOG_DEBUG, "gemm: formulation %s not built: %s", nt_gemm_form_name[form],
+           nt_last_error(ctx));
+    nt_clear_error(ctx);
+    return NT_OK;
+  }
+  plan_key k = pl->key;  /* the preference's alignments follow the operands */
+  if (form_swaps(form)) {
+    k.align_a = pl->key.align_b;
+    k.align_b = pl->key.align_a;
+  }
+  cublasLtMatmulPreference_t pref = NULL;
+  if ((st = nt_gemm_lt_pref(ctx, c, &k, &pref))) return st;
+  cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)ctx->cublaslt, F->desc,
+                                                     F->la, F->lb, F->ld, F->ld, pref, max, res,
+                                                     n);
+  cublasLtMatmulPreferenceDestroy(pref);
+  nt_log(ctx, NT_LOG_DEBUG, "gemm M %lld N %lld K %lld: formulation %s: heuristic %s, %d "
+         "candidate(s)", (long long)p->M, (long long)p->N, (long long)p->K,
+         nt_gemm_form_name[form], cublasLtGetStatusString(hs), hs ? 0 : *n);
+  if (hs != CUBLAS_STATUS_SUCCESS) *n = 0;
+  return NT_OK;
+}
+
+int nt_gemm_lt_plans_in_other_forms(nt_ctx *ctx) {
+  gemm_cache *c = ctx->gemm_cache;
+  int n = 0;
+  for (size_t i = 0; c && i < c->cap; i++) n += c->slots[i] && c->slots[i]->form != 0;
+  return n;
+}
+
+cublasStatus_t nt_gemm_lt_launch(nt_ctx *ctx, const plan *pl, const nt_gemm_problem *p, int form,
                                  const cublasLtMatmulAlgo_t *algo, void *d_out, const void *c_in) {
   float alpha = p->alpha, beta = p->o->beta;
+  if (form != NT_GEMM_FORM_TCOL) {  /* no C layout of its own here (nt_gemm_lt_forms_ok) */
+    const lt_form *F = &pl->forms[form];
+    bool swap = form_swaps(form);
+    return cublasLtMatmul((cublasLtHandle_t)ctx->cublaslt, F->desc, &alpha,
+                          swap ? p->A->data : p->B->data, F->la, swap ? p->B->data : p->A->data,
+                          F->lb, &beta, d_out, F->ld, d_out, F->ld, algo, ctx->workspace,
+                          ctx->workspace_bytes, nt_cuda_stream(ctx));
+  }
   return cublasLtMatmul((cublasLtHandle_t)ctx->cublaslt, pl->desc, &alpha, p->B->data, pl->la,
                         p->A->data, pl->lb, &beta, pl->lc ? c_in : d_out,
                         nt_gemm_lt_c_layout(pl), d_out, pl->ld, algo, ctx->workspace,
@@ -433,7 +565,7 @@ static nt_status run_matmul(nt_ctx *ctx, gemm_cache *c, plan *pl, const nt_gemm_
                                         nt_cuda_stream(ctx)));
       if (st) break;
     }
-    s = nt_gemm_lt_launch(ctx, pl, p, &pl->algo, p->D->data, copy);
+    s = nt_gemm_lt_launch(ctx, pl, p, pl->form, &pl->algo, p->D->data, copy);
     if (!may_copy_c(pl, s)) break;
     if ((st = use_c_copy(ctx, c, pl))) break;
   }

@@ -10,6 +10,25 @@
  * the widened search asks for more (gemm_search.c). */
 #define NT_GEMM_HEURISTIC_CANDIDATES 32
 
+/* NT_GEMM_SUSTAINED's default warm-up (ms) before each finalist's timed runs (gemm_tune.c). */
+#define NT_GEMM_SUSTAINED_MS 40.0f
+
+/* The same product posed to cuBLASLt in other layouts (NT_GEMM_ROWORDER; bench/gemm_probe.c
+ * times them all). TCOL is the plan's own (top of gemm_cuda.c: D^T = op(B)^T op(A)^T, every
+ * matrix column-major). TROW: the same with cuBLASLt's A and B described as CUBLASLT_ORDER_ROW
+ * (a column-major matrix's memory read row-major is its transpose, so the op flips). DROW:
+ * D = op(A) op(B) directly, cuBLASLt's A our A, every matrix ORDER_ROW. DCOL: D = op(A) op(B),
+ * A and B column-major (ops flipped), C and D ORDER_ROW. Only plans with no cuBLASLt epilogue
+ * and no FP8 (nt_gemm_lt_forms_ok): bias and aux vectors would change orientation. */
+enum { NT_GEMM_FORM_TCOL, NT_GEMM_FORM_TROW, NT_GEMM_FORM_DROW, NT_GEMM_FORM_DCOL,
+       NT_GEMM_NFORMS };
+extern const char *const nt_gemm_form_name[NT_GEMM_NFORMS];
+
+typedef struct {
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t la, lb, ld;  /* C is D (in place) */
+} lt_form;
+
 typedef struct {
   int64_t m, n, k, batch;          /* cuBLASLt's: m = our N, n = our M */
   int64_t lda, ldb, ldd, ldx;
@@ -41,6 +60,8 @@ typedef struct {
   nt_dtype bgrad_dt;
   cublasStatus_t heuristic_status;   /* of the last heuristic query, for error messages */
   cublasLtEpilogue_t lt_epi;         /* the epilogue on desc */
+  int form;                          /* the formulation algo belongs to (NT_GEMM_FORM_*) */
+  lt_form forms[NT_GEMM_NFORMS];     /* built on demand; [TCOL] unused (desc, la, lb, ld) */
 } plan;
 
 typedef struct {
@@ -51,6 +72,10 @@ typedef struct {
   int search;          /* NT_GEMM_SEARCH: 0 heuristic list only, 1 widened for big shapes, 2 all */
   bool verify_all;     /* NT_GEMM_SEARCH_VERIFY=1: check every searched candidate's result */
   bool pick_splitk;    /* NT_GEMM_SEARCH_PICK=splitk: keep the fastest split-K candidate */
+  int roworder;        /* NT_GEMM_ROWORDER: 1 the other formulations' heuristic lists are
+                          timed too, 2 (tests) one of them is kept whenever one verifies */
+  float sustained_ms;  /* NT_GEMM_SUSTAINED: warm-up per finalist (ms) for products of
+                          >= 1 GFLOP; 0 off (see gemm_tune.c) */
   int cc;              /* compute capability, major * 10 + minor */
   float *fp8_scales;   /* 16-byte aligned device slots for misaligned FP8 scale pointers */
 } gemm_cache;
@@ -81,10 +106,23 @@ cudaDataType_t nt_gemm_lt_type(nt_dtype t);
 nt_status nt_gemm_lt_pref(nt_ctx *ctx, gemm_cache *c, const plan_key *k,
                           cublasLtMatmulPreference_t *out);
 
-/* One product with `algo` into d_out; c_in is C when the plan has a C layout of its own (NULL
- * at beta 0, a copy of D for c_copy), otherwise C is d_out, in place. */
-cublasStatus_t nt_gemm_lt_launch(nt_ctx *ctx, const plan *pl, const nt_gemm_problem *p,
+/* One product with `algo` (of formulation `form`, built) into d_out; c_in is C when the plan
+ * has a C layout of its own (NULL at beta 0, a copy of D for c_copy), otherwise C is d_out,
+ * in place. */
+cublasStatus_t nt_gemm_lt_launch(nt_ctx *ctx, const plan *pl, const nt_gemm_problem *p, int form,
                                  const cublasLtMatmulAlgo_t *algo, void *d_out, const void *c_in);
+
+/* Whether the plan's product may run in another formulation (no cuBLASLt epilogue, no FP8). */
+bool nt_gemm_lt_forms_ok(const plan *pl);
+
+/* Builds formulation `form` of the plan (once) and asks its heuristic for up to `max`
+ * candidates into res; *n 0 when cuBLASLt offers none or rejects the layouts. */
+nt_status nt_gemm_lt_form_heuristic(nt_ctx *ctx, gemm_cache *c, plan *pl,
+                                    const nt_gemm_problem *p, int form,
+                                    cublasLtMatmulHeuristicResult_t *res, int max, int *n);
+
+/* Tests: how many cached plans run a formulation other than the plan's own. */
+int nt_gemm_lt_plans_in_other_forms(nt_ctx *ctx);
 
 /* Times the heuristic's candidates res[0..n) (and, per NT_GEMM_SEARCH, a widened set of
  * configurations) and keeps the fastest in pl->algo / pl->ws_needed; *ran tells whether any

@@ -12,12 +12,16 @@
  *          CTA swizzle, cluster shape (sm_90+), custom option and stages variants, one attribute
  *          at a time
  *   combo  per base, the best value of every attribute that helped, combined
+ *   row    NT_GEMM_ROWORDER: the heuristic lists of the same product in other layouts
+ *          (gemm_lt.h's NT_GEMM_FORM_*), timed with the plan's own list; not widened further
  * Every built configuration must pass cublasLtMatmulAlgoCheck with a workspace need within the
  * context's workspace (and, below mode 2, a wave count within WAVES_MAX x the heuristic first
  * choice's). Each is run once untimed (lazy module loading; whether it launches at
  * all) and once timed; the fastest few (within PRUNE of the fastest, at most final_max, always
  * with the heuristic list's fastest) then get TUNE_ROUNDS samples of REPS runs each, taken
- * round-robin so clock changes hit every candidate alike, and the median decides.
+ * round-robin so clock changes hit every candidate alike, and the median decides (products of
+ * >= 1 GFLOP, NT_GEMM_SUSTAINED on by default: at most 8 + 1 finalists, each run back to back
+ * for a warm-up first so that the GPU is at its sustained clocks; gemm_tune.c).
  * Configurations built from ids and attributes are not the heuristic's vetted choices: a kept
  * one is first compared with the heuristic's kernel on the same inputs (checksums of D, see
  * gemm_internal.h) and dropped beyond the dtype's tolerance.
@@ -87,7 +91,7 @@ double nt_gemm_checksum_rel_diff(const double *cand, const double *ref) {
 #include "core/ctx_internal.h"
 #include <stdlib.h>
 
-const char *const nt_gemm_src_name[NSRC] = {"heur", "algo", "enum", "var", "combo"};
+const char *const nt_gemm_src_name[NSRC] = {"heur", "algo", "enum", "var", "combo", "row"};
 
 #define WAVES_MAX 8.0f
 
@@ -229,6 +233,25 @@ void nt_gemm_search_add_list(tuner *T, const cublasLtMatmulHeuristicResult_t *re
     if (x) (void)seen_add(T, fnv(&x->cfg, sizeof x->cfg, 2));
     if (T->ref_waves <= 0) T->ref_waves = res[i].wavesCount;
   }
+}
+
+nt_status nt_gemm_search_add_forms(tuner *T) {
+  cublasLtMatmulHeuristicResult_t res[NT_GEMM_HEURISTIC_CANDIDATES];
+  for (int f = NT_GEMM_FORM_TCOL + 1; f < NT_GEMM_NFORMS; f++) {
+    int n = 0;
+    nt_status st = nt_gemm_lt_form_heuristic(T->ctx, T->c, T->pl, T->p, f, res,
+                                             NT_GEMM_HEURISTIC_CANDIDATES, &n);
+    if (st) return st;
+    for (int i = 0; i < n; i++) {
+      if (res[i].state != CUBLAS_STATUS_SUCCESS ||
+          res[i].workspaceSize > T->ctx->workspace_bytes)
+        continue;
+      /* Not entered in `seen`: equal configuration bytes are another kernel in other layouts. */
+      cand *x = push(T, &res[i].algo, res[i].workspaceSize, res[i].wavesCount, SRC_ROW, i);
+      if (x) x->form = (uint8_t)f;
+    }
+  }
+  return NT_OK;
 }
 
 /* A configuration built from attributes: validated by AlgoCheck, new unless its attributes were
@@ -526,6 +549,8 @@ nt_status nt_gemm_search_widen(tuner *T) {
   int *ix = nt_gemm_tune_by_speed(T, &cnt);
   int *bases = malloc((size_t)(T->L->var_bases > 0 ? T->L->var_bases : 1) * sizeof *bases);
   for (int i = 0; ix && bases && i < cnt && nb < T->L->var_bases; i++) {
+    if (T->v[ix[i]].form != NT_GEMM_FORM_TCOL) continue;  /* variants are AlgoCheck'd on the
+                                                             plan's own layouts */
     bool dup = false;
     for (int j = 0; j < nb; j++)
       dup = dup || !memcmp(&T->v[bases[j]].cfg, &T->v[ix[i]].cfg, sizeof(lt_cfg));

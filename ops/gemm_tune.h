@@ -5,7 +5,8 @@
 #ifdef NT_HAVE_CUDA
 #include "ops/gemm_lt.h"
 
-enum { SRC_HEUR, SRC_ALGO, SRC_ENUM, SRC_VAR, SRC_COMBO, NSRC };
+/* row: another formulation's heuristic list (NT_GEMM_ROWORDER, gemm_lt.h) */
+enum { SRC_HEUR, SRC_ALGO, SRC_ENUM, SRC_VAR, SRC_COMBO, SRC_ROW, NSRC };
 extern const char *const nt_gemm_src_name[NSRC];
 enum { ST_NEW, ST_TIMED, ST_FAILED, ST_SKIPPED, ST_REJECTED };
 /* The attribute a variant changes (combos merge the best of each). */
@@ -28,6 +29,7 @@ typedef struct {
   int rank;       /* position in the heuristic's list (heur), else -1 */
   int base;       /* var: the candidate it varies; else -1 */
   uint8_t src, state, group, verified;
+  uint8_t form;   /* NT_GEMM_FORM_*: the layouts algo was chosen for (TCOL but for src row) */
 } cand;
 
 typedef struct {
@@ -74,6 +76,7 @@ typedef struct {
   double ref_sums[2 * NT_GEMM_NSUMS];
   bool ref_finite;
   double tol;
+  float warm_ms;           /* the finalists' sustained warm-up (0: timed round-robin) */
 } tuner;
 
 /* How much a search may try (gemm_search.c): the heuristic's 32 alone, widened, or all. */
@@ -81,6 +84,8 @@ const limits *nt_gemm_search_limits(bool wide, bool all);
 
 /* Candidates (gemm_search.c). The plan's own heuristic list, as returned. */
 void nt_gemm_search_add_list(tuner *T, const cublasLtMatmulHeuristicResult_t *res, int n);
+/* NT_GEMM_ROWORDER: the other formulations' heuristic lists (src row). */
+nt_status nt_gemm_search_add_forms(tuner *T);
 /* The widened search: more heuristic results, per-algorithm results, enumerated
  * configurations and variants, each batch timed by nt_gemm_tune_quick_round. */
 nt_status nt_gemm_search_widen(tuner *T);

@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdlib.h>
 #ifdef NT_HAVE_CUDA
+#include "ops/gemm_lt.h"
 #include <cuda_runtime_api.h>
 #endif
 #include <string.h>
@@ -579,6 +580,65 @@ static void test_search(ctxs *c, int cc) {
   c->gpu = gpu0;
 }
 
+/* NT_GEMM_ROWORDER=2: every plan without a cuBLASLt epilogue keeps a kernel of another
+ * formulation (ORDER_ROW layouts, the other orientation; gemm_lt.h) when cuBLASLt offers one
+ * that matches the plan's own kernel, so each product below runs that way and must match the
+ * CPU: transposes, padded leading dims, beta (timed on scratch), batches, f16/f32/tf32, a split
+ * epilogue, and a product over 1 GFLOP (sustained finalist timing, NT_GEMM_SUSTAINED=5 ms). */
+static void test_roworder(ctxs *c) {
+#ifdef NT_HAVE_CUDA
+  nt_ctx *gpu0 = c->gpu;
+  setenv("NT_GEMM_ROWORDER", "2", 1);
+  setenv("NT_GEMM_SUSTAINED", "5", 1);
+  printf("NT_GEMM_ROWORDER=2 (another formulation kept whenever one verifies):\n");
+  if ((c->gpu = ctx_with("0", NULL, NULL))) {
+    char name[96];
+    for (int t = 0; t < 4; t++)
+      for (int pad = 0; pad < 2; pad++) {
+        gcase g = base(NT_BF16, NT_BF16);
+        g.M = 96; g.N = 80; g.K = 72;
+        g.ta = t & 1; g.tb = t >> 1; g.pad = pad ? 8 : 0;
+        snprintf(name, sizeof name, "roworder bf16 ta%d tb%d%s", g.ta, g.tb, pad ? " padded" : "");
+        run_case(c, &g, name);
+      }
+    gcase g = base(NT_F16, NT_F16);
+    g.M = 64; g.N = 48; g.K = 256; g.ta = true; g.alpha = 2.0f; g.beta = 0.5f;
+    run_case(c, &g, "roworder f16 ta alpha 2 beta 0.5");
+    g = base(NT_F32, NT_F32);
+    g.M = 33; g.N = 40; g.K = 64; g.tb = true;
+    run_case(c, &g, "roworder f32 tb");
+    g = base(NT_F32, NT_F32);
+    g.M = 40; g.N = 24; g.K = 128; g.tf32 = g.tf32_exact = true;
+    run_case(c, &g, "roworder tf32");
+    g = base(NT_BF16, NT_F32);
+    g.M = 19; g.N = 24; g.K = 40; g.ta = true;
+    g.batch_a = g.batch_b = g.batch_d = 3;
+    run_case(c, &g, "roworder bf16->f32 batched 3, ta");
+    g = base(NT_BF16, NT_BF16);
+    g.M = 64; g.N = 96; g.K = 128; g.epi = NT_EPI_BGRADA; g.ta = true; g.alpha = 0.5f;
+    run_case(c, &g, "roworder bf16 BGRADA alpha 0.5 (split)");
+    g = base(NT_BF16, NT_BF16);
+    g.M = 1024; g.N = 1024; g.K = 512; g.tb = true;
+    run_case(c, &g, "roworder bf16 tb 1024x1024x512 (sustained)");
+    int other = nt_gemm_lt_plans_in_other_forms(c->gpu);
+    nt_gemm_stats s;
+    print_stats("roworder", c->gpu, &s);
+    printf("  plans running another formulation: %d of %llu\n", other,
+           (unsigned long long)s.plans);
+    if (other == 0)
+      printf("  NOTE: cuBLASLt offered no verified kernel in another formulation: nothing of "
+             "NT_GEMM_ROWORDER was exercised\n");
+    nt_ctx_free(c->gpu);
+  }
+  unsetenv("NT_GEMM_ROWORDER");
+  unsetenv("NT_GEMM_SUSTAINED");
+  unsetenv("NT_GEMM_SEARCH");
+  c->gpu = gpu0;
+#else
+  (void)c;
+#endif
+}
+
 static int compute_capability(void) {
   int major = 0, minor = 0;
 #ifdef NT_HAVE_CUDA
@@ -591,7 +651,8 @@ static int compute_capability(void) {
 
 /* "gpu_test_gemm fp8" runs the FP8 cases only (tests/gemm.cmake runs it with NT_LOG=debug, so
  * the log shows each FP8 plan: layouts, types, heuristic status and count, kernel kept).
- * "gpu_test_gemm search" runs the autotuner's search tests (test_search; it sets the knobs). */
+ * "gpu_test_gemm search" runs the autotuner's search tests (test_search, then test_roworder;
+ * they set the knobs). */
 int main(int argc, char **argv) {
   ctxs c;
   bool fp8_only = argc > 1 && !strcmp(argv[1], "fp8");
@@ -604,6 +665,7 @@ int main(int argc, char **argv) {
     if (search) {
       test_checksum_kernel(&c);
       test_search(&c, compute_capability());
+      test_roworder(&c);
     }
     nt_ctx_free(c.cpu);
     nt_ctx_free(c.gpu);
