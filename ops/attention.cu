@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include "ops/attention.h"
 #include "ops/attention_cuda.cuh"
+#include "ops/wgmma.cuh"
 #include "core/cuda_util.h"
 
 namespace {
@@ -325,6 +326,15 @@ bool use_mma(const nt_tensor *const *ts, int n) {
   return !(e && *e && strcmp(e, "0") != 0);
 }
 
+/* On top of use_mma: the Hopper (wgmma) kernels for D = 64 where the build and the device
+ * have them, unless NT_ATTN_WGMMA=0 asks for the mma.sync ones. */
+bool use_wgmma(nt_ctx *ctx, int D) {
+  if (D != 64) return false;
+  const char *e = getenv("NT_ATTN_WGMMA");
+  if (e && strcmp(e, "0") == 0) return false;
+  return nt_wgmma_usable(nt_cuda_stream(ctx));
+}
+
 /* Inside an RNG step o->offset is relative to the context's step base (core/ctx.h). */
 nt_attn_drop drop_of(nt_ctx *ctx, const nt_attention_opts *o) {
   const float p = o->dropout;
@@ -479,6 +489,10 @@ extern "C" nt_status nt_attention_forward_cuda(nt_ctx *ctx, const nt_tensor *q,
   if (st) return st;
   const problem pb = problem_of(ctx, q, o);
   const nt_tensor *ts[4] = {q, k, v, out};
+  if (use_mma(ts, 4) && use_wgmma(ctx, pb.D))
+    return nt_attention_forward_wg(ctx, q->dtype, view_of(q), view_of(k), view_of(v),
+                                   view_of(out), (float *)lse->data, pb.BH, pb.H, pb.T,
+                                   pb.drop ? &pb.dr : NULL);
   if (use_mma(ts, 4))
     return nt_attention_forward_mma(ctx, q->dtype, view_of(q), view_of(k), view_of(v),
                                     view_of(out), (float *)lse->data, pb.BH, pb.H, pb.T, pb.D,

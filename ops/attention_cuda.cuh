@@ -47,6 +47,12 @@ nt_status nt_attention_backward_mma(nt_ctx *ctx, nt_dtype dt, nt_attn_view dout,
                                     nt_attn_view dv, int BH, int H, int T, int D,
                                     const nt_attn_drop *drop, bool overwrite);
 
+/* The wgmma forward (attention_fwd_wg.cu): D = 64, F16/BF16, 16-byte aligned rows, on a device
+ * where nt_wgmma_usable (ops/wgmma.cuh); otherwise as nt_attention_forward_mma. */
+nt_status nt_attention_forward_wg(nt_ctx *ctx, nt_dtype dt, nt_attn_view q, nt_attn_view k,
+                                  nt_attn_view v, nt_attn_view out, float *lse, int BH, int H,
+                                  int T, const nt_attn_drop *drop);
+
 namespace nt_attn {
 
 /* Element offset of head bh's first row in a view. */

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include "ops/attention_cuda.cuh"
 #include "ops/attention_mma.cuh"
+#include "ops/attention_softmax.cuh"
 #include "core/cuda_util.h"
 
 namespace {
@@ -34,12 +35,6 @@ constexpr float kLog2e = 1.4426950408889634f;
 /* KB keys per tile: 64 by default, 128 as a variant (NT_ATTN_FWD_KEYS=128). */
 template <int D, int KB> constexpr int smem_bytes() { return (kBr + 4 * KB) * (D + kLdPad) * 2; }
 
-/* Where a warp's dropout keep bits live (see the top comment): kRw rows per warp, kLp lanes
- * per row, kSlots 32-key words per lane. */
-template <int KB, int kM> struct fwd_keep {
-  static constexpr int kRw = 16 * kM, kLp = 32 / kRw, kSlots = KB / 32 / kLp;
-};
-
 /* One key/value tile for one warp: S = Q K^T, online softmax, [dropout,] O += P V. kDiag:
  * the tile meets the diagonal, so keys after a row (and past T) are masked and m-blocks that
  * see no key are skipped; the other tiles run without any branch. kDrop: lane_rel is the
@@ -55,26 +50,15 @@ __device__ __forceinline__ void fwd_tile(const T *kb, const T *vb,
                                          float sl2, const nt_attn_drop &dr,
                                          unsigned long long lane_rel, int lane_row) {
   constexpr int kLd = D + kLdPad, kDt = D / 8, kKs = D / 16, kSt = KB / 8;
-  using keep = fwd_keep<KB, kM>;
   /* An m-block whose last row precedes the tile's first key sees nothing here (warp-uniform).
    * Tile 0 is never skipped, so every row's running max is finite after it. */
   bool active[kM];
 #pragma unroll
   for (int mi = 0; mi < kM; mi++) active[mi] = !kDiag || row_w + mi * 16 + 15 >= key0;
 
-  /* This lane's keep words, drawn first so the integer work overlaps the tensor-core work;
-   * on the diagonal a word whose keys all follow the row is not needed. */
-  uint32_t kw[keep::kSlots];
-  if constexpr (kDrop) {
-    const unsigned long long lane_first = drop_origin(dr) + lane_rel;
-#pragma unroll
-    for (int sl = 0; sl < keep::kSlots; sl++) {
-      const int key = key0 + 32 * (sl * keep::kLp + lane / keep::kRw);
-      kw[sl] = 0u;
-      if (!kDiag || key <= lane_row) kw[sl] = keep_bits<32>(dr, lane_first + (unsigned)key);
-    }
-  }
-
+  /* This lane's keep words, drawn first so the integer work overlaps the tensor-core work. */
+  uint32_t kw[fwd_keep<KB, kM>::kSlots];
+  if constexpr (kDrop) draw_keep<KB, kM, kDiag>(kw, dr, lane_rel, key0, lane_row, lane);
   float s[kM][kSt][4];
 #pragma unroll
   for (int mi = 0; mi < kM; mi++)
@@ -100,70 +84,9 @@ __device__ __forceinline__ void fwd_tile(const T *kb, const T *vb,
       }
     }
   }
-  const int row_a = row_w + (lane >> 2);   /* this thread's rows: row_a + mi * 16 (+ 8) */
-#pragma unroll
-  for (int mi = 0; mi < kM; mi++) {
-    if (!active[mi]) continue;
-    if (kDiag) {   /* keys after the query (and past T) are masked */
-#pragma unroll
-      for (int nt = 0; nt < kSt; nt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const int key = key0 + nt * 8 + 2 * (lane & 3) + (e & 1);
-          const int row = row_a + mi * 16 + (e >> 1) * 8;
-          if (key > row) s[mi][nt][e] = -INFINITY;
-        }
-    }
-    /* Online softmax over this tile, per row (two rows per thread per m-block; a row's KB
-     * values are spread over the 4 lanes of a quad). */
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-      float mx = m_r[mi][h];
-#pragma unroll
-      for (int nt = 0; nt < kSt; nt++)
-        mx = fmaxf(mx, fmaxf(s[mi][nt][2 * h], s[mi][nt][2 * h + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float corr = fast_exp2((m_r[mi][h] - mx) * sl2), off = mx * sl2;
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < kSt; nt++) {
-        s[mi][nt][2 * h] = fast_exp2(fmaf(s[mi][nt][2 * h], sl2, -off));
-        s[mi][nt][2 * h + 1] = fast_exp2(fmaf(s[mi][nt][2 * h + 1], sl2, -off));
-        sum += s[mi][nt][2 * h] + s[mi][nt][2 * h + 1];
-      }
-      l_r[mi][h] = l_r[mi][h] * corr + sum;
-      m_r[mi][h] = mx;
-#pragma unroll
-      for (int dt = 0; dt < kDt; dt++) {
-        o[mi][dt][2 * h] *= corr;
-        o[mi][dt][2 * h + 1] *= corr;
-      }
-    }
-  }
-  if constexpr (kDrop) {
-    /* Zero the dropped probabilities (the 1 / (1 - p) goes into the final normalisation). */
-#pragma unroll
-    for (int mi = 0; mi < kM; mi++) {
-      if (!active[mi]) continue;
-#pragma unroll
-      for (int h = 0; h < 2; h++) {
-        const int r = (lane >> 2) + mi * 16 + h * 8;   /* the row within the warp */
-#pragma unroll
-        for (int c = 0; c < KB / 32; c++) {
-          const uint32_t w =
-              __shfl_sync(0xffffffffu, kw[c / keep::kLp], r + keep::kRw * (c % keep::kLp)) >>
-              (2 * (lane & 3));
-#pragma unroll
-          for (int qn = 0; qn < 4; qn++) {
-            float *x = &s[mi][4 * c + qn][2 * h];
-            x[0] = (w >> (8 * qn)) & 1u ? x[0] : 0.f;
-            x[1] = (w >> (8 * qn + 1)) & 1u ? x[1] : 0.f;
-          }
-        }
-      }
-    }
-  }
+  online_softmax<kM, kSt, kDt, kDiag>(s, o, m_r, l_r, active, key0, row_w + (lane >> 2), lane,
+                                      sl2);
+  if constexpr (kDrop) apply_keep<KB, kM>(s, kw, active, lane);
   /* O += P V: the accumulator layout of S is the A-fragment layout of P. */
 #pragma unroll
   for (int kk = 0; kk < KB / 16; kk++) {

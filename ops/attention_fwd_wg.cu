@@ -1,0 +1,222 @@
+/* Causal attention forward on Hopper's warpgroup MMA (wgmma), D = 64, F16/BF16: a block of two
+ * warpgroups owns 128 query rows (64 each) and walks the key/value tiles (KB keys) up to the
+ * diagonal, double-buffered with cp.async into 128-byte swizzled shared tiles
+ * (ops/wgmma.cuh). Per tile and warpgroup: S = Q K^T as one asynchronous m64nKBk16 chain
+ * reading Q and K from shared memory, the online softmax in registers (attention_softmax.cuh,
+ * shared with the mma.sync kernel: the accumulator layouts agree), then O += P V with P
+ * converted in registers to the A operand and V read N-major from shared memory. Against the
+ * mma.sync kernel (attention_fwd.cu) this reads no operand fragments through the register
+ * file and issues one instruction per 64 x KB x 16 product instead of 64.
+ *
+ * Rows past T read zeros and are not stored; keys past T are masked with the causal mask (on
+ * the diagonal tile, where every such key follows every row). Dropout as in attention_fwd.cu:
+ * the same keep words, so the mask is the same bit for bit. */
+#include <stdlib.h>
+#include "ops/attention_cuda.cuh"
+#include "ops/attention_softmax.cuh"
+#include "ops/wgmma.cuh"
+#include "core/cuda_util.h"
+
+namespace {
+
+using namespace nt_attn;
+
+constexpr int kD = 64, kBr = 128, kThreads = 256, kRowBytes = 128;
+constexpr float kLog2e = 1.4426950408889634f;
+
+/* Q, two K buffers, two V buffers, plus slack to align the start to 1024 bytes. */
+template <int KB> constexpr int smem_bytes() { return (kBr + 4 * KB) * kRowBytes + 1024; }
+
+/* cp.async rows [row0, row0 + ROWS) of a [rows_total, 64] matrix (rows ld elements apart)
+ * into a swizzled tile; rows past the end are zero-filled. */
+template <typename T, int ROWS>
+__device__ __forceinline__ void load_sw(unsigned char *tile, const T *g, int ld, int row0,
+                                        int rows_total, int tid) {
+  constexpr int kPass = kThreads / 8;   /* rows per pass: 8 chunks of 16 bytes per row */
+  const int r0 = tid / 8, j = tid % 8;
+#pragma unroll
+  for (int i = 0; i < ROWS / kPass; i++) {
+    const int r = r0 + i * kPass;
+    const bool ok = row0 + r < rows_total;
+    cp_async16(tile + nt_wg::sw_off(r, 8 * j), ok ? g + (long long)(row0 + r) * ld + 8 * j : g,
+               ok);
+  }
+}
+
+/* One key/value tile for one warpgroup (64 rows from row_g, this warp's from row_w). */
+template <typename T, int KB, bool kDiag, bool kDrop>
+__device__ __forceinline__ void wg_tile(uint32_t q_s, uint32_t k_s, uint32_t v_s,
+                                        float (&o)[1][kD / 8][4], float (&m_r)[1][2],
+                                        float (&l_r)[1][2], int key0, int row_w, int lane,
+                                        float sl2, const nt_attn_drop &dr,
+                                        unsigned long long lane_rel, int lane_row) {
+  constexpr int kSt = KB / 8;
+  uint32_t kw[fwd_keep<KB, 1>::kSlots];
+  if constexpr (kDrop) draw_keep<KB, 1, kDiag>(kw, dr, lane_rel, key0, lane_row, lane);
+
+  float s[1][kSt][4];
+  auto &sacc = reinterpret_cast<float(&)[KB / 2]>(s);
+  auto &oacc = reinterpret_cast<float(&)[kD / 2]>(o);
+  nt_wg::fence();
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; kk++)
+    nt_wg::mma_ss<T, KB, 0, 0>::run(sacc, nt_wg::desc(q_s + 32 * kk),
+                                    nt_wg::desc(k_s + 32 * kk), kk > 0);
+  nt_wg::commit();
+  nt_wg::wait<0>();
+  nt_wg::touch(sacc);
+
+  /* Every warp's rows go through the softmax, also those that precede the whole tile on the
+   * diagonal: fully masked, their probabilities are 0 (their running max is finite from
+   * tile 0), which is what the warpgroup-wide P V product needs from them. */
+  const bool active[1] = {true};
+  online_softmax<1, kSt, kD / 8, kDiag>(s, o, m_r, l_r, active, key0, row_w + (lane >> 2), lane,
+                                        sl2);
+  if constexpr (kDrop) apply_keep<KB, 1>(s, kw, active, lane);
+
+  uint32_t pa[KB / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < KB / 16; kk++) {
+    pa[kk][0] = mma_op<T>::pack(s[0][2 * kk][0], s[0][2 * kk][1]);
+    pa[kk][1] = mma_op<T>::pack(s[0][2 * kk][2], s[0][2 * kk][3]);
+    pa[kk][2] = mma_op<T>::pack(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
+    pa[kk][3] = mma_op<T>::pack(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
+  }
+  nt_wg::fence();
+#pragma unroll
+  for (int kk = 0; kk < KB / 16; kk++)
+    nt_wg::mma_rs<T, kD, 1>::run(oacc, pa[kk], nt_wg::desc(v_s + 2048 * kk), true);
+  nt_wg::commit();
+  nt_wg::wait<0>();
+  nt_wg::touch(oacc);
+}
+
+template <typename T, int KB, int kMinBlocks, bool kDrop>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+    fwd_wg_kernel(nt_attn_view qv, nt_attn_view kv, nt_attn_view vv, nt_attn_view ov,
+                  float *__restrict__ lse, int BH, int H, int T_, float scale, nt_attn_drop dr) {
+  constexpr int kDt = kD / 8;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char *qs = reinterpret_cast<unsigned char *>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
+  unsigned char *ks = qs + kBr * kRowBytes;   /* two K buffers, then two V buffers */
+  unsigned char *vs = ks + 2 * KB * kRowBytes;
+
+  const int n_qt = (T_ + kBr - 1) / kBr, n_kt = (T_ + KB - 1) / KB;
+  /* Heaviest tiles (most keys) first so the tail of the grid is short. */
+  const int qt = n_qt - 1 - (int)(blockIdx.x / BH);
+  const long bh = blockIdx.x % BH;
+  const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+  const T *__restrict__ q = static_cast<const T *>(qv.p) + head_off(qv, bh, H);
+  const T *__restrict__ k = static_cast<const T *>(kv.p) + head_off(kv, bh, H);
+  const T *__restrict__ v = static_cast<const T *>(vv.p) + head_off(vv, bh, H);
+  T *__restrict__ out = static_cast<T *>(ov.p) + head_off(ov, bh, H);
+  const int q0 = qt * kBr, row_g = q0 + 64 * wg, row_w = row_g + 16 * warp;
+  const int kt_end = min(n_kt - 1, (q0 + kBr - 1) / KB);   /* last key tile any row sees */
+  const int kt_last_wg = min(kt_end, (row_g + 63) / KB);   /* last one this warpgroup sees */
+  const float sl2 = scale * kLog2e;
+  /* Dropout: the row whose keep bits this lane draws, and its key 0's stream number relative
+   * to the mask's origin. */
+  const int lane_row = row_w + lane % fwd_keep<KB, 1>::kRw;
+  const unsigned long long lane_rel = kDrop ? ((unsigned long long)bh * T_ + lane_row) * T_ : 0ull;
+
+  load_sw<T, kBr>(qs, q, (int)qv.st, q0, T_, tid);
+  load_sw<T, KB>(ks, k, (int)kv.st, 0, T_, tid);
+  load_sw<T, KB>(vs, v, (int)vv.st, 0, T_, tid);
+  cp_async_commit();
+
+  float o[1][kDt][4], m_r[1][2] = {{-INFINITY, -INFINITY}}, l_r[1][2] = {{0.f, 0.f}};
+#pragma unroll
+  for (int i = 0; i < kDt; i++) o[0][i][0] = o[0][i][1] = o[0][i][2] = o[0][i][3] = 0.f;
+  const uint32_t q_s = smem_addr(qs) + 64 * wg * kRowBytes;
+
+  for (int kt = 0; kt <= kt_end; kt++) {
+    const int buf = kt & 1;
+    cp_async_wait<0>();
+    /* Tile kt (written through cp.async, the generic proxy) becomes visible to wgmma's async
+     * proxy, and every warpgroup is done with tile kt - 1 (its wgmma chains were waited for),
+     * whose buffers the prefetch below refills. */
+    nt_wg::fence_smem_to_async();
+    __syncthreads();
+    if (kt < kt_end) {
+      load_sw<T, KB>(ks + (buf ^ 1) * KB * kRowBytes, k, (int)kv.st, (kt + 1) * KB, T_, tid);
+      load_sw<T, KB>(vs + (buf ^ 1) * KB * kRowBytes, v, (int)vv.st, (kt + 1) * KB, T_, tid);
+      cp_async_commit();
+    }
+    if (kt > kt_last_wg) continue;   /* every key of the tile follows this warpgroup's rows */
+    const uint32_t k_s = smem_addr(ks + buf * KB * kRowBytes),
+                   v_s = smem_addr(vs + buf * KB * kRowBytes);
+    if (kt * KB + KB - 1 > row_g)   /* some key may follow some row of the warpgroup */
+      wg_tile<T, KB, true, kDrop>(q_s, k_s, v_s, o, m_r, l_r, kt * KB, row_w, lane, sl2, dr,
+                                  lane_rel, lane_row);
+    else
+      wg_tile<T, KB, false, kDrop>(q_s, k_s, v_s, o, m_r, l_r, kt * KB, row_w, lane, sl2, dr,
+                                   lane_rel, lane_row);
+  }
+
+  /* Normalise, stage the warp's 16 rows in its own rows of the Q tile (only this warp reads
+   * them, and the warpgroup's last read of Q was waited for), write 16-byte pieces. */
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    float l = l_r[0][h];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float inv = (kDrop ? dr.rp : 1.f) / l;
+    const int r = 64 * wg + 16 * warp + (lane >> 2) + h * 8;   /* row within the block */
+#pragma unroll
+    for (int dt = 0; dt < kDt; dt++)
+      *reinterpret_cast<uint32_t *>(qs + nt_wg::sw_off(r, dt * 8 + 2 * (lane & 3))) =
+          mma_op<T>::pack(o[0][dt][2 * h] * inv, o[0][dt][2 * h + 1] * inv);
+    const int row = q0 + r;
+    if ((lane & 3) == 0 && row < T_) lse[bh * T_ + row] = m_r[0][h] * scale + logf(l);
+  }
+  __syncwarp();
+#pragma unroll
+  for (int c = lane; c < 16 * 8; c += 32) {
+    const int r = 64 * wg + 16 * warp + c / 8, j = c % 8;
+    if (q0 + r < T_)
+      *reinterpret_cast<uint4 *>(out + (long long)(q0 + r) * (int)ov.st + 8 * j) =
+          *reinterpret_cast<const uint4 *>(qs + nt_wg::sw_off(r, 8 * j));
+  }
+}
+
+template <typename T, int KB, int kMinBlocks, bool kDrop>
+nt_status launch(nt_ctx *ctx, const nt_attn_view *ops, float *lse, int BH, int H, int T_,
+                 const nt_attn_drop &dr) {
+  constexpr int bytes = smem_bytes<KB>();
+  auto kernel = fwd_wg_kernel<T, KB, kMinBlocks, kDrop>;
+  nt_status st = NT_CUDA(
+      ctx, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  if (st) return st;
+  const long blocks = (long)((T_ + kBr - 1) / kBr) * BH;
+  if (blocks > 0x7fffffffL) return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "attention: grid too large");
+  kernel<<<(unsigned)blocks, kThreads, bytes, nt_cuda_stream(ctx)>>>(
+      ops[0], ops[1], ops[2], ops[3], lse, BH, H, T_, 1.f / sqrtf((float)kD), dr);
+  return NT_CUDA_LAUNCHED(ctx);
+}
+
+/* Default: 128-key tiles, one block per SM's worth of registers; NT_ATTN_WG_KEYS=64: 64-key
+ * tiles sized for two blocks per SM. */
+template <typename T>
+nt_status launch_t(nt_ctx *ctx, const nt_attn_view *ops, float *lse, int BH, int H, int T_,
+                   const nt_attn_drop *drop) {
+  const char *e = getenv("NT_ATTN_WG_KEYS");
+  const bool k64 = e && atoi(e) == 64;
+  if (drop)
+    return k64 ? launch<T, 64, 2, true>(ctx, ops, lse, BH, H, T_, *drop)
+               : launch<T, 128, 1, true>(ctx, ops, lse, BH, H, T_, *drop);
+  const nt_attn_drop none = {0ull, 0ull, nullptr, 0u, 1.f};
+  return k64 ? launch<T, 64, 2, false>(ctx, ops, lse, BH, H, T_, none)
+             : launch<T, 128, 1, false>(ctx, ops, lse, BH, H, T_, none);
+}
+
+}  // namespace
+
+nt_status nt_attention_forward_wg(nt_ctx *ctx, nt_dtype dt, nt_attn_view q, nt_attn_view k,
+                                  nt_attn_view v, nt_attn_view out, float *lse, int BH, int H,
+                                  int T, const nt_attn_drop *drop) {
+  const nt_attn_view ops[4] = {q, k, v, out};
+  if (dt == NT_BF16) return launch_t<__nv_bfloat16>(ctx, ops, lse, BH, H, T, drop);
+  if (dt == NT_F16) return launch_t<__half>(ctx, ops, lse, BH, H, T, drop);
+  return NT_ERROR(ctx, NT_ERR_INTERNAL, "attention: no wgmma kernel for %s", nt_dtype_name(dt));
+}
