@@ -47,8 +47,9 @@ printf '%s\n%s\n' "$out_nt" "$out_pt" | awk '
 # the forward with 8 warps of 16 rows (128 registers, 16 warps per SM).
 echo
 echo "variants, ms:                                  fwd      bwd  fwd+bwd"
-for var in NT_ATTN_BWD_WARPS=4 NT_ATTN_BWD_WARPS=8 NT_ATTN_BWD_PIPE=0 NT_ATTN_FWD_BLOCKS=3 \
-  NT_ATTN_FWD_KEYS=128 NT_ATTN_FWD_WARPS=8; do
+# NT_ATTN_WGMMA=0: the mma.sync kernels (the default before the Hopper wgmma ones for D = 64);
+# the wgmma forward's 128-key tiles; the wgmma backward with two barriers per query tile.
+for var in NT_ATTN_WGMMA=0 NT_ATTN_WG_KEYS=128 NT_ATTN_WG_PIPE=0; do
   for row in 0 1; do   # the plain shapes (dropout runs the default kernels only)
     env "$var" "$bin" "$reps" "$row" | awk -v var="$var" '$1 == "RESULT" {
       printf "  %-22s %-18s %8s %8s %8s\n", var, $3, $4, $5, $6 }'
@@ -62,7 +63,7 @@ done
 if [ "${3:-}" != "noprof" ] && command -v ncu > /dev/null; then
   rep="$build/attention_ncu.txt"
   : > "$rep"
-  for k in fwd_kernel bwd_kernel 'prep_rows_vec|dq_finish'; do
+  for k in fwd_wg_kernel bwd_wg_kernel 'prep_rows_vec|dq_finish'; do
     sections="--section SpeedOfLight"
     case "$k" in *_kernel) sections="$sections --section Occupancy --section WarpStateStats \
 --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section LaunchStats" ;; esac

@@ -421,10 +421,16 @@ nt_status backward_mma_path(nt_ctx *ctx, const nt_tensor *dout, const nt_tensor 
     nt_status st = nt_alloc(ctx, sizeof(float) * (size_t)pb.BH * pb.T * pb.D, (void **)&dq_acc);
     if (st) return st;
     if ((st = pass(ctx, dout, out, dq, d_rows, dq_acc, pb, false))) goto done;
-    st = nt_attention_backward_mma(ctx, q->dtype, view_of(dout), view_of(q), view_of(k),
-                                   view_of(v), (const float *)lse->data, d_rows, dq_acc,
-                                   view_of(dk), view_of(dv), pb.BH, pb.H, pb.T, pb.D,
-                                   pb.drop ? &pb.dr : NULL, pb.overwrite);
+    if (use_wgmma(ctx, pb.D))
+      st = nt_attention_backward_wg(ctx, q->dtype, view_of(dout), view_of(q), view_of(k),
+                                    view_of(v), (const float *)lse->data, d_rows, dq_acc,
+                                    view_of(dk), view_of(dv), pb.BH, pb.H, pb.T,
+                                    pb.drop ? &pb.dr : NULL, pb.overwrite);
+    else
+      st = nt_attention_backward_mma(ctx, q->dtype, view_of(dout), view_of(q), view_of(k),
+                                     view_of(v), (const float *)lse->data, d_rows, dq_acc,
+                                     view_of(dk), view_of(dv), pb.BH, pb.H, pb.T, pb.D,
+                                     pb.drop ? &pb.dr : NULL, pb.overwrite);
     if (st) goto done;
     st = pass(ctx, dout, out, dq, d_rows, dq_acc, pb, true);
   done:

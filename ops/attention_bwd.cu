@@ -22,6 +22,7 @@
 #include <string.h>
 #include "ops/attention_cuda.cuh"
 #include "ops/attention_mma.cuh"
+#include "ops/attention_bwd_common.cuh"
 #include "core/cuda_util.h"
 
 namespace {
@@ -38,14 +39,6 @@ template <int D, int W, bool kPipe> constexpr int smem_bytes() {
          (kPipe ? 2 : 1) * 16 * W * (kBr + kLdPad) * 2 + 4 * kBr * 4;
 }
 
-/* Dropout context of one warp's tile: q_first is the stream number of (query q_base, the
- * warp's first key); a query row further is T numbers on. */
-struct drop_at {
-  nt_attn_drop dr;
-  unsigned long long q_first;
-  int T;
-};
-
 /* One warp's share of a query tile: its 16 keys against the tile's 64 queries (S^T, dP^T,
  * P^T, dS^T; dV and dK accumulate in registers, dS^T goes to shared memory for the dQ
  * product). kMask: the tile meets the diagonal (queries before a key get P = 0); the other
@@ -58,16 +51,9 @@ __device__ __forceinline__ void warp_tile(const uint32_t (&kf)[D / 16][4],
                                           const float *drb, T *dss, int kr0, int lane, float sl2,
                                           int q_base, int key_a, const drop_at &da) {
   constexpr int kLd = D + kLdPad, kLdS = kBr + kLdPad, kDt = D / 8, kKs = D / 16, kSt = kBr / 8;
-  /* Keep bits of queries q_base + 2 lane (low half) and + 1 (high half) for the warp's 16
-   * keys, drawn first so the integer work overlaps the tensor-core work. Near the diagonal a
-   * query before all 16 keys needs none (its P is 0). */
+  /* Keep bits, drawn first so the integer work overlaps the tensor-core work. */
   uint32_t kw = 0u;
-  if constexpr (kDrop) {
-    const int i0 = q_base + 2 * lane, key0 = key_a - (lane >> 2);
-    const unsigned long long f0 = da.q_first + (unsigned long long)(2 * lane) * da.T;
-    if (!kMask || i0 >= key0) kw = keep_bits<16>(da.dr, f0);
-    if (!kMask || i0 + 1 >= key0) kw |= keep_bits<16>(da.dr, f0 + da.T) << 16;
-  }
+  if constexpr (kDrop) kw = bwd_keep_word<kMask>(da, q_base, key_a, lane);
   /* S^T = K Q^T and dP^T = V dO^T: [16 keys x 64 queries] per warp. */
   float st[kSt][4], dpt[kSt][4];
 #pragma unroll
@@ -87,28 +73,7 @@ __device__ __forceinline__ void warp_tile(const uint32_t (&kf)[D / 16][4],
       mma_op<T>::run(dpt[2 * np + 1], vf[kk], b[2], b[3]);
     }
   }
-  /* P^T from the saved lse (causal mask near the diagonal), then dS^T in place of dP^T;
-   * with dropout st becomes the kept P^T * mr (what dV needs). */
-#pragma unroll
-  for (int nt = 0; nt < kSt; nt++) {
-    /* Keep bits of this thread's elements of n-tile nt: element e at 16 (e & 1) + 8 (e >> 1). */
-    uint32_t w = 0u;
-    if constexpr (kDrop) w = __shfl_sync(0xffffffffu, kw, nt * 4 + (lane & 3)) >> (lane >> 2);
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-      const int ql = nt * 8 + 2 * (lane & 3) + (e & 1);
-      float p = fast_exp2(fmaf(st[nt][e], sl2, -lb[ql]));
-      if (kMask && q_base + ql < key_a + (e >> 1) * 8) p = 0.f;
-      if constexpr (kDrop) {
-        const float mr = (w >> ((e & 1) * 16 + (e >> 1) * 8)) & 1u ? da.dr.rp : 0.f;
-        st[nt][e] = p * mr;
-        dpt[nt][e] = p * fmaf(dpt[nt][e], mr, -drb[ql]);
-      } else {
-        st[nt][e] = p;
-        dpt[nt][e] = p * (dpt[nt][e] - drb[ql]);
-      }
-    }
-  }
+  p_ds<kSt, kMask, kDrop>(st, dpt, kw, lb, drb, q_base, key_a, lane, sl2, da);
   /* dV += P^T dO and dK += dS^T Q (the accumulator layout is the A-fragment layout). */
 #pragma unroll
   for (int kk = 0; kk < kBr / 16; kk++) {
@@ -214,24 +179,7 @@ __device__ __forceinline__ void dq_tile(const T *dss, const T *ks, float *dq_h, 
 #pragma unroll
     for (int e = 0; e < 4; e++) gq[i][e] += gq2[i][e];
   if constexpr (kV4) {
-    /* Lanes 2j and 2j + 1 of a quad hold columns c..c+1 and c+2..c+3 (c = 4 * (j % 2)) of
-     * rows g and g + 8: the even lane keeps row g, the odd one row g + 8. */
-    const bool odd = lane & 1;
-    const int row = q_first + mq + (lane >> 2) + (odd ? 8 : 0);
-    const int col = d0 + 2 * (lane & 2);
-#pragma unroll
-    for (int dt = 0; dt < kDw / 8; dt++) {
-      const float s0 = odd ? gq[dt][0] : gq[dt][2], s1 = odd ? gq[dt][1] : gq[dt][3];
-      const float r0 = __shfl_xor_sync(0xffffffffu, s0, 1);
-      const float r1 = __shfl_xor_sync(0xffffffffu, s1, 1);
-      if (row < T_) {
-        float *dst = dq_h + (long)row * D + col + dt * 8;
-        if (odd)
-          red_add_f32x4(dst, r0, r1, gq[dt][2], gq[dt][3]);
-        else
-          red_add_f32x4(dst, gq[dt][0], gq[dt][1], r0, r1);
-      }
-    }
+    red_dq_rows_v4<kDw / 8>(gq, dq_h, D, q_first + mq, d0, T_, lane);
   } else {
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -242,37 +190,6 @@ __device__ __forceinline__ void dq_tile(const T *dss, const T *ks, float *dq_h, 
         for (int dt = 0; dt < kDw / 8; dt++)
           red_add_f32x2(dst + dt * 8, gq[dt][2 * h], gq[dt][2 * h + 1]);
       }
-    }
-  }
-}
-
-/* dK (scaled) and dV added into (overwrite: stored in) the head's gradients, adjacent pairs
- * as one 4-byte access (rows are 16-byte aligned, ldk / ldv elements apart, the column even). */
-template <typename T, int D>
-__device__ __forceinline__ void write_dkv(const float (&gk)[D / 8][4], const float (&gv)[D / 8][4],
-                                          T *dk_h, long long ldk, T *dv_h, long long ldv,
-                                          int key_a, int T_, int lane, float scale,
-                                          bool overwrite) {
-#pragma unroll
-  for (int h = 0; h < 2; h++) {
-    const int key = key_a + h * 8;
-    if (key >= T_) continue;
-    T *rk = dk_h + key * ldk + 2 * (lane & 3), *rv = dv_h + key * ldv + 2 * (lane & 3);
-#pragma unroll
-    for (int dt = 0; dt < D / 8; dt++) {
-      uint32_t *pk = reinterpret_cast<uint32_t *>(rk + dt * 8);
-      uint32_t *pv = reinterpret_cast<uint32_t *>(rv + dt * 8);
-      float k0 = 0.f, k1 = 0.f, v0 = 0.f, v1 = 0.f;
-      if (!overwrite) {
-        const uint32_t ok = *pk, ov = *pv;
-        const T *xk = reinterpret_cast<const T *>(&ok), *xv = reinterpret_cast<const T *>(&ov);
-        k0 = nt_to_f(xk[0]);
-        k1 = nt_to_f(xk[1]);
-        v0 = nt_to_f(xv[0]);
-        v1 = nt_to_f(xv[1]);
-      }
-      *pk = mma_op<T>::pack(k0 + gk[dt][2 * h] * scale, k1 + gk[dt][2 * h + 1] * scale);
-      *pv = mma_op<T>::pack(v0 + gv[dt][2 * h], v1 + gv[dt][2 * h + 1]);
     }
   }
 }

@@ -195,19 +195,20 @@ nt_status launch(nt_ctx *ctx, const nt_attn_view *ops, float *lse, int BH, int H
   return NT_CUDA_LAUNCHED(ctx);
 }
 
-/* Default: 128-key tiles, one block per SM's worth of registers; NT_ATTN_WG_KEYS=64: 64-key
- * tiles sized for two blocks per SM. */
+/* Default: 64-key tiles sized for two blocks per SM (one block's softmax overlaps the
+ * other's products: 0.104 ms against 0.136 ms for (16, 12, 1024, 64) on the H200);
+ * NT_ATTN_WG_KEYS=128: 128-key tiles, one block per SM. */
 template <typename T>
 nt_status launch_t(nt_ctx *ctx, const nt_attn_view *ops, float *lse, int BH, int H, int T_,
                    const nt_attn_drop *drop) {
   const char *e = getenv("NT_ATTN_WG_KEYS");
-  const bool k64 = e && atoi(e) == 64;
+  const bool k128 = e && atoi(e) == 128;
   if (drop)
-    return k64 ? launch<T, 64, 2, true>(ctx, ops, lse, BH, H, T_, *drop)
-               : launch<T, 128, 1, true>(ctx, ops, lse, BH, H, T_, *drop);
+    return k128 ? launch<T, 128, 1, true>(ctx, ops, lse, BH, H, T_, *drop)
+                : launch<T, 64, 2, true>(ctx, ops, lse, BH, H, T_, *drop);
   const nt_attn_drop none = {0ull, 0ull, nullptr, 0u, 1.f};
-  return k64 ? launch<T, 64, 2, false>(ctx, ops, lse, BH, H, T_, none)
-             : launch<T, 128, 1, false>(ctx, ops, lse, BH, H, T_, none);
+  return k128 ? launch<T, 128, 1, false>(ctx, ops, lse, BH, H, T_, none)
+              : launch<T, 64, 2, false>(ctx, ops, lse, BH, H, T_, none);
 }
 
 }  // namespace

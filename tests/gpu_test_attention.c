@@ -1,6 +1,7 @@
 /* CUDA causal attention vs the CPU reference, F32 / F16 / BF16, for both the tensor-core path
- * (F16/BF16, D 32 and 64) and the simple kernels (NT_ATTN_SIMPLE=1, other D, unaligned
- * views). Odd T (1, 37, 65, 100, 257, 513, 700), several tiles of T (64, 128, 1024; from
+ * (F16/BF16, D 32 and 64: on Hopper the wgmma kernels for D = 64, the mma.sync ones with
+ * NT_ATTN_WGMMA=0) and the simple kernels (NT_ATTN_SIMPLE=1, other D, unaligned views).
+ * Odd T (1, 37, 65, 100, 257, 513, 700), several tiles of T (64, 128, 1024; from
  * T = 512 the backward uses 8-warp blocks; both block shapes are also forced on the other
  * side with NT_ATTN_BWD_WARPS; the forward's 128-key tiles and 3-blocks-per-SM build with
  * NT_ATTN_FWD_KEYS / NT_ATTN_FWD_BLOCKS / NT_ATTN_FWD_WARPS; the two-barrier backward with
@@ -391,19 +392,28 @@ int main(void) {
    * default does not give it (128-key blocks with T below one block, 64-key blocks at long
    * T); pass 1 the forward's 3-blocks-per-SM build with the two-barrier backward
    * (NT_ATTN_BWD_PIPE=0) in its default block shape; pass 2 the forward's 8 warps of 16 rows
-   * (NT_ATTN_FWD_WARPS=8) with the two-barrier backward in the other block shape. */
-  const char *fwd_var[3][2] = {
-      {"NT_ATTN_FWD_KEYS", "128"}, {"NT_ATTN_FWD_BLOCKS", "3"}, {"NT_ATTN_FWD_WARPS", "8"}};
-  for (int pass = 0; pass < 3; pass++) {
+   * (NT_ATTN_FWD_WARPS=8) with the two-barrier backward in the other block shape. These
+   * passes run the mma.sync kernels for D = 64 too (NT_ATTN_WGMMA=0: on Hopper the default
+   * for D = 64 is the wgmma pair); pass 3 runs the wgmma variants (128-key forward tiles, dQ
+   * split by columns). */
+  const char *fwd_var[4][2] = {{"NT_ATTN_FWD_KEYS", "128"},
+                               {"NT_ATTN_FWD_BLOCKS", "3"},
+                               {"NT_ATTN_FWD_WARPS", "8"},
+                               {"NT_ATTN_WG_KEYS", "128"}};
+  for (int pass = 0; pass < 4; pass++) {
     setenv(fwd_var[pass][0], fwd_var[pass][1], 1);
+    if (pass < 3) setenv("NT_ATTN_WGMMA", "0", 1);
+    if (pass == 3) setenv("NT_ATTN_WG_DQ", "n", 1);
     if (pass >= 1) setenv("NT_ATTN_BWD_PIPE", "0", 1);
     for (int d = 0; d < 2; d++)
       for (int i = 0; i < ncases; i++) {
         if (cases[i].D != 32 && cases[i].D != 64) continue;
+        if (pass == 3 && cases[i].D != 64) continue;
         const bool long_t = cases[i].T >= 512;
         if (pass != 1) setenv("NT_ATTN_BWD_WARPS", long_t ? "4" : "8", 1);
         rmode rm = plain;
-        rm.name = pass == 1   ? "fwd 3 blocks/SM, bwd 2 barriers"
+        rm.name = pass == 3   ? "wgmma fwd 128 keys, bwd dQ by columns"
+                  : pass == 1 ? "fwd 3 blocks/SM, bwd 2 barriers"
                   : pass == 2 ? "fwd 8 warps, bwd other shape, 2 barriers"
                   : long_t    ? "fwd 128 keys, bwd 4 warps"
                               : "fwd 128 keys, bwd 8 warps";
@@ -411,6 +421,8 @@ int main(void) {
       }
     unsetenv("NT_ATTN_BWD_WARPS");
     unsetenv("NT_ATTN_BWD_PIPE");
+    unsetenv("NT_ATTN_WGMMA");
+    unsetenv("NT_ATTN_WG_DQ");
     unsetenv(fwd_var[pass][0]);
   }
   /* Unaligned views must fall back to the simple kernels and still be right. */
@@ -449,16 +461,29 @@ int main(void) {
         }
     unsetenv("NT_ATTN_SIMPLE");
   }
-  /* The dropout backward's other block shape on each side of T = 512. */
-  for (int d = 0; d < 2; d++)
-    for (int i = 0; i < ndc; i++) {
-      if (dcases[i].D != 32 && dcases[i].D != 64) continue;
-      setenv("NT_ATTN_BWD_WARPS", dcases[i].T >= 512 ? "4" : "8", 1);
-      rmode rm = dmodes[4];
-      rm.name = dcases[i].T >= 512 ? "dropout bwd 4 warps" : "dropout bwd 8 warps";
-      run_case(g, c, dts[d], dcases[i], &rm, 500 + (uint64_t)i);
-      unsetenv("NT_ATTN_BWD_WARPS");
-    }
+  /* Dropout on the kernels the defaults do not pick: the mma.sync pair for D = 64 (and the
+   * backward's other block shape on each side of T = 512), then the wgmma variants. */
+  for (int pass = 0; pass < 2; pass++)
+    for (int d = 0; d < 2; d++)
+      for (int i = 0; i < ndc; i++) {
+        if (dcases[i].D != 32 && dcases[i].D != 64) continue;
+        if (pass == 1 && dcases[i].D != 64) continue;
+        rmode rm = dmodes[4];
+        if (pass == 0) {
+          setenv("NT_ATTN_WGMMA", "0", 1);
+          setenv("NT_ATTN_BWD_WARPS", dcases[i].T >= 512 ? "4" : "8", 1);
+          rm.name = dcases[i].T >= 512 ? "dropout mma bwd 4 warps" : "dropout mma bwd 8 warps";
+        } else {
+          setenv("NT_ATTN_WG_KEYS", "128", 1);
+          setenv("NT_ATTN_WG_DQ", "n", 1);
+          rm.name = "dropout wgmma fwd 128 keys, bwd dQ by columns";
+        }
+        run_case(g, c, dts[d], dcases[i], &rm, 500 + (uint64_t)i);
+        unsetenv("NT_ATTN_WGMMA");
+        unsetenv("NT_ATTN_BWD_WARPS");
+        unsetenv("NT_ATTN_WG_KEYS");
+        unsetenv("NT_ATTN_WG_DQ");
+      }
   /* The mask bit for bit, on the tensor-core and the simple path. */
   for (int mode = 0; mode < 2; mode++) {
     if (mode == 1) setenv("NT_ATTN_SIMPLE", "1", 1);

@@ -1,7 +1,8 @@
 /* The wgmma building blocks (ops/wgmma.cuh) against a CPU product, BF16 and F16: one
  * warpgroup multiplies 64 x 64 (x N) tiles held in the 128-byte swizzled layout, with
  *   ss K-major A and K-major B (N 32, 64 and 128: B's rows are its N),
- *   ss K-major A and N-major B (imm-trans-b: B's rows are K),
+ *   ss K-major A and N-major B (imm-trans-b: B's rows are K), also N 32 starting at B's
+ *      column 32 (64 bytes into the swizzled rows: how a warpgroup takes half the columns),
  *   ss M-major A and N-major B (both transposed),
  *   rs A from registers (the accumulator-to-A conversion the attention kernels use) and
  *      N-major B,
@@ -21,7 +22,7 @@ extern "C" {
 
 namespace {
 
-enum form { KK, KN, MN, RS };
+enum form { KK, KN, KN_HI, MN, RS };
 
 /* Writes a [rows x 64] row-major global matrix into a swizzled tile. */
 template <typename T>
@@ -53,9 +54,9 @@ __global__ void product(const T *a, const T *b, float *d) {
   for (int k = 0; k < 4; k++) {
     /* K-major operands advance 16 columns (32 bytes), K-row-major ones 16 rows (2048). */
     const uint64_t da = nt_wg::desc(pa + (F == MN ? 2048 : 32) * k);
-    const uint64_t db = nt_wg::desc(pb + (F == KK ? 32 : 2048) * k);
+    const uint64_t db = nt_wg::desc(pb + (F == KK ? 32 : 2048) * k + (F == KN_HI ? 64 : 0));
     if constexpr (F == KK) nt_wg::mma_ss<T, N, 0, 0>::run(acc, da, db, k > 0);
-    if constexpr (F == KN) nt_wg::mma_ss<T, N, 0, 1>::run(acc, da, db, k > 0);
+    if constexpr (F == KN || F == KN_HI) nt_wg::mma_ss<T, N, 0, 1>::run(acc, da, db, k > 0);
     if constexpr (F == MN) nt_wg::mma_ss<T, N, 1, 1>::run(acc, da, db, k > 0);
     if constexpr (F == RS) {
       /* A's fragment of rows 16 warp .. + 15, columns 16 k .. + 15, from global memory. */
@@ -107,7 +108,7 @@ void run_form(nt_test_rng *rng, const char *tname) {
       double s = 0;
       for (int k = 0; k < 64; k++) {
         const double x = F == MN ? ha[k * 64 + m] : ha[m * 64 + k];
-        const double y = F == KK ? hb[n * 64 + k] : hb[k * 64 + n];
+        const double y = F == KK ? hb[n * 64 + k] : hb[k * 64 + n + (F == KN_HI ? 32 : 0)];
         s += x * y;
       }
       if ((double)hd[m * N + n] != s && bad++ < 4)
@@ -125,6 +126,7 @@ template <typename T> void run_all(nt_test_rng *rng, const char *tname) {
   run_form<T, 64, KK>(rng, tname);
   run_form<T, 128, KK>(rng, tname);
   run_form<T, 64, KN>(rng, tname);
+  run_form<T, 32, KN_HI>(rng, tname);
   run_form<T, 64, MN>(rng, tname);
   run_form<T, 64, RS>(rng, tname);
   run_form<T, 32, RS>(rng, tname);

@@ -1,0 +1,350 @@
+/* Causal attention backward on Hopper's warpgroup MMA (wgmma), D = 64, F16/BF16: a block of two
+ * warpgroups owns 128 keys (64 each) and walks the query tiles of 64 from the diagonal to the
+ * end, double-buffering Q and dO with cp.async into 128-byte swizzled shared tiles
+ * (ops/wgmma.cuh). Per query tile and warpgroup:
+ *   S^T = K Q^T and dP^T = V dO^T   (shared x shared, m64n64, fp32 accumulators),
+ *   P^T and dS^T = P^T * (dP^T - D) in registers (attention_bwd_common.cuh, as the mma.sync
+ *     kernel: the accumulator layouts agree, so dropout regenerates the same keep bits),
+ *   dV += P^T dO and dK += dS^T Q    (P^T, dS^T from registers; dO, Q read N-major),
+ *   dQ += dS K                       (dS^T through shared memory, read M-major, and K N-major),
+ * the dQ tile reduced into the fp32 dq_acc with 16-byte reductions (scaled and added into dq by
+ * the caller, as for attention_bwd.cu). The two warpgroups split dQ by columns (each adds 32
+ * columns over all 128 keys, so every dQ element gets one reduction per block; split by keys,
+ * twice the reductions ran 10% slower on an H100). By default a tile's dQ product runs in the
+ * next tile's chain of products (one barrier per tile); NT_ATTN_WG_PIPE=0 gives the kernel with
+ * a second barrier per tile before the dQ product. */
+#include <stdlib.h>
+#include <string.h>
+#include "ops/attention_cuda.cuh"
+#include "ops/attention_bwd_common.cuh"
+#include "ops/wgmma.cuh"
+#include "core/cuda_util.h"
+
+namespace {
+
+using namespace nt_attn;
+
+constexpr int kD = 64, kBr = 64, kBc = 128, kThreads = 256, kRowBytes = 128;
+constexpr float kLog2e = 1.4426950408889634f;
+
+/* K, V (kBc rows), two Q and two dO buffers (kBr rows), dS^T (kBc rows of kBr queries; two
+ * with kPipe), two lse and two D buffers, plus slack to align the start to 1024 bytes. */
+template <bool kPipe> constexpr int tile_bytes() {
+  return (2 * kBc + 4 * kBr + (kPipe ? 2 : 1) * kBc) * kRowBytes;
+}
+template <bool kPipe> constexpr int smem_bytes() { return tile_bytes<kPipe>() + 4 * kBr * 4 + 1024; }
+
+/* cp.async rows [row0, row0 + ROWS) of a [rows_total, 64] matrix (rows ld elements apart)
+ * into a swizzled tile; rows past the end are zero-filled. */
+template <typename T, int ROWS>
+__device__ __forceinline__ void load_sw(unsigned char *tile, const T *g, int ld, int row0,
+                                        int rows_total, int tid) {
+  constexpr int kPass = kThreads / 8;
+  const int r0 = tid / 8, j = tid % 8;
+#pragma unroll
+  for (int i = 0; i < ROWS / kPass; i++) {
+    const int r = r0 + i * kPass;
+    const bool ok = row0 + r < rows_total;
+    cp_async16(tile + nt_wg::sw_off(r, 8 * j), ok ? g + (long long)(row0 + r) * ld + 8 * j : g,
+               ok);
+  }
+}
+
+/* Registers to the A operand: the accumulator layout of 16 query columns kk of a 64-column
+ * tile is the A fragment of k-slice kk. */
+template <typename T>
+__device__ __forceinline__ void to_a_frag(uint32_t (&a)[4], const float (&x)[8][4], int kk) {
+  a[0] = mma_op<T>::pack(x[2 * kk][0], x[2 * kk][1]);
+  a[1] = mma_op<T>::pack(x[2 * kk][2], x[2 * kk][3]);
+  a[2] = mma_op<T>::pack(x[2 * kk + 1][0], x[2 * kk + 1][1]);
+  a[3] = mma_op<T>::pack(x[2 * kk + 1][2], x[2 * kk + 1][3]);
+}
+
+/* S^T = K Q^T and dP^T = V dO^T for one warpgroup (m64n64, shared x shared), issued after
+ * whatever the caller issued since its fence, then everything waited for. */
+template <typename T>
+__device__ __forceinline__ void key_products(uint32_t k_s, uint32_t v_s, uint32_t q_s,
+                                             uint32_t do_s, float (&st)[8][4],
+                                             float (&dpt)[8][4]) {
+  auto &st_acc = reinterpret_cast<float(&)[32]>(st);
+  auto &dp_acc = reinterpret_cast<float(&)[32]>(dpt);
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; kk++) {
+    nt_wg::mma_ss<T, kBr, 0, 0>::run(st_acc, nt_wg::desc(k_s + 32 * kk),
+                                     nt_wg::desc(q_s + 32 * kk), kk > 0);
+    nt_wg::mma_ss<T, kBr, 0, 0>::run(dp_acc, nt_wg::desc(v_s + 32 * kk),
+                                     nt_wg::desc(do_s + 32 * kk), kk > 0);
+  }
+  nt_wg::commit();
+  nt_wg::wait<0>();
+  nt_wg::touch(st_acc);
+  nt_wg::touch(dp_acc);
+}
+
+/* From S^T and dP^T: P^T and dS^T (p_ds), dS^T stored in the warpgroup's rows of a shared dS^T
+ * tile (dss_wg, generic address), and the dV and dK products issued, not waited for. */
+template <typename T, bool kMask, bool kDrop>
+__device__ __forceinline__ void key_grads(float (&st)[8][4], float (&dpt)[8][4], uint32_t q_s,
+                                          uint32_t do_s, unsigned char *dss_wg,
+                                          float (&gk)[8][4], float (&gv)[8][4], const float *lb,
+                                          const float *drb, int q0, int key_a, int warp,
+                                          int lane, float sl2, uint32_t kw,
+                                          const drop_at &da) {
+  p_ds<8, kMask, kDrop>(st, dpt, kw, lb, drb, q0, key_a, lane, sl2, da);
+  uint32_t pa[kBr / 16][4], sa[kBr / 16][4];
+  const int r = 16 * warp + (lane >> 2), c = 2 * (lane & 3);
+#pragma unroll
+  for (int kk = 0; kk < kBr / 16; kk++) {
+    to_a_frag<T>(pa[kk], st, kk);
+    to_a_frag<T>(sa[kk], dpt, kk);
+    *reinterpret_cast<uint32_t *>(dss_wg + nt_wg::sw_off(r, 16 * kk + c)) = sa[kk][0];
+    *reinterpret_cast<uint32_t *>(dss_wg + nt_wg::sw_off(r + 8, 16 * kk + c)) = sa[kk][1];
+    *reinterpret_cast<uint32_t *>(dss_wg + nt_wg::sw_off(r, 16 * kk + 8 + c)) = sa[kk][2];
+    *reinterpret_cast<uint32_t *>(dss_wg + nt_wg::sw_off(r + 8, 16 * kk + 8 + c)) = sa[kk][3];
+  }
+  auto &gv_acc = reinterpret_cast<float(&)[32]>(gv);
+  auto &gk_acc = reinterpret_cast<float(&)[32]>(gk);
+  nt_wg::fence();
+#pragma unroll
+  for (int kk = 0; kk < kBr / 16; kk++) {
+    nt_wg::mma_rs<T, kD, 1>::run(gv_acc, pa[kk], nt_wg::desc(do_s + 2048 * kk), true);
+    nt_wg::mma_rs<T, kD, 1>::run(gk_acc, sa[kk], nt_wg::desc(q_s + 2048 * kk), true);
+  }
+  nt_wg::commit();
+}
+
+/* key_grads for the tile meeting the diagonal (kMask) or not; kw: the dropout keep word. */
+template <typename T, bool kDrop>
+__device__ __forceinline__ void key_grads_any(bool mask, float (&st)[8][4], float (&dpt)[8][4],
+                                              uint32_t q_s, uint32_t do_s, unsigned char *dss_wg,
+                                              float (&gk)[8][4], float (&gv)[8][4],
+                                              const float *lb, const float *drb, int q0,
+                                              int key_a, int warp, int lane, float sl2,
+                                              uint32_t kw, const drop_at &da) {
+  if (mask)
+    key_grads<T, true, kDrop>(st, dpt, q_s, do_s, dss_wg, gk, gv, lb, drb, q0, key_a, warp, lane,
+                              sl2, kw, da);
+  else
+    key_grads<T, false, kDrop>(st, dpt, q_s, do_s, dss_wg, gk, gv, lb, drb, q0, key_a, warp,
+                               lane, sl2, kw, da);
+}
+
+/* Zeros in a warpgroup's rows of a dS^T tile (keys no query of the tile reaches), for the dQ
+ * product of the other warpgroup's columns. */
+__device__ __forceinline__ void zero_dss_rows(unsigned char *dss_wg, int warp, int lane) {
+  const int r = 16 * warp + (lane >> 2), c = 2 * (lane & 3);
+#pragma unroll
+  for (int col = 0; col < kBr; col += 8) {
+    *reinterpret_cast<uint32_t *>(dss_wg + nt_wg::sw_off(r, col + c)) = 0u;
+    *reinterpret_cast<uint32_t *>(dss_wg + nt_wg::sw_off(r + 8, col + c)) = 0u;
+  }
+}
+
+/* dQ[:, 32 wg .. + 31] of a query tile over all 128 keys (dS^T tile at dss_s), issued. */
+template <typename T>
+__device__ __forceinline__ void dq_cols_issue(float (&gq)[4][4], uint32_t dss_s, uint32_t k_s,
+                                              int wg) {
+  auto &gq_acc = reinterpret_cast<float(&)[16]>(gq);
+#pragma unroll
+  for (int kk = 0; kk < kBc / 16; kk++)
+    nt_wg::mma_ss<T, 32, 1, 1>::run(gq_acc, nt_wg::desc(dss_s + 2048 * kk),
+                                    nt_wg::desc(k_s + 2048 * kk + 64 * wg), kk > 0);
+}
+
+/* kPipe: the dQ product of tile i runs after the next barrier, issued with tile i + 1's S^T
+ * and dP^T (two dS^T buffers, one barrier per tile, one more iteration for the last dQ);
+ * otherwise a second barrier per tile publishes dS^T before its dQ product. */
+template <typename T, bool kDrop, bool kPipe>
+__global__ void __launch_bounds__(kThreads, 1)
+    bwd_wg_kernel(nt_attn_view dov, nt_attn_view qv, nt_attn_view kv, nt_attn_view vv,
+                  const float *__restrict__ lse, const float *__restrict__ d_rows,
+                  float *__restrict__ dq_acc, nt_attn_view dkv, nt_attn_view dvv, int BH, int H,
+                  int T_, float scale, nt_attn_drop dr, bool overwrite) {
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char *ks = reinterpret_cast<unsigned char *>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
+  unsigned char *vs = ks + kBc * kRowBytes;
+  unsigned char *qs = vs + kBc * kRowBytes;      /* two buffers */
+  unsigned char *dos = qs + 2 * kBr * kRowBytes; /* two buffers */
+  unsigned char *dss = dos + 2 * kBr * kRowBytes; /* dS^T [key][query]: two buffers with kPipe */
+  float *lse_s = reinterpret_cast<float *>(ks + tile_bytes<kPipe>()); /* two buffers, * log2(e) */
+  float *dr_s = lse_s + 2 * kBr;                                      /* two buffers */
+
+  const int n_t = (T_ + kBr - 1) / kBr;
+  const int kt = (int)(blockIdx.x / BH);   /* low key blocks see the most queries: run first */
+  const long bh = blockIdx.x % BH;
+  const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+  const T *__restrict__ dout = static_cast<const T *>(dov.p) + head_off(dov, bh, H);
+  const T *__restrict__ q = static_cast<const T *>(qv.p) + head_off(qv, bh, H);
+  const T *__restrict__ k = static_cast<const T *>(kv.p) + head_off(kv, bh, H);
+  const T *__restrict__ v = static_cast<const T *>(vv.p) + head_off(vv, bh, H);
+  float *dq_h = dq_acc + bh * (long)T_ * kD;
+  const int k0 = kt * kBc, wg_k0 = k0 + 64 * wg;
+  const int qt0 = k0 / kBr;   /* the first query tile with a query >= some key of the block */
+  const int key_a = wg_k0 + 16 * warp + (lane >> 2);   /* this thread's keys: key_a, + 8 */
+  const float sl2 = scale * kLog2e;
+  drop_at da = {};
+  if constexpr (kDrop) {
+    da.dr = dr;
+    da.T = T_;
+  }
+  /* Dropout: the stream number of this head's (query 0, key 0), step base included. */
+  const unsigned long long head_first =
+      kDrop ? drop_origin(dr) + (unsigned long long)bh * T_ * T_ : 0ull;
+
+  load_sw<T, kBc>(ks, k, (int)kv.st, k0, T_, tid);
+  load_sw<T, kBc>(vs, v, (int)vv.st, k0, T_, tid);
+  load_sw<T, kBr>(qs, q, (int)qv.st, qt0 * kBr, T_, tid);
+  load_sw<T, kBr>(dos, dout, (int)dov.st, qt0 * kBr, T_, tid);
+  cp_async_commit();
+  if (tid < kBr) {
+    /* Past-the-end queries get lse = +inf, so their P is exactly 0. */
+    const int row = qt0 * kBr + tid;
+    lse_s[tid] = row < T_ ? lse[bh * T_ + row] * kLog2e : INFINITY;
+    dr_s[tid] = row < T_ ? d_rows[bh * T_ + row] : 0.f;
+  }
+
+  float gk[8][4], gv[8][4];
+#pragma unroll
+  for (int i = 0; i < 8; i++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) gk[i][e] = gv[i][e] = 0.f;
+  const uint32_t k_s = smem_addr(ks), v_s = smem_addr(vs), dss_s = smem_addr(dss);
+  const uint32_t k_s_wg = k_s + 64 * wg * kRowBytes, v_s_wg = v_s + 64 * wg * kRowBytes;
+  constexpr int kDssBytes = kBc * kRowBytes;
+
+  for (int qt = qt0; qt < n_t; qt++) {
+    const int buf = (qt - qt0) & 1, q0 = qt * kBr;
+    cp_async_wait<0>();
+    /* Tile qt's Q/dO (cp.async) and lse/D (plain stores) and, with kPipe, tile qt - 1's dS^T
+     * become visible, to wgmma's async proxy too; every warpgroup is done with tile qt - 1's
+     * Q/dO and lse/D buffers (each tile's products are waited for within the tile). */
+    nt_wg::fence_smem_to_async();
+    __syncthreads();
+    if (qt + 1 < n_t) {
+      const int nb = buf ^ 1, r0 = q0 + kBr;
+      load_sw<T, kBr>(qs + nb * kBr * kRowBytes, q, (int)qv.st, r0, T_, tid);
+      load_sw<T, kBr>(dos + nb * kBr * kRowBytes, dout, (int)dov.st, r0, T_, tid);
+      cp_async_commit();
+      if (tid < kBr) {
+        const int row = r0 + tid;
+        lse_s[nb * kBr + tid] = row < T_ ? lse[bh * T_ + row] * kLog2e : INFINITY;
+        dr_s[nb * kBr + tid] = row < T_ ? d_rows[bh * T_ + row] : 0.f;
+      }
+    }
+    const uint32_t q_s = smem_addr(qs + buf * kBr * kRowBytes),
+                   do_s = smem_addr(dos + buf * kBr * kRowBytes);
+    const float *lb = lse_s + buf * kBr, *drb = dr_s + buf * kBr;
+    unsigned char *dss_wg = dss + (kPipe ? buf * kDssBytes : 0) + 64 * wg * kRowBytes;
+    /* Warpgroup-uniform: does some query of the tile reach this warpgroup's first key? */
+    const bool active = q0 + kBr - 1 >= wg_k0;
+    const bool mask = q0 < wg_k0 + 63;   /* some query may precede some key */
+    uint32_t kw = 0u;
+    if (kDrop && active) {
+      da.q_first = head_first + (unsigned long long)q0 * T_ + wg_k0 + 16 * warp;
+      kw = mask ? bwd_keep_word<true>(da, q0, key_a, lane)
+                : bwd_keep_word<false>(da, q0, key_a, lane);
+    }
+    float st[8][4], dpt[8][4];
+    if constexpr (kPipe) {
+      /* Tile qt - 1's dQ product goes first in this tile's chain of products. The chain is
+       * the same on every tile, so ptxas keeps the wgmma pipelined (products issued under
+       * branches get serialised): at the first tile the dQ product reads a buffer no tile
+       * wrote (its result is dropped), and a warpgroup no query of the tile reaches runs its
+       * products anyway, masked to P = dS = 0 (which also zeroes its dS^T rows, as the other
+       * warpgroup's dQ columns need). */
+      float gq[4][4];
+      nt_wg::fence();
+      dq_cols_issue<T>(gq, dss_s + (buf ^ 1) * kDssBytes, k_s, wg);
+      key_products<T>(k_s_wg, v_s_wg, q_s, do_s, st, dpt);
+      nt_wg::touch(reinterpret_cast<float(&)[16]>(gq));
+      if (qt > qt0) red_dq_rows_v4<4>(gq, dq_h, kD, q0 - kBr + 16 * warp, 32 * wg, T_, lane);
+      key_grads_any<T, kDrop>(mask || !active, st, dpt, q_s, do_s, dss_wg, gk, gv, lb, drb, q0,
+                              key_a, warp, lane, sl2, kw, da);
+      /* Waited here, not at the next tile's top: a chain left in flight across the loop's back
+       * edge makes ptxas serialise the wgmma (C7515). */
+      nt_wg::wait<0>();
+      nt_wg::touch(reinterpret_cast<float(&)[32]>(gk));
+      nt_wg::touch(reinterpret_cast<float(&)[32]>(gv));
+    } else {
+      if (active) {
+        nt_wg::fence();
+        key_products<T>(k_s_wg, v_s_wg, q_s, do_s, st, dpt);
+        key_grads_any<T, kDrop>(mask, st, dpt, q_s, do_s, dss_wg, gk, gv, lb, drb, q0, key_a,
+                                warp, lane, sl2, kw, da);
+      } else {
+        zero_dss_rows(dss_wg, warp, lane);
+      }
+      nt_wg::fence_smem_to_async();
+      __syncthreads();
+      float gq[4][4];
+      nt_wg::fence();
+      dq_cols_issue<T>(gq, dss_s, k_s, wg);
+      nt_wg::commit();
+      nt_wg::wait<0>();
+      nt_wg::touch(reinterpret_cast<float(&)[16]>(gq));
+      red_dq_rows_v4<4>(gq, dq_h, kD, q0 + 16 * warp, 32 * wg, T_, lane);
+    }
+  }
+  if constexpr (kPipe) {   /* the last tile's dQ */
+    nt_wg::fence_smem_to_async();
+    __syncthreads();
+    float gq[4][4];
+    nt_wg::fence();
+    dq_cols_issue<T>(gq, dss_s + ((n_t - 1 - qt0) & 1) * kDssBytes, k_s, wg);
+    nt_wg::commit();
+    nt_wg::wait<0>();
+    nt_wg::touch(reinterpret_cast<float(&)[16]>(gq));
+    red_dq_rows_v4<4>(gq, dq_h, kD, (n_t - 1) * kBr + 16 * warp, 32 * wg, T_, lane);
+  }
+  write_dkv<T, kD>(gk, gv, static_cast<T *>(dkv.p) + head_off(dkv, bh, H), dkv.st,
+                   static_cast<T *>(dvv.p) + head_off(dvv, bh, H), dvv.st, key_a, T_, lane, scale,
+                   overwrite);
+}
+
+struct bwd_args {
+  nt_attn_view dout, q, k, v, dk, dv;
+  const float *lse, *d_rows;
+  float *dq_acc;
+  int BH, H, T;
+  nt_attn_drop dr;
+  bool overwrite;
+};
+
+template <typename T, bool kDrop, bool kPipe>
+nt_status launch(nt_ctx *ctx, const bwd_args &a) {
+  constexpr int bytes = smem_bytes<kPipe>();
+  auto kernel = bwd_wg_kernel<T, kDrop, kPipe>;
+  nt_status st = NT_CUDA(
+      ctx, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  if (st) return st;
+  const long blocks = (long)((a.T + kBc - 1) / kBc) * a.BH;
+  if (blocks > 0x7fffffffL) return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "attention: grid too large");
+  kernel<<<(unsigned)blocks, kThreads, bytes, nt_cuda_stream(ctx)>>>(
+      a.dout, a.q, a.k, a.v, a.lse, a.d_rows, a.dq_acc, a.dk, a.dv, a.BH, a.H, a.T,
+      1.f / sqrtf((float)kD), a.dr, a.overwrite);
+  return NT_CUDA_LAUNCHED(ctx);
+}
+
+/* Default: the pipelined kernel; NT_ATTN_WG_PIPE=0 the two-barrier one. */
+template <typename T> nt_status launch_t(nt_ctx *ctx, const bwd_args &a, bool drop) {
+  const char *e = getenv("NT_ATTN_WG_PIPE");
+  const bool pipe = !(e && strcmp(e, "0") == 0);
+  if (drop) return pipe ? launch<T, true, true>(ctx, a) : launch<T, true, false>(ctx, a);
+  return pipe ? launch<T, false, true>(ctx, a) : launch<T, false, false>(ctx, a);
+}
+
+}  // namespace
+
+nt_status nt_attention_backward_wg(nt_ctx *ctx, nt_dtype dt, nt_attn_view dout, nt_attn_view q,
+                                   nt_attn_view k, nt_attn_view v, const float *lse,
+                                   const float *d_rows, float *dq_acc, nt_attn_view dk,
+                                   nt_attn_view dv, int BH, int H, int T,
+                                   const nt_attn_drop *drop, bool overwrite) {
+  const nt_attn_drop none = {0ull, 0ull, nullptr, 0u, 1.f};
+  const bwd_args a = {dout, q, k, v, dk, dv, lse, d_rows, dq_acc, BH, H, T,
+                      drop ? *drop : none, overwrite};
+  if (dt == NT_BF16) return launch_t<__nv_bfloat16>(ctx, a, drop != NULL);
+  if (dt == NT_F16) return launch_t<__half>(ctx, a, drop != NULL);
+  return NT_ERROR(ctx, NT_ERR_INTERNAL, "attention: no wgmma kernel for %s", nt_dtype_name(dt));
+}
