@@ -79,17 +79,19 @@ static nt_status get_cache(nt_ctx *ctx, gemm_cache **out) {
   c->pick_splitk = env && !strcmp(env, "splitk");
   env = getenv("NT_GEMM_ROWORDER");
   c->roworder = env && (env[0] == '1' || env[0] == '2') && !env[1] ? env[0] - '0' : 0;
-  /* NT_GEMM_SUSTAINED: unset or 1, the default warm-up; 0 off; a number >= 2, that many ms. */
+  /* NT_GEMM_SUSTAINED: unset or 0 off (the H200 table fell from 0.96-1.04x torch on most
+   * shapes to 0.81-0.96x with it on: bench/RESULTS.md); 1 the default warm-up; a number >= 2,
+   * that many ms. */
   env = getenv("NT_GEMM_SUSTAINED");
-  c->sustained_ms = NT_GEMM_SUSTAINED_MS;
+  c->sustained_ms = 0.f;
   if (env && env[0]) {
     char *end = NULL;
     double v = strtod(env, &end);
     if (!end || *end || !(v >= 0) || v > 1000)
       nt_log(ctx, NT_LOG_WARN, "gemm: NT_GEMM_SUSTAINED=%s is not 0, 1 or a warm-up in ms "
              "(2..1000); using %g ms", env, (double)c->sustained_ms);
-    else if (v != 1)
-      c->sustained_ms = (float)v;
+    else
+      c->sustained_ms = v == 1 ? NT_GEMM_SUSTAINED_MS : (float)v;
   }
   int major = 0, minor = 0;
   nt_status st = NT_CUDA(ctx, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,

@@ -20,8 +20,8 @@
  * all) and once timed; the fastest few (within PRUNE of the fastest, at most final_max, always
  * with the heuristic list's fastest) then get TUNE_ROUNDS samples of REPS runs each, taken
  * round-robin so clock changes hit every candidate alike, and the median decides (products of
- * >= 1 GFLOP, NT_GEMM_SUSTAINED on by default: at most 8 + 1 finalists, each run back to back
- * for a warm-up first so that the GPU is at its sustained clocks; gemm_tune.c).
+ * >= 1 GFLOP with NT_GEMM_SUSTAINED=1 (off by default): at most 8 + 1 finalists, each run back
+ * to back for a warm-up first so that the GPU is at its sustained clocks; gemm_tune.c).
  * Configurations built from ids and attributes are not the heuristic's vetted choices: a kept
  * one is first compared with the heuristic's kernel on the same inputs (checksums of D, see
  * gemm_internal.h) and dropped beyond the dtype's tolerance.
