@@ -341,16 +341,6 @@ __global__ void __launch_bounds__(32 * W)
                   overwrite);
 }
 
-/* The kernel's operands in one place: dout, q, k, v, dk, dv views and the scratch. */
-struct bwd_args {
-  nt_attn_view dout, q, k, v, dk, dv;
-  const float *lse, *d_rows;
-  float *dq_acc;
-  int BH, H, T;
-  nt_attn_drop dr;
-  bool overwrite;
-};
-
 template <typename T, int D, int W, bool kPipe, bool kDrop>
 nt_status launch(nt_ctx *ctx, const bwd_args &a) {
   constexpr int bytes = smem_bytes<D, W, kPipe>(), kBc = 16 * W;

@@ -19,6 +19,16 @@ struct drop_at {
   int T;
 };
 
+/* A backward kernel's operands in one place: dout, q, k, v, dk, dv views and the scratch. */
+struct bwd_args {
+  nt_attn_view dout, q, k, v, dk, dv;
+  const float *lse, *d_rows;
+  float *dq_acc;
+  int BH, H, T;
+  nt_attn_drop dr;
+  bool overwrite;
+};
+
 /* Keep bits of queries q_base + 2 lane (low half) and + 1 (high half) for the warp's 16 keys.
  * Near the diagonal (kMask) a query before all 16 keys needs none (its P is 0). */
 template <bool kMask>

@@ -32,22 +32,8 @@ constexpr float kLog2e = 1.4426950408889634f;
 template <bool kPipe> constexpr int tile_bytes() {
   return (2 * kBc + 4 * kBr + (kPipe ? 2 : 1) * kBc) * kRowBytes;
 }
-template <bool kPipe> constexpr int smem_bytes() { return tile_bytes<kPipe>() + 4 * kBr * 4 + 1024; }
-
-/* cp.async rows [row0, row0 + ROWS) of a [rows_total, 64] matrix (rows ld elements apart)
- * into a swizzled tile; rows past the end are zero-filled. */
-template <typename T, int ROWS>
-__device__ __forceinline__ void load_sw(unsigned char *tile, const T *g, int ld, int row0,
-                                        int rows_total, int tid) {
-  constexpr int kPass = kThreads / 8;
-  const int r0 = tid / 8, j = tid % 8;
-#pragma unroll
-  for (int i = 0; i < ROWS / kPass; i++) {
-    const int r = r0 + i * kPass;
-    const bool ok = row0 + r < rows_total;
-    cp_async16(tile + nt_wg::sw_off(r, 8 * j), ok ? g + (long long)(row0 + r) * ld + 8 * j : g,
-               ok);
-  }
+template <bool kPipe> constexpr int smem_bytes() {
+  return tile_bytes<kPipe>() + 4 * kBr * 4 + 1024;
 }
 
 /* Registers to the A operand: the accumulator layout of 16 query columns kk of a 64-column
@@ -192,10 +178,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const unsigned long long head_first =
       kDrop ? drop_origin(dr) + (unsigned long long)bh * T_ * T_ : 0ull;
 
-  load_sw<T, kBc>(ks, k, (int)kv.st, k0, T_, tid);
-  load_sw<T, kBc>(vs, v, (int)vv.st, k0, T_, tid);
-  load_sw<T, kBr>(qs, q, (int)qv.st, qt0 * kBr, T_, tid);
-  load_sw<T, kBr>(dos, dout, (int)dov.st, qt0 * kBr, T_, tid);
+  load_tile_sw<T, kBc, kThreads>(ks, k, (int)kv.st, k0, T_, tid);
+  load_tile_sw<T, kBc, kThreads>(vs, v, (int)vv.st, k0, T_, tid);
+  load_tile_sw<T, kBr, kThreads>(qs, q, (int)qv.st, qt0 * kBr, T_, tid);
+  load_tile_sw<T, kBr, kThreads>(dos, dout, (int)dov.st, qt0 * kBr, T_, tid);
   cp_async_commit();
   if (tid < kBr) {
     /* Past-the-end queries get lse = +inf, so their P is exactly 0. */
@@ -223,8 +209,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();
     if (qt + 1 < n_t) {
       const int nb = buf ^ 1, r0 = q0 + kBr;
-      load_sw<T, kBr>(qs + nb * kBr * kRowBytes, q, (int)qv.st, r0, T_, tid);
-      load_sw<T, kBr>(dos + nb * kBr * kRowBytes, dout, (int)dov.st, r0, T_, tid);
+      unsigned char *qn = qs + nb * kBr * kRowBytes, *don = dos + nb * kBr * kRowBytes;
+      load_tile_sw<T, kBr, kThreads>(qn, q, (int)qv.st, r0, T_, tid);
+      load_tile_sw<T, kBr, kThreads>(don, dout, (int)dov.st, r0, T_, tid);
       cp_async_commit();
       if (tid < kBr) {
         const int row = r0 + tid;
@@ -301,15 +288,6 @@ __global__ void __launch_bounds__(kThreads, 1)
                    static_cast<T *>(dvv.p) + head_off(dvv, bh, H), dvv.st, key_a, T_, lane, scale,
                    overwrite);
 }
-
-struct bwd_args {
-  nt_attn_view dout, q, k, v, dk, dv;
-  const float *lse, *d_rows;
-  float *dq_acc;
-  int BH, H, T;
-  nt_attn_drop dr;
-  bool overwrite;
-};
 
 template <typename T, bool kDrop, bool kPipe>
 nt_status launch(nt_ctx *ctx, const bwd_args &a) {

@@ -27,22 +27,6 @@ constexpr float kLog2e = 1.4426950408889634f;
 /* Q, two K buffers, two V buffers, plus slack to align the start to 1024 bytes. */
 template <int KB> constexpr int smem_bytes() { return (kBr + 4 * KB) * kRowBytes + 1024; }
 
-/* cp.async rows [row0, row0 + ROWS) of a [rows_total, 64] matrix (rows ld elements apart)
- * into a swizzled tile; rows past the end are zero-filled. */
-template <typename T, int ROWS>
-__device__ __forceinline__ void load_sw(unsigned char *tile, const T *g, int ld, int row0,
-                                        int rows_total, int tid) {
-  constexpr int kPass = kThreads / 8;   /* rows per pass: 8 chunks of 16 bytes per row */
-  const int r0 = tid / 8, j = tid % 8;
-#pragma unroll
-  for (int i = 0; i < ROWS / kPass; i++) {
-    const int r = r0 + i * kPass;
-    const bool ok = row0 + r < rows_total;
-    cp_async16(tile + nt_wg::sw_off(r, 8 * j), ok ? g + (long long)(row0 + r) * ld + 8 * j : g,
-               ok);
-  }
-}
-
 /* One key/value tile for one warpgroup (64 rows from row_g, this warp's from row_w). */
 template <typename T, int KB, bool kDiag, bool kDrop>
 __device__ __forceinline__ void wg_tile(uint32_t q_s, uint32_t k_s, uint32_t v_s,
@@ -120,9 +104,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int lane_row = row_w + lane % fwd_keep<KB, 1>::kRw;
   const unsigned long long lane_rel = kDrop ? ((unsigned long long)bh * T_ + lane_row) * T_ : 0ull;
 
-  load_sw<T, kBr>(qs, q, (int)qv.st, q0, T_, tid);
-  load_sw<T, KB>(ks, k, (int)kv.st, 0, T_, tid);
-  load_sw<T, KB>(vs, v, (int)vv.st, 0, T_, tid);
+  load_tile_sw<T, kBr, kThreads>(qs, q, (int)qv.st, q0, T_, tid);
+  load_tile_sw<T, KB, kThreads>(ks, k, (int)kv.st, 0, T_, tid);
+  load_tile_sw<T, KB, kThreads>(vs, v, (int)vv.st, 0, T_, tid);
   cp_async_commit();
 
   float o[1][kDt][4], m_r[1][2] = {{-INFINITY, -INFINITY}}, l_r[1][2] = {{0.f, 0.f}};
@@ -139,8 +123,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     nt_wg::fence_smem_to_async();
     __syncthreads();
     if (kt < kt_end) {
-      load_sw<T, KB>(ks + (buf ^ 1) * KB * kRowBytes, k, (int)kv.st, (kt + 1) * KB, T_, tid);
-      load_sw<T, KB>(vs + (buf ^ 1) * KB * kRowBytes, v, (int)vv.st, (kt + 1) * KB, T_, tid);
+      const int nb = buf ^ 1;
+      load_tile_sw<T, KB, kThreads>(ks + nb * KB * kRowBytes, k, (int)kv.st, (kt + 1) * KB, T_,
+                                    tid);
+      load_tile_sw<T, KB, kThreads>(vs + nb * KB * kRowBytes, v, (int)vv.st, (kt + 1) * KB, T_,
+                                    tid);
       cp_async_commit();
     }
     if (kt > kt_last_wg) continue;   /* every key of the tile follows this warpgroup's rows */

@@ -13,6 +13,7 @@
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
+#include "ops/wgmma.cuh"
 
 namespace nt_attn {
 
@@ -150,6 +151,23 @@ __device__ __forceinline__ void load_tile(T *smem, const T *g, int ld, int row0,
     /* A row past the end reads nothing (src-size 0); its address stays inside the matrix. */
     cp_async16(smem + r * kLd + col, ok ? p : g, ok);
     p += kRows * ld;
+  }
+}
+
+/* The same for rows of D = 64 into a 128-byte swizzled tile (ops/wgmma.cuh), the wgmma
+ * kernels' operand layout. */
+template <typename T, int ROWS, int THREADS>
+__device__ __forceinline__ void load_tile_sw(unsigned char *tile, const T *g, int ld, int row0,
+                                             int rows_total, int tid) {
+  constexpr int kPass = THREADS / 8;   /* rows per pass: 8 chunks of 16 bytes per row */
+  static_assert(ROWS % kPass == 0, "tile rows must split evenly over threads");
+  const int r0 = tid / 8, j = tid % 8;
+#pragma unroll
+  for (int i = 0; i < ROWS / kPass; i++) {
+    const int r = r0 + i * kPass;
+    const bool ok = row0 + r < rows_total;
+    cp_async16(tile + nt_wg::sw_off(r, 8 * j), ok ? g + (long long)(row0 + r) * ld + 8 * j : g,
+               ok);
   }
 }
 

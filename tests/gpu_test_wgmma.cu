@@ -92,7 +92,8 @@ void run_form(nt_test_rng *rng, const char *tname) {
   for (int i = 0; i < brows * 64; i++) tb[i] = T(hb[i]);
   T *da = NULL, *db = NULL;
   float *dd = NULL;
-  bool ok = cudaMalloc(&da, sizeof ta) == cudaSuccess && cudaMalloc(&db, sizeof tb) == cudaSuccess &&
+  bool ok = cudaMalloc(&da, sizeof ta) == cudaSuccess &&
+            cudaMalloc(&db, sizeof tb) == cudaSuccess &&
             cudaMalloc(&dd, sizeof hd) == cudaSuccess &&
             cudaMemcpy(da, ta, sizeof ta, cudaMemcpyHostToDevice) == cudaSuccess &&
             cudaMemcpy(db, tb, sizeof tb, cudaMemcpyHostToDevice) == cudaSuccess;
