@@ -50,6 +50,7 @@ typedef struct {
 
 /* As bench_gemm.c names them: dW = dy^T x (trans_a), dx = dy W (NN). */
 static const shape SHAPES[] = {
+    {"gpt2.lmhead.fwd", 16384, 50304, 768, false, true},
     {"gpt2.lmhead.dW", 50304, 768, 16384, true, false},
     {"gpt2.lmhead.dx", 16384, 768, 50304, false, false},
     {"square.8192", 8192, 8192, 8192, false, false},

@@ -77,22 +77,18 @@ static nt_status get_cache(nt_ctx *ctx, gemm_cache **out) {
   c->verify_all = env && env[0] == '1';
   env = getenv("NT_GEMM_SEARCH_PICK");
   c->pick_splitk = env && !strcmp(env, "splitk");
-  env = getenv("NT_GEMM_ROWORDER");
-  c->roworder = env && (env[0] == '1' || env[0] == '2') && !env[1] ? env[0] - '0' : 0;
-  /* NT_GEMM_SUSTAINED: unset or 0 off (the H200 table fell from 0.96-1.04x torch on most
-   * shapes to 0.81-0.96x with it on: bench/RESULTS.md); 1 the default warm-up; a number >= 2,
-   * that many ms. */
-  env = getenv("NT_GEMM_SUSTAINED");
-  c->sustained_ms = 0.f;
-  if (env && env[0]) {
+  c->untuned_flop = NT_GEMM_UNTUNED_FLOP;
+  if ((env = getenv("NT_GEMM_UNTUNED_GFLOP")) && env[0]) {
     char *end = NULL;
     double v = strtod(env, &end);
-    if (!end || *end || !(v >= 0) || v > 1000)
-      nt_log(ctx, NT_LOG_WARN, "gemm: NT_GEMM_SUSTAINED=%s is not 0, 1 or a warm-up in ms "
-             "(2..1000); using %g ms", env, (double)c->sustained_ms);
+    if (end && !*end && v > 0)
+      c->untuned_flop = v * 1e9;
     else
-      c->sustained_ms = v == 1 ? NT_GEMM_SUSTAINED_MS : (float)v;
+      nt_log(ctx, NT_LOG_WARN, "gemm: NT_GEMM_UNTUNED_GFLOP=%s is not a positive number; using "
+             "%g", env, NT_GEMM_UNTUNED_FLOP * 1e-9);
   }
+  env = getenv("NT_GEMM_ROWORDER");
+  c->roworder = env && (env[0] == '1' || env[0] == '2') && !env[1] ? env[0] - '0' : 0;
   int major = 0, minor = 0;
   nt_status st = NT_CUDA(ctx, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
                                                      ctx->device.index));

@@ -10,9 +10,6 @@
  * the widened search asks for more (gemm_search.c). */
 #define NT_GEMM_HEURISTIC_CANDIDATES 32
 
-/* NT_GEMM_SUSTAINED's default warm-up (ms) before each finalist's timed runs (gemm_tune.c). */
-#define NT_GEMM_SUSTAINED_MS 40.0f
-
 /* The same product posed to cuBLASLt in other layouts (NT_GEMM_ROWORDER; bench/gemm_probe.c
  * times them all). TCOL is the plan's own (top of gemm_cuda.c: D^T = op(B)^T op(A)^T, every
  * matrix column-major). TROW: the same with cuBLASLt's A and B described as CUBLASLT_ORDER_ROW
@@ -72,10 +69,10 @@ typedef struct {
   int search;          /* NT_GEMM_SEARCH: 0 heuristic list only, 1 widened for big shapes, 2 all */
   bool verify_all;     /* NT_GEMM_SEARCH_VERIFY=1: check every searched candidate's result */
   bool pick_splitk;    /* NT_GEMM_SEARCH_PICK=splitk: keep the fastest split-K candidate */
+  double untuned_flop; /* NT_GEMM_UNTUNED_GFLOP: products this large keep the heuristic's
+                          first choice untimed (default NT_GEMM_UNTUNED_FLOP) */
   int roworder;        /* NT_GEMM_ROWORDER: 1 the other formulations' heuristic lists are
                           timed too, 2 (tests) one of them is kept whenever one verifies */
-  float sustained_ms;  /* NT_GEMM_SUSTAINED: warm-up per finalist (ms) for products of
-                          >= 1 GFLOP; 0 off (see gemm_tune.c) */
   int cc;              /* compute capability, major * 10 + minor */
   float *fp8_scales;   /* 16-byte aligned device slots for misaligned FP8 scale pointers */
 } gemm_cache;

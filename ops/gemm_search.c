@@ -19,9 +19,9 @@
  * choice's). Each is run once untimed (lazy module loading; whether it launches at
  * all) and once timed; the fastest few (within PRUNE of the fastest, at most final_max, always
  * with the heuristic list's fastest) then get TUNE_ROUNDS samples of REPS runs each, taken
- * round-robin so clock changes hit every candidate alike, and the median decides (products of
- * >= 1 GFLOP with NT_GEMM_SUSTAINED=1 (off by default): at most 8 + 1 finalists, each run back
- * to back for a warm-up first so that the GPU is at its sustained clocks; gemm_tune.c).
+ * round-robin so clock changes hit every candidate alike, and the median decides; another
+ * configuration must beat the heuristic's first choice by 3% to replace it, and products of
+ * >= 100 GFLOP keep the first choice untimed (gemm_tune.c).
  * Configurations built from ids and attributes are not the heuristic's vetted choices: a kept
  * one is first compared with the heuristic's kernel on the same inputs (checksums of D, see
  * gemm_internal.h) and dropped beyond the dtype's tolerance.
@@ -30,10 +30,10 @@
  * plus one host sync (~20 us). Mode 1 times at most ~650 configurations per shape (heuristic
  * 128 + per-id 160 + enumerated 192 + variants and combos up to the 640 cap), so about
  * 1300 product runs: ~0.05 s for the small GPT's 16384x384x384 products, ~0.3-0.5 s for
- * GPT-2's 16384x768x3072 ones and ~2-4 s for a GPT-2 logits product (1.3 TFLOP, ~1.7 ms a run,
- * slower configurations included), capped at 6 s of quick-round GPU time per shape; AlgoCheck
- * calls (<= 20000) add up to tens of ms of host time. A GPT-2 training run has ~15 distinct
- * shapes: ~10 s once. Under 1 GFLOP nothing changes (the heuristic's 32, as before). Mode 2
+ * GPT-2's 16384x768x3072 ones, capped at 6 s of quick-round GPU time per shape (products of
+ * >= 100 GFLOP, such as GPT-2's logits, are not timed in mode 1); AlgoCheck calls (<= 20000)
+ * add up to tens of ms of host time. A GPT-2 training run has ~15 distinct shapes: a few s
+ * once. Under 1 GFLOP nothing changes (the heuristic's 32, as before). Mode 2
  * (diagnosis) times up to 8192 configurations, up to 60 s of GPU time per shape. Once per shape
  * and context. */
 #include "ops/gemm_internal.h"

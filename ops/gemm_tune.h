@@ -76,7 +76,6 @@ typedef struct {
   double ref_sums[2 * NT_GEMM_NSUMS];
   bool ref_finite;
   double tol;
-  float warm_ms;           /* the finalists' sustained warm-up (0: timed round-robin) */
 } tuner;
 
 /* How much a search may try (gemm_search.c): the heuristic's 32 alone, widened, or all. */
