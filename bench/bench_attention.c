@@ -4,8 +4,11 @@
  * (the Philox mask regenerated in forward and backward) and with q, k, v read straight from a
  * [B, T, 3C] projection output (out into [B, T, C], gradients written into [B, T, 3C] with
  * overwrite: what the model runs). Prints a table and "RESULT nt <row> <fwd> <bwd> <total>"
- * lines (ms) for run_attention.sh. Usage: bench_attention [repeats] [row index 0..3, default
- * all] (NT_ATTN_SIMPLE=1 times the fallback kernels). */
+ * lines (ms) for run_attention.sh. Usage: bench_attention [repeats] [row index 0..3, -1 (the
+ * default) all] [calls per timed sample, default 1] (NT_ATTN_SIMPLE=1 times the fallback
+ * kernels). With one call per sample the host's launch latency is inside each timing; with
+ * several back to back (each sample's ms divided by the count) the GPU runs them queued, as in
+ * a training step, and the figure is GPU time per call. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,21 +32,25 @@ static void die(nt_ctx *ctx, const char *what) {
   exit(1);
 }
 
-/* which: 0 forward, 1 backward, 2 both. Returns the median ms of `reps` timed calls. */
-static float time_it(nt_ctx *ctx, int which, int reps, nt_tensor *t, nt_tensor *lse,
+/* which: 0 forward, 1 backward, 2 both. Returns the median over `reps` samples of the ms per
+ * call of `calls` calls in a row. */
+static float time_it(nt_ctx *ctx, int which, int reps, int calls, nt_tensor *t, nt_tensor *lse,
                      const nt_attention_opts *o) {
   nt_event *e0, *e1;
   float *ms = malloc(sizeof(float) * (size_t)reps);
   if (nt_event_create(ctx, &e0, true) || nt_event_create(ctx, &e1, true)) die(ctx, "events");
   for (int r = -3; r < reps; r++) {   /* three untimed warm-up calls */
     if (nt_event_record(ctx, e0, NULL)) die(ctx, "record");
-    if (which != 1 && nt_attention_forward_ex(ctx, &t[0], &t[1], &t[2], &t[3], lse, o))
-      die(ctx, "forward");
-    if (which != 0 && nt_attention_backward_ex(ctx, &t[4], &t[0], &t[1], &t[2], &t[3], lse,
-                                               &t[5], &t[6], &t[7], o))
-      die(ctx, "backward");
+    for (int c = 0; c < calls; c++) {
+      if (which != 1 && nt_attention_forward_ex(ctx, &t[0], &t[1], &t[2], &t[3], lse, o))
+        die(ctx, "forward");
+      if (which != 0 && nt_attention_backward_ex(ctx, &t[4], &t[0], &t[1], &t[2], &t[3], lse,
+                                                 &t[5], &t[6], &t[7], o))
+        die(ctx, "backward");
+    }
     if (nt_event_record(ctx, e1, NULL) || nt_event_synchronize(ctx, e1)) die(ctx, "sync");
     if (r >= 0 && nt_event_elapsed_ms(ctx, e0, e1, &ms[r])) die(ctx, "elapsed");
+    if (r >= 0) ms[r] /= (float)calls;
   }
   qsort(ms, (size_t)reps, sizeof(float), cmp_float);
   float med = ms[reps / 2];
@@ -73,8 +80,10 @@ int main(int argc, char **argv) {
   const int nshapes = 4;
   const int reps = argc > 1 ? atoi(argv[1]) : 30;
   const int only = argc > 2 ? atoi(argv[2]) : -1;
-  if (reps < 1 || only < -1 || only >= nshapes) {
-    fprintf(stderr, "usage: bench_attention [repeats >= 1] [row 0..%d]\n", nshapes - 1);
+  const int calls = argc > 3 ? atoi(argv[3]) : 1;
+  if (reps < 1 || only < -1 || only >= nshapes || calls < 1 || calls > 1000) {
+    fprintf(stderr, "usage: bench_attention [repeats >= 1] [row 0..%d or -1] [calls 1..1000]\n",
+            nshapes - 1);
     return 2;
   }
   nt_ctx *ctx;
@@ -84,8 +93,9 @@ int main(int argc, char **argv) {
   }
   if (nt_ctx_create(&ctx, nt_cuda(0))) die(ctx, "context");
   const char *simple = getenv("NT_ATTN_SIMPLE");
-  printf("nanotrain causal attention, bf16, %s kernels, median of %d\n",
-         simple && *simple && strcmp(simple, "0") ? "simple" : "tensor-core", reps);
+  printf("nanotrain causal attention, bf16, %s kernels, median of %d samples of %d call%s\n",
+         simple && *simple && strcmp(simple, "0") ? "simple" : "tensor-core", reps, calls,
+         calls > 1 ? "s each" : "");
   printf("%-26s %10s %10s %10s %12s\n", "B,H,T,D", "fwd ms", "bwd ms", "fwd+bwd ms", "TFLOP/s");
   for (int s = 0; s < nshapes; s++) {
     if (only >= 0 && s != only) continue;
@@ -131,9 +141,9 @@ int main(int argc, char **argv) {
     if (nt_tensor_alloc(ctx, &lse, NT_F32, 3, ldims)) die(ctx, "alloc lse");
     /* The model reserves a fresh stream per step; the cost does not depend on it. */
     const nt_attention_opts opts = {sh.p, 1234, 0, sh.packed};
-    const float f = time_it(ctx, 0, reps, t, &lse, &opts);
-    const float b = time_it(ctx, 1, reps, t, &lse, &opts);
-    const float fb = time_it(ctx, 2, reps, t, &lse, &opts);
+    const float f = time_it(ctx, 0, reps, calls, t, &lse, &opts);
+    const float b = time_it(ctx, 1, reps, calls, t, &lse, &opts);
+    const float fb = time_it(ctx, 2, reps, calls, t, &lse, &opts);
     /* Causal FLOPs as FlashAttention counts them: forward 2 matmuls of B*H*T*T*D/2 MACs,
      * backward 2.5x the forward. */
     const double flops = 3.5 * 4.0 * sh.B * sh.H * (double)sh.T * sh.T * sh.D / 2.0;

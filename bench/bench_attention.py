@@ -1,9 +1,9 @@
 """torch.nn.functional.scaled_dot_product_attention(is_causal=True) forward, backward and
 forward+backward in bf16 on the rows bench_attention.c times, with CUDA events (median of
-repeats after warm-up): two plain shapes, the small GPT's shape with dropout_p=0.2, and the
-same shape with q, k, v as views of one [B, T, 3C] tensor (the gradient lands in it, as in
+repeats after warm-up; --calls N times N calls in a row per sample, ms per call): two plain
+shapes, the small GPT's shape with dropout_p=0.2, and the same shape with q, k, v as views of one [B, T, 3C] tensor (the gradient lands in it, as in
 nanoGPT's attention). Prints a table and "RESULT torch <row> <fwd> <bwd> <total>" (ms).
-Usage: python3 bench/bench_attention.py [--repeats N]"""
+Usage: python3 bench/bench_attention.py [--repeats N] [--calls N]"""
 import argparse
 import statistics
 
@@ -15,7 +15,7 @@ ROWS = [(64, 6, 256, 64, 0.0, False), (16, 12, 1024, 64, 0.0, False),
         (64, 6, 256, 64, 0.2, False), (64, 6, 256, 64, 0.0, True)]
 
 
-def median_ms(fn, reps):
+def median_ms(fn, reps, calls):
     for _ in range(3):
         fn()
     times = []
@@ -23,20 +23,22 @@ def median_ms(fn, reps):
         a = torch.cuda.Event(enable_timing=True)
         b = torch.cuda.Event(enable_timing=True)
         a.record()
-        fn()
+        for _ in range(calls):
+            fn()
         b.record()
         b.synchronize()
-        times.append(a.elapsed_time(b))
+        times.append(a.elapsed_time(b) / calls)
     return statistics.median(times)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=30)
+    ap.add_argument("--calls", type=int, default=1)
     args = ap.parse_args()
     dev = torch.device("cuda")
     print(f"torch {torch.__version__} scaled_dot_product_attention(is_causal=True), bf16, "
-          f"{torch.cuda.get_device_name()}, median of {args.repeats}")
+          f"{torch.cuda.get_device_name()}, median of {args.repeats} samples of {args.calls} call(s)")
     print(f"{'B,H,T,D':<26} {'fwd ms':>10} {'bwd ms':>10} {'fwd+bwd ms':>10} {'TFLOP/s':>12}")
     g = torch.Generator(device=dev).manual_seed(0)
     for (B, H, T, D, p, packed) in ROWS:
@@ -60,7 +62,7 @@ def main():
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p)
 
         with torch.no_grad():
-            fwd = median_ms(attn, args.repeats)
+            fwd = median_ms(attn, args.repeats, args.calls)
         out = attn()
 
         def bwd_only():
@@ -69,8 +71,8 @@ def main():
         def both():
             torch.autograd.grad(attn(), leaves, dout)
 
-        bwd = median_ms(bwd_only, args.repeats)
-        fb = median_ms(both, args.repeats)
+        bwd = median_ms(bwd_only, args.repeats, args.calls)
+        fb = median_ms(both, args.repeats, args.calls)
         flops = 3.5 * 4.0 * B * H * T * T * D / 2.0
         name = f"{B},{H},{T},{D}" + (f",p={p:g}" if p > 0 else ",qkv-views" if packed else "")
         print(f"{name:<26} {fwd:10.3f} {bwd:10.3f} {fb:10.3f} {flops / (fb * 1e-3) / 1e12:12.1f}")

@@ -13,7 +13,7 @@ OUT=${OUT:-runs/quality}
 ONLY=${2:-all}
 [[ "${1:-}" == "--only" ]] || ONLY=all
 if [[ ! -x "$BUILD/nanotrain" ]]; then
-  cmake -S . -B "$BUILD" -G Ninja -DNT_CUDA_ARCHS=${NT_CUDA_ARCHS:-90} >/dev/null && ninja -C "$BUILD" nanotrain
+  cmake -S . -B "$BUILD" -G Ninja -DNT_CUDA_ARCHS=${NT_CUDA_ARCHS:-90a} >/dev/null && ninja -C "$BUILD" nanotrain
 fi
 mkdir -p "$OUT"
 results=()

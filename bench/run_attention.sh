@@ -2,9 +2,9 @@
 # Causal attention, bf16: nanotrain's kernels (bench_attention) next to torch's
 # scaled_dot_product_attention (bench_attention.py) on the same rows (two plain shapes, the
 # small GPT's with dropout 0.2, and with q/k/v as views of the [B, T, 3C] projection output),
-# one table with the ratio torch_ms / nanotrain_ms (>= 1.00 means nanotrain is at least as
-# fast).
-# Usage: bench/run_attention.sh [build-dir] [repeats]
+# tables with the ratio torch_ms / nanotrain_ms (>= 1.00 means nanotrain is at least as fast),
+# then our other kernel variants and, unless "noprof", Nsight Compute's view of T = 1024.
+# Usage: bench/run_attention.sh [build-dir] [repeats] [noprof]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 build="${1:-build}"
@@ -15,41 +15,42 @@ if [ ! -x "$bin" ]; then
   exit 1
 fi
 
-out_nt="$("$bin" "$reps")"
-echo "$out_nt" | grep -v '^RESULT'
-echo
-out_pt="$(python3 "$here/bench_attention.py" --repeats "$reps" 2>&1)" ||
-  { echo "$out_pt" >&2; out_pt=""; }
-echo "$out_pt" | grep -v '^RESULT' || true
-echo
-
-printf '%s\n%s\n' "$out_nt" "$out_pt" | awk '
-  $1 == "RESULT" { key = $3; v[$2, key, 1] = $4; v[$2, key, 2] = $5; v[$2, key, 3] = $6;
-                   if (!(key in seen)) { seen[key] = 1; order[n++] = key } }
-  END {
-    printf "%-26s | %-25s | %-25s | %-25s\n", "B,H,T,D (bf16)", "forward ms nt/torch (x)",
-           "backward ms nt/torch (x)", "fwd+bwd ms nt/torch (x)"
-    for (i = 0; i < n; i++) {
-      k = order[i]; line = sprintf("%-26s", k)
-      for (j = 1; j <= 3; j++) {
-        a = v["nt", k, j]; b = v["torch", k, j]
-        r = (a > 0 && b > 0) ? sprintf("%.2f", b / a) : "-"
-        line = line sprintf(" | %8s %8s %6s", a == "" ? "-" : a, b == "" ? "-" : b, r)
+# One table per timing: one call per sample (the host's launch latency, torch's Python and
+# autograd included) and 10 calls back to back per sample (GPU time per call, the GPU queue kept
+# full as in a training step).
+for calls in 1 10; do
+  echo "== $calls call(s) per timed sample"
+  out_nt="$("$bin" "$reps" -1 "$calls")"
+  echo "$out_nt" | grep -v '^RESULT'
+  echo
+  out_pt="$(python3 "$here/bench_attention.py" --repeats "$reps" --calls "$calls" 2>&1)" ||
+    { echo "$out_pt" >&2; out_pt=""; }
+  echo "$out_pt" | grep -v '^RESULT' || true
+  echo
+  printf '%s\n%s\n' "$out_nt" "$out_pt" | awk -v calls="$calls" '
+    $1 == "RESULT" { key = $3; v[$2, key, 1] = $4; v[$2, key, 2] = $5; v[$2, key, 3] = $6;
+                     if (!(key in seen)) { seen[key] = 1; order[n++] = key } }
+    END {
+      printf "%-26s | %-25s | %-25s | %-25s\n", "B,H,T,D (bf16), " calls " call(s)",
+             "forward ms nt/torch (x)", "backward ms nt/torch (x)", "fwd+bwd ms nt/torch (x)"
+      for (i = 0; i < n; i++) {
+        k = order[i]; line = sprintf("%-26s", k)
+        for (j = 1; j <= 3; j++) {
+          a = v["nt", k, j]; b = v["torch", k, j]
+          r = (a > 0 && b > 0) ? sprintf("%.2f", b / a) : "-"
+          line = line sprintf(" | %8s %8s %6s", a == "" ? "-" : a, b == "" ? "-" : b, r)
+        }
+        print line
       }
-      print line
-    }
-  }'
+    }'
+  echo
+done
 
-# Variants that the defaults may not pick: the backward's two block shapes forced (64 keys / 4
-# warps and 128 keys / 8 warps; the default switches at T = 512), the backward's older
-# two-barrier kernel (NT_ATTN_BWD_PIPE=0), the forward built for 3
-# blocks per SM (168 registers, some spilled) instead of 2, the forward with 128-key tiles, and
-# the forward with 8 warps of 16 rows (128 registers, 16 warps per SM).
 echo
 echo "variants, ms:                                  fwd      bwd  fwd+bwd"
 # NT_ATTN_WGMMA=0: the mma.sync kernels (the default before the Hopper wgmma ones for D = 64);
-# the wgmma forward's 128-key tiles; the wgmma backward with two barriers per query tile.
-for var in NT_ATTN_WGMMA=0 NT_ATTN_WG_KEYS=128 NT_ATTN_WG_PIPE=0; do
+# the wgmma forward's 128-key tiles.
+for var in NT_ATTN_WGMMA=0 NT_ATTN_WG_KEYS=128; do
   for row in 0 1; do   # the plain shapes (dropout runs the default kernels only)
     env "$var" "$bin" "$reps" "$row" | awk -v var="$var" '$1 == "RESULT" {
       printf "  %-22s %-18s %8s %8s %8s\n", var, $3, $4, $5, $6 }'

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 if [[ ! -x "$BUILD/nanotrain" ]]; then
-  cmake -S . -B "$BUILD" -G Ninja -DNT_CUDA_ARCHS=${NT_CUDA_ARCHS:-90} >/dev/null
+  cmake -S . -B "$BUILD" -G Ninja -DNT_CUDA_ARCHS=${NT_CUDA_ARCHS:-90a} >/dev/null
   ninja -C "$BUILD" nanotrain
 fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true

@@ -236,15 +236,22 @@ __global__ void simple_backward_dkv(nt_attn_view dov, nt_attn_view qv, nt_attn_v
 
 /* Tensor-core path, before the backward kernel: d_rows = rowsum(dO * O) and dq_acc = 0 in
  * one pass of 16-byte pieces (8 elements per thread, D / 8 adjacent lanes per row; D is 32
- * or 64 and every row 16-byte aligned there). kContig: dout and out are contiguous (piece i
- * at element 8 i); otherwise each row is found through the views. */
+ * or 64 and every row 16-byte aligned there; thread i also zeroes dq_acc[16 i, 16 i + 16) if
+ * below acc_floats). kContig: dout and out are contiguous (piece i at element 8 i); otherwise
+ * each row is found through the views. */
 template <typename T, int D, bool kContig>
 __global__ void prep_rows_vec(nt_attn_view dov, nt_attn_view ov, float *__restrict__ d_rows,
-                              float *__restrict__ dq_acc, long rows, int H, int T_) {
+                              float *__restrict__ dq_acc, long acc_floats, long rows, int H,
+                              int T_) {
   constexpr int kLanes = D / 8;
   const long piece = (long)blockIdx.x * blockDim.x + threadIdx.x;
   const long row = piece / kLanes;
   float acc = 0.f;
+  if (16 * piece < acc_floats) {
+    float4 *z = reinterpret_cast<float4 *>(dq_acc) + 4 * piece;
+#pragma unroll
+    for (int i = 0; i < 4; i++) z[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
   if (row < rows) {
     const T *dout = static_cast<const T *>(dov.p), *out = static_cast<const T *>(ov.p);
     if (kContig) {
@@ -261,9 +268,6 @@ __global__ void prep_rows_vec(nt_attn_view dov, nt_attn_view ov, float *__restri
     const T *x = reinterpret_cast<const T *>(&a), *y = reinterpret_cast<const T *>(&b);
 #pragma unroll
     for (int e = 0; e < 8; e++) acc += nt_to_f(x[e]) * nt_to_f(y[e]);
-    float4 *z = reinterpret_cast<float4 *>(dq_acc) + 2 * piece;
-    z[0] = make_float4(0.f, 0.f, 0.f, 0.f);
-    z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
   /* kLanes divides 32 and rows start at multiples of kLanes: the groups never straddle. */
 #pragma unroll
@@ -381,33 +385,40 @@ nt_status forward_simple(nt_ctx *ctx, const nt_tensor *q, const nt_tensor *k, co
   return NT_CUDA_LAUNCHED(ctx);
 }
 
+/* d_rows and the zeroed dQ accumulator (acc_floats floats) before a tensor-core backward. */
 template <typename T, int D>
-nt_status prep_and_finish(nt_ctx *ctx, const nt_tensor *dout, const nt_tensor *out,
-                          nt_tensor *dq, float *d_rows, float *dq_acc, const problem &pb,
-                          bool finish) {
-  const long rows = (long)pb.BH * pb.T, n8 = rows * D / 8;
+nt_status prep_rows(nt_ctx *ctx, const nt_tensor *dout, const nt_tensor *out, float *d_rows,
+                    float *dq_acc, long acc_floats, const problem &pb) {
+  const long rows = (long)pb.BH * pb.T, n8 = rows * D / 8, z16 = (acc_floats + 15) / 16;
+  const unsigned grid = (unsigned)(((n8 > z16 ? n8 : z16) + 255) / 256);
+  cudaStream_t s = nt_cuda_stream(ctx);
+  if (nt_tensor_is_contiguous(dout) && nt_tensor_is_contiguous(out))
+    prep_rows_vec<T, D, true><<<grid, 256, 0, s>>>(view_of(dout), view_of(out), d_rows, dq_acc,
+                                                   acc_floats, rows, pb.H, pb.T);
+  else
+    prep_rows_vec<T, D, false><<<grid, 256, 0, s>>>(view_of(dout), view_of(out), d_rows, dq_acc,
+                                                    acc_floats, rows, pb.H, pb.T);
+  return NT_CUDA_LAUNCHED(ctx);
+}
+
+/* After the mma.sync backward: its row-ordered dQ accumulator folded into dq. */
+template <typename T, int D>
+nt_status finish_dq(nt_ctx *ctx, nt_tensor *dq, const float *dq_acc, const problem &pb) {
+  const long n8 = (long)pb.BH * pb.T * D / 8;
   const unsigned grid = (unsigned)((n8 + 255) / 256);
   cudaStream_t s = nt_cuda_stream(ctx);
-  if (!finish) {
-    if (nt_tensor_is_contiguous(dout) && nt_tensor_is_contiguous(out))
-      prep_rows_vec<T, D, true><<<grid, 256, 0, s>>>(view_of(dout), view_of(out), d_rows, dq_acc,
-                                                     rows, pb.H, pb.T);
-    else
-      prep_rows_vec<T, D, false><<<grid, 256, 0, s>>>(view_of(dout), view_of(out), d_rows,
-                                                      dq_acc, rows, pb.H, pb.T);
-  } else if (nt_tensor_is_contiguous(dq)) {
+  if (nt_tensor_is_contiguous(dq))
     dq_finish<T, D, true><<<grid, 256, 0, s>>>(dq_acc, view_of(dq), n8, pb.H, pb.T, pb.scale,
                                                pb.overwrite);
-  } else {
+  else
     dq_finish<T, D, false><<<grid, 256, 0, s>>>(dq_acc, view_of(dq), n8, pb.H, pb.T, pb.scale,
                                                 pb.overwrite);
-  }
   return NT_CUDA_LAUNCHED(ctx);
 }
 
 /* Tensor-core backward (F16/BF16 only): one pass prepares d_rows and the zeroed dQ
- * accumulator, the kernel adds into it, a last pass folds it into dq; all three move 16-byte
- * pieces. */
+ * accumulator, the kernel adds into it, a last pass folds it into dq (the wgmma backward
+ * does that itself, from its own order); all move 16-byte pieces. */
 template <typename T>
 nt_status backward_mma_path(nt_ctx *ctx, const nt_tensor *dout, const nt_tensor *q,
                             const nt_tensor *k, const nt_tensor *v, const nt_tensor *out,
@@ -416,23 +427,28 @@ nt_status backward_mma_path(nt_ctx *ctx, const nt_tensor *dout, const nt_tensor 
   if constexpr (sizeof(T) != 2) {
     return NT_ERROR(ctx, NT_ERR_INTERNAL, "attention: tensor-core backward needs F16/BF16");
   } else {
-    auto pass = pb.D == 64 ? prep_and_finish<T, 64> : prep_and_finish<T, 32>;
+    const bool wg = use_wgmma(ctx, pb.D);
+    const size_t acc_floats = wg ? nt_attention_wg_dq_acc_floats(pb.BH, pb.T)
+                                 : (size_t)pb.BH * pb.T * pb.D;
     float *dq_acc = NULL;
-    nt_status st = nt_alloc(ctx, sizeof(float) * (size_t)pb.BH * pb.T * pb.D, (void **)&dq_acc);
+    nt_status st = nt_alloc(ctx, sizeof(float) * acc_floats, (void **)&dq_acc);
     if (st) return st;
-    if ((st = pass(ctx, dout, out, dq, d_rows, dq_acc, pb, false))) goto done;
-    if (use_wgmma(ctx, pb.D))
+    st = pb.D == 64 ? prep_rows<T, 64>(ctx, dout, out, d_rows, dq_acc, (long)acc_floats, pb)
+                    : prep_rows<T, 32>(ctx, dout, out, d_rows, dq_acc, (long)acc_floats, pb);
+    if (st) goto done;
+    if (wg) {
       st = nt_attention_backward_wg(ctx, q->dtype, view_of(dout), view_of(q), view_of(k),
                                     view_of(v), (const float *)lse->data, d_rows, dq_acc,
-                                    view_of(dk), view_of(dv), pb.BH, pb.H, pb.T,
+                                    view_of(dq), view_of(dk), view_of(dv), pb.BH, pb.H, pb.T,
                                     pb.drop ? &pb.dr : NULL, pb.overwrite);
-    else
-      st = nt_attention_backward_mma(ctx, q->dtype, view_of(dout), view_of(q), view_of(k),
-                                     view_of(v), (const float *)lse->data, d_rows, dq_acc,
-                                     view_of(dk), view_of(dv), pb.BH, pb.H, pb.T, pb.D,
-                                     pb.drop ? &pb.dr : NULL, pb.overwrite);
+      goto done;
+    }
+    st = nt_attention_backward_mma(ctx, q->dtype, view_of(dout), view_of(q), view_of(k),
+                                   view_of(v), (const float *)lse->data, d_rows, dq_acc,
+                                   view_of(dk), view_of(dv), pb.BH, pb.H, pb.T, pb.D,
+                                   pb.drop ? &pb.dr : NULL, pb.overwrite);
     if (st) goto done;
-    st = pass(ctx, dout, out, dq, d_rows, dq_acc, pb, true);
+    st = pb.D == 64 ? finish_dq<T, 64>(ctx, dq, dq_acc, pb) : finish_dq<T, 32>(ctx, dq, dq_acc, pb);
   done:
     /* The pool reuses blocks in stream order, so freeing right after queueing is safe. */
     nt_free(ctx, dq_acc);

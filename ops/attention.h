@@ -36,8 +36,9 @@
  * softmax) — the fallback that isolates a fast-path problem. Backward also takes B*H*T
  * floats of scratch for rowsum(dO * O). On Hopper, with an sm_90a pass in the build, D = 64
  * runs the same algorithm on warpgroup MMA (wgmma, ops/attention_{fwd,bwd}_wg.cu) instead;
- * NT_ATTN_WGMMA=0 keeps the mma.sync kernels, NT_ATTN_WG_KEYS=128 and NT_ATTN_WG_PIPE=0
- * select the wgmma variants (benchmarks and tests).
+ * NT_ATTN_WGMMA=0 keeps the mma.sync kernels, NT_ATTN_WG_KEYS=128 selects the wgmma forward
+ * with 128-key tiles (benchmarks and tests); the wgmma backward's dQ scratch is
+ * B*H*ceil(T/64)*64*D floats.
  * NT_ATTN_BWD_WARPS=4|8 forces the tensor-core backward's block shape (64 or 128 keys; by
  * default 128 from T = 512 on); NT_ATTN_FWD_BLOCKS=3 builds the forward for 3 blocks per SM
  * instead of 2 and NT_ATTN_FWD_KEYS=128 gives it 128-key tiles instead of 64: variants for

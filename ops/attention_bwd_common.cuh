@@ -42,11 +42,12 @@ __device__ __forceinline__ uint32_t bwd_keep_word(const drop_at &da, int q_base,
   return kw;
 }
 
-/* P^T from the saved lse (lb: lse * log2(e) per query of the tile, +inf past T; causal mask
- * near the diagonal), then dS^T = P^T * (dP^T - D) in place of dP^T (drb: D per query). With
- * dropout st becomes the kept P^T * mr (what dV needs) and dS^T = P^T * (dP^T * mr - D); a
- * thread fetches its keep bits from lane 4 nt + lane % 4's word (bwd_keep_word). */
-template <int kSt, bool kMask, bool kDrop>
+/* P^T from the saved lse (lb: lse * log2(e) per query of the tile, +inf past T; kLseRaw: lse
+ * itself, 0 past T; causal mask near the diagonal), then dS^T = P^T * (dP^T - D) in place of
+ * dP^T (drb: D per query). With dropout st becomes the kept P^T * mr (what dV needs) and
+ * dS^T = P^T * (dP^T * mr - D); a thread fetches its keep bits from lane 4 nt + lane % 4's word
+ * (bwd_keep_word). */
+template <int kSt, bool kMask, bool kDrop, bool kLseRaw = false>
 __device__ __forceinline__ void p_ds(float (&st)[kSt][4], float (&dpt)[kSt][4], uint32_t kw,
                                      const float *lb, const float *drb, int q_base, int key_a,
                                      int lane, float sl2, const drop_at &da) {
@@ -58,7 +59,8 @@ __device__ __forceinline__ void p_ds(float (&st)[kSt][4], float (&dpt)[kSt][4], 
 #pragma unroll
     for (int e = 0; e < 4; e++) {
       const int ql = nt * 8 + 2 * (lane & 3) + (e & 1);
-      float p = fast_exp2(fmaf(st[nt][e], sl2, -lb[ql]));
+      const float l2 = kLseRaw ? lb[ql] * 1.4426950408889634f : lb[ql];
+      float p = fast_exp2(fmaf(st[nt][e], sl2, -l2));
       if (kMask && q_base + ql < key_a + (e >> 1) * 8) p = 0.f;
       if constexpr (kDrop) {
         const float mr = (w >> ((e & 1) * 16 + (e >> 1) * 8)) & 1u ? da.dr.rp : 0.f;

@@ -1,18 +1,18 @@
 /* Causal attention backward on Hopper's warpgroup MMA (wgmma), D = 64, F16/BF16: a block of two
  * warpgroups owns 128 keys (64 each) and walks the query tiles of 64 from the diagonal to the
- * end, double-buffering Q and dO with cp.async into 128-byte swizzled shared tiles
- * (ops/wgmma.cuh). Per query tile and warpgroup:
+ * end, double-buffering Q, dO, lse and D with cp.async (Q and dO into 128-byte swizzled shared
+ * tiles, ops/wgmma.cuh). Per query tile and warpgroup:
  *   S^T = K Q^T and dP^T = V dO^T   (shared x shared, m64n64, fp32 accumulators),
  *   P^T and dS^T = P^T * (dP^T - D) in registers (attention_bwd_common.cuh, as the mma.sync
  *     kernel: the accumulator layouts agree, so dropout regenerates the same keep bits),
  *   dV += P^T dO and dK += dS^T Q    (P^T, dS^T from registers; dO, Q read N-major),
- *   dQ += dS K                       (dS^T through shared memory, read M-major, and K N-major),
- * the dQ tile reduced into the fp32 dq_acc with 16-byte reductions (scaled and added into dq by
- * the caller, as for attention_bwd.cu). The two warpgroups split dQ by columns (each adds 32
- * columns over all 128 keys, so every dQ element gets one reduction per block; split by keys,
- * twice the reductions ran 10% slower on an H100). By default a tile's dQ product runs in the
- * next tile's chain of products (one barrier per tile); NT_ATTN_WG_PIPE=0 gives the kernel with
- * a second barrier per tile before the dQ product. */
+ *   dQ += dS K                       (dS^T through shared memory, read M-major, and K N-major).
+ * The two warpgroups split dQ by columns (each 32 columns over all 128 keys). A tile's dQ
+ * product runs in the next tile's chain of products (one barrier per tile); its result goes to
+ * shared memory in the accumulator's own order and from there, by the bulk-copy engine
+ * (cp.reduce.async.bulk), is added into the fp32 dq_acc, 16 KB per query tile in that order
+ * (dq_acc_floats); dq_tiles_finish scales it into dq. Row by row reductions from registers
+ * cost 20% of the kernel's time (H200, T = 1024), the bulk ones run beside the products. */
 #include <stdlib.h>
 #include <string.h>
 #include "ops/attention_cuda.cuh"
@@ -25,16 +25,13 @@ namespace {
 using namespace nt_attn;
 
 constexpr int kD = 64, kBr = 64, kBc = 128, kThreads = 256, kRowBytes = 128;
-constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kTileFloats = kBr * kD;            /* one query tile's dQ: 16 KB of fp32 */
+constexpr int kDssBytes = kBc * kRowBytes;       /* one dS^T tile */
 
-/* K, V (kBc rows), two Q and two dO buffers (kBr rows), dS^T (kBc rows of kBr queries; two
- * with kPipe), two lse and two D buffers, plus slack to align the start to 1024 bytes. */
-template <bool kPipe> constexpr int tile_bytes() {
-  return (2 * kBc + 4 * kBr + (kPipe ? 2 : 1) * kBc) * kRowBytes;
-}
-template <bool kPipe> constexpr int smem_bytes() {
-  return tile_bytes<kPipe>() + 4 * kBr * 4 + 1024;
-}
+/* K, V (kBc rows), two Q and two dO buffers (kBr rows), two dS^T tiles, two dQ staging tiles,
+ * two lse and two D buffers, plus slack to align the start to 1024 bytes. */
+constexpr int kTileBytes = (2 * kBc + 4 * kBr) * kRowBytes + 2 * kDssBytes;
+constexpr int kSmemBytes = kTileBytes + 2 * kTileFloats * 4 + 4 * kBr * 4 + 1024;
 
 /* Registers to the A operand: the accumulator layout of 16 query columns kk of a 64-column
  * tile is the A fragment of k-slice kk. */
@@ -76,7 +73,7 @@ __device__ __forceinline__ void key_grads(float (&st)[8][4], float (&dpt)[8][4],
                                           const float *drb, int q0, int key_a, int warp,
                                           int lane, float sl2, uint32_t kw,
                                           const drop_at &da) {
-  p_ds<8, kMask, kDrop>(st, dpt, kw, lb, drb, q0, key_a, lane, sl2, da);
+  p_ds<8, kMask, kDrop, true>(st, dpt, kw, lb, drb, q0, key_a, lane, sl2, da);
   uint32_t pa[kBr / 16][4], sa[kBr / 16][4];
   const int r = 16 * warp + (lane >> 2), c = 2 * (lane & 3);
 #pragma unroll
@@ -115,17 +112,6 @@ __device__ __forceinline__ void key_grads_any(bool mask, float (&st)[8][4], floa
                                lane, sl2, kw, da);
 }
 
-/* Zeros in a warpgroup's rows of a dS^T tile (keys no query of the tile reaches), for the dQ
- * product of the other warpgroup's columns. */
-__device__ __forceinline__ void zero_dss_rows(unsigned char *dss_wg, int warp, int lane) {
-  const int r = 16 * warp + (lane >> 2), c = 2 * (lane & 3);
-#pragma unroll
-  for (int col = 0; col < kBr; col += 8) {
-    *reinterpret_cast<uint32_t *>(dss_wg + nt_wg::sw_off(r, col + c)) = 0u;
-    *reinterpret_cast<uint32_t *>(dss_wg + nt_wg::sw_off(r + 8, col + c)) = 0u;
-  }
-}
-
 /* dQ[:, 32 wg .. + 31] of a query tile over all 128 keys (dS^T tile at dss_s), issued. */
 template <typename T>
 __device__ __forceinline__ void dq_cols_issue(float (&gq)[4][4], uint32_t dss_s, uint32_t k_s,
@@ -137,10 +123,42 @@ __device__ __forceinline__ void dq_cols_issue(float (&gq)[4][4], uint32_t dss_s,
                                     nt_wg::desc(k_s + 2048 * kk + 64 * wg), kk > 0);
 }
 
-/* kPipe: the dQ product of tile i runs after the next barrier, issued with tile i + 1's S^T
- * and dP^T (two dS^T buffers, one barrier per tile, one more iteration for the last dQ);
- * otherwise a second barrier per tile publishes dS^T before its dQ product. */
-template <typename T, bool kDrop, bool kPipe>
+/* A query tile's lse and D (kBr floats each, from row r0) into shared memory by cp.async,
+ * zeros past T (P = 1 there meets zero-filled Q and dO rows: no contribution). A head's rows
+ * start at bh * T floats, 16-byte aligned only when 4 divides T: one float per thread. */
+__device__ __forceinline__ void load_rows(float *lse_s, float *dr_s, const float *lse_h,
+                                          const float *dr_h, int r0, int T_, int tid) {
+  if (tid < 2 * kBr) {
+    const int j = tid % kBr, row = r0 + j;
+    const float *src = tid < kBr ? lse_h : dr_h;
+    cp_async4((tid < kBr ? lse_s : dr_s) + j, row < T_ ? src + row : src, row < T_);
+  }
+}
+
+/* A warpgroup's dQ columns of one query tile (wgmma accumulator order: float4 i of thread t at
+ * (i * 128 + t) * 4) into its 8 KB of a staging tile, then, once the warpgroup's writes are in,
+ * added into dq_acc by one bulk reduction issued by the warpgroup's first thread. That thread
+ * then waits until the reduction before last has read its staging tile (the next writes to
+ * that tile come after the next tile's barrier). */
+__device__ __forceinline__ void dq_stage_and_reduce(const float (&gq)[4][4], float *stage_wg,
+                                                    float *dst, int wg, int t) {
+#pragma unroll
+  for (int i = 0; i < 4; i++)
+    reinterpret_cast<float4 *>(stage_wg)[i * 128 + t] =
+        make_float4(gq[i][0], gq[i][1], gq[i][2], gq[i][3]);
+  nt_wg::fence_smem_to_async();
+  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+  if (t == 0) {
+    asm volatile(
+        "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+        "cp.async.bulk.commit_group;\n"
+        "cp.async.bulk.wait_group.read 1;\n" ::"l"(dst),
+        "r"(smem_addr(stage_wg)), "n"(kTileFloats / 2 * 4)
+        : "memory");
+  }
+}
+
+template <typename T, bool kDrop>
 __global__ void __launch_bounds__(kThreads, 1)
     bwd_wg_kernel(nt_attn_view dov, nt_attn_view qv, nt_attn_view kv, nt_attn_view vv,
                   const float *__restrict__ lse, const float *__restrict__ d_rows,
@@ -150,11 +168,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   unsigned char *ks = reinterpret_cast<unsigned char *>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
   unsigned char *vs = ks + kBc * kRowBytes;
-  unsigned char *qs = vs + kBc * kRowBytes;      /* two buffers */
-  unsigned char *dos = qs + 2 * kBr * kRowBytes; /* two buffers */
-  unsigned char *dss = dos + 2 * kBr * kRowBytes; /* dS^T [key][query]: two buffers with kPipe */
-  float *lse_s = reinterpret_cast<float *>(ks + tile_bytes<kPipe>()); /* two buffers, * log2(e) */
-  float *dr_s = lse_s + 2 * kBr;                                      /* two buffers */
+  unsigned char *qs = vs + kBc * kRowBytes;       /* two buffers */
+  unsigned char *dos = qs + 2 * kBr * kRowBytes;  /* two buffers */
+  unsigned char *dss = dos + 2 * kBr * kRowBytes; /* dS^T [key][query], two buffers */
+  float *stage = reinterpret_cast<float *>(ks + kTileBytes);   /* two dQ staging tiles */
+  float *lse_s = stage + 2 * kTileFloats;                        /* two buffers */
+  float *dr_s = lse_s + 2 * kBr;                                 /* two buffers */
 
   const int n_t = (T_ + kBr - 1) / kBr;
   const int kt = (int)(blockIdx.x / BH);   /* low key blocks see the most queries: run first */
@@ -164,11 +183,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   const T *__restrict__ q = static_cast<const T *>(qv.p) + head_off(qv, bh, H);
   const T *__restrict__ k = static_cast<const T *>(kv.p) + head_off(kv, bh, H);
   const T *__restrict__ v = static_cast<const T *>(vv.p) + head_off(vv, bh, H);
-  float *dq_h = dq_acc + bh * (long)T_ * kD;
+  const float *lse_h = lse + bh * T_, *dr_h = d_rows + bh * T_;
+  float *dq_h = dq_acc + bh * (long)n_t * kTileFloats + wg * (kTileFloats / 2);
   const int k0 = kt * kBc, wg_k0 = k0 + 64 * wg;
   const int qt0 = k0 / kBr;   /* the first query tile with a query >= some key of the block */
   const int key_a = wg_k0 + 16 * warp + (lane >> 2);   /* this thread's keys: key_a, + 8 */
-  const float sl2 = scale * kLog2e;
+  const float sl2 = scale * 1.4426950408889634f;
   drop_at da = {};
   if constexpr (kDrop) {
     da.dr = dr;
@@ -182,47 +202,36 @@ __global__ void __launch_bounds__(kThreads, 1)
   load_tile_sw<T, kBc, kThreads>(vs, v, (int)vv.st, k0, T_, tid);
   load_tile_sw<T, kBr, kThreads>(qs, q, (int)qv.st, qt0 * kBr, T_, tid);
   load_tile_sw<T, kBr, kThreads>(dos, dout, (int)dov.st, qt0 * kBr, T_, tid);
+  load_rows(lse_s, dr_s, lse_h, dr_h, qt0 * kBr, T_, tid);
   cp_async_commit();
-  if (tid < kBr) {
-    /* Past-the-end queries get lse = +inf, so their P is exactly 0. */
-    const int row = qt0 * kBr + tid;
-    lse_s[tid] = row < T_ ? lse[bh * T_ + row] * kLog2e : INFINITY;
-    dr_s[tid] = row < T_ ? d_rows[bh * T_ + row] : 0.f;
-  }
 
   float gk[8][4], gv[8][4];
 #pragma unroll
   for (int i = 0; i < 8; i++)
 #pragma unroll
     for (int e = 0; e < 4; e++) gk[i][e] = gv[i][e] = 0.f;
-  const uint32_t k_s = smem_addr(ks), v_s = smem_addr(vs), dss_s = smem_addr(dss);
-  const uint32_t k_s_wg = k_s + 64 * wg * kRowBytes, v_s_wg = v_s + 64 * wg * kRowBytes;
-  constexpr int kDssBytes = kBc * kRowBytes;
+  const uint32_t k_s = smem_addr(ks), dss_s = smem_addr(dss);
+  const uint32_t k_s_wg = k_s + 64 * wg * kRowBytes, v_s_wg = smem_addr(vs) + 64 * wg * kRowBytes;
 
   for (int qt = qt0; qt < n_t; qt++) {
     const int buf = (qt - qt0) & 1, q0 = qt * kBr;
     cp_async_wait<0>();
-    /* Tile qt's Q/dO (cp.async) and lse/D (plain stores) and, with kPipe, tile qt - 1's dS^T
-     * become visible, to wgmma's async proxy too; every warpgroup is done with tile qt - 1's
-     * Q/dO and lse/D buffers (each tile's products are waited for within the tile). */
+    /* Tile qt's Q/dO/lse/D (cp.async) and tile qt - 1's dS^T become visible, to wgmma's async
+     * proxy too; every warpgroup is done with tile qt - 1's buffers (each tile's products are
+     * waited for within the tile) and the staging tile about to be written is free. */
     nt_wg::fence_smem_to_async();
     __syncthreads();
     if (qt + 1 < n_t) {
       const int nb = buf ^ 1, r0 = q0 + kBr;
-      unsigned char *qn = qs + nb * kBr * kRowBytes, *don = dos + nb * kBr * kRowBytes;
-      load_tile_sw<T, kBr, kThreads>(qn, q, (int)qv.st, r0, T_, tid);
-      load_tile_sw<T, kBr, kThreads>(don, dout, (int)dov.st, r0, T_, tid);
+      load_tile_sw<T, kBr, kThreads>(qs + nb * kBr * kRowBytes, q, (int)qv.st, r0, T_, tid);
+      load_tile_sw<T, kBr, kThreads>(dos + nb * kBr * kRowBytes, dout, (int)dov.st, r0, T_, tid);
+      load_rows(lse_s + nb * kBr, dr_s + nb * kBr, lse_h, dr_h, r0, T_, tid);
       cp_async_commit();
-      if (tid < kBr) {
-        const int row = r0 + tid;
-        lse_s[nb * kBr + tid] = row < T_ ? lse[bh * T_ + row] * kLog2e : INFINITY;
-        dr_s[nb * kBr + tid] = row < T_ ? d_rows[bh * T_ + row] : 0.f;
-      }
     }
     const uint32_t q_s = smem_addr(qs + buf * kBr * kRowBytes),
                    do_s = smem_addr(dos + buf * kBr * kRowBytes);
     const float *lb = lse_s + buf * kBr, *drb = dr_s + buf * kBr;
-    unsigned char *dss_wg = dss + (kPipe ? buf * kDssBytes : 0) + 64 * wg * kRowBytes;
+    unsigned char *dss_wg = dss + buf * kDssBytes + 64 * wg * kRowBytes;
     /* Warpgroup-uniform: does some query of the tile reach this warpgroup's first key? */
     const bool active = q0 + kBr - 1 >= wg_k0;
     const bool mask = q0 < wg_k0 + 63;   /* some query may precede some key */
@@ -232,97 +241,126 @@ __global__ void __launch_bounds__(kThreads, 1)
       kw = mask ? bwd_keep_word<true>(da, q0, key_a, lane)
                 : bwd_keep_word<false>(da, q0, key_a, lane);
     }
-    float st[8][4], dpt[8][4];
-    if constexpr (kPipe) {
-      /* Tile qt - 1's dQ product goes first in this tile's chain of products. The chain is
-       * the same on every tile, so ptxas keeps the wgmma pipelined (products issued under
-       * branches get serialised): at the first tile the dQ product reads a buffer no tile
-       * wrote (its result is dropped), and a warpgroup no query of the tile reaches runs its
-       * products anyway, masked to P = dS = 0 (which also zeroes its dS^T rows, as the other
-       * warpgroup's dQ columns need). */
-      float gq[4][4];
-      nt_wg::fence();
-      dq_cols_issue<T>(gq, dss_s + (buf ^ 1) * kDssBytes, k_s, wg);
-      key_products<T>(k_s_wg, v_s_wg, q_s, do_s, st, dpt);
-      nt_wg::touch(reinterpret_cast<float(&)[16]>(gq));
-      if (qt > qt0) red_dq_rows_v4<4>(gq, dq_h, kD, q0 - kBr + 16 * warp, 32 * wg, T_, lane);
-      key_grads_any<T, kDrop>(mask || !active, st, dpt, q_s, do_s, dss_wg, gk, gv, lb, drb, q0,
-                              key_a, warp, lane, sl2, kw, da);
-      /* Waited here, not at the next tile's top: a chain left in flight across the loop's back
-       * edge makes ptxas serialise the wgmma (C7515). */
-      nt_wg::wait<0>();
-      nt_wg::touch(reinterpret_cast<float(&)[32]>(gk));
-      nt_wg::touch(reinterpret_cast<float(&)[32]>(gv));
-    } else {
-      if (active) {
-        nt_wg::fence();
-        key_products<T>(k_s_wg, v_s_wg, q_s, do_s, st, dpt);
-        key_grads_any<T, kDrop>(mask, st, dpt, q_s, do_s, dss_wg, gk, gv, lb, drb, q0, key_a,
-                                warp, lane, sl2, kw, da);
-      } else {
-        zero_dss_rows(dss_wg, warp, lane);
-      }
-      nt_wg::fence_smem_to_async();
-      __syncthreads();
-      float gq[4][4];
-      nt_wg::fence();
-      dq_cols_issue<T>(gq, dss_s, k_s, wg);
-      nt_wg::commit();
-      nt_wg::wait<0>();
-      nt_wg::touch(reinterpret_cast<float(&)[16]>(gq));
-      red_dq_rows_v4<4>(gq, dq_h, kD, q0 + 16 * warp, 32 * wg, T_, lane);
-    }
+    /* Tile qt - 1's dQ product goes first in this tile's chain of products. The chain is the
+     * same on every tile, so ptxas keeps the wgmma pipelined (products issued under branches
+     * get serialised): at the first tile the dQ product reads a buffer no tile wrote (its
+     * result is dropped), and a warpgroup no query of the tile reaches runs its products
+     * anyway, masked to P = dS = 0 (which also zeroes its dS^T rows, as the other warpgroup's
+     * dQ columns need). */
+    float st[8][4], dpt[8][4], gq[4][4];
+    nt_wg::fence();
+    dq_cols_issue<T>(gq, dss_s + (buf ^ 1) * kDssBytes, k_s, wg);
+    key_products<T>(k_s_wg, v_s_wg, q_s, do_s, st, dpt);
+    nt_wg::touch(reinterpret_cast<float(&)[16]>(gq));
+    if (qt > qt0)
+      dq_stage_and_reduce(gq, stage + (buf ^ 1) * kTileFloats + wg * (kTileFloats / 2),
+                          dq_h + (long)(qt - 1) * kTileFloats, wg, tid & 127);
+    key_grads_any<T, kDrop>(mask || !active, st, dpt, q_s, do_s, dss_wg, gk, gv, lb, drb, q0,
+                            key_a, warp, lane, sl2, kw, da);
+    /* Waited here, not at the next tile's top: a chain left in flight across the loop's back
+     * edge makes ptxas serialise the wgmma (C7515). */
+    nt_wg::wait<0>();
+    nt_wg::touch(reinterpret_cast<float(&)[32]>(gk));
+    nt_wg::touch(reinterpret_cast<float(&)[32]>(gv));
   }
-  if constexpr (kPipe) {   /* the last tile's dQ */
+  {   /* the last tile's dQ */
+    const int last = (n_t - 1 - qt0) & 1;
     nt_wg::fence_smem_to_async();
     __syncthreads();
     float gq[4][4];
     nt_wg::fence();
-    dq_cols_issue<T>(gq, dss_s + ((n_t - 1 - qt0) & 1) * kDssBytes, k_s, wg);
+    dq_cols_issue<T>(gq, dss_s + last * kDssBytes, k_s, wg);
     nt_wg::commit();
     nt_wg::wait<0>();
     nt_wg::touch(reinterpret_cast<float(&)[16]>(gq));
-    red_dq_rows_v4<4>(gq, dq_h, kD, (n_t - 1) * kBr + 16 * warp, 32 * wg, T_, lane);
+    dq_stage_and_reduce(gq, stage + last * kTileFloats + wg * (kTileFloats / 2),
+                        dq_h + (long)(n_t - 1) * kTileFloats, wg, tid & 127);
   }
   write_dkv<T, kD>(gk, gv, static_cast<T *>(dkv.p) + head_off(dkv, bh, H), dkv.st,
                    static_cast<T *>(dvv.p) + head_off(dvv, bh, H), dvv.st, key_a, T_, lane, scale,
                    overwrite);
+  /* The bulk reductions must have read shared memory before the block may exit. */
+  if ((tid & 127) == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 }
 
-template <typename T, bool kDrop, bool kPipe>
-nt_status launch(nt_ctx *ctx, const bwd_args &a) {
-  constexpr int bytes = smem_bytes<kPipe>();
-  auto kernel = bwd_wg_kernel<T, kDrop, kPipe>;
+/* dq (+)= scale * dq_acc, one query tile per block: the tile's 16 KB (accumulator order, see
+ * dq_stage_and_reduce) through shared memory into rows, 16 elements of a row per thread. */
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    dq_tiles_finish(const float *__restrict__ acc, nt_attn_view dqv, int H, int T_, float scale,
+                    bool overwrite) {
+  constexpr int kLd = kD + 8;   /* padded rows: a half-warp's float2 writes hit 32 banks */
+  __shared__ float tile[kBr * kLd];
+  const int n_t = (T_ + kBr - 1) / kBr;
+  const long bh = blockIdx.x / n_t;
+  const int qt = (int)(blockIdx.x % n_t), tid = threadIdx.x;
+  const float4 *a = reinterpret_cast<const float4 *>(acc + (long)blockIdx.x * kTileFloats);
+  {
+    const int wg = tid >> 7, t = tid & 127, w = t >> 5, l = t & 31;
+    const int r = 16 * w + (l >> 2), c0 = 32 * wg + 2 * (l & 3);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const float4 x = a[wg * (kTileFloats / 8) + i * 128 + t];
+      *reinterpret_cast<float2 *>(&tile[r * kLd + c0 + 8 * i]) = make_float2(x.x, x.y);
+      *reinterpret_cast<float2 *>(&tile[(r + 8) * kLd + c0 + 8 * i]) = make_float2(x.z, x.w);
+    }
+  }
+  __syncthreads();
+  const int r = tid >> 2, c = 16 * (tid & 3), row = qt * kBr + r;
+  if (row >= T_) return;
+  T *dq = static_cast<T *>(dqv.p) + head_off(dqv, bh, H) + (long long)row * dqv.st + c;
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const float4 f0 = *reinterpret_cast<const float4 *>(&tile[r * kLd + c + 8 * h]);
+    const float4 f1 = *reinterpret_cast<const float4 *>(&tile[r * kLd + c + 8 * h + 4]);
+    const float add[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);   /* zeros: dq is not read with overwrite */
+    if (!overwrite) v = reinterpret_cast<const uint4 *>(dq)[h];
+    T *x = reinterpret_cast<T *>(&v);
+#pragma unroll
+    for (int e = 0; e < 8; e++) x[e] = nt_from_f<T>(nt_to_f(x[e]) + add[e] * scale);
+    reinterpret_cast<uint4 *>(dq)[h] = v;
+  }
+}
+
+template <typename T, bool kDrop>
+nt_status launch(nt_ctx *ctx, const bwd_args &a, nt_attn_view dq) {
+  auto kernel = bwd_wg_kernel<T, kDrop>;
   nt_status st = NT_CUDA(
-      ctx, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+      ctx, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   if (st) return st;
+  const long n_t = (a.T + kBr - 1) / kBr;
   const long blocks = (long)((a.T + kBc - 1) / kBc) * a.BH;
-  if (blocks > 0x7fffffffL) return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "attention: grid too large");
-  kernel<<<(unsigned)blocks, kThreads, bytes, nt_cuda_stream(ctx)>>>(
-      a.dout, a.q, a.k, a.v, a.lse, a.d_rows, a.dq_acc, a.dk, a.dv, a.BH, a.H, a.T,
-      1.f / sqrtf((float)kD), a.dr, a.overwrite);
+  if (blocks > 0x7fffffffL || n_t * a.BH > 0x7fffffffL)
+    return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "attention: grid too large");
+  const float scale = 1.f / sqrtf((float)kD);
+  cudaStream_t s = nt_cuda_stream(ctx);
+  kernel<<<(unsigned)blocks, kThreads, kSmemBytes, s>>>(a.dout, a.q, a.k, a.v, a.lse, a.d_rows,
+                                                        a.dq_acc, a.dk, a.dv, a.BH, a.H, a.T,
+                                                        scale, a.dr, a.overwrite);
+  if ((st = NT_CUDA_LAUNCHED(ctx))) return st;
+  dq_tiles_finish<T><<<(unsigned)(n_t * a.BH), kThreads, 0, s>>>(a.dq_acc, dq, a.H, a.T, scale,
+                                                                 a.overwrite);
   return NT_CUDA_LAUNCHED(ctx);
-}
-
-/* Default: the pipelined kernel; NT_ATTN_WG_PIPE=0 the two-barrier one. */
-template <typename T> nt_status launch_t(nt_ctx *ctx, const bwd_args &a, bool drop) {
-  const char *e = getenv("NT_ATTN_WG_PIPE");
-  const bool pipe = !(e && strcmp(e, "0") == 0);
-  if (drop) return pipe ? launch<T, true, true>(ctx, a) : launch<T, true, false>(ctx, a);
-  return pipe ? launch<T, false, true>(ctx, a) : launch<T, false, false>(ctx, a);
 }
 
 }  // namespace
 
+size_t nt_attention_wg_dq_acc_floats(int BH, int T) {
+  return (size_t)BH * (size_t)((T + kBr - 1) / kBr) * kTileFloats;
+}
+
 nt_status nt_attention_backward_wg(nt_ctx *ctx, nt_dtype dt, nt_attn_view dout, nt_attn_view q,
                                    nt_attn_view k, nt_attn_view v, const float *lse,
-                                   const float *d_rows, float *dq_acc, nt_attn_view dk,
-                                   nt_attn_view dv, int BH, int H, int T,
+                                   const float *d_rows, float *dq_acc, nt_attn_view dq,
+                                   nt_attn_view dk, nt_attn_view dv, int BH, int H, int T,
                                    const nt_attn_drop *drop, bool overwrite) {
   const nt_attn_drop none = {0ull, 0ull, nullptr, 0u, 1.f};
   const bwd_args a = {dout, q, k, v, dk, dv, lse, d_rows, dq_acc, BH, H, T,
                       drop ? *drop : none, overwrite};
-  if (dt == NT_BF16) return launch_t<__nv_bfloat16>(ctx, a, drop != NULL);
-  if (dt == NT_F16) return launch_t<__half>(ctx, a, drop != NULL);
+  const bool dr = drop != NULL;
+  if (dt == NT_BF16)
+    return dr ? launch<__nv_bfloat16, true>(ctx, a, dq) : launch<__nv_bfloat16, false>(ctx, a, dq);
+  if (dt == NT_F16) return dr ? launch<__half, true>(ctx, a, dq) : launch<__half, false>(ctx, a, dq);
   return NT_ERROR(ctx, NT_ERR_INTERNAL, "attention: no wgmma kernel for %s", nt_dtype_name(dt));
 }

@@ -28,6 +28,11 @@ __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool pred
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)),
                "l"(src), "r"(pred ? 16 : 0));
 }
+/* 4-byte async copy (only 4-byte alignment needed); zero-fills the destination when !pred. */
+__device__ __forceinline__ void cp_async4(void *dst, const void *src, bool pred) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)),
+               "l"(src), "r"(pred ? 4 : 0));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
 template <int N> __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));

@@ -12,7 +12,7 @@ case "${1:-tests}" in
 tests)
   { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
     nvcc --version | tail -1; } > "$out/env.txt" 2>&1
-  scripts/build.sh build -DNT_CUDA_ARCHS=90 -DNT_FILTER= > "$out/build.log" 2>&1 ||
+  scripts/build.sh build -DNT_CUDA_ARCHS=90a -DNT_FILTER= > "$out/build.log" 2>&1 ||
     { grep -A5 error "$out/build.log" | head -40; exit 1; }
   ./build/doctor >> "$out/env.txt" 2>&1
   (cd build && ctest -L gpu --output-on-failure --timeout 300) > "$out/ctest_gpu.log" 2>&1

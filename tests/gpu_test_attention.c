@@ -403,7 +403,6 @@ int main(void) {
   for (int pass = 0; pass < 4; pass++) {
     setenv(fwd_var[pass][0], fwd_var[pass][1], 1);
     if (pass < 3) setenv("NT_ATTN_WGMMA", "0", 1);
-    if (pass == 3) setenv("NT_ATTN_WG_DQ", "n", 1);
     if (pass >= 1) setenv("NT_ATTN_BWD_PIPE", "0", 1);
     for (int d = 0; d < 2; d++)
       for (int i = 0; i < ncases; i++) {
@@ -422,7 +421,6 @@ int main(void) {
     unsetenv("NT_ATTN_BWD_WARPS");
     unsetenv("NT_ATTN_BWD_PIPE");
     unsetenv("NT_ATTN_WGMMA");
-    unsetenv("NT_ATTN_WG_DQ");
     unsetenv(fwd_var[pass][0]);
   }
   /* Unaligned views must fall back to the simple kernels and still be right. */
@@ -475,14 +473,12 @@ int main(void) {
           rm.name = dcases[i].T >= 512 ? "dropout mma bwd 4 warps" : "dropout mma bwd 8 warps";
         } else {
           setenv("NT_ATTN_WG_KEYS", "128", 1);
-          setenv("NT_ATTN_WG_DQ", "n", 1);
-          rm.name = "dropout wgmma fwd 128 keys, bwd dQ by columns";
+          rm.name = "dropout wgmma fwd 128 keys";
         }
         run_case(g, c, dts[d], dcases[i], &rm, 500 + (uint64_t)i);
         unsetenv("NT_ATTN_WGMMA");
         unsetenv("NT_ATTN_BWD_WARPS");
         unsetenv("NT_ATTN_WG_KEYS");
-        unsetenv("NT_ATTN_WG_DQ");
       }
   /* The mask bit for bit, on the tensor-core and the simple path. */
   for (int mode = 0; mode < 2; mode++) {
