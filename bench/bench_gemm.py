@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """nt_gemm (bench_gemm) and torch.matmul on the same shapes, interleaved, and a side-by-side table.
 
-    bench_gemm.py BENCH_GEMM_BINARY [--dtype bf16|f16] [--repeats 20] [--rounds 2]
+    bench_gemm.py BENCH_GEMM_BINARY [--dtype bf16|f16] [--repeats 20] [--rounds 4]
                   [--shapes all|small|gpt2|square|NAME[,NAME...]] [--no-graph] [--torch-lt]
                   [--search-modes 0,1[,2]] [--nt-log DIR]
     bench_gemm.py --summarize-logs DIR
@@ -185,7 +185,7 @@ def main():
     ap.add_argument("binary", help="path of bench_gemm")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "f16"])
     ap.add_argument("--repeats", type=int, default=20)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--shapes", default="all")
     ap.add_argument("--no-graph", action="store_true")
     ap.add_argument("--torch-lt", action="store_true", help="torch prefers cuBLASLt")
