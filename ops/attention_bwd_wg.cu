@@ -11,7 +11,7 @@
  * product runs in the next tile's chain of products (one barrier per tile); its result goes to
  * shared memory in the accumulator's own order and from there, by the bulk-copy engine
  * (cp.reduce.async.bulk), is added into the fp32 dq_acc, 16 KB per query tile in that order
- * (dq_acc_floats); dq_tiles_finish scales it into dq. Row by row reductions from registers
+ * (nt_attention_wg_dq_acc_floats); dq_tiles_finish scales it into dq. Row by row reductions from registers
  * cost 20% of the kernel's time (H200, T = 1024), the bulk ones run beside the products. */
 #include <stdlib.h>
 #include <string.h>
