@@ -5,7 +5,7 @@
 # NT_DATA_DIR names the folder with tinyshakespeare.txt (tests that need it skip without it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-archs=${NT_CUDA_ARCHS:-90;80}
+archs=${NT_CUDA_ARCHS:-90a;80}
 scripts/build.sh build "-DNT_CUDA_ARCHS=$archs" -DNT_SANITIZE=OFF -DNT_FILTER=
 scripts/build.sh build-asan -DNT_CUDA=OFF -DNT_SANITIZE=ON -DNT_FILTER= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 status=0
