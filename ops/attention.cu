@@ -294,14 +294,8 @@ __global__ void dq_finish(const float *__restrict__ acc, nt_attn_view dqv, long 
   const float4 a0 = reinterpret_cast<const float4 *>(acc)[2 * i];
   const float4 a1 = reinterpret_cast<const float4 *>(acc)[2 * i + 1];
   const float add[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-  uint4 v = make_uint4(0u, 0u, 0u, 0u);   /* zeros: dq is not read with overwrite */
-  if (!overwrite) v = *reinterpret_cast<const uint4 *>(dq);
-  T *x = reinterpret_cast<T *>(&v);
-#pragma unroll
-  for (int e = 0; e < 8; e++) x[e] = nt_from_f<T>(nt_to_f(x[e]) + add[e] * scale);
-  *reinterpret_cast<uint4 *>(dq) = v;
+  nt_attn::add_dq8(dq, add, scale, overwrite);
 }
-
 
 unsigned rows_grid(long rows) { return (unsigned)((rows + kWarpsPerBlock - 1) / kWarpsPerBlock); }
 

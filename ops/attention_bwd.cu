@@ -31,7 +31,6 @@ using namespace nt_attn;
 
 constexpr int kBr = 64;      /* queries per tile */
 constexpr int kLongT = 512;  /* from this T on, 8-warp blocks */
-constexpr float kLog2e = 1.4426950408889634f;
 
 /* A block of W warps owns 16 * W keys (16 per warp); kPipe keeps two dS^T buffers. */
 template <int D, int W, bool kPipe> constexpr int smem_bytes() {

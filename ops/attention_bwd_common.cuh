@@ -59,7 +59,7 @@ __device__ __forceinline__ void p_ds(float (&st)[kSt][4], float (&dpt)[kSt][4], 
 #pragma unroll
     for (int e = 0; e < 4; e++) {
       const int ql = nt * 8 + 2 * (lane & 3) + (e & 1);
-      const float l2 = kLseRaw ? lb[ql] * 1.4426950408889634f : lb[ql];
+      const float l2 = kLseRaw ? lb[ql] * kLog2e : lb[ql];
       float p = fast_exp2(fmaf(st[nt][e], sl2, -l2));
       if (kMask && q_base + ql < key_a + (e >> 1) * 8) p = 0.f;
       if constexpr (kDrop) {

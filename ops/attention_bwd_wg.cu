@@ -13,8 +13,6 @@
  * (cp.reduce.async.bulk), is added into the fp32 dq_acc, 16 KB per query tile in that order
  * (nt_attention_wg_dq_acc_floats); dq_tiles_finish scales it into dq. Row by row reductions from registers
  * cost 20% of the kernel's time (H200, T = 1024), the bulk ones run beside the products. */
-#include <stdlib.h>
-#include <string.h>
 #include "ops/attention_cuda.cuh"
 #include "ops/attention_bwd_common.cuh"
 #include "ops/wgmma.cuh"
@@ -188,7 +186,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int k0 = kt * kBc, wg_k0 = k0 + 64 * wg;
   const int qt0 = k0 / kBr;   /* the first query tile with a query >= some key of the block */
   const int key_a = wg_k0 + 16 * warp + (lane >> 2);   /* this thread's keys: key_a, + 8 */
-  const float sl2 = scale * 1.4426950408889634f;
+  const float sl2 = scale * kLog2e;
   drop_at da = {};
   if constexpr (kDrop) {
     da.dr = dr;
@@ -314,12 +312,7 @@ __global__ void __launch_bounds__(kThreads)
     const float4 f0 = *reinterpret_cast<const float4 *>(&tile[r * kLd + c + 8 * h]);
     const float4 f1 = *reinterpret_cast<const float4 *>(&tile[r * kLd + c + 8 * h + 4]);
     const float add[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);   /* zeros: dq is not read with overwrite */
-    if (!overwrite) v = reinterpret_cast<const uint4 *>(dq)[h];
-    T *x = reinterpret_cast<T *>(&v);
-#pragma unroll
-    for (int e = 0; e < 8; e++) x[e] = nt_from_f<T>(nt_to_f(x[e]) + add[e] * scale);
-    reinterpret_cast<uint4 *>(dq)[h] = v;
+    add_dq8(dq + 8 * h, add, scale, overwrite);
   }
 }
 

@@ -64,6 +64,8 @@ nt_status nt_attention_backward_wg(nt_ctx *ctx, nt_dtype dt, nt_attn_view dout, 
 
 namespace nt_attn {
 
+constexpr float kLog2e = 1.4426950408889634f;   /* exp(x) = exp2(x * kLog2e) */
+
 /* Element offset of head bh's first row in a view. */
 __device__ __forceinline__ long long head_off(const nt_attn_view &v, long long bh, int H) {
   return (bh / H) * v.sb + (bh % H) * v.sh;
@@ -101,6 +103,19 @@ __device__ __forceinline__ uint32_t keep_bits(const nt_attn_drop &dr, unsigned l
     bits |= keep_nibble(philox_block(dr.seed, b0 + m), dr.thr) << (4 * m);
   if (a) bits = (bits >> a) | keep_nibble(philox_block(dr.seed, b0 + N / 4), dr.thr) << (N - a);
   return N == 32 ? bits : bits & 0xffffu;
+}
+
+/* The tensor-core backwards' last step: 8 elements of dq at p (16-byte aligned) += scale * add
+ * from the fp32 dQ accumulator (overwrite: = scale * add, dq not read). */
+template <typename T>
+__device__ __forceinline__ void add_dq8(T *p, const float (&add)[8], float scale,
+                                        bool overwrite) {
+  uint4 v = make_uint4(0u, 0u, 0u, 0u);
+  if (!overwrite) v = *reinterpret_cast<const uint4 *>(p);
+  T *x = reinterpret_cast<T *>(&v);
+#pragma unroll
+  for (int e = 0; e < 8; e++) x[e] = nt_from_f<T>(nt_to_f(x[e]) + add[e] * scale);
+  *reinterpret_cast<uint4 *>(p) = v;
 }
 
 }  // namespace nt_attn

@@ -30,7 +30,6 @@ using namespace nt_attn;
  * about 240 registers, 2 blocks per SM); kM = 1 (8 warps of 16 rows, 128 registers, 2 blocks:
  * twice the warps per SM to hide latency, twice the K/V fragment reads) is a variant. */
 constexpr int kBr = 128;
-constexpr float kLog2e = 1.4426950408889634f;
 
 /* KB keys per tile: 64 by default, 128 as a variant (NT_ATTN_FWD_KEYS=128). */
 template <int D, int KB> constexpr int smem_bytes() { return (kBr + 4 * KB) * (D + kLdPad) * 2; }

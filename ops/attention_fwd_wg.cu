@@ -22,7 +22,6 @@ namespace {
 using namespace nt_attn;
 
 constexpr int kD = 64, kBr = 128, kThreads = 256, kRowBytes = 128;
-constexpr float kLog2e = 1.4426950408889634f;
 
 /* Q, two K buffers, two V buffers, plus slack to align the start to 1024 bytes. */
 template <int KB> constexpr int smem_bytes() { return (kBr + 4 * KB) * kRowBytes + 1024; }
