@@ -147,12 +147,9 @@ __device__ __forceinline__ void dq_stage_and_reduce(const float (&gq)[4][4], flo
   nt_wg::fence_smem_to_async();
   asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
   if (t == 0) {
-    asm volatile(
-        "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
-        "cp.async.bulk.commit_group;\n"
-        "cp.async.bulk.wait_group.read 1;\n" ::"l"(dst),
-        "r"(smem_addr(stage_wg)), "n"(kTileFloats / 2 * 4)
-        : "memory");
+    nt_wg::bulk_reduce_add_f32(dst, smem_addr(stage_wg), kTileFloats / 2 * 4);
+    nt_wg::bulk_commit();
+    nt_wg::bulk_wait_read<1>();
   }
 }
 
@@ -278,7 +275,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                    static_cast<T *>(dvv.p) + head_off(dvv, bh, H), dvv.st, key_a, T_, lane, scale,
                    overwrite);
   /* The bulk reductions must have read shared memory before the block may exit. */
-  if ((tid & 127) == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+  if ((tid & 127) == 0) nt_wg::bulk_wait_read<0>();
 }
 
 /* dq (+)= scale * dq_acc, one query tile per block: the tile's 16 KB (accumulator order, see
