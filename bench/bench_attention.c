@@ -6,9 +6,10 @@
  * overwrite: what the model runs). Prints a table and "RESULT nt <row> <fwd> <bwd> <total>"
  * lines (ms) for run_attention.sh. Usage: bench_attention [repeats] [row index 0..3, -1 (the
  * default) all] [calls per timed sample, default 1] (NT_ATTN_SIMPLE=1 times the fallback
- * kernels). With one call per sample the host's launch latency is inside each timing; with
- * several back to back (each sample's ms divided by the count) the GPU runs them queued, as in
- * a training step, and the figure is GPU time per call. */
+ * kernels; NT_ATTN_BENCH_ACCUMULATE=1 the backward in its += form). With one call per sample
+ * the host's launch latency is inside each timing; with several back to back (each sample's ms
+ * divided by the count) the GPU runs them queued, as in a training step, and the figure is GPU
+ * time per call. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,6 +94,7 @@ int main(int argc, char **argv) {
   }
   if (nt_ctx_create(&ctx, nt_cuda(0))) die(ctx, "context");
   const char *simple = getenv("NT_ATTN_SIMPLE");
+  const char *accumulate = getenv("NT_ATTN_BENCH_ACCUMULATE");
   printf("nanotrain causal attention, bf16, %s kernels, median of %d samples of %d call%s\n",
          simple && *simple && strcmp(simple, "0") ? "simple" : "tensor-core", reps, calls,
          calls > 1 ? "s each" : "");
@@ -139,8 +141,10 @@ int main(int argc, char **argv) {
         t[i] = nt_tensor_view(buf[i].data, NT_BF16, buf[i].device, 4, dims);
     }
     if (nt_tensor_alloc(ctx, &lse, NT_F32, 3, ldims)) die(ctx, "alloc lse");
-    /* The model reserves a fresh stream per step; the cost does not depend on it. */
-    const nt_attention_opts opts = {sh.p, 1234, 0, sh.packed};
+    /* The model reserves a fresh stream per step; the cost does not depend on it. The
+     * backward writes fresh gradients (overwrite), the work torch.autograd.grad does;
+     * NT_ATTN_BENCH_ACCUMULATE=1 times the += form, which also reads the old gradients. */
+    const nt_attention_opts opts = {sh.p, 1234, 0, !(accumulate && *accumulate == '1')};
     const float f = time_it(ctx, 0, reps, calls, t, &lse, &opts);
     const float b = time_it(ctx, 1, reps, calls, t, &lse, &opts);
     const float fb = time_it(ctx, 2, reps, calls, t, &lse, &opts);

@@ -236,9 +236,11 @@ __global__ void simple_backward_dkv(nt_attn_view dov, nt_attn_view qv, nt_attn_v
 
 /* Tensor-core path, before the backward kernel: d_rows = rowsum(dO * O) and dq_acc = 0 in
  * one pass of 16-byte pieces (8 elements per thread, D / 8 adjacent lanes per row; D is 32
- * or 64 and every row 16-byte aligned there; thread i also zeroes dq_acc[16 i, 16 i + 16) if
- * below acc_floats). kContig: dout and out are contiguous (piece i at element 8 i); otherwise
- * each row is found through the views. */
+ * or 64 and every row 16-byte aligned there). Block b also zeroes the 64 bytes per thread of
+ * dq_acc from float 4096 b that are below acc_floats (a multiple of 16), each store
+ * instruction a contiguous 16 bytes per thread: the L2 then sees whole sectors. kContig:
+ * dout and out are contiguous (piece i at element 8 i); otherwise each row is found through
+ * the views. */
 template <typename T, int D, bool kContig>
 __global__ void prep_rows_vec(nt_attn_view dov, nt_attn_view ov, float *__restrict__ d_rows,
                               float *__restrict__ dq_acc, long acc_floats, long rows, int H,
@@ -247,10 +249,12 @@ __global__ void prep_rows_vec(nt_attn_view dov, nt_attn_view ov, float *__restri
   const long piece = (long)blockIdx.x * blockDim.x + threadIdx.x;
   const long row = piece / kLanes;
   float acc = 0.f;
-  if (16 * piece < acc_floats) {
-    float4 *z = reinterpret_cast<float4 *>(dq_acc) + 4 * piece;
+  {
+    const long z0 = 4l * blockIdx.x * blockDim.x + threadIdx.x;
 #pragma unroll
-    for (int i = 0; i < 4; i++) z[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int i = 0; i < 4; i++)
+      if (4 * (z0 + i * blockDim.x) < acc_floats)
+        reinterpret_cast<float4 *>(dq_acc)[z0 + i * blockDim.x] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
   if (row < rows) {
     const T *dout = static_cast<const T *>(dov.p), *out = static_cast<const T *>(ov.p);

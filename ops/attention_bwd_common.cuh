@@ -75,32 +75,41 @@ __device__ __forceinline__ void p_ds(float (&st)[kSt][4], float (&dpt)[kSt][4], 
 }
 
 /* dK (scaled) and dV added into (overwrite: stored in) the head's gradients, adjacent pairs
- * as one 4-byte access (rows are 16-byte aligned, ldk / ldv elements apart, the column even). */
+ * as one 4-byte access (rows are 16-byte aligned, ldk / ldv elements apart, the column even).
+ * Every old value is loaded before the first store: dk and dv may alias as far as the compiler
+ * knows, so loads interleaved with stores would each wait out a full memory round trip. */
 template <typename T, int D>
 __device__ __forceinline__ void write_dkv(const float (&gk)[D / 8][4], const float (&gv)[D / 8][4],
                                           T *dk_h, long long ldk, T *dv_h, long long ldv,
                                           int key_a, int T_, int lane, float scale,
                                           bool overwrite) {
+  uint32_t ok[2][D / 8], ov[2][D / 8];
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int key = key_a + h * 8;
+    const uint32_t *rk = reinterpret_cast<const uint32_t *>(dk_h + key * ldk + 2 * (lane & 3));
+    const uint32_t *rv = reinterpret_cast<const uint32_t *>(dv_h + key * ldv + 2 * (lane & 3));
+#pragma unroll
+    for (int dt = 0; dt < D / 8; dt++) {
+      const bool load = !overwrite && key < T_;
+      ok[h][dt] = load ? rk[dt * 4] : 0u;
+      ov[h][dt] = load ? rv[dt * 4] : 0u;
+    }
+  }
 #pragma unroll
   for (int h = 0; h < 2; h++) {
     const int key = key_a + h * 8;
     if (key >= T_) continue;
-    T *rk = dk_h + key * ldk + 2 * (lane & 3), *rv = dv_h + key * ldv + 2 * (lane & 3);
+    uint32_t *rk = reinterpret_cast<uint32_t *>(dk_h + key * ldk + 2 * (lane & 3));
+    uint32_t *rv = reinterpret_cast<uint32_t *>(dv_h + key * ldv + 2 * (lane & 3));
 #pragma unroll
     for (int dt = 0; dt < D / 8; dt++) {
-      uint32_t *pk = reinterpret_cast<uint32_t *>(rk + dt * 8);
-      uint32_t *pv = reinterpret_cast<uint32_t *>(rv + dt * 8);
-      float k0 = 0.f, k1 = 0.f, v0 = 0.f, v1 = 0.f;
-      if (!overwrite) {
-        const uint32_t ok = *pk, ov = *pv;
-        const T *xk = reinterpret_cast<const T *>(&ok), *xv = reinterpret_cast<const T *>(&ov);
-        k0 = nt_to_f(xk[0]);
-        k1 = nt_to_f(xk[1]);
-        v0 = nt_to_f(xv[0]);
-        v1 = nt_to_f(xv[1]);
-      }
-      *pk = mma_op<T>::pack(k0 + gk[dt][2 * h] * scale, k1 + gk[dt][2 * h + 1] * scale);
-      *pv = mma_op<T>::pack(v0 + gv[dt][2 * h], v1 + gv[dt][2 * h + 1]);
+      const T *xk = reinterpret_cast<const T *>(&ok[h][dt]);
+      const T *xv = reinterpret_cast<const T *>(&ov[h][dt]);
+      rk[dt * 4] = mma_op<T>::pack(nt_to_f(xk[0]) + gk[dt][2 * h] * scale,
+                                   nt_to_f(xk[1]) + gk[dt][2 * h + 1] * scale);
+      rv[dt * 4] =
+          mma_op<T>::pack(nt_to_f(xv[0]) + gv[dt][2 * h], nt_to_f(xv[1]) + gv[dt][2 * h + 1]);
     }
   }
 }
