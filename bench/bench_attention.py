@@ -1,8 +1,9 @@
 """torch.nn.functional.scaled_dot_product_attention(is_causal=True) forward, backward and
 forward+backward in bf16 on the rows bench_attention.c times, with CUDA events (median of
 repeats after warm-up; --calls N times N calls in a row per sample, ms per call): two plain
-shapes, the small GPT's shape with dropout_p=0.2, and the same shape with q, k, v as views of one [B, T, 3C] tensor (the gradient lands in it, as in
-nanoGPT's attention). Prints a table and "RESULT torch <row> <fwd> <bwd> <total>" (ms).
+shapes, the small GPT's shape with dropout_p=0.2, and the same shape with q, k, v as views of
+one [B, T, 3C] tensor (the gradient lands in it, as in nanoGPT's attention). Prints a table
+and "RESULT torch <row> <fwd> <bwd> <total>" (ms).
 Usage: python3 bench/bench_attention.py [--repeats N] [--calls N]"""
 import argparse
 import statistics
@@ -38,7 +39,8 @@ def main():
     args = ap.parse_args()
     dev = torch.device("cuda")
     print(f"torch {torch.__version__} scaled_dot_product_attention(is_causal=True), bf16, "
-          f"{torch.cuda.get_device_name()}, median of {args.repeats} samples of {args.calls} call(s)")
+          f"{torch.cuda.get_device_name()}, median of {args.repeats} samples of "
+          f"{args.calls} call(s)")
     print(f"{'B,H,T,D':<26} {'fwd ms':>10} {'bwd ms':>10} {'fwd+bwd ms':>10} {'TFLOP/s':>12}")
     g = torch.Generator(device=dev).manual_seed(0)
     for (B, H, T, D, p, packed) in ROWS:

@@ -11,8 +11,9 @@
  * product runs in the next tile's chain of products (one barrier per tile); its result goes to
  * shared memory in the accumulator's own order and from there, by the bulk-copy engine
  * (cp.reduce.async.bulk), is added into the fp32 dq_acc, 16 KB per query tile in that order
- * (nt_attention_wg_dq_acc_floats); dq_tiles_finish scales it into dq. Row by row reductions from registers
- * cost 20% of the kernel's time (H200, T = 1024), the bulk ones run beside the products. */
+ * (nt_attention_wg_dq_acc_floats); dq_tiles_finish scales it into dq. Row by row reductions
+ * from registers cost 20% of the kernel's time (H200, T = 1024), the bulk ones run beside the
+ * products. */
 #include "ops/attention_cuda.cuh"
 #include "ops/attention_bwd_common.cuh"
 #include "ops/wgmma.cuh"
@@ -352,7 +353,9 @@ nt_status nt_attention_backward_wg(nt_ctx *ctx, nt_dtype dt, nt_attn_view dout, 
                       drop ? *drop : none, overwrite};
   const bool dr = drop != NULL;
   if (dt == NT_BF16)
-    return dr ? launch<__nv_bfloat16, true>(ctx, a, dq) : launch<__nv_bfloat16, false>(ctx, a, dq);
-  if (dt == NT_F16) return dr ? launch<__half, true>(ctx, a, dq) : launch<__half, false>(ctx, a, dq);
+    return dr ? launch<__nv_bfloat16, true>(ctx, a, dq)
+              : launch<__nv_bfloat16, false>(ctx, a, dq);
+  if (dt == NT_F16)
+    return dr ? launch<__half, true>(ctx, a, dq) : launch<__half, false>(ctx, a, dq);
   return NT_ERROR(ctx, NT_ERR_INTERNAL, "attention: no wgmma kernel for %s", nt_dtype_name(dt));
 }
