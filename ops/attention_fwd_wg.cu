@@ -80,8 +80,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
                   float *__restrict__ lse, int BH, int H, int T_, float scale, nt_attn_drop dr) {
   constexpr int kDt = kD / 8;
   extern __shared__ unsigned char smem_raw[];
-  unsigned char *qs = reinterpret_cast<unsigned char *>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
+  unsigned char *qs = smem_align1024(smem_raw);
   unsigned char *ks = qs + kBr * kRowBytes;   /* two K buffers, then two V buffers */
   unsigned char *vs = ks + 2 * KB * kRowBytes;
 

@@ -23,6 +23,14 @@ __device__ __forceinline__ uint32_t smem_addr(const void *p) {
   return (uint32_t)__cvta_generic_to_shared(p);
 }
 
+/* The first 1024-byte boundary at or after the dynamic shared array (wgmma's 128-byte swizzle
+ * repeats every 1024 bytes). Arithmetic on the array itself, not through an integer, keeps the
+ * compiler aware that the result is a shared address: 32-bit LDS/STS instead of generic
+ * 64-bit accesses (in the wgmma backward: 11 fewer registers, no spills, 3% faster). */
+__device__ __forceinline__ unsigned char *smem_align1024(unsigned char *raw) {
+  return raw + ((1024u - (smem_addr(raw) & 1023u)) & 1023u);
+}
+
 /* 16-byte async copy global -> shared; zero-fills the destination when !pred. */
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool pred) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)),
