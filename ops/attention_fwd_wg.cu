@@ -21,13 +21,10 @@ namespace {
 
 using namespace nt_attn;
 
-constexpr int kD = 64, kRowBytes = 128;
+constexpr int kD = 64, kBr = 128, kThreads = 256, kRowBytes = 128;
 
-/* Q (64 rows per warpgroup), two K buffers, two V buffers, plus slack to align the start to
- * 1024 bytes. */
-template <int KB, int kWG> constexpr int smem_bytes() {
-  return (64 * kWG + 4 * KB) * kRowBytes + 1024;
-}
+/* Q, two K buffers, two V buffers, plus slack to align the start to 1024 bytes. */
+template <int KB> constexpr int smem_bytes() { return (kBr + 4 * KB) * kRowBytes + 1024; }
 
 /* One key/value tile for one warpgroup (64 rows from row_g, this warp's from row_w). */
 template <typename T, int KB, bool kDiag, bool kDrop>
@@ -77,11 +74,11 @@ __device__ __forceinline__ void wg_tile(uint32_t q_s, uint32_t k_s, uint32_t v_s
   nt_wg::touch(oacc);
 }
 
-template <typename T, int KB, int kWG, int kMinBlocks, bool kDrop>
-__global__ void __launch_bounds__(128 * kWG, kMinBlocks)
+template <typename T, int KB, int kMinBlocks, bool kDrop>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     fwd_wg_kernel(nt_attn_view qv, nt_attn_view kv, nt_attn_view vv, nt_attn_view ov,
                   float *__restrict__ lse, int BH, int H, int T_, float scale, nt_attn_drop dr) {
-  constexpr int kDt = kD / 8, kBr = 64 * kWG, kThreads = 128 * kWG;
+  constexpr int kDt = kD / 8;
   extern __shared__ unsigned char smem_raw[];
   unsigned char *qs = smem_align1024(smem_raw);
   unsigned char *ks = qs + kBr * kRowBytes;   /* two K buffers, then two V buffers */
@@ -168,44 +165,35 @@ __global__ void __launch_bounds__(128 * kWG, kMinBlocks)
   }
 }
 
-template <typename T, int KB, int kWG, int kMinBlocks, bool kDrop>
+template <typename T, int KB, int kMinBlocks, bool kDrop>
 nt_status launch(nt_ctx *ctx, const nt_attn_view *ops, float *lse, int BH, int H, int T_,
                  const nt_attn_drop &dr) {
-  constexpr int bytes = smem_bytes<KB, kWG>(), kBr = 64 * kWG;
-  auto kernel = fwd_wg_kernel<T, KB, kWG, kMinBlocks, kDrop>;
+  constexpr int bytes = smem_bytes<KB>();
+  auto kernel = fwd_wg_kernel<T, KB, kMinBlocks, kDrop>;
   nt_status st = NT_CUDA(
       ctx, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   if (st) return st;
   const long blocks = (long)((T_ + kBr - 1) / kBr) * BH;
   if (blocks > 0x7fffffffL) return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "attention: grid too large");
-  kernel<<<(unsigned)blocks, 128 * kWG, bytes, nt_cuda_stream(ctx)>>>(
+  kernel<<<(unsigned)blocks, kThreads, bytes, nt_cuda_stream(ctx)>>>(
       ops[0], ops[1], ops[2], ops[3], lse, BH, H, T_, 1.f / sqrtf((float)kD), dr);
   return NT_CUDA_LAUNCHED(ctx);
 }
 
-/* Default: 64-key tiles, blocks of two warpgroups (128 rows), two blocks per SM (one
- * block's softmax overlaps the other's products: 0.104 ms against 0.136 ms for
- * (16, 12, 1024, 64) on the H200). NT_ATTN_WG_KEYS=128: 128-key tiles, one block per SM.
- * EXPERIMENT NT_ATTN_WG_ROWS=64: blocks of one warpgroup (64 rows), four per SM with 64-key
- * tiles, three with 128-key tiles. */
-template <typename T, bool kDrop>
-nt_status launch_d(nt_ctx *ctx, const nt_attn_view *ops, float *lse, int BH, int H, int T_,
-                   const nt_attn_drop &dr) {
-  const char *e = getenv("NT_ATTN_WG_KEYS"), *r = getenv("NT_ATTN_WG_ROWS");
-  const bool k128 = e && atoi(e) == 128, one_wg = r && atoi(r) == 64;
-  if (one_wg)
-    return k128 ? launch<T, 128, 1, 3, kDrop>(ctx, ops, lse, BH, H, T_, dr)
-                : launch<T, 64, 1, 4, kDrop>(ctx, ops, lse, BH, H, T_, dr);
-  return k128 ? launch<T, 128, 2, 1, kDrop>(ctx, ops, lse, BH, H, T_, dr)
-              : launch<T, 64, 2, 2, kDrop>(ctx, ops, lse, BH, H, T_, dr);
-}
-
+/* Default: 64-key tiles sized for two blocks per SM (one block's softmax overlaps the
+ * other's products: 0.104 ms against 0.136 ms for (16, 12, 1024, 64) on the H200);
+ * NT_ATTN_WG_KEYS=128: 128-key tiles, one block per SM. */
 template <typename T>
 nt_status launch_t(nt_ctx *ctx, const nt_attn_view *ops, float *lse, int BH, int H, int T_,
                    const nt_attn_drop *drop) {
-  if (drop) return launch_d<T, true>(ctx, ops, lse, BH, H, T_, *drop);
+  const char *e = getenv("NT_ATTN_WG_KEYS");
+  const bool k128 = e && atoi(e) == 128;
+  if (drop)
+    return k128 ? launch<T, 128, 1, true>(ctx, ops, lse, BH, H, T_, *drop)
+                : launch<T, 64, 2, true>(ctx, ops, lse, BH, H, T_, *drop);
   const nt_attn_drop none = {0ull, 0ull, nullptr, 0u, 1.f};
-  return launch_d<T, false>(ctx, ops, lse, BH, H, T_, none);
+  return k128 ? launch<T, 128, 1, false>(ctx, ops, lse, BH, H, T_, none)
+              : launch<T, 64, 2, false>(ctx, ops, lse, BH, H, T_, none);
 }
 
 }  // namespace
