@@ -14,6 +14,7 @@
  * (nt_attention_wg_dq_acc_floats); dq_tiles_finish scales it into dq. Row by row reductions
  * from registers cost 20% of the kernel's time (H200, T = 1024), the bulk ones run beside the
  * products. */
+#include <stdlib.h>
 #include "ops/attention_cuda.cuh"
 #include "ops/attention_bwd_common.cuh"
 #include "ops/wgmma.cuh"
@@ -154,7 +155,16 @@ __device__ __forceinline__ void dq_stage_and_reduce(const float (&gq)[4][4], flo
   }
 }
 
-template <typename T, bool kDrop>
+/* EXPERIMENT (NT_ATTN_DQ_RED=1): the warpgroup's dQ columns added straight from registers, in
+ * the same accumulator order, four floats per reduction (a warp covers 512 contiguous bytes):
+ * no staging, no proxy fence, no barrier. */
+__device__ __forceinline__ void dq_reduce_regs(const float (&gq)[4][4], float *dst, int t) {
+#pragma unroll
+  for (int i = 0; i < 4; i++)
+    red_add_f32x4(dst + 4 * (i * 128 + t), gq[i][0], gq[i][1], gq[i][2], gq[i][3]);
+}
+
+template <typename T, bool kDrop, bool kRed>
 __global__ void __launch_bounds__(kThreads, 1)
     bwd_wg_kernel(nt_attn_view dov, nt_attn_view qv, nt_attn_view kv, nt_attn_view vv,
                   const float *__restrict__ lse, const float *__restrict__ d_rows,
@@ -247,9 +257,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     dq_cols_issue<T>(gq, dss_s + (buf ^ 1) * kDssBytes, k_s, wg);
     key_products<T>(k_s_wg, v_s_wg, q_s, do_s, st, dpt);
     nt_wg::touch(reinterpret_cast<float(&)[16]>(gq));
-    if (qt > qt0)
-      dq_stage_and_reduce(gq, stage + (buf ^ 1) * kTileFloats + wg * (kTileFloats / 2),
-                          dq_h + (long)(qt - 1) * kTileFloats, wg, tid & 127);
+    if (qt > qt0) {
+      if constexpr (kRed)
+        dq_reduce_regs(gq, dq_h + (long)(qt - 1) * kTileFloats, tid & 127);
+      else
+        dq_stage_and_reduce(gq, stage + (buf ^ 1) * kTileFloats + wg * (kTileFloats / 2),
+                            dq_h + (long)(qt - 1) * kTileFloats, wg, tid & 127);
+    }
     key_grads_any<T, kDrop>(mask || !active, st, dpt, q_s, do_s, dss_wg, gk, gv, lb, drb, q0,
                             key_a, warp, lane, sl2, kw, da);
     /* Waited here, not at the next tile's top: a chain left in flight across the loop's back
@@ -268,14 +282,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     nt_wg::commit();
     nt_wg::wait<0>();
     nt_wg::touch(reinterpret_cast<float(&)[16]>(gq));
-    dq_stage_and_reduce(gq, stage + last * kTileFloats + wg * (kTileFloats / 2),
-                        dq_h + (long)(n_t - 1) * kTileFloats, wg, tid & 127);
+    if constexpr (kRed)
+      dq_reduce_regs(gq, dq_h + (long)(n_t - 1) * kTileFloats, tid & 127);
+    else
+      dq_stage_and_reduce(gq, stage + last * kTileFloats + wg * (kTileFloats / 2),
+                          dq_h + (long)(n_t - 1) * kTileFloats, wg, tid & 127);
   }
   write_dkv<T, kD>(gk, gv, static_cast<T *>(dkv.p) + head_off(dkv, bh, H), dkv.st,
                    static_cast<T *>(dvv.p) + head_off(dvv, bh, H), dvv.st, key_a, T_, lane, scale,
                    overwrite);
   /* The bulk reductions must have read shared memory before the block may exit. */
-  if ((tid & 127) == 0) nt_wg::bulk_wait_read<0>();
+  if (!kRed && (tid & 127) == 0) nt_wg::bulk_wait_read<0>();
 }
 
 /* dq (+)= scale * dq_acc, one query tile per block: the tile's 16 KB (accumulator order, see
@@ -315,7 +332,8 @@ __global__ void __launch_bounds__(kThreads)
 
 template <typename T, bool kDrop>
 nt_status launch(nt_ctx *ctx, const bwd_args &a, nt_attn_view dq) {
-  auto kernel = bwd_wg_kernel<T, kDrop>;
+  const char *e = getenv("NT_ATTN_DQ_RED");
+  auto kernel = e && atoi(e) == 1 ? bwd_wg_kernel<T, kDrop, true> : bwd_wg_kernel<T, kDrop, false>;
   nt_status st = NT_CUDA(
       ctx, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   if (st) return st;
