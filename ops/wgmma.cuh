@@ -69,27 +69,6 @@ __device__ __forceinline__ void fence_smem_to_async() {
 #endif
 }
 
-/* The bulk-copy engine: adds `bytes` (a multiple of 16) of fp32 at shared address src into
- * global dst (both 16-byte aligned) as one asynchronous bulk reduction in the thread's next
- * bulk group; bulk_commit closes the group; bulk_wait_read<N> waits until at most N of the
- * thread's groups have yet to finish reading their shared source. */
-__device__ __forceinline__ void bulk_reduce_add_f32(float *dst, uint32_t src, uint32_t bytes) {
-#ifdef NT_WGMMA_BUILT
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
-               ::"l"(dst), "r"(src), "r"(bytes) : "memory");
-#endif
-}
-__device__ __forceinline__ void bulk_commit() {
-#ifdef NT_WGMMA_BUILT
-  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-#endif
-}
-template <int N> __device__ __forceinline__ void bulk_wait_read() {
-#ifdef NT_WGMMA_BUILT
-  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
-#endif
-}
-
 /* Keeps the compiler from moving accumulator reads or writes across an asynchronous MMA
  * still in flight: the registers are "changed" here as far as it knows. */
 template <int R> __device__ __forceinline__ void touch(float (&d)[R]) {
