@@ -136,6 +136,7 @@ void nt_ctx_free(nt_ctx *ctx) {
   }
 #endif
   if (ctx->gemm_cache_free) ctx->gemm_cache_free(ctx, ctx->gemm_cache);
+  if (ctx->attn_dq_free) ctx->attn_dq_free(ctx, ctx->attn_dq);
   if (ctx->pool) {
     nt_free(ctx, ctx->workspace);
     nt_pool_destroy(ctx, ctx->pool);

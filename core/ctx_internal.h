@@ -30,6 +30,8 @@ struct nt_ctx {
   struct nt_pool *pool;
   void *gemm_cache;               /* ops/gemm: cached cuBLASLt plans per shape */
   void (*gemm_cache_free)(nt_ctx *ctx, void *cache);
+  void *attn_dq;                  /* ops/attention_dq_pair.c: the backward's dQ accumulators */
+  void (*attn_dq_free)(nt_ctx *ctx, void *state);
 };
 
 NT_EXTERN_C_BEGIN

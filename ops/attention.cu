@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include "ops/attention.h"
 #include "ops/attention_cuda.cuh"
+#include "ops/attention_dq_pair.h"
 #include "ops/wgmma.cuh"
 #include "core/cuda_util.h"
 
@@ -383,7 +384,8 @@ nt_status forward_simple(nt_ctx *ctx, const nt_tensor *q, const nt_tensor *k, co
   return NT_CUDA_LAUNCHED(ctx);
 }
 
-/* d_rows and the zeroed dQ accumulator (acc_floats floats) before a tensor-core backward. */
+/* d_rows and the zeroed dQ accumulator (acc_floats floats; 0: the accumulator is already zero)
+ * before a tensor-core backward. */
 template <typename T, int D>
 nt_status prep_rows(nt_ctx *ctx, const nt_tensor *dout, const nt_tensor *out, float *d_rows,
                     float *dq_acc, long acc_floats, const problem &pb) {
@@ -416,7 +418,9 @@ nt_status finish_dq(nt_ctx *ctx, nt_tensor *dq, const float *dq_acc, const probl
 
 /* Tensor-core backward (F16/BF16 only): one pass prepares d_rows and the zeroed dQ
  * accumulator, the kernel adds into it, a last pass folds it into dq (the wgmma backward
- * does that itself, from its own order); all move 16-byte pieces. */
+ * does that itself, from its own order); all move 16-byte pieces. The wgmma backward takes
+ * its accumulator from the context's pair when it can (attention_dq_pair.h): already zero,
+ * and its kernel zeroes the other one for the next call. */
 template <typename T>
 nt_status backward_mma_path(nt_ctx *ctx, const nt_tensor *dout, const nt_tensor *q,
                             const nt_tensor *k, const nt_tensor *v, const nt_tensor *out,
@@ -428,17 +432,21 @@ nt_status backward_mma_path(nt_ctx *ctx, const nt_tensor *dout, const nt_tensor 
     const bool wg = use_wgmma(ctx, pb.D);
     const size_t acc_floats = wg ? nt_attention_wg_dq_acc_floats(pb.BH, pb.T)
                                  : (size_t)pb.BH * pb.T * pb.D;
-    float *dq_acc = NULL;
-    nt_status st = nt_alloc(ctx, sizeof(float) * acc_floats, (void **)&dq_acc);
+    float *dq_acc = NULL, *zero_next = NULL;
+    nt_status st = wg ? nt_attn_dq_pair_take(ctx, acc_floats, &dq_acc, &zero_next) : NT_OK;
+    const bool pair = dq_acc != NULL;
+    if (!st && !pair) st = nt_alloc(ctx, sizeof(float) * acc_floats, (void **)&dq_acc);
     if (st) return st;
-    st = pb.D == 64 ? prep_rows<T, 64>(ctx, dout, out, d_rows, dq_acc, (long)acc_floats, pb)
-                    : prep_rows<T, 32>(ctx, dout, out, d_rows, dq_acc, (long)acc_floats, pb);
+    st = pb.D == 64
+             ? prep_rows<T, 64>(ctx, dout, out, d_rows, dq_acc, pair ? 0 : (long)acc_floats, pb)
+             : prep_rows<T, 32>(ctx, dout, out, d_rows, dq_acc, pair ? 0 : (long)acc_floats, pb);
     if (st) goto done;
     if (wg) {
       st = nt_attention_backward_wg(ctx, q->dtype, view_of(dout), view_of(q), view_of(k),
                                     view_of(v), (const float *)lse->data, d_rows, dq_acc,
-                                    view_of(dq), view_of(dk), view_of(dv), pb.BH, pb.H, pb.T,
-                                    pb.drop ? &pb.dr : NULL, pb.overwrite);
+                                    zero_next, pair ? acc_floats : 0, view_of(dq), view_of(dk),
+                                    view_of(dv), pb.BH, pb.H, pb.T, pb.drop ? &pb.dr : NULL,
+                                    pb.overwrite);
       goto done;
     }
     st = nt_attention_backward_mma(ctx, q->dtype, view_of(dout), view_of(q), view_of(k),
@@ -448,8 +456,12 @@ nt_status backward_mma_path(nt_ctx *ctx, const nt_tensor *dout, const nt_tensor 
     if (st) goto done;
     st = pb.D == 64 ? finish_dq<T, 64>(ctx, dq, dq_acc, pb) : finish_dq<T, 32>(ctx, dq, dq_acc, pb);
   done:
-    /* The pool reuses blocks in stream order, so freeing right after queueing is safe. */
-    nt_free(ctx, dq_acc);
+    if (pair) {
+      nt_attn_dq_pair_done(ctx, acc_floats, st == NT_OK);
+    } else {
+      /* The pool reuses blocks in stream order, so freeing right after queueing is safe. */
+      nt_free(ctx, dq_acc);
+    }
     return st;
   }
 }

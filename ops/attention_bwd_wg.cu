@@ -146,8 +146,9 @@ template <typename T, bool kDrop>
 __global__ void __launch_bounds__(kThreads, 1)
     bwd_wg_kernel(nt_attn_view dov, nt_attn_view qv, nt_attn_view kv, nt_attn_view vv,
                   const float *__restrict__ lse, const float *__restrict__ d_rows,
-                  float *__restrict__ dq_acc, nt_attn_view dkv, nt_attn_view dvv, int BH, int H,
-                  int T_, float scale, nt_attn_drop dr, bool overwrite) {
+                  float *__restrict__ dq_acc, float4 *__restrict__ zero_next, long zero_n4,
+                  nt_attn_view dkv, nt_attn_view dvv, int BH, int H, int T_, float scale,
+                  nt_attn_drop dr, bool overwrite) {
   extern __shared__ unsigned char smem_raw[];
   unsigned char *ks = smem_align1024(smem_raw);
   unsigned char *vs = ks + kBc * kRowBytes;
@@ -186,6 +187,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   load_tile_sw<T, kBr, kThreads>(dos, dout, (int)dov.st, qt0 * kBr, T_, tid);
   load_rows(lse_s, dr_s, lse_h, dr_h, qt0 * kBr, T_, tid);
   cp_async_commit();
+  {   /* this block's share of the next call's accumulator (attention_dq_pair.c) */
+    const long per = (zero_n4 + gridDim.x - 1) / gridDim.x, z0 = per * blockIdx.x;
+    const long z1 = min(z0 + per, zero_n4);
+    for (long i = z0 + tid; i < z1; i += kThreads) zero_next[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
 
   float gk[8][4], gv[8][4];
 #pragma unroll
@@ -296,7 +302,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <typename T, bool kDrop>
-nt_status launch(nt_ctx *ctx, const bwd_args &a, nt_attn_view dq) {
+nt_status launch(nt_ctx *ctx, const bwd_args &a, nt_attn_view dq, float *zero_next,
+                 size_t zero_floats) {
   auto kernel = bwd_wg_kernel<T, kDrop>;
   nt_status st = NT_CUDA(
       ctx, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
@@ -307,9 +314,9 @@ nt_status launch(nt_ctx *ctx, const bwd_args &a, nt_attn_view dq) {
     return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "attention: grid too large");
   const float scale = 1.f / sqrtf((float)kD);
   cudaStream_t s = nt_cuda_stream(ctx);
-  kernel<<<(unsigned)blocks, kThreads, kSmemBytes, s>>>(a.dout, a.q, a.k, a.v, a.lse, a.d_rows,
-                                                        a.dq_acc, a.dk, a.dv, a.BH, a.H, a.T,
-                                                        scale, a.dr, a.overwrite);
+  kernel<<<(unsigned)blocks, kThreads, kSmemBytes, s>>>(
+      a.dout, a.q, a.k, a.v, a.lse, a.d_rows, a.dq_acc, reinterpret_cast<float4 *>(zero_next),
+      (long)(zero_floats / 4), a.dk, a.dv, a.BH, a.H, a.T, scale, a.dr, a.overwrite);
   if ((st = NT_CUDA_LAUNCHED(ctx))) return st;
   dq_tiles_finish<T><<<(unsigned)(n_t * a.BH), kThreads, 0, s>>>(a.dq_acc, dq, a.H, a.T, scale,
                                                                  a.overwrite);
@@ -324,17 +331,19 @@ size_t nt_attention_wg_dq_acc_floats(int BH, int T) {
 
 nt_status nt_attention_backward_wg(nt_ctx *ctx, nt_dtype dt, nt_attn_view dout, nt_attn_view q,
                                    nt_attn_view k, nt_attn_view v, const float *lse,
-                                   const float *d_rows, float *dq_acc, nt_attn_view dq,
-                                   nt_attn_view dk, nt_attn_view dv, int BH, int H, int T,
+                                   const float *d_rows, float *dq_acc, float *zero_next,
+                                   size_t zero_floats, nt_attn_view dq, nt_attn_view dk,
+                                   nt_attn_view dv, int BH, int H, int T,
                                    const nt_attn_drop *drop, bool overwrite) {
   const nt_attn_drop none = {0ull, 0ull, nullptr, 0u, 1.f};
   const bwd_args a = {dout, q, k, v, dk, dv, lse, d_rows, dq_acc, BH, H, T,
                       drop ? *drop : none, overwrite};
   const bool dr = drop != NULL;
   if (dt == NT_BF16)
-    return dr ? launch<__nv_bfloat16, true>(ctx, a, dq)
-              : launch<__nv_bfloat16, false>(ctx, a, dq);
+    return dr ? launch<__nv_bfloat16, true>(ctx, a, dq, zero_next, zero_floats)
+              : launch<__nv_bfloat16, false>(ctx, a, dq, zero_next, zero_floats);
   if (dt == NT_F16)
-    return dr ? launch<__half, true>(ctx, a, dq) : launch<__half, false>(ctx, a, dq);
+    return dr ? launch<__half, true>(ctx, a, dq, zero_next, zero_floats)
+              : launch<__half, false>(ctx, a, dq, zero_next, zero_floats);
   return NT_ERROR(ctx, NT_ERR_INTERNAL, "attention: no wgmma kernel for %s", nt_dtype_name(dt));
 }

@@ -54,12 +54,15 @@ nt_status nt_attention_forward_wg(nt_ctx *ctx, nt_dtype dt, nt_attn_view q, nt_a
                                   int T, const nt_attn_drop *drop);
 /* The wgmma backward (attention_bwd_wg.cu), under the same conditions; otherwise as
  * nt_attention_backward_mma, except that dq_acc (zeroed, nt_attention_wg_dq_acc_floats floats:
- * whole 64-row query tiles in the kernel's own order) is folded into dq here. */
+ * whole 64-row query tiles in the kernel's own order) is folded into dq here, and that the
+ * kernel zeroes zero_floats floats (a multiple of 4) at zero_next (16-byte aligned; NULL and 0:
+ * none) for the next call (attention_dq_pair.h). */
 size_t nt_attention_wg_dq_acc_floats(int BH, int T);
 nt_status nt_attention_backward_wg(nt_ctx *ctx, nt_dtype dt, nt_attn_view dout, nt_attn_view q,
                                    nt_attn_view k, nt_attn_view v, const float *lse,
-                                   const float *d_rows, float *dq_acc, nt_attn_view dq,
-                                   nt_attn_view dk, nt_attn_view dv, int BH, int H, int T,
+                                   const float *d_rows, float *dq_acc, float *zero_next,
+                                   size_t zero_floats, nt_attn_view dq, nt_attn_view dk,
+                                   nt_attn_view dv, int BH, int H, int T,
                                    const nt_attn_drop *drop, bool overwrite);
 
 namespace nt_attn {

@@ -12,6 +12,9 @@
  * the diagonal tile, where every such key follows every row). Dropout as in attention_fwd.cu:
  * the same keep words, so the mask is the same bit for bit. */
 #include <stdlib.h>
+#include <string.h>
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include "ops/attention_cuda.cuh"
 #include "ops/attention_softmax.cuh"
 #include "ops/wgmma.cuh"
@@ -23,8 +26,28 @@ using namespace nt_attn;
 
 constexpr int kD = 64, kBr = 128, kThreads = 256, kRowBytes = 128;
 
-/* Q, two K buffers, two V buffers, plus slack to align the start to 1024 bytes. */
-template <int KB> constexpr int smem_bytes() { return (kBr + 4 * KB) * kRowBytes + 1024; }
+/* Q, two K buffers, two V buffers, two 8-byte TMA barriers, plus slack to align the start to
+ * 1024 bytes. */
+template <int KB> constexpr int smem_bytes() { return (kBr + 4 * KB) * kRowBytes + 16 + 1024; }
+
+/* EXPERIMENT (NT_ATTN_FWD_TMA=0 turns it off): Q, K and V tiles loaded by the TMA, one thread
+ * issuing each tile's copies, the others waiting on the tile's barrier, instead of 16-byte
+ * cp.async by every thread. A map per operand over its [B, H, T, 64] view, the three outer
+ * dimensions by increasing stride; pos[op][0..2]: the map dimension of t, h and b. */
+struct fwd_maps {
+  CUtensorMap m[3];   /* q, k, v */
+  int pos[3][3];
+};
+
+/* Tile rows from row0 of head (b, h) of map op into shared dst, counted on barrier bar. */
+__device__ __forceinline__ void tma_rows(const fwd_maps &fm, int op, uint32_t dst, uint32_t bar,
+                                         int row0, int h, int b) {
+  int c[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int d = 1; d < 4; d++)
+    c[d] = fm.pos[op][0] == d ? row0 : fm.pos[op][1] == d ? h : b;
+  nt_wg::tma_load_4d(dst, &fm.m[op], bar, c[0], c[1], c[2], c[3]);
+}
 
 /* One key/value tile for one warpgroup (64 rows from row_g, this warp's from row_w). */
 template <typename T, int KB, bool kDiag, bool kDrop>
@@ -74,15 +97,17 @@ __device__ __forceinline__ void wg_tile(uint32_t q_s, uint32_t k_s, uint32_t v_s
   nt_wg::touch(oacc);
 }
 
-template <typename T, int KB, int kMinBlocks, bool kDrop>
+template <typename T, int KB, int kMinBlocks, bool kDrop, bool kTma>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     fwd_wg_kernel(nt_attn_view qv, nt_attn_view kv, nt_attn_view vv, nt_attn_view ov,
-                  float *__restrict__ lse, int BH, int H, int T_, float scale, nt_attn_drop dr) {
+                  float *__restrict__ lse, int BH, int H, int T_, float scale, nt_attn_drop dr,
+                  const __grid_constant__ fwd_maps fm) {
   constexpr int kDt = kD / 8;
   extern __shared__ unsigned char smem_raw[];
   unsigned char *qs = smem_align1024(smem_raw);
   unsigned char *ks = qs + kBr * kRowBytes;   /* two K buffers, then two V buffers */
   unsigned char *vs = ks + 2 * KB * kRowBytes;
+  const uint32_t bar0 = smem_addr(vs + 2 * KB * kRowBytes);   /* buffer b's barrier: + 8 b */
 
   const int n_qt = (T_ + kBr - 1) / kBr, n_kt = (T_ + KB - 1) / KB;
   /* Heaviest tiles (most keys) first so the tail of the grid is short. */
@@ -102,10 +127,23 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int lane_row = row_w + lane % fwd_keep<KB, 1>::kRw;
   const unsigned long long lane_rel = kDrop ? ((unsigned long long)bh * T_ + lane_row) * T_ : 0ull;
 
-  load_tile_sw<T, kBr, kThreads>(qs, q, (int)qv.st, q0, T_, tid);
-  load_tile_sw<T, KB, kThreads>(ks, k, (int)kv.st, 0, T_, tid);
-  load_tile_sw<T, KB, kThreads>(vs, v, (int)vv.st, 0, T_, tid);
-  cp_async_commit();
+  const int hh = (int)(bh % H), bb = (int)(bh / H);
+  if constexpr (kTma) {
+    if (tid == 0) {
+      nt_wg::mbar_init(bar0, 1);
+      nt_wg::mbar_init(bar0 + 8, 1);
+      nt_wg::mbar_init_fence();
+      nt_wg::mbar_expect_tx(bar0, (kBr + 2 * KB) * kRowBytes);
+      tma_rows(fm, 0, smem_addr(qs), bar0, q0, hh, bb);
+      tma_rows(fm, 1, smem_addr(ks), bar0, 0, hh, bb);
+      tma_rows(fm, 2, smem_addr(vs), bar0, 0, hh, bb);
+    }
+  } else {
+    load_tile_sw<T, kBr, kThreads>(qs, q, (int)qv.st, q0, T_, tid);
+    load_tile_sw<T, KB, kThreads>(ks, k, (int)kv.st, 0, T_, tid);
+    load_tile_sw<T, KB, kThreads>(vs, v, (int)vv.st, 0, T_, tid);
+    cp_async_commit();
+  }
 
   float o[1][kDt][4], m_r[1][2] = {{-INFINITY, -INFINITY}}, l_r[1][2] = {{0.f, 0.f}};
 #pragma unroll
@@ -114,13 +152,28 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 
   for (int kt = 0; kt <= kt_end; kt++) {
     const int buf = kt & 1;
-    cp_async_wait<0>();
-    /* Tile kt (written through cp.async, the generic proxy) becomes visible to wgmma's async
-     * proxy, and every warpgroup is done with tile kt - 1 (its wgmma chains were waited for),
-     * whose buffers the prefetch below refills. */
-    nt_wg::fence_smem_to_async();
-    __syncthreads();
-    if (kt < kt_end) {
+    if constexpr (kTma) {
+      /* Every warpgroup is done with tile kt - 1 (its wgmma chains were waited for), whose
+       * buffers take tile kt + 1; tile kt is in once its barrier's phase kt / 2 completes. */
+      __syncthreads();
+      if (tid == 0 && kt < kt_end) {
+        const int nb = buf ^ 1;
+        nt_wg::mbar_expect_tx(bar0 + 8 * nb, 2 * KB * kRowBytes);
+        tma_rows(fm, 1, smem_addr(ks + nb * KB * kRowBytes), bar0 + 8 * nb, (kt + 1) * KB, hh,
+                 bb);
+        tma_rows(fm, 2, smem_addr(vs + nb * KB * kRowBytes), bar0 + 8 * nb, (kt + 1) * KB, hh,
+                 bb);
+      }
+      nt_wg::mbar_wait(bar0 + 8 * buf, (kt >> 1) & 1);
+    } else {
+      cp_async_wait<0>();
+      /* Tile kt (written through cp.async, the generic proxy) becomes visible to wgmma's async
+       * proxy, and every warpgroup is done with tile kt - 1 (its wgmma chains were waited
+       * for), whose buffers the prefetch below refills. */
+      nt_wg::fence_smem_to_async();
+      __syncthreads();
+    }
+    if (!kTma && kt < kt_end) {
       const int nb = buf ^ 1;
       load_tile_sw<T, KB, kThreads>(ks + nb * KB * kRowBytes, k, (int)kv.st, (kt + 1) * KB, T_,
                                     tid);
@@ -165,18 +218,74 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
 }
 
+/* cuTensorMapEncodeTiled from the driver, found once (NULL where it is missing). */
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void *p = nullptr;
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      p = nullptr;
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  }();
+  return fn;
+}
+
+/* Map op of fm over view v ([B, H, T, 64], 2-byte elements, rows contiguous) with boxes of
+ * `rows` rows of one head, or false where the TMA cannot describe it (the cp.async kernel then
+ * runs). The outer dimensions go by increasing stride, as the TMA wants them nested. */
+bool encode_map(fwd_maps &fm, int op, const nt_attn_view &v, bool bf16, int B, int H, int T,
+                int rows) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  if (!encode || T < rows) return false;
+  const long long stride[3] = {v.st, v.sh, v.sb}, dim[3] = {T, H, B};   /* t, h, b */
+  int order[3] = {0, 1, 2};
+  for (int i = 1; i < 3; i++)
+    for (int j = i; j > 0 && stride[order[j]] < stride[order[j - 1]]; j--) {
+      const int x = order[j];
+      order[j] = order[j - 1];
+      order[j - 1] = x;
+    }
+  cuuint64_t gdim[4] = {(cuuint64_t)kD, 0, 0, 0}, gstride[3];
+  cuuint32_t box[4] = {(cuuint32_t)kD, 1, 1, 1}, estride[4] = {1, 1, 1, 1};
+  for (int i = 0; i < 3; i++) {
+    const int d = order[i];
+    if (stride[d] <= 0) return false;
+    gdim[i + 1] = (cuuint64_t)dim[d];
+    gstride[i] = (cuuint64_t)stride[d] * 2u;
+    if (d == 0) box[i + 1] = (cuuint32_t)rows;
+    fm.pos[op][d] = i + 1;
+  }
+  return encode(&fm.m[op],
+                bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
+                v.p, gdim, gstride, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 template <typename T, int KB, int kMinBlocks, bool kDrop>
 nt_status launch(nt_ctx *ctx, const nt_attn_view *ops, float *lse, int BH, int H, int T_,
                  const nt_attn_drop &dr) {
   constexpr int bytes = smem_bytes<KB>();
-  auto kernel = fwd_wg_kernel<T, KB, kMinBlocks, kDrop>;
+  constexpr bool kBf16 = sizeof(T) == 2 && nt_wg::ab<T>::kBf16;
+  const char *e = getenv("NT_ATTN_FWD_TMA");
+  fwd_maps fm;
+  memset(&fm, 0, sizeof fm);
+  const bool tma = !(e && atoi(e) == 0) && encode_map(fm, 0, ops[0], kBf16, BH / H, H, T_, kBr) &&
+                   encode_map(fm, 1, ops[1], kBf16, BH / H, H, T_, KB) &&
+                   encode_map(fm, 2, ops[2], kBf16, BH / H, H, T_, KB);
+  auto kernel = tma ? fwd_wg_kernel<T, KB, kMinBlocks, kDrop, true>
+                    : fwd_wg_kernel<T, KB, kMinBlocks, kDrop, false>;
   nt_status st = NT_CUDA(
       ctx, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   if (st) return st;
   const long blocks = (long)((T_ + kBr - 1) / kBr) * BH;
   if (blocks > 0x7fffffffL) return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "attention: grid too large");
   kernel<<<(unsigned)blocks, kThreads, bytes, nt_cuda_stream(ctx)>>>(
-      ops[0], ops[1], ops[2], ops[3], lse, BH, H, T_, 1.f / sqrtf((float)kD), dr);
+      ops[0], ops[1], ops[2], ops[3], lse, BH, H, T_, 1.f / sqrtf((float)kD), dr, fm);
   return NT_CUDA_LAUNCHED(ctx);
 }
 

@@ -69,6 +69,51 @@ __device__ __forceinline__ void fence_smem_to_async() {
 #endif
 }
 
+/* The tensor-memory accelerator (TMA) and its shared-memory barriers. mbar_*: a barrier at
+ * shared address `bar`; mbar_expect_tx arrives once and adds `bytes` the barrier's phase
+ * waits for; mbar_wait returns once the phase of the given parity has completed.
+ * tma_load_4d: the box of a 4-D tensor map at coordinates c0..c3 into shared `dst`, its bytes
+ * counted on `bar`. */
+__device__ __forceinline__ void mbar_init(uint32_t bar, unsigned count) {
+#ifdef NT_WGMMA_BUILT
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+#endif
+}
+/* After mbar_init, before the barriers are used (by other threads or by the TMA). */
+__device__ __forceinline__ void mbar_init_fence() {
+#ifdef NT_WGMMA_BUILT
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+#ifdef NT_WGMMA_BUILT
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+#ifdef NT_WGMMA_BUILT
+  uint32_t done = 0;
+  do {
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+  } while (!done);
+#endif
+}
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const void *map, uint32_t bar, int c0,
+                                            int c1, int c2, int c3) {
+#ifdef NT_WGMMA_BUILT
+  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%3, %4, %5, %6}], [%2];\n"
+               ::"r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
+#endif
+}
+
 /* Keeps the compiler from moving accumulator reads or writes across an asynchronous MMA
  * still in flight: the registers are "changed" here as far as it knows. */
 template <int R> __device__ __forceinline__ void touch(float (&d)[R]) {
