@@ -11,8 +11,11 @@
  * product runs in the next tile's chain of products (one barrier per tile); its result is
  * added from registers into the fp32 dq_acc in the accumulator's own order, 16 KB per query
  * tile (nt_attention_wg_dq_acc_floats); dq_tiles_finish scales it into dq. */
+#include <stdlib.h>
+#include <string.h>
 #include "ops/attention_cuda.cuh"
 #include "ops/attention_bwd_common.cuh"
+#include "ops/attention_tma.cuh"
 #include "ops/wgmma.cuh"
 #include "core/cuda_util.h"
 
@@ -25,9 +28,29 @@ constexpr int kTileFloats = kBr * kD;            /* one query tile's dQ: 16 KB o
 constexpr int kDssBytes = kBc * kRowBytes;       /* one dS^T tile */
 
 /* K, V (kBc rows), two Q and two dO buffers (kBr rows), two dS^T tiles, two lse and two D
- * buffers, plus slack to align the start to 1024 bytes. */
+ * buffers, two 8-byte TMA barriers, plus slack to align the start to 1024 bytes. */
 constexpr int kTileBytes = (2 * kBc + 4 * kBr) * kRowBytes + 2 * kDssBytes;
-constexpr int kSmemBytes = kTileBytes + 4 * kBr * 4 + 1024;
+constexpr int kSmemBytes = kTileBytes + 4 * kBr * 4 + 16 + 1024;
+
+/* EXPERIMENT (NT_ATTN_BWD_TMA=0 turns it off): the TMA loads K, V and each query tile's Q,
+ * dO, lse and D (attention_tma.cuh), one thread issuing the copies and the others waiting on
+ * the buffer's barrier, instead of cp.async by every thread. The cp.async kernel runs where
+ * a map cannot be made (T below a tile or not a multiple of 4). */
+struct bwd_maps {
+  nt_attn_map q, dout, k, v;
+  CUtensorMap lse, d_rows;
+};
+
+/* Query tile r0's Q, dO, lse and D into buffer nb by the TMA, counted on its barrier. */
+__device__ __forceinline__ void tma_query_tile(const bwd_maps &bm, uint32_t q_s, uint32_t do_s,
+                                               uint32_t lse_s, uint32_t dr_s, uint32_t bar,
+                                               int r0, long bh, int h, int b) {
+  nt_wg::mbar_expect_tx(bar, 2 * kBr * kRowBytes + 2 * kBr * 4);
+  tma_rows(bm.q, q_s, bar, r0, h, b);
+  tma_rows(bm.dout, do_s, bar, r0, h, b);
+  nt_wg::tma_load_2d(lse_s, &bm.lse, bar, r0, (int)bh);
+  nt_wg::tma_load_2d(dr_s, &bm.d_rows, bar, r0, (int)bh);
+}
 
 /* Registers to the A operand: the accumulator layout of 16 query columns kk of a 64-column
  * tile is the A fragment of k-slice kk. */
@@ -142,13 +165,13 @@ __device__ __forceinline__ void dq_reduce(const float (&gq)[4][4], float *dst, i
     red_add_f32x4(dst + 4 * (i * 128 + t), gq[i][0], gq[i][1], gq[i][2], gq[i][3]);
 }
 
-template <typename T, bool kDrop>
+template <typename T, bool kDrop, bool kTma>
 __global__ void __launch_bounds__(kThreads, 1)
     bwd_wg_kernel(nt_attn_view dov, nt_attn_view qv, nt_attn_view kv, nt_attn_view vv,
                   const float *__restrict__ lse, const float *__restrict__ d_rows,
                   float *__restrict__ dq_acc, float4 *__restrict__ zero_next, long zero_n4,
                   nt_attn_view dkv, nt_attn_view dvv, int BH, int H, int T_, float scale,
-                  nt_attn_drop dr, bool overwrite) {
+                  nt_attn_drop dr, bool overwrite, const __grid_constant__ bwd_maps bm) {
   extern __shared__ unsigned char smem_raw[];
   unsigned char *ks = smem_align1024(smem_raw);
   unsigned char *vs = ks + kBc * kRowBytes;
@@ -157,6 +180,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   unsigned char *dss = dos + 2 * kBr * kRowBytes; /* dS^T [key][query], two buffers */
   float *lse_s = reinterpret_cast<float *>(ks + kTileBytes);   /* two buffers */
   float *dr_s = lse_s + 2 * kBr;                               /* two buffers */
+  const uint32_t bar0 = smem_addr(dr_s + 2 * kBr);             /* buffer b's barrier: + 8 b */
 
   const int n_t = (T_ + kBr - 1) / kBr;
   const int kt = (int)(blockIdx.x / BH);   /* low key blocks see the most queries: run first */
@@ -181,12 +205,26 @@ __global__ void __launch_bounds__(kThreads, 1)
   const unsigned long long head_first =
       kDrop ? drop_origin(dr) + (unsigned long long)bh * T_ * T_ : 0ull;
 
-  load_tile_sw<T, kBc, kThreads>(ks, k, (int)kv.st, k0, T_, tid);
-  load_tile_sw<T, kBc, kThreads>(vs, v, (int)vv.st, k0, T_, tid);
-  load_tile_sw<T, kBr, kThreads>(qs, q, (int)qv.st, qt0 * kBr, T_, tid);
-  load_tile_sw<T, kBr, kThreads>(dos, dout, (int)dov.st, qt0 * kBr, T_, tid);
-  load_rows(lse_s, dr_s, lse_h, dr_h, qt0 * kBr, T_, tid);
-  cp_async_commit();
+  const int hh = (int)(bh % H), bb = (int)(bh / H);
+  if constexpr (kTma) {
+    if (tid == 0) {
+      nt_wg::mbar_init(bar0, 1);
+      nt_wg::mbar_init(bar0 + 8, 1);
+      nt_wg::mbar_init_fence();
+      nt_wg::mbar_expect_tx(bar0, 2 * kBc * kRowBytes);
+      tma_rows(bm.k, smem_addr(ks), bar0, k0, hh, bb);
+      tma_rows(bm.v, smem_addr(vs), bar0, k0, hh, bb);
+      tma_query_tile(bm, smem_addr(qs), smem_addr(dos), smem_addr(lse_s), smem_addr(dr_s), bar0,
+                     qt0 * kBr, bh, hh, bb);
+    }
+  } else {
+    load_tile_sw<T, kBc, kThreads>(ks, k, (int)kv.st, k0, T_, tid);
+    load_tile_sw<T, kBc, kThreads>(vs, v, (int)vv.st, k0, T_, tid);
+    load_tile_sw<T, kBr, kThreads>(qs, q, (int)qv.st, qt0 * kBr, T_, tid);
+    load_tile_sw<T, kBr, kThreads>(dos, dout, (int)dov.st, qt0 * kBr, T_, tid);
+    load_rows(lse_s, dr_s, lse_h, dr_h, qt0 * kBr, T_, tid);
+    cp_async_commit();
+  }
   {   /* this block's share of the next call's accumulator (attention_dq_pair.c) */
     const long per = (zero_n4 + gridDim.x - 1) / gridDim.x, z0 = per * blockIdx.x;
     const long z1 = min(z0 + per, zero_n4);
@@ -203,7 +241,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   for (int qt = qt0; qt < n_t; qt++) {
     const int buf = (qt - qt0) & 1, q0 = qt * kBr;
-    cp_async_wait<0>();
+    if constexpr (!kTma) cp_async_wait<0>();
     /* Tile qt's Q/dO/lse/D (cp.async) and tile qt - 1's dS^T become visible, to wgmma's async
      * proxy too; every warpgroup is done with tile qt - 1's buffers (each tile's products are
      * waited for within the tile). */
@@ -211,11 +249,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();
     if (qt + 1 < n_t) {
       const int nb = buf ^ 1, r0 = q0 + kBr;
-      load_tile_sw<T, kBr, kThreads>(qs + nb * kBr * kRowBytes, q, (int)qv.st, r0, T_, tid);
-      load_tile_sw<T, kBr, kThreads>(dos + nb * kBr * kRowBytes, dout, (int)dov.st, r0, T_, tid);
-      load_rows(lse_s + nb * kBr, dr_s + nb * kBr, lse_h, dr_h, r0, T_, tid);
-      cp_async_commit();
+      if constexpr (kTma) {
+        if (tid == 0)
+          tma_query_tile(bm, smem_addr(qs + nb * kBr * kRowBytes),
+                         smem_addr(dos + nb * kBr * kRowBytes), smem_addr(lse_s + nb * kBr),
+                         smem_addr(dr_s + nb * kBr), bar0 + 8 * nb, r0, bh, hh, bb);
+      } else {
+        load_tile_sw<T, kBr, kThreads>(qs + nb * kBr * kRowBytes, q, (int)qv.st, r0, T_, tid);
+        load_tile_sw<T, kBr, kThreads>(dos + nb * kBr * kRowBytes, dout, (int)dov.st, r0, T_,
+                                       tid);
+        load_rows(lse_s + nb * kBr, dr_s + nb * kBr, lse_h, dr_h, r0, T_, tid);
+        cp_async_commit();
+      }
     }
+    /* The TMA's tile qt is in once its buffer's barrier completes use (qt - qt0) / 2. */
+    if constexpr (kTma) nt_wg::mbar_wait(bar0 + 8 * buf, ((qt - qt0) >> 1) & 1);
     const uint32_t q_s = smem_addr(qs + buf * kBr * kRowBytes),
                    do_s = smem_addr(dos + buf * kBr * kRowBytes);
     const float *lb = lse_s + buf * kBr, *drb = dr_s + buf * kBr;
@@ -304,7 +352,18 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T, bool kDrop>
 nt_status launch(nt_ctx *ctx, const bwd_args &a, nt_attn_view dq, float *zero_next,
                  size_t zero_floats) {
-  auto kernel = bwd_wg_kernel<T, kDrop>;
+  constexpr bool kBf16 = nt_wg::ab<T>::kBf16;
+  const char *e = getenv("NT_ATTN_BWD_TMA");
+  const int B = a.BH / a.H;
+  bwd_maps bm;
+  memset(&bm, 0, sizeof bm);
+  const bool tma = !(e && atoi(e) == 0) && nt_attn_map_view(&bm.q, a.q, kBf16, B, a.H, a.T, kBr) &&
+                   nt_attn_map_view(&bm.dout, a.dout, kBf16, B, a.H, a.T, kBr) &&
+                   nt_attn_map_view(&bm.k, a.k, kBf16, B, a.H, a.T, kBc) &&
+                   nt_attn_map_view(&bm.v, a.v, kBf16, B, a.H, a.T, kBc) &&
+                   nt_attn_map_rows(&bm.lse, a.lse, a.BH, a.T, kBr) &&
+                   nt_attn_map_rows(&bm.d_rows, a.d_rows, a.BH, a.T, kBr);
+  auto kernel = tma ? bwd_wg_kernel<T, kDrop, true> : bwd_wg_kernel<T, kDrop, false>;
   nt_status st = NT_CUDA(
       ctx, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   if (st) return st;
@@ -316,7 +375,7 @@ nt_status launch(nt_ctx *ctx, const bwd_args &a, nt_attn_view dq, float *zero_ne
   cudaStream_t s = nt_cuda_stream(ctx);
   kernel<<<(unsigned)blocks, kThreads, kSmemBytes, s>>>(
       a.dout, a.q, a.k, a.v, a.lse, a.d_rows, a.dq_acc, reinterpret_cast<float4 *>(zero_next),
-      (long)(zero_floats / 4), a.dk, a.dv, a.BH, a.H, a.T, scale, a.dr, a.overwrite);
+      (long)(zero_floats / 4), a.dk, a.dv, a.BH, a.H, a.T, scale, a.dr, a.overwrite, bm);
   if ((st = NT_CUDA_LAUNCHED(ctx))) return st;
   dq_tiles_finish<T><<<(unsigned)(n_t * a.BH), kThreads, 0, s>>>(a.dq_acc, dq, a.H, a.T, scale,
                                                                  a.overwrite);

@@ -72,8 +72,8 @@ __device__ __forceinline__ void fence_smem_to_async() {
 /* The tensor-memory accelerator (TMA) and its shared-memory barriers. mbar_*: a barrier at
  * shared address `bar`; mbar_expect_tx arrives once and adds `bytes` the barrier's phase
  * waits for; mbar_wait returns once the phase of the given parity has completed.
- * tma_load_4d: the box of a 4-D tensor map at coordinates c0..c3 into shared `dst`, its bytes
- * counted on `bar`. */
+ * tma_load_2d / tma_load_4d: the box of a 2-D / 4-D tensor map at coordinates c0.. into
+ * shared `dst`, its bytes counted on `bar`. */
 __device__ __forceinline__ void mbar_init(uint32_t bar, unsigned count) {
 #ifdef NT_WGMMA_BUILT
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -102,6 +102,15 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
                  : "r"(bar), "r"(parity)
                  : "memory");
   } while (!done);
+#endif
+}
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const void *map, uint32_t bar, int c0,
+                                            int c1) {
+#ifdef NT_WGMMA_BUILT
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%3, %4}], [%2];\n"
+               ::"r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1)
+               : "memory");
 #endif
 }
 __device__ __forceinline__ void tma_load_4d(uint32_t dst, const void *map, uint32_t bar, int c0,
