@@ -41,11 +41,12 @@ struct bwd_maps {
   CUtensorMap lse, d_rows;
 };
 
-/* Query tile r0's Q, dO, lse and D into buffer nb by the TMA, counted on its barrier. */
+/* Query tile r0's Q, dO, lse and D into a buffer by the TMA, counted on its barrier with
+ * `more` bytes the caller loads next (the barrier takes one arrival per phase). */
 __device__ __forceinline__ void tma_query_tile(const bwd_maps &bm, uint32_t q_s, uint32_t do_s,
                                                uint32_t lse_s, uint32_t dr_s, uint32_t bar,
-                                               int r0, long bh, int h, int b) {
-  nt_wg::mbar_expect_tx(bar, 2 * kBr * kRowBytes + 2 * kBr * 4);
+                                               int r0, long bh, int h, int b, uint32_t more) {
+  nt_wg::mbar_expect_tx(bar, 2 * kBr * kRowBytes + 2 * kBr * 4 + more);
   tma_rows(bm.q, q_s, bar, r0, h, b);
   tma_rows(bm.dout, do_s, bar, r0, h, b);
   nt_wg::tma_load_2d(lse_s, &bm.lse, bar, r0, (int)bh);
@@ -211,11 +212,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       nt_wg::mbar_init(bar0, 1);
       nt_wg::mbar_init(bar0 + 8, 1);
       nt_wg::mbar_init_fence();
-      nt_wg::mbar_expect_tx(bar0, 2 * kBc * kRowBytes);
+      tma_query_tile(bm, smem_addr(qs), smem_addr(dos), smem_addr(lse_s), smem_addr(dr_s), bar0,
+                     qt0 * kBr, bh, hh, bb, 2 * kBc * kRowBytes);
       tma_rows(bm.k, smem_addr(ks), bar0, k0, hh, bb);
       tma_rows(bm.v, smem_addr(vs), bar0, k0, hh, bb);
-      tma_query_tile(bm, smem_addr(qs), smem_addr(dos), smem_addr(lse_s), smem_addr(dr_s), bar0,
-                     qt0 * kBr, bh, hh, bb);
     }
   } else {
     load_tile_sw<T, kBc, kThreads>(ks, k, (int)kv.st, k0, T_, tid);
@@ -253,7 +253,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (tid == 0)
           tma_query_tile(bm, smem_addr(qs + nb * kBr * kRowBytes),
                          smem_addr(dos + nb * kBr * kRowBytes), smem_addr(lse_s + nb * kBr),
-                         smem_addr(dr_s + nb * kBr), bar0 + 8 * nb, r0, bh, hh, bb);
+                         smem_addr(dr_s + nb * kBr), bar0 + 8 * nb, r0, bh, hh, bb, 0u);
       } else {
         load_tile_sw<T, kBr, kThreads>(qs + nb * kBr * kRowBytes, q, (int)qv.st, r0, T_, tid);
         load_tile_sw<T, kBr, kThreads>(dos + nb * kBr * kRowBytes, dout, (int)dov.st, r0, T_,
