@@ -1,6 +1,6 @@
 /* Causal attention backward on Hopper's warpgroup MMA (wgmma), D = 64, F16/BF16: a block of two
  * warpgroups owns 128 keys (64 each) and walks the query tiles of 64 from the diagonal to the
- * end, double-buffering Q, dO, lse and D with cp.async (Q and dO into 128-byte swizzled shared
+ * end, double-buffering Q, dO, lse and D by the TMA (Q and dO into 128-byte swizzled shared
  * tiles, ops/wgmma.cuh). Per query tile and warpgroup:
  *   S^T = K Q^T and dP^T = V dO^T   (shared x shared, m64n64, fp32 accumulators),
  *   P^T and dS^T = P^T * (dP^T - D) in registers (attention_bwd_common.cuh, as the mma.sync
@@ -32,10 +32,11 @@ constexpr int kDssBytes = kBc * kRowBytes;       /* one dS^T tile */
 constexpr int kTileBytes = (2 * kBc + 4 * kBr) * kRowBytes + 2 * kDssBytes;
 constexpr int kSmemBytes = kTileBytes + 4 * kBr * 4 + 16 + 1024;
 
-/* EXPERIMENT (NT_ATTN_BWD_TMA=0 turns it off): the TMA loads K, V and each query tile's Q,
- * dO, lse and D (attention_tma.cuh), one thread issuing the copies and the others waiting on
- * the buffer's barrier, instead of cp.async by every thread. The cp.async kernel runs where
- * a map cannot be made (T below a tile or not a multiple of 4). */
+/* The TMA loads K, V and each query tile's Q, dO, lse and D (attention_tma.cuh), one thread
+ * issuing the copies and the others waiting on the buffer's barrier, instead of cp.async by
+ * every thread: backward 0.2924 against 0.2971 ms for (16, 12, 1024, 64) on the H200. The
+ * cp.async kernel runs where a map cannot be made (T below a tile or not a multiple of 4), or
+ * with NT_ATTN_BWD_TMA=0. */
 struct bwd_maps {
   nt_attn_map q, dout, k, v;
   CUtensorMap lse, d_rows;
