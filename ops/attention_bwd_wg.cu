@@ -210,9 +210,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int hh = (int)(bh % H), bb = (int)(bh / H);
   if constexpr (kTma) {
     if (tid == 0) {
-      nt_wg::mbar_init(bar0, 1);
-      nt_wg::mbar_init(bar0 + 8, 1);
-      nt_wg::mbar_init_fence();
+      tma_buffer_barriers(bar0);
       tma_query_tile(bm, smem_addr(qs), smem_addr(dos), smem_addr(lse_s), smem_addr(dr_s), bar0,
                      qt0 * kBr, bh, hh, bb, 2 * kBc * kRowBytes);
       tma_rows(bm.k, smem_addr(ks), bar0, k0, hh, bb);

@@ -118,9 +118,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int hh = (int)(bh % H), bb = (int)(bh / H);
   if constexpr (kTma) {
     if (tid == 0) {
-      nt_wg::mbar_init(bar0, 1);
-      nt_wg::mbar_init(bar0 + 8, 1);
-      nt_wg::mbar_init_fence();
+      tma_buffer_barriers(bar0);
       nt_wg::mbar_expect_tx(bar0, (kBr + 2 * KB) * kRowBytes);
       tma_rows(fm.m[0], smem_addr(qs), bar0, q0, hh, bb);
       tma_rows(fm.m[1], smem_addr(ks), bar0, 0, hh, bb);

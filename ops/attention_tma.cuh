@@ -25,6 +25,14 @@ bool nt_attn_map_rows(CUtensorMap *map, const float *p, int BH, int T, int rows)
 
 namespace nt_attn {
 
+/* The barriers of a double buffer at shared bar0 and bar0 + 8, one arrival per phase (the
+ * issuing thread's expect_tx); before anyone waits on them, a block barrier. */
+__device__ __forceinline__ void tma_buffer_barriers(uint32_t bar0) {
+  nt_wg::mbar_init(bar0, 1);
+  nt_wg::mbar_init(bar0 + 8, 1);
+  nt_wg::mbar_init_fence();
+}
+
 /* A box of map from row0 of head (b, h) into shared dst, its bytes counted on barrier bar. */
 __device__ __forceinline__ void tma_rows(const nt_attn_map &map, uint32_t dst, uint32_t bar,
                                          int row0, int h, int b) {
