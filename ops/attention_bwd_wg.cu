@@ -1,7 +1,7 @@
 /* Causal attention backward on Hopper's warpgroup MMA (wgmma), D = 64, F16/BF16: a block of two
  * warpgroups owns 128 keys (64 each) and walks the query tiles of 64 from the diagonal to the
- * end, double-buffering Q, dO, lse and D by the TMA (Q and dO into 128-byte swizzled shared
- * tiles, ops/wgmma.cuh). Per query tile and warpgroup:
+ * end, double-buffering Q, dO, lse and D by the TMA (cp.async where no map can be made; Q and
+ * dO into 128-byte swizzled shared tiles, ops/wgmma.cuh). Per query tile and warpgroup:
  *   S^T = K Q^T and dP^T = V dO^T   (shared x shared, m64n64, fp32 accumulators),
  *   P^T and dS^T = P^T * (dP^T - D) in registers (attention_bwd_common.cuh, as the mma.sync
  *     kernel: the accumulator layouts agree, so dropout regenerates the same keep bits),

@@ -208,7 +208,7 @@ template <typename T, int KB, int kMinBlocks, bool kDrop>
 nt_status launch(nt_ctx *ctx, const nt_attn_view *ops, float *lse, int BH, int H, int T_,
                  const nt_attn_drop &dr) {
   constexpr int bytes = smem_bytes<KB>();
-  constexpr bool kBf16 = sizeof(T) == 2 && nt_wg::ab<T>::kBf16;
+  constexpr bool kBf16 = nt_wg::ab<T>::kBf16;
   const char *e = getenv("NT_ATTN_FWD_TMA");
   fwd_maps fm;
   memset(&fm, 0, sizeof fm);
