@@ -11,6 +11,7 @@
 #include "ops/attention.h"
 #include "ops/attention_cuda.cuh"
 #include "ops/attention_dq_pair.h"
+#include "ops/pdl.cuh"
 #include "ops/wgmma.cuh"
 #include "core/cuda_util.h"
 
@@ -250,6 +251,8 @@ __global__ void prep_rows_vec(nt_attn_view dov, nt_attn_view ov, float *__restri
   const long piece = (long)blockIdx.x * blockDim.x + threadIdx.x;
   const long row = piece / kLanes;
   float acc = 0.f;
+  pdl_wait();
+  pdl_trigger();
   {
     const long z0 = 4l * blockIdx.x * blockDim.x + threadIdx.x;
 #pragma unroll
@@ -385,20 +388,18 @@ nt_status forward_simple(nt_ctx *ctx, const nt_tensor *q, const nt_tensor *k, co
 }
 
 /* d_rows and the zeroed dQ accumulator (acc_floats floats; 0: the accumulator is already zero)
- * before a tensor-core backward. */
+ * before a tensor-core backward; pdl: on sm_90 or newer (ops/pdl.cuh). */
 template <typename T, int D>
 nt_status prep_rows(nt_ctx *ctx, const nt_tensor *dout, const nt_tensor *out, float *d_rows,
-                    float *dq_acc, long acc_floats, const problem &pb) {
+                    float *dq_acc, long acc_floats, bool pdl, const problem &pb) {
   const long rows = (long)pb.BH * pb.T, n8 = rows * D / 8, z16 = (acc_floats + 15) / 16;
   const unsigned grid = (unsigned)(((n8 > z16 ? n8 : z16) + 255) / 256);
-  cudaStream_t s = nt_cuda_stream(ctx);
-  if (nt_tensor_is_contiguous(dout) && nt_tensor_is_contiguous(out))
-    prep_rows_vec<T, D, true><<<grid, 256, 0, s>>>(view_of(dout), view_of(out), d_rows, dq_acc,
-                                                   acc_floats, rows, pb.H, pb.T);
-  else
-    prep_rows_vec<T, D, false><<<grid, 256, 0, s>>>(view_of(dout), view_of(out), d_rows, dq_acc,
-                                                    acc_floats, rows, pb.H, pb.T);
-  return NT_CUDA_LAUNCHED(ctx);
+  auto kernel = nt_tensor_is_contiguous(dout) && nt_tensor_is_contiguous(out)
+                    ? prep_rows_vec<T, D, true>
+                    : prep_rows_vec<T, D, false>;
+  return NT_CUDA(ctx, pdl_launch(pdl, kernel, dim3(grid), dim3(256), 0, nt_cuda_stream(ctx),
+                                 view_of(dout), view_of(out), d_rows, dq_acc, acc_floats, rows,
+                                 pb.H, pb.T));
 }
 
 /* After the mma.sync backward: its row-ordered dQ accumulator folded into dq. */
@@ -437,9 +438,9 @@ nt_status backward_mma_path(nt_ctx *ctx, const nt_tensor *dout, const nt_tensor 
     const bool pair = dq_acc != NULL;
     if (!st && !pair) st = nt_alloc(ctx, sizeof(float) * acc_floats, (void **)&dq_acc);
     if (st) return st;
-    st = pb.D == 64
-             ? prep_rows<T, 64>(ctx, dout, out, d_rows, dq_acc, pair ? 0 : (long)acc_floats, pb)
-             : prep_rows<T, 32>(ctx, dout, out, d_rows, dq_acc, pair ? 0 : (long)acc_floats, pb);
+    const long zero_floats = pair ? 0 : (long)acc_floats;
+    st = pb.D == 64 ? prep_rows<T, 64>(ctx, dout, out, d_rows, dq_acc, zero_floats, wg, pb)
+                    : prep_rows<T, 32>(ctx, dout, out, d_rows, dq_acc, zero_floats, wg, pb);
     if (st) goto done;
     if (wg) {
       st = nt_attention_backward_wg(ctx, q->dtype, view_of(dout), view_of(q), view_of(k),

@@ -16,6 +16,7 @@
 #include "ops/attention_cuda.cuh"
 #include "ops/attention_bwd_common.cuh"
 #include "ops/attention_tma.cuh"
+#include "ops/pdl.cuh"
 #include "ops/wgmma.cuh"
 #include "core/cuda_util.h"
 
@@ -183,6 +184,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   float *lse_s = reinterpret_cast<float *>(ks + kTileBytes);   /* two buffers */
   float *dr_s = lse_s + 2 * kBr;                               /* two buffers */
   const uint32_t bar0 = smem_addr(dr_s + 2 * kBr);             /* buffer b's barrier: + 8 b */
+  pdl_wait();
+  pdl_trigger();
 
   const int n_t = (T_ + kBr - 1) / kBr;
   const int kt = (int)(blockIdx.x / BH);   /* low key blocks see the most queries: run first */
@@ -321,6 +324,8 @@ __global__ void __launch_bounds__(kThreads)
                     bool overwrite) {
   constexpr int kLd = kD + 8;   /* padded rows: a half-warp's float2 writes hit 32 banks */
   __shared__ float tile[kBr * kLd];
+  pdl_wait();
+  pdl_trigger();
   const int n_t = (T_ + kBr - 1) / kBr;
   const long bh = blockIdx.x / n_t;
   const int qt = (int)(blockIdx.x % n_t), tid = threadIdx.x;
@@ -372,13 +377,14 @@ nt_status launch(nt_ctx *ctx, const bwd_args &a, nt_attn_view dq, float *zero_ne
     return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "attention: grid too large");
   const float scale = 1.f / sqrtf((float)kD);
   cudaStream_t s = nt_cuda_stream(ctx);
-  kernel<<<(unsigned)blocks, kThreads, kSmemBytes, s>>>(
-      a.dout, a.q, a.k, a.v, a.lse, a.d_rows, a.dq_acc, reinterpret_cast<float4 *>(zero_next),
-      (long)(zero_floats / 4), a.dk, a.dv, a.BH, a.H, a.T, scale, a.dr, a.overwrite, bm);
-  if ((st = NT_CUDA_LAUNCHED(ctx))) return st;
-  dq_tiles_finish<T><<<(unsigned)(n_t * a.BH), kThreads, 0, s>>>(a.dq_acc, dq, a.H, a.T, scale,
-                                                                 a.overwrite);
-  return NT_CUDA_LAUNCHED(ctx);
+  st = NT_CUDA(ctx, pdl_launch(true, kernel, dim3((unsigned)blocks), dim3(kThreads), kSmemBytes, s,
+                               a.dout, a.q, a.k, a.v, a.lse, a.d_rows, a.dq_acc,
+                               reinterpret_cast<float4 *>(zero_next), (long)(zero_floats / 4),
+                               a.dk, a.dv, a.BH, a.H, a.T, scale, a.dr, a.overwrite, bm));
+  if (st) return st;
+  return NT_CUDA(ctx, pdl_launch(true, dq_tiles_finish<T>, dim3((unsigned)(n_t * a.BH)),
+                                 dim3(kThreads), 0, s, a.dq_acc, dq, a.H, a.T, scale,
+                                 a.overwrite));
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "ops/attention_cuda.cuh"
 #include "ops/attention_softmax.cuh"
 #include "ops/attention_tma.cuh"
+#include "ops/pdl.cuh"
 #include "ops/wgmma.cuh"
 #include "core/cuda_util.h"
 
@@ -96,6 +97,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   unsigned char *ks = qs + kBr * kRowBytes;   /* two K buffers, then two V buffers */
   unsigned char *vs = ks + 2 * KB * kRowBytes;
   const uint32_t bar0 = smem_addr(vs + 2 * KB * kRowBytes);   /* buffer b's barrier: + 8 b */
+  pdl_wait();
+  pdl_trigger();
 
   const int n_qt = (T_ + kBr - 1) / kBr, n_kt = (T_ + KB - 1) / KB;
   /* Heaviest tiles (most keys) first so the tail of the grid is short. */
@@ -223,9 +226,9 @@ nt_status launch(nt_ctx *ctx, const nt_attn_view *ops, float *lse, int BH, int H
   if (st) return st;
   const long blocks = (long)((T_ + kBr - 1) / kBr) * BH;
   if (blocks > 0x7fffffffL) return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "attention: grid too large");
-  kernel<<<(unsigned)blocks, kThreads, bytes, nt_cuda_stream(ctx)>>>(
-      ops[0], ops[1], ops[2], ops[3], lse, BH, H, T_, 1.f / sqrtf((float)kD), dr, fm);
-  return NT_CUDA_LAUNCHED(ctx);
+  return NT_CUDA(ctx, pdl_launch(true, kernel, dim3((unsigned)blocks), dim3(kThreads), bytes,
+                                 nt_cuda_stream(ctx), ops[0], ops[1], ops[2], ops[3], lse, BH, H,
+                                 T_, 1.f / sqrtf((float)kD), dr, fm));
 }
 
 /* Default: 64-key tiles sized for two blocks per SM (one block's softmax overlaps the

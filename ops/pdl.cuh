@@ -1,0 +1,44 @@
+/* Programmatic dependent launch (Hopper): a kernel launched with pdl_launch may be scheduled
+ * while the kernel before it in the stream is still finishing, so its launch and its blocks'
+ * start overlap the other's last wave instead of following its completion. Such a kernel calls
+ * pdl_wait() in every block before it touches global memory (the wait returns once the grids
+ * before it have completed and their writes are visible), and may call pdl_trigger() to let the
+ * kernel after it be scheduled before it completes itself. Both are no-ops below sm_90 and in
+ * a kernel launched the ordinary way. NT_PDL=0 launches every kernel the ordinary way. */
+#ifndef NT_OPS_PDL_CUH
+#define NT_OPS_PDL_CUH
+#include <stdlib.h>
+#include <utility>
+#include <cuda_runtime.h>
+
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+/* kernel<<<grid, block, smem, s>>>(args...), with the programmatic-serialisation attribute
+ * when `allowed` (the caller knows the device is sm_90 or newer) and NT_PDL is not 0. */
+template <typename... KArgs, typename... Args>
+cudaError_t pdl_launch(bool allowed, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                       cudaStream_t s, Args &&...args) {
+  const char *e = getenv("NT_PDL");
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cfg.attrs = attr;
+  cfg.numAttrs = allowed && !(e && atoi(e) == 0) ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+#endif
