@@ -4,7 +4,9 @@
  * pdl_wait() in every block before it touches global memory (the wait returns once the grids
  * before it have completed and their writes are visible), and may call pdl_trigger() to let the
  * kernel after it be scheduled before it completes itself. Both are no-ops below sm_90 and in
- * a kernel launched the ordinary way. NT_PDL=0 launches every kernel the ordinary way. */
+ * a kernel launched the ordinary way. NT_PDL=0 launches every kernel the ordinary way.
+ * Attention forward+backward on the H200, 10 queued calls: 0.3798 against 0.3852 ms at
+ * (16, 12, 1024, 64), 0.1124 against 0.1175 ms at (64, 6, 256, 64). */
 #ifndef NT_OPS_PDL_CUH
 #define NT_OPS_PDL_CUH
 #include <stdlib.h>
