@@ -163,14 +163,14 @@ __global__ void __launch_bounds__(128 * kWG, kMinBlocks)
        * for), whose buffers the prefetch below refills. */
       nt_wg::fence_smem_to_async();
       __syncthreads();
-    }
-    if (!kTma && kt < kt_end) {
-      const int nb = buf ^ 1;
-      load_tile_sw<T, KB, kThreads>(ks + nb * KB * kRowBytes, k, (int)kv.st, (kt + 1) * KB, T_,
-                                    tid);
-      load_tile_sw<T, KB, kThreads>(vs + nb * KB * kRowBytes, v, (int)vv.st, (kt + 1) * KB, T_,
-                                    tid);
-      cp_async_commit();
+      if (kt < kt_end) {
+        const int nb = buf ^ 1;
+        load_tile_sw<T, KB, kThreads>(ks + nb * KB * kRowBytes, k, (int)kv.st, (kt + 1) * KB,
+                                      T_, tid);
+        load_tile_sw<T, KB, kThreads>(vs + nb * KB * kRowBytes, v, (int)vv.st, (kt + 1) * KB,
+                                      T_, tid);
+        cp_async_commit();
+      }
     }
     if (kt > kt_last_wg) continue;   /* every key of the tile follows this warpgroup's rows */
     const uint32_t k_s = smem_addr(ks + buf * KB * kRowBytes),
