@@ -24,11 +24,13 @@ namespace {
 
 using namespace nt_attn;
 
-constexpr int kD = 64, kBr = 128, kThreads = 256, kRowBytes = 128;
+constexpr int kD = 64, kRowBytes = 128;
 
-/* Q, two K buffers, two V buffers, two 8-byte TMA barriers, plus slack to align the start to
- * 1024 bytes. */
-template <int KB> constexpr int smem_bytes() { return (kBr + 4 * KB) * kRowBytes + 16 + 1024; }
+/* Q (64 rows per warpgroup), two K buffers, two V buffers, two 8-byte TMA barriers, plus slack
+ * to align the start to 1024 bytes. */
+template <int KB, int kWG> constexpr int smem_bytes() {
+  return (64 * kWG + 4 * KB) * kRowBytes + 16 + 1024;
+}
 
 /* Q, K and V tiles are loaded by the TMA (attention_tma.cuh), one thread issuing each tile's
  * copies and the others waiting on the tile's barrier, instead of 16-byte cp.async by every
@@ -86,12 +88,12 @@ __device__ __forceinline__ void wg_tile(uint32_t q_s, uint32_t k_s, uint32_t v_s
   nt_wg::touch(oacc);
 }
 
-template <typename T, int KB, int kMinBlocks, bool kDrop, bool kTma>
-__global__ void __launch_bounds__(kThreads, kMinBlocks)
+template <typename T, int KB, int kWG, int kMinBlocks, bool kDrop, bool kTma>
+__global__ void __launch_bounds__(128 * kWG, kMinBlocks)
     fwd_wg_kernel(nt_attn_view qv, nt_attn_view kv, nt_attn_view vv, nt_attn_view ov,
                   float *__restrict__ lse, int BH, int H, int T_, float scale, nt_attn_drop dr,
                   const __grid_constant__ fwd_maps fm) {
-  constexpr int kDt = kD / 8;
+  constexpr int kDt = kD / 8, kBr = 64 * kWG, kThreads = 128 * kWG;
   extern __shared__ unsigned char smem_raw[];
   unsigned char *qs = smem_align1024(smem_raw);
   unsigned char *ks = qs + kBr * kRowBytes;   /* two K buffers, then two V buffers */
@@ -207,10 +209,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
 }
 
-template <typename T, int KB, int kMinBlocks, bool kDrop>
+template <typename T, int KB, int kWG, int kMinBlocks, bool kDrop>
 nt_status launch(nt_ctx *ctx, const nt_attn_view *ops, float *lse, int BH, int H, int T_,
                  const nt_attn_drop &dr) {
-  constexpr int bytes = smem_bytes<KB>();
+  constexpr int bytes = smem_bytes<KB, kWG>(), kBr = 64 * kWG;
   constexpr bool kBf16 = nt_wg::ab<T>::kBf16;
   const char *e = getenv("NT_ATTN_FWD_TMA");
   fwd_maps fm;
@@ -219,32 +221,43 @@ nt_status launch(nt_ctx *ctx, const nt_attn_view *ops, float *lse, int BH, int H
                    nt_attn_map_view(&fm.m[0], ops[0], kBf16, BH / H, H, T_, kBr) &&
                    nt_attn_map_view(&fm.m[1], ops[1], kBf16, BH / H, H, T_, KB) &&
                    nt_attn_map_view(&fm.m[2], ops[2], kBf16, BH / H, H, T_, KB);
-  auto kernel = tma ? fwd_wg_kernel<T, KB, kMinBlocks, kDrop, true>
-                    : fwd_wg_kernel<T, KB, kMinBlocks, kDrop, false>;
+  auto kernel = tma ? fwd_wg_kernel<T, KB, kWG, kMinBlocks, kDrop, true>
+                    : fwd_wg_kernel<T, KB, kWG, kMinBlocks, kDrop, false>;
   nt_status st = NT_CUDA(
       ctx, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   if (st) return st;
   const long blocks = (long)((T_ + kBr - 1) / kBr) * BH;
   if (blocks > 0x7fffffffL) return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "attention: grid too large");
-  return NT_CUDA(ctx, pdl_launch(true, kernel, dim3((unsigned)blocks), dim3(kThreads), bytes,
+  return NT_CUDA(ctx, pdl_launch(true, kernel, dim3((unsigned)blocks), dim3(128 * kWG), bytes,
                                  nt_cuda_stream(ctx), ops[0], ops[1], ops[2], ops[3], lse, BH, H,
                                  T_, 1.f / sqrtf((float)kD), dr, fm));
 }
 
-/* Default: 64-key tiles sized for two blocks per SM (one block's softmax overlaps the
- * other's products: 0.104 ms against 0.136 ms for (16, 12, 1024, 64) on the H200);
- * NT_ATTN_WG_KEYS=128: 128-key tiles, one block per SM. */
+/* Default: 64-key tiles, blocks of two warpgroups (128 rows), two blocks per SM (one
+ * block's softmax overlaps the other's products: 0.104 ms against 0.136 ms for
+ * (16, 12, 1024, 64) on the H200). NT_ATTN_WG_KEYS=128: 128-key tiles, one block per SM.
+ * EXPERIMENT NT_ATTN_WG_ROWS=64: blocks of one warpgroup (64 rows), four per SM with 64-key
+ * tiles, three with 128-key tiles. With cp.async loads (session 7) the 64-key shape was 5%
+ * faster at T = 256 and 1.5% slower at T = 1024; the TMA takes the per-thread load work away,
+ * and a block of one warpgroup can refill a buffer as soon as its own products are done. */
+template <typename T, bool kDrop>
+nt_status launch_d(nt_ctx *ctx, const nt_attn_view *ops, float *lse, int BH, int H, int T_,
+                   const nt_attn_drop &dr) {
+  const char *e = getenv("NT_ATTN_WG_KEYS"), *r = getenv("NT_ATTN_WG_ROWS");
+  const bool k128 = e && atoi(e) == 128, one_wg = r && atoi(r) == 64;
+  if (one_wg)
+    return k128 ? launch<T, 128, 1, 3, kDrop>(ctx, ops, lse, BH, H, T_, dr)
+                : launch<T, 64, 1, 4, kDrop>(ctx, ops, lse, BH, H, T_, dr);
+  return k128 ? launch<T, 128, 2, 1, kDrop>(ctx, ops, lse, BH, H, T_, dr)
+              : launch<T, 64, 2, 2, kDrop>(ctx, ops, lse, BH, H, T_, dr);
+}
+
 template <typename T>
 nt_status launch_t(nt_ctx *ctx, const nt_attn_view *ops, float *lse, int BH, int H, int T_,
                    const nt_attn_drop *drop) {
-  const char *e = getenv("NT_ATTN_WG_KEYS");
-  const bool k128 = e && atoi(e) == 128;
-  if (drop)
-    return k128 ? launch<T, 128, 1, true>(ctx, ops, lse, BH, H, T_, *drop)
-                : launch<T, 64, 2, true>(ctx, ops, lse, BH, H, T_, *drop);
+  if (drop) return launch_d<T, true>(ctx, ops, lse, BH, H, T_, *drop);
   const nt_attn_drop none = {0ull, 0ull, nullptr, 0u, 1.f};
-  return k128 ? launch<T, 128, 1, false>(ctx, ops, lse, BH, H, T_, none)
-              : launch<T, 64, 2, false>(ctx, ops, lse, BH, H, T_, none);
+  return launch_d<T, false>(ctx, ops, lse, BH, H, T_, none);
 }
 
 }  // namespace
