@@ -174,8 +174,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                   const float *__restrict__ lse, const float *__restrict__ d_rows,
                   float *__restrict__ dq_acc, float4 *__restrict__ zero_next, long zero_n4,
                   nt_attn_view dkv, nt_attn_view dvv, int BH, int H, int T_, float scale,
-                  nt_attn_drop dr, bool overwrite, bool skip_idle,
-                  const __grid_constant__ bwd_maps bm) {
+                  nt_attn_drop dr, bool overwrite, const __grid_constant__ bwd_maps bm) {
   extern __shared__ unsigned char smem_raw[];
   unsigned char *ks = smem_align1024(smem_raw);
   unsigned char *vs = ks + kBc * kRowBytes;
@@ -274,16 +273,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     /* Warpgroup-uniform: does some query of the tile reach this warpgroup's first key? */
     const bool active = q0 + kBr - 1 >= wg_k0;
     const bool mask = q0 < wg_k0 + 63;   /* some query may precede some key */
-    /* EXPERIMENT (NT_ATTN_BWD_SKIP=0 turns it off): a warpgroup no query of the tile reaches
-     * (the second one, on a block's first tile) only zeroes its dS^T rows, which the dQ
-     * products of the next tile read, and leaves the tensor cores to the other. */
-    if (skip_idle && !active) {
+    /* A warpgroup no query of the tile reaches (the second one, on a block's first tile) only
+     * zeroes its dS^T rows, which the dQ products of the next tile read, and leaves the tensor
+     * cores to the other: backward 0.2927 against 0.2989 ms at (16, 12, 1024, 64) on the H200,
+     * 0.0901 against 0.0928 at (64, 6, 256, 64) (bench/RESULTS.md, session 9). */
+    if (!active) {
       uint4 *z = reinterpret_cast<uint4 *>(dss_wg);
       for (int i = tid & 127; i < 64 * kRowBytes / 16; i += 128) z[i] = make_uint4(0u, 0u, 0u, 0u);
       continue;
     }
     uint32_t kw = 0u;
-    if (kDrop && active) {
+    if (kDrop) {
       da.q_first = head_first + (unsigned long long)q0 * T_ + wg_k0 + 16 * warp;
       kw = mask ? bwd_keep_word<true>(da, q0, key_a, lane)
                 : bwd_keep_word<false>(da, q0, key_a, lane);
@@ -291,17 +291,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     /* Tile qt - 1's dQ product goes first in this tile's chain of products. The chain is the
      * same on every tile, so ptxas keeps the wgmma pipelined (products issued under branches
      * get serialised): at the first tile the dQ product reads a buffer no tile wrote (its
-     * result is dropped), and a warpgroup no query of the tile reaches runs its products
-     * anyway, masked to P = dS = 0 (which also zeroes its dS^T rows, as the other warpgroup's
-     * dQ columns need). */
+     * result is dropped). */
     float st[8][4], dpt[8][4], gq[4][4];
     nt_wg::fence();
     dq_cols_issue<T>(gq, dss_s + (buf ^ 1) * kDssBytes, k_s, wg);
     key_products<T>(k_s_wg, v_s_wg, q_s, do_s, st, dpt);
     nt_wg::touch(reinterpret_cast<float(&)[16]>(gq));
     if (qt > qt0) dq_reduce(gq, dq_h + (long)(qt - 1) * kTileFloats, tid & 127);
-    key_grads_any<T, kDrop>(mask || !active, st, dpt, q_s, do_s, dss_wg, gk, gv, lb, drb, q0,
-                            key_a, warp, lane, sl2, kw, da);
+    key_grads_any<T, kDrop>(mask, st, dpt, q_s, do_s, dss_wg, gk, gv, lb, drb, q0, key_a, warp,
+                            lane, sl2, kw, da);
     /* Waited here, not at the next tile's top: a chain left in flight across the loop's back
      * edge makes ptxas serialise the wgmma (C7515). */
     nt_wg::wait<0>();
@@ -385,13 +383,11 @@ nt_status launch(nt_ctx *ctx, const bwd_args &a, nt_attn_view dq, float *zero_ne
   if (blocks > 0x7fffffffL || n_t * a.BH > 0x7fffffffL)
     return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "attention: grid too large");
   const float scale = 1.f / sqrtf((float)kD);
-  const char *se = getenv("NT_ATTN_BWD_SKIP");
-  const bool skip = !(se && atoi(se) == 0);
   cudaStream_t s = nt_cuda_stream(ctx);
   st = NT_CUDA(ctx, pdl_launch(true, kernel, dim3((unsigned)blocks), dim3(kThreads), kSmemBytes, s,
                                a.dout, a.q, a.k, a.v, a.lse, a.d_rows, a.dq_acc,
                                reinterpret_cast<float4 *>(zero_next), (long)(zero_floats / 4),
-                               a.dk, a.dv, a.BH, a.H, a.T, scale, a.dr, a.overwrite, skip, bm));
+                               a.dk, a.dv, a.BH, a.H, a.T, scale, a.dr, a.overwrite, bm));
   if (st) return st;
   return NT_CUDA(ctx, pdl_launch(true, dq_tiles_finish<T>, dim3((unsigned)(n_t * a.BH)),
                                  dim3(kThreads), 0, s, a.dq_acc, dq, a.H, a.T, scale,

@@ -1,12 +1,12 @@
-/* Causal attention forward on Hopper's warpgroup MMA (wgmma), D = 64, F16/BF16: a block of two
- * warpgroups owns 128 query rows (64 each) and walks the key/value tiles (KB keys) up to the
- * diagonal, double-buffered by the TMA into 128-byte swizzled shared tiles
- * (ops/wgmma.cuh). Per tile and warpgroup: S = Q K^T as one asynchronous m64nKBk16 chain
- * reading Q and K from shared memory, the online softmax in registers (attention_softmax.cuh,
- * shared with the mma.sync kernel: the accumulator layouts agree), then O += P V with P
- * converted in registers to the A operand and V read N-major from shared memory. Against the
- * mma.sync kernel (attention_fwd.cu) this reads no operand fragments through the register
- * file and issues one instruction per 64 x KB x 16 product instead of 64.
+/* Causal attention forward on Hopper's warpgroup MMA (wgmma), D = 64, F16/BF16: a block of one
+ * warpgroup owns 64 query rows and walks the key/value tiles (KB keys) up to the diagonal,
+ * double-buffered by the TMA into 128-byte swizzled shared tiles (ops/wgmma.cuh). Per tile:
+ * S = Q K^T as one asynchronous m64nKBk16 chain reading Q and K from shared memory, the online
+ * softmax in registers (attention_softmax.cuh, shared with the mma.sync kernel: the
+ * accumulator layouts agree), then O += P V with P converted in registers to the A operand and
+ * V read N-major from shared memory. Against the mma.sync kernel (attention_fwd.cu) this reads
+ * no operand fragments through the register file and issues one instruction per 64 x KB x 16
+ * product instead of 64.
  *
  * Rows past T read zeros and are not stored; keys past T are masked with the causal mask (on
  * the diagonal tile, where every such key follows every row). Dropout as in attention_fwd.cu:
@@ -24,13 +24,11 @@ namespace {
 
 using namespace nt_attn;
 
-constexpr int kD = 64, kRowBytes = 128;
+constexpr int kD = 64, kBr = 64, kThreads = 128, kRowBytes = 128;
 
-/* Q (64 rows per warpgroup), two K buffers, two V buffers, two 8-byte TMA barriers, plus slack
- * to align the start to 1024 bytes. */
-template <int KB, int kWG> constexpr int smem_bytes() {
-  return (64 * kWG + 4 * KB) * kRowBytes + 16 + 1024;
-}
+/* Q, two K buffers, two V buffers, two 8-byte TMA barriers, plus slack to align the start to
+ * 1024 bytes. */
+template <int KB> constexpr int smem_bytes() { return (kBr + 4 * KB) * kRowBytes + 16 + 1024; }
 
 /* Q, K and V tiles are loaded by the TMA (attention_tma.cuh), one thread issuing each tile's
  * copies and the others waiting on the tile's barrier, instead of 16-byte cp.async by every
@@ -40,7 +38,7 @@ struct fwd_maps {
   nt_attn_map m[3];   /* q, k, v */
 };
 
-/* One key/value tile for one warpgroup (64 rows from row_g, this warp's from row_w). */
+/* One key/value tile for the block's 64 rows (this warp's from row_w). */
 template <typename T, int KB, bool kDiag, bool kDrop>
 __device__ __forceinline__ void wg_tile(uint32_t q_s, uint32_t k_s, uint32_t v_s,
                                         float (&o)[1][kD / 8][4], float (&m_r)[1][2],
@@ -88,12 +86,12 @@ __device__ __forceinline__ void wg_tile(uint32_t q_s, uint32_t k_s, uint32_t v_s
   nt_wg::touch(oacc);
 }
 
-template <typename T, int KB, int kWG, int kMinBlocks, bool kDrop, bool kTma>
-__global__ void __launch_bounds__(128 * kWG, kMinBlocks)
+template <typename T, int KB, int kMinBlocks, bool kDrop, bool kTma>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     fwd_wg_kernel(nt_attn_view qv, nt_attn_view kv, nt_attn_view vv, nt_attn_view ov,
                   float *__restrict__ lse, int BH, int H, int T_, float scale, nt_attn_drop dr,
                   const __grid_constant__ fwd_maps fm) {
-  constexpr int kDt = kD / 8, kBr = 64 * kWG, kThreads = 128 * kWG;
+  constexpr int kDt = kD / 8;
   extern __shared__ unsigned char smem_raw[];
   unsigned char *qs = smem_align1024(smem_raw);
   unsigned char *ks = qs + kBr * kRowBytes;   /* two K buffers, then two V buffers */
@@ -106,14 +104,13 @@ __global__ void __launch_bounds__(128 * kWG, kMinBlocks)
   /* Heaviest tiles (most keys) first so the tail of the grid is short. */
   const int qt = n_qt - 1 - (int)(blockIdx.x / BH);
   const long bh = blockIdx.x % BH;
-  const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const T *__restrict__ q = static_cast<const T *>(qv.p) + head_off(qv, bh, H);
   const T *__restrict__ k = static_cast<const T *>(kv.p) + head_off(kv, bh, H);
   const T *__restrict__ v = static_cast<const T *>(vv.p) + head_off(vv, bh, H);
   T *__restrict__ out = static_cast<T *>(ov.p) + head_off(ov, bh, H);
-  const int q0 = qt * kBr, row_g = q0 + 64 * wg, row_w = row_g + 16 * warp;
+  const int q0 = qt * kBr, row_w = q0 + 16 * warp;
   const int kt_end = min(n_kt - 1, (q0 + kBr - 1) / KB);   /* last key tile any row sees */
-  const int kt_last_wg = min(kt_end, (row_g + 63) / KB);   /* last one this warpgroup sees */
   const float sl2 = scale * kLog2e;
   /* Dropout: the row whose keep bits this lane draws, and its key 0's stream number relative
    * to the mask's origin. */
@@ -139,12 +136,12 @@ __global__ void __launch_bounds__(128 * kWG, kMinBlocks)
   float o[1][kDt][4], m_r[1][2] = {{-INFINITY, -INFINITY}}, l_r[1][2] = {{0.f, 0.f}};
 #pragma unroll
   for (int i = 0; i < kDt; i++) o[0][i][0] = o[0][i][1] = o[0][i][2] = o[0][i][3] = 0.f;
-  const uint32_t q_s = smem_addr(qs) + 64 * wg * kRowBytes;
+  const uint32_t q_s = smem_addr(qs);
 
   for (int kt = 0; kt <= kt_end; kt++) {
     const int buf = kt & 1;
     if constexpr (kTma) {
-      /* Every warpgroup is done with tile kt - 1 (its wgmma chains were waited for), whose
+      /* The warpgroup is done with tile kt - 1 (its wgmma chains were waited for), whose
        * buffers take tile kt + 1; tile kt is in once its barrier's phase kt / 2 completes. */
       __syncthreads();
       if (tid == 0 && kt < kt_end) {
@@ -159,7 +156,7 @@ __global__ void __launch_bounds__(128 * kWG, kMinBlocks)
     } else {
       cp_async_wait<0>();
       /* Tile kt (written through cp.async, the generic proxy) becomes visible to wgmma's async
-       * proxy, and every warpgroup is done with tile kt - 1 (its wgmma chains were waited
+       * proxy, and the warpgroup is done with tile kt - 1 (its wgmma chains were waited
        * for), whose buffers the prefetch below refills. */
       nt_wg::fence_smem_to_async();
       __syncthreads();
@@ -172,10 +169,9 @@ __global__ void __launch_bounds__(128 * kWG, kMinBlocks)
         cp_async_commit();
       }
     }
-    if (kt > kt_last_wg) continue;   /* every key of the tile follows this warpgroup's rows */
     const uint32_t k_s = smem_addr(ks + buf * KB * kRowBytes),
                    v_s = smem_addr(vs + buf * KB * kRowBytes);
-    if (kt * KB + KB - 1 > row_g)   /* some key may follow some row of the warpgroup */
+    if (kt * KB + KB - 1 > q0)   /* some key may follow some row */
       wg_tile<T, KB, true, kDrop>(q_s, k_s, v_s, o, m_r, l_r, kt * KB, row_w, lane, sl2, dr,
                                   lane_rel, lane_row);
     else
@@ -191,7 +187,7 @@ __global__ void __launch_bounds__(128 * kWG, kMinBlocks)
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     const float inv = (kDrop ? dr.rp : 1.f) / l;
-    const int r = 64 * wg + 16 * warp + (lane >> 2) + h * 8;   /* row within the block */
+    const int r = 16 * warp + (lane >> 2) + h * 8;   /* row within the block */
 #pragma unroll
     for (int dt = 0; dt < kDt; dt++)
       *reinterpret_cast<uint32_t *>(qs + nt_wg::sw_off(r, dt * 8 + 2 * (lane & 3))) =
@@ -202,17 +198,17 @@ __global__ void __launch_bounds__(128 * kWG, kMinBlocks)
   __syncwarp();
 #pragma unroll
   for (int c = lane; c < 16 * 8; c += 32) {
-    const int r = 64 * wg + 16 * warp + c / 8, j = c % 8;
+    const int r = 16 * warp + c / 8, j = c % 8;
     if (q0 + r < T_)
       *reinterpret_cast<uint4 *>(out + (long long)(q0 + r) * (int)ov.st + 8 * j) =
           *reinterpret_cast<const uint4 *>(qs + nt_wg::sw_off(r, 8 * j));
   }
 }
 
-template <typename T, int KB, int kWG, int kMinBlocks, bool kDrop>
+template <typename T, int KB, int kMinBlocks, bool kDrop>
 nt_status launch(nt_ctx *ctx, const nt_attn_view *ops, float *lse, int BH, int H, int T_,
                  const nt_attn_drop &dr) {
-  constexpr int bytes = smem_bytes<KB, kWG>(), kBr = 64 * kWG;
+  constexpr int bytes = smem_bytes<KB>();
   constexpr bool kBf16 = nt_wg::ab<T>::kBf16;
   const char *e = getenv("NT_ATTN_FWD_TMA");
   fwd_maps fm;
@@ -221,35 +217,29 @@ nt_status launch(nt_ctx *ctx, const nt_attn_view *ops, float *lse, int BH, int H
                    nt_attn_map_view(&fm.m[0], ops[0], kBf16, BH / H, H, T_, kBr) &&
                    nt_attn_map_view(&fm.m[1], ops[1], kBf16, BH / H, H, T_, KB) &&
                    nt_attn_map_view(&fm.m[2], ops[2], kBf16, BH / H, H, T_, KB);
-  auto kernel = tma ? fwd_wg_kernel<T, KB, kWG, kMinBlocks, kDrop, true>
-                    : fwd_wg_kernel<T, KB, kWG, kMinBlocks, kDrop, false>;
+  auto kernel = tma ? fwd_wg_kernel<T, KB, kMinBlocks, kDrop, true>
+                    : fwd_wg_kernel<T, KB, kMinBlocks, kDrop, false>;
   nt_status st = NT_CUDA(
       ctx, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   if (st) return st;
   const long blocks = (long)((T_ + kBr - 1) / kBr) * BH;
   if (blocks > 0x7fffffffL) return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "attention: grid too large");
-  return NT_CUDA(ctx, pdl_launch(true, kernel, dim3((unsigned)blocks), dim3(128 * kWG), bytes,
+  return NT_CUDA(ctx, pdl_launch(true, kernel, dim3((unsigned)blocks), dim3(kThreads), bytes,
                                  nt_cuda_stream(ctx), ops[0], ops[1], ops[2], ops[3], lse, BH, H,
                                  T_, 1.f / sqrtf((float)kD), dr, fm));
 }
 
-/* Default: 64-key tiles, blocks of two warpgroups (128 rows), two blocks per SM (one
- * block's softmax overlaps the other's products: 0.104 ms against 0.136 ms for
- * (16, 12, 1024, 64) on the H200). NT_ATTN_WG_KEYS=128: 128-key tiles, one block per SM.
- * EXPERIMENT NT_ATTN_WG_ROWS=64: blocks of one warpgroup (64 rows), four per SM with 64-key
- * tiles, three with 128-key tiles. With cp.async loads (session 7) the 64-key shape was 5%
- * faster at T = 256 and 1.5% slower at T = 1024; the TMA takes the per-thread load work away,
- * and a block of one warpgroup can refill a buffer as soon as its own products are done. */
+/* Blocks of one warpgroup: with 64-key tiles four fit an SM, and each refills its buffers as
+ * soon as its own products are done. Against blocks of two warpgroups (128 rows, two per SM):
+ * forward 0.0860 against 0.0874 ms at (16, 12, 1024, 64) and 0.0221 against 0.0233 ms at
+ * (64, 6, 256, 64) on the H200 (bench/RESULTS.md, session 9). NT_ATTN_WG_KEYS=128: 128-key
+ * tiles, three blocks per SM. */
 template <typename T, bool kDrop>
 nt_status launch_d(nt_ctx *ctx, const nt_attn_view *ops, float *lse, int BH, int H, int T_,
                    const nt_attn_drop &dr) {
-  const char *e = getenv("NT_ATTN_WG_KEYS"), *r = getenv("NT_ATTN_WG_ROWS");
-  const bool k128 = e && atoi(e) == 128, one_wg = r && atoi(r) == 64;
-  if (one_wg)
-    return k128 ? launch<T, 128, 1, 3, kDrop>(ctx, ops, lse, BH, H, T_, dr)
-                : launch<T, 64, 1, 4, kDrop>(ctx, ops, lse, BH, H, T_, dr);
-  return k128 ? launch<T, 128, 2, 1, kDrop>(ctx, ops, lse, BH, H, T_, dr)
-              : launch<T, 64, 2, 2, kDrop>(ctx, ops, lse, BH, H, T_, dr);
+  const char *e = getenv("NT_ATTN_WG_KEYS");
+  if (e && atoi(e) == 128) return launch<T, 128, 3, kDrop>(ctx, ops, lse, BH, H, T_, dr);
+  return launch<T, 64, 4, kDrop>(ctx, ops, lse, BH, H, T_, dr);
 }
 
 template <typename T>
