@@ -173,6 +173,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     bwd_wg_kernel(nt_attn_view dov, nt_attn_view qv, nt_attn_view kv, nt_attn_view vv,
                   const float *__restrict__ lse, const float *__restrict__ d_rows,
                   float *__restrict__ dq_acc, float4 *__restrict__ zero_next, long zero_n4,
+                  int zero_blocks,
                   nt_attn_view dkv, nt_attn_view dvv, int BH, int H, int T_, float scale,
                   nt_attn_drop dr, bool overwrite, const __grid_constant__ bwd_maps bm) {
   extern __shared__ unsigned char smem_raw[];
@@ -227,8 +228,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     load_rows(lse_s, dr_s, lse_h, dr_h, qt0 * kBr, T_, tid);
     cp_async_commit();
   }
-  {   /* this block's share of the next call's accumulator (attention_dq_pair.c) */
-    const long per = (zero_n4 + gridDim.x - 1) / gridDim.x, z0 = per * blockIdx.x;
+  if ((int)blockIdx.x < zero_blocks) {   /* a share of the next call's accumulator */
+    const long per = (zero_n4 + zero_blocks - 1) / zero_blocks, z0 = per * blockIdx.x;
     const long z1 = min(z0 + per, zero_n4);
     for (long i = z0 + tid; i < z1; i += kThreads) zero_next[i] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
@@ -328,15 +329,17 @@ __global__ void __launch_bounds__(kThreads, 1)
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     dq_tiles_finish(const float *__restrict__ acc, nt_attn_view dqv, int H, int T_, float scale,
-                    bool overwrite) {
+                    bool overwrite, bool hot_first) {
   constexpr int kLd = kD + 8;   /* padded rows: a half-warp's float2 writes hit 32 banks */
   __shared__ float tile[kBr * kLd];
   pdl_wait();
   pdl_trigger();
   const int n_t = (T_ + kBr - 1) / kBr;
-  const long bh = blockIdx.x / n_t;
-  const int qt = (int)(blockIdx.x % n_t), tid = threadIdx.x;
-  const float4 *a = reinterpret_cast<const float4 *>(acc + (long)blockIdx.x * kTileFloats);
+  const long BH = gridDim.x / n_t;
+  const long bh = hot_first ? blockIdx.x % BH : blockIdx.x / n_t;
+  const int qt = hot_first ? n_t - 1 - (int)(blockIdx.x / BH) : (int)(blockIdx.x % n_t);
+  const int tid = threadIdx.x;
+  const float4 *a = reinterpret_cast<const float4 *>(acc + (bh * n_t + qt) * kTileFloats);
   {
     const int wg = tid >> 7, t = tid & 127, w = t >> 5, l = t & 31;
     const int r = 16 * w + (l >> 2), c0 = 32 * wg + 2 * (l & 3);
@@ -384,14 +387,17 @@ nt_status launch(nt_ctx *ctx, const bwd_args &a, nt_attn_view dq, float *zero_ne
     return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "attention: grid too large");
   const float scale = 1.f / sqrtf((float)kD);
   cudaStream_t s = nt_cuda_stream(ctx);
+  const char *ze = getenv("NT_ATTN_ZERO_EARLY"), *fh = getenv("NT_ATTN_FOLD_HOT");
+  const int zero_blocks = (ze && atoi(ze) == 0) ? (int)blocks : a.BH;
+  const bool hot = !(fh && atoi(fh) == 0);
   st = NT_CUDA(ctx, pdl_launch(true, kernel, dim3((unsigned)blocks), dim3(kThreads), kSmemBytes, s,
                                a.dout, a.q, a.k, a.v, a.lse, a.d_rows, a.dq_acc,
                                reinterpret_cast<float4 *>(zero_next), (long)(zero_floats / 4),
-                               a.dk, a.dv, a.BH, a.H, a.T, scale, a.dr, a.overwrite, bm));
+                               zero_blocks, a.dk, a.dv, a.BH, a.H, a.T, scale, a.dr, a.overwrite, bm));
   if (st) return st;
   return NT_CUDA(ctx, pdl_launch(true, dq_tiles_finish<T>, dim3((unsigned)(n_t * a.BH)),
                                  dim3(kThreads), 0, s, a.dq_acc, dq, a.H, a.T, scale,
-                                 a.overwrite));
+                                 a.overwrite, hot));
 }
 
 }  // namespace
