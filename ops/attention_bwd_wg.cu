@@ -173,7 +173,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     bwd_wg_kernel(nt_attn_view dov, nt_attn_view qv, nt_attn_view kv, nt_attn_view vv,
                   const float *__restrict__ lse, const float *__restrict__ d_rows,
                   float *__restrict__ dq_acc, float4 *__restrict__ zero_next, long zero_n4,
-                  int zero_blocks,
                   nt_attn_view dkv, nt_attn_view dvv, int BH, int H, int T_, float scale,
                   nt_attn_drop dr, bool overwrite, const __grid_constant__ bwd_maps bm) {
   extern __shared__ unsigned char smem_raw[];
@@ -228,8 +227,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     load_rows(lse_s, dr_s, lse_h, dr_h, qt0 * kBr, T_, tid);
     cp_async_commit();
   }
-  if ((int)blockIdx.x < zero_blocks) {   /* a share of the next call's accumulator */
-    const long per = (zero_n4 + zero_blocks - 1) / zero_blocks, z0 = per * blockIdx.x;
+  /* The next call's accumulator (attention_dq_pair.c), zeroed by the BH blocks of key block 0,
+   * which run first and longest: its lines reach the L2 early and leave it before the fold
+   * pass, which finds more of this call's accumulator there (with dq_tiles_finish's order:
+   * backward 0.2916-0.2921 against 0.2930-0.2933 ms at (16, 12, 1024, 64) on the H200). */
+  if (blockIdx.x < (unsigned)BH) {
+    const long per = (zero_n4 + BH - 1) / BH, z0 = per * blockIdx.x;
     const long z1 = min(z0 + per, zero_n4);
     for (long i = z0 + tid; i < z1; i += kThreads) zero_next[i] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
@@ -325,19 +328,20 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 /* dq (+)= scale * dq_acc, one query tile per block: the tile's 16 KB (accumulator order, see
- * dq_reduce) through shared memory into rows, 16 elements of a row per thread. */
+ * dq_reduce) through shared memory into rows, 16 elements of a row per thread. The last query
+ * tiles of every head go first: the backward's last blocks added into them, so they are the
+ * ones most likely still in the L2. */
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     dq_tiles_finish(const float *__restrict__ acc, nt_attn_view dqv, int H, int T_, float scale,
-                    bool overwrite, bool hot_first) {
+                    bool overwrite) {
   constexpr int kLd = kD + 8;   /* padded rows: a half-warp's float2 writes hit 32 banks */
   __shared__ float tile[kBr * kLd];
   pdl_wait();
   pdl_trigger();
   const int n_t = (T_ + kBr - 1) / kBr;
-  const long BH = gridDim.x / n_t;
-  const long bh = hot_first ? blockIdx.x % BH : blockIdx.x / n_t;
-  const int qt = hot_first ? n_t - 1 - (int)(blockIdx.x / BH) : (int)(blockIdx.x % n_t);
+  const long BH = gridDim.x / n_t, bh = blockIdx.x % BH;
+  const int qt = n_t - 1 - (int)(blockIdx.x / BH);
   const int tid = threadIdx.x;
   const float4 *a = reinterpret_cast<const float4 *>(acc + (bh * n_t + qt) * kTileFloats);
   {
@@ -387,17 +391,14 @@ nt_status launch(nt_ctx *ctx, const bwd_args &a, nt_attn_view dq, float *zero_ne
     return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "attention: grid too large");
   const float scale = 1.f / sqrtf((float)kD);
   cudaStream_t s = nt_cuda_stream(ctx);
-  const char *ze = getenv("NT_ATTN_ZERO_EARLY"), *fh = getenv("NT_ATTN_FOLD_HOT");
-  const int zero_blocks = (ze && atoi(ze) == 0) ? (int)blocks : a.BH;
-  const bool hot = !(fh && atoi(fh) == 0);
   st = NT_CUDA(ctx, pdl_launch(true, kernel, dim3((unsigned)blocks), dim3(kThreads), kSmemBytes, s,
                                a.dout, a.q, a.k, a.v, a.lse, a.d_rows, a.dq_acc,
                                reinterpret_cast<float4 *>(zero_next), (long)(zero_floats / 4),
-                               zero_blocks, a.dk, a.dv, a.BH, a.H, a.T, scale, a.dr, a.overwrite, bm));
+                               a.dk, a.dv, a.BH, a.H, a.T, scale, a.dr, a.overwrite, bm));
   if (st) return st;
   return NT_CUDA(ctx, pdl_launch(true, dq_tiles_finish<T>, dim3((unsigned)(n_t * a.BH)),
                                  dim3(kThreads), 0, s, a.dq_acc, dq, a.H, a.T, scale,
-                                 a.overwrite, hot));
+                                 a.overwrite));
 }
 
 }  // namespace
