@@ -24,14 +24,20 @@ namespace {
 
 using namespace nt_attn;
 
-constexpr int kD = 64, kBr = 64, kBc = 128, kThreads = 256, kRowBytes = 128;
+constexpr int kD = 64, kBr = 64, kRowBytes = 128;
 constexpr int kTileFloats = kBr * kD;            /* one query tile's dQ: 16 KB of fp32 */
-constexpr int kDssBytes = kBc * kRowBytes;       /* one dS^T tile */
+constexpr int kFinishThreads = 256;
 
-/* K, V (kBc rows), two Q and two dO buffers (kBr rows), two dS^T tiles, two lse and two D
- * buffers, two 8-byte TMA barriers, plus slack to align the start to 1024 bytes. */
-constexpr int kTileBytes = (2 * kBc + 4 * kBr) * kRowBytes + 2 * kDssBytes;
-constexpr int kSmemBytes = kTileBytes + 4 * kBr * 4 + 16 + 1024;
+/* A block of kWG warpgroups: kBc keys, each warpgroup kNq of dQ's columns. */
+template <int kWG> struct shape {
+  static constexpr int kBc = 64 * kWG, kThreads = 128 * kWG, kNq = kD / kWG;
+  static constexpr int kMinBlocks = kWG == 1 ? 2 : 1;
+  static constexpr int kDssBytes = kBc * kRowBytes;   /* one dS^T tile */
+  /* K, V (kBc rows), two Q and two dO buffers (kBr rows), two dS^T tiles, two lse and two D
+   * buffers, two 8-byte TMA barriers, plus slack to align the start to 1024 bytes. */
+  static constexpr int kTileBytes = (2 * kBc + 4 * kBr) * kRowBytes + 2 * kDssBytes;
+  static constexpr int kSmemBytes = kTileBytes + 4 * kBr * 4 + 16 + 1024;
+};
 
 /* The TMA loads K, V and each query tile's Q, dO, lse and D (attention_tma.cuh), one thread
  * issuing the copies and the others waiting on the buffer's barrier, instead of cp.async by
@@ -134,15 +140,17 @@ __device__ __forceinline__ void key_grads_any(bool mask, float (&st)[8][4], floa
                                lane, sl2, kw, da);
 }
 
-/* dQ[:, 32 wg .. + 31] of a query tile over all 128 keys (dS^T tile at dss_s), issued. */
-template <typename T>
-__device__ __forceinline__ void dq_cols_issue(float (&gq)[4][4], uint32_t dss_s, uint32_t k_s,
-                                              int wg) {
-  auto &gq_acc = reinterpret_cast<float(&)[16]>(gq);
+/* dQ[:, kNq wg .. + kNq - 1] of a query tile over all the block's keys (dS^T tile at dss_s),
+ * issued. */
+template <typename T, int kWG>
+__device__ __forceinline__ void dq_cols_issue(float (&gq)[shape<kWG>::kNq / 8][4], uint32_t dss_s,
+                                              uint32_t k_s, int wg) {
+  constexpr int kNq = shape<kWG>::kNq;
+  auto &gq_acc = reinterpret_cast<float(&)[kNq / 2]>(gq);
 #pragma unroll
-  for (int kk = 0; kk < kBc / 16; kk++)
-    nt_wg::mma_ss<T, 32, 1, 1>::run(gq_acc, nt_wg::desc(dss_s + 2048 * kk),
-                                    nt_wg::desc(k_s + 2048 * kk + 64 * wg), kk > 0);
+  for (int kk = 0; kk < shape<kWG>::kBc / 16; kk++)
+    nt_wg::mma_ss<T, kNq, 1, 1>::run(gq_acc, nt_wg::desc(dss_s + 2048 * kk),
+                                     nt_wg::desc(k_s + 2048 * kk + 2 * kNq * wg), kk > 0);
 }
 
 /* A query tile's lse and D (kBr floats each, from row r0) into shared memory by cp.async,
@@ -158,30 +166,35 @@ __device__ __forceinline__ void load_rows(float *lse_s, float *dr_s, const float
 }
 
 /* A warpgroup's dQ columns of one query tile added into dq_acc at dst straight from registers,
- * in the wgmma accumulator's order (float4 i of thread t at (i * 128 + t) * 4): four floats
- * per reduction, each warp instruction 512 contiguous bytes. Against staging the tile in
+ * in the wgmma accumulator's order of 32 columns (float4 i of thread t at (i * 128 + t) * 4;
+ * 64 columns: two such halves): four floats per reduction, each warp instruction 512
+ * contiguous bytes. Against staging the tile in
  * shared memory for one bulk reduction (cp.reduce.async.bulk) this needs no proxy fence, no
  * barrier and no staging tiles: backward 2% faster at (16,12,1024,64) on the H200. */
-__device__ __forceinline__ void dq_reduce(const float (&gq)[4][4], float *dst, int t) {
+template <int kN>
+__device__ __forceinline__ void dq_reduce(const float (&gq)[kN][4], float *dst, int t) {
 #pragma unroll
-  for (int i = 0; i < 4; i++)
-    red_add_f32x4(dst + 4 * (i * 128 + t), gq[i][0], gq[i][1], gq[i][2], gq[i][3]);
+  for (int i = 0; i < kN; i++)
+    red_add_f32x4(dst + (i >> 2) * (kTileFloats / 2) + 4 * ((i & 3) * 128 + t), gq[i][0],
+                  gq[i][1], gq[i][2], gq[i][3]);
 }
 
-template <typename T, bool kDrop, bool kTma>
-__global__ void __launch_bounds__(kThreads, 1)
+template <typename T, int kWG, bool kDrop, bool kTma>
+__global__ void __launch_bounds__(shape<kWG>::kThreads, shape<kWG>::kMinBlocks)
     bwd_wg_kernel(nt_attn_view dov, nt_attn_view qv, nt_attn_view kv, nt_attn_view vv,
                   const float *__restrict__ lse, const float *__restrict__ d_rows,
                   float *__restrict__ dq_acc, float4 *__restrict__ zero_next, long zero_n4,
                   nt_attn_view dkv, nt_attn_view dvv, int BH, int H, int T_, float scale,
                   nt_attn_drop dr, bool overwrite, const __grid_constant__ bwd_maps bm) {
+  using S = shape<kWG>;
+  constexpr int kBc = S::kBc, kThreads = S::kThreads, kDssBytes = S::kDssBytes;
   extern __shared__ unsigned char smem_raw[];
   unsigned char *ks = smem_align1024(smem_raw);
   unsigned char *vs = ks + kBc * kRowBytes;
   unsigned char *qs = vs + kBc * kRowBytes;       /* two buffers */
   unsigned char *dos = qs + 2 * kBr * kRowBytes;  /* two buffers */
   unsigned char *dss = dos + 2 * kBr * kRowBytes; /* dS^T [key][query], two buffers */
-  float *lse_s = reinterpret_cast<float *>(ks + kTileBytes);   /* two buffers */
+  float *lse_s = reinterpret_cast<float *>(ks + S::kTileBytes);   /* two buffers */
   float *dr_s = lse_s + 2 * kBr;                               /* two buffers */
   const uint32_t bar0 = smem_addr(dr_s + 2 * kBr);             /* buffer b's barrier: + 8 b */
   pdl_wait();
@@ -275,7 +288,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const float *lb = lse_s + buf * kBr, *drb = dr_s + buf * kBr;
     unsigned char *dss_wg = dss + buf * kDssBytes + 64 * wg * kRowBytes;
     /* Warpgroup-uniform: does some query of the tile reach this warpgroup's first key? */
-    const bool active = q0 + kBr - 1 >= wg_k0;
+    const bool active = kWG == 1 || q0 + kBr - 1 >= wg_k0;
     const bool mask = q0 < wg_k0 + 63;   /* some query may precede some key */
     /* A warpgroup no query of the tile reaches (the second one, on a block's first tile) only
      * zeroes its dS^T rows, which the dQ products of the next tile read, and leaves the tensor
@@ -296,11 +309,11 @@ __global__ void __launch_bounds__(kThreads, 1)
      * same on every tile, so ptxas keeps the wgmma pipelined (products issued under branches
      * get serialised): at the first tile the dQ product reads a buffer no tile wrote (its
      * result is dropped). */
-    float st[8][4], dpt[8][4], gq[4][4];
+    float st[8][4], dpt[8][4], gq[S::kNq / 8][4];
     nt_wg::fence();
-    dq_cols_issue<T>(gq, dss_s + (buf ^ 1) * kDssBytes, k_s, wg);
+    dq_cols_issue<T, kWG>(gq, dss_s + (buf ^ 1) * kDssBytes, k_s, wg);
     key_products<T>(k_s_wg, v_s_wg, q_s, do_s, st, dpt);
-    nt_wg::touch(reinterpret_cast<float(&)[16]>(gq));
+    nt_wg::touch(reinterpret_cast<float(&)[S::kNq / 2]>(gq));
     if (qt > qt0) dq_reduce(gq, dq_h + (long)(qt - 1) * kTileFloats, tid & 127);
     key_grads_any<T, kDrop>(mask, st, dpt, q_s, do_s, dss_wg, gk, gv, lb, drb, q0, key_a, warp,
                             lane, sl2, kw, da);
@@ -314,12 +327,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int last = (n_t - 1 - qt0) & 1;
     nt_wg::fence_smem_to_async();
     __syncthreads();
-    float gq[4][4];
+    float gq[S::kNq / 8][4];
     nt_wg::fence();
-    dq_cols_issue<T>(gq, dss_s + last * kDssBytes, k_s, wg);
+    dq_cols_issue<T, kWG>(gq, dss_s + last * kDssBytes, k_s, wg);
     nt_wg::commit();
     nt_wg::wait<0>();
-    nt_wg::touch(reinterpret_cast<float(&)[16]>(gq));
+    nt_wg::touch(reinterpret_cast<float(&)[S::kNq / 2]>(gq));
     dq_reduce(gq, dq_h + (long)(n_t - 1) * kTileFloats, tid & 127);
   }
   write_dkv<T, kD>(gk, gv, static_cast<T *>(dkv.p) + head_off(dkv, bh, H), dkv.st,
@@ -332,7 +345,7 @@ __global__ void __launch_bounds__(kThreads, 1)
  * tiles of every head go first: the backward's last blocks added into them, so they are the
  * ones most likely still in the L2. */
 template <typename T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kFinishThreads)
     dq_tiles_finish(const float *__restrict__ acc, nt_attn_view dqv, int H, int T_, float scale,
                     bool overwrite) {
   constexpr int kLd = kD + 8;   /* padded rows: a half-warp's float2 writes hit 32 banks */
@@ -367,9 +380,10 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <typename T, bool kDrop>
+template <typename T, int kWG, bool kDrop>
 nt_status launch(nt_ctx *ctx, const bwd_args &a, nt_attn_view dq, float *zero_next,
                  size_t zero_floats) {
+  using S = shape<kWG>;
   constexpr bool kBf16 = nt_wg::ab<T>::kBf16;
   const char *e = getenv("NT_ATTN_BWD_TMA");
   const int B = a.BH / a.H;
@@ -377,28 +391,38 @@ nt_status launch(nt_ctx *ctx, const bwd_args &a, nt_attn_view dq, float *zero_ne
   memset(&bm, 0, sizeof bm);
   const bool tma = !(e && atoi(e) == 0) && nt_attn_map_view(&bm.q, a.q, kBf16, B, a.H, a.T, kBr) &&
                    nt_attn_map_view(&bm.dout, a.dout, kBf16, B, a.H, a.T, kBr) &&
-                   nt_attn_map_view(&bm.k, a.k, kBf16, B, a.H, a.T, kBc) &&
-                   nt_attn_map_view(&bm.v, a.v, kBf16, B, a.H, a.T, kBc) &&
+                   nt_attn_map_view(&bm.k, a.k, kBf16, B, a.H, a.T, S::kBc) &&
+                   nt_attn_map_view(&bm.v, a.v, kBf16, B, a.H, a.T, S::kBc) &&
                    nt_attn_map_rows(&bm.lse, a.lse, a.BH, a.T, kBr) &&
                    nt_attn_map_rows(&bm.d_rows, a.d_rows, a.BH, a.T, kBr);
-  auto kernel = tma ? bwd_wg_kernel<T, kDrop, true> : bwd_wg_kernel<T, kDrop, false>;
-  nt_status st = NT_CUDA(
-      ctx, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  auto kernel = tma ? bwd_wg_kernel<T, kWG, kDrop, true> : bwd_wg_kernel<T, kWG, kDrop, false>;
+  nt_status st = NT_CUDA(ctx, cudaFuncSetAttribute(
+                                  kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  S::kSmemBytes));
   if (st) return st;
   const long n_t = (a.T + kBr - 1) / kBr;
-  const long blocks = (long)((a.T + kBc - 1) / kBc) * a.BH;
+  const long blocks = (long)((a.T + S::kBc - 1) / S::kBc) * a.BH;
   if (blocks > 0x7fffffffL || n_t * a.BH > 0x7fffffffL)
     return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "attention: grid too large");
   const float scale = 1.f / sqrtf((float)kD);
   cudaStream_t s = nt_cuda_stream(ctx);
-  st = NT_CUDA(ctx, pdl_launch(true, kernel, dim3((unsigned)blocks), dim3(kThreads), kSmemBytes, s,
-                               a.dout, a.q, a.k, a.v, a.lse, a.d_rows, a.dq_acc,
+  st = NT_CUDA(ctx, pdl_launch(true, kernel, dim3((unsigned)blocks), dim3(S::kThreads),
+                               S::kSmemBytes, s, a.dout, a.q, a.k, a.v, a.lse, a.d_rows, a.dq_acc,
                                reinterpret_cast<float4 *>(zero_next), (long)(zero_floats / 4),
                                a.dk, a.dv, a.BH, a.H, a.T, scale, a.dr, a.overwrite, bm));
   if (st) return st;
   return NT_CUDA(ctx, pdl_launch(true, dq_tiles_finish<T>, dim3((unsigned)(n_t * a.BH)),
-                                 dim3(kThreads), 0, s, a.dq_acc, dq, a.H, a.T, scale,
+                                 dim3(kFinishThreads), 0, s, a.dq_acc, dq, a.H, a.T, scale,
                                  a.overwrite));
+}
+
+/* NT_ATTN_BWD_KEYS=64: blocks of one warpgroup and 64 keys, two per SM. */
+template <typename T, bool kDrop>
+nt_status launch_k(nt_ctx *ctx, const bwd_args &a, nt_attn_view dq, float *zero_next,
+                   size_t zero_floats) {
+  const char *e = getenv("NT_ATTN_BWD_KEYS");
+  if (e && atoi(e) == 64) return launch<T, 1, kDrop>(ctx, a, dq, zero_next, zero_floats);
+  return launch<T, 2, kDrop>(ctx, a, dq, zero_next, zero_floats);
 }
 
 }  // namespace
@@ -418,10 +442,10 @@ nt_status nt_attention_backward_wg(nt_ctx *ctx, nt_dtype dt, nt_attn_view dout, 
                       drop ? *drop : none, overwrite};
   const bool dr = drop != NULL;
   if (dt == NT_BF16)
-    return dr ? launch<__nv_bfloat16, true>(ctx, a, dq, zero_next, zero_floats)
-              : launch<__nv_bfloat16, false>(ctx, a, dq, zero_next, zero_floats);
+    return dr ? launch_k<__nv_bfloat16, true>(ctx, a, dq, zero_next, zero_floats)
+              : launch_k<__nv_bfloat16, false>(ctx, a, dq, zero_next, zero_floats);
   if (dt == NT_F16)
-    return dr ? launch<__half, true>(ctx, a, dq, zero_next, zero_floats)
-              : launch<__half, false>(ctx, a, dq, zero_next, zero_floats);
+    return dr ? launch_k<__half, true>(ctx, a, dq, zero_next, zero_floats)
+              : launch_k<__half, false>(ctx, a, dq, zero_next, zero_floats);
   return NT_ERROR(ctx, NT_ERR_INTERNAL, "attention: no wgmma kernel for %s", nt_dtype_name(dt));
 }
