@@ -3,8 +3,8 @@
  * (B 16, H 12, T 1024, D 64) shapes, then the small GPT's shape with attention dropout 0.2
  * (the Philox mask regenerated in forward and backward) and with q, k, v read straight from a
  * [B, T, 3C] projection output (out into [B, T, C], gradients written into [B, T, 3C] with
- * overwrite: what the model runs). Prints a table and "RESULT nt <row> <fwd> <bwd> <total>"
- * lines (ms) for run_attention.sh. Usage: bench_attention [repeats] [row index 0..3, -1 (the
+ * overwrite: what the model runs), and GPT-2's shape with its original dropout 0.1. Prints a table and "RESULT nt <row> <fwd> <bwd> <total>"
+ * lines (ms) for run_attention.sh. Usage: bench_attention [repeats] [row index 0..4, -1 (the
  * default) all] [calls per timed sample, default 1] (NT_ATTN_SIMPLE=1 times the fallback
  * kernels; NT_ATTN_BENCH_ACCUMULATE=1 the backward in its += form). With one call per sample
  * the host's launch latency is inside each timing; with several back to back (each sample's ms
@@ -74,11 +74,12 @@ static nt_tensor heads_view(const nt_tensor *buf, int64_t off, shape sh, int par
 }
 
 int main(int argc, char **argv) {
-  const shape shapes[4] = {{64, 6, 256, 64, 0.f, false},
+  const shape shapes[5] = {{64, 6, 256, 64, 0.f, false},
                            {16, 12, 1024, 64, 0.f, false},
                            {64, 6, 256, 64, 0.2f, false},
-                           {64, 6, 256, 64, 0.f, true}};
-  const int nshapes = 4;
+                           {64, 6, 256, 64, 0.f, true},
+                           {16, 12, 1024, 64, 0.1f, false}};
+  const int nshapes = 5;
   const int reps = argc > 1 ? atoi(argv[1]) : 30;
   const int only = argc > 2 ? atoi(argv[2]) : -1;
   const int calls = argc > 3 ? atoi(argv[3]) : 1;
@@ -152,8 +153,11 @@ int main(int argc, char **argv) {
      * backward 2.5x the forward. */
     const double flops = 3.5 * 4.0 * sh.B * sh.H * (double)sh.T * sh.T * sh.D / 2.0;
     char name[64];
-    snprintf(name, sizeof name, "%d,%d,%d,%d%s", sh.B, sh.H, sh.T, sh.D,
-             sh.p > 0.f ? ",p=0.2" : sh.packed ? ",qkv-views" : "");
+    if (sh.p > 0.f)
+      snprintf(name, sizeof name, "%d,%d,%d,%d,p=%.1f", sh.B, sh.H, sh.T, sh.D, sh.p);
+    else
+      snprintf(name, sizeof name, "%d,%d,%d,%d%s", sh.B, sh.H, sh.T, sh.D,
+               sh.packed ? ",qkv-views" : "");
     printf("%-26s %10.3f %10.3f %10.3f %12.1f\n", name, f, b, fb, flops / (fb * 1e-3) / 1e12);
     printf("RESULT nt %s %.4f %.4f %.4f\n", name, f, b, fb);
     for (int i = 0; i < nbuf; i++) nt_tensor_free(ctx, &buf[i]);

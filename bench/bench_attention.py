@@ -2,7 +2,8 @@
 forward+backward in bf16 on the rows bench_attention.c times, with CUDA events (median of
 repeats after warm-up; --calls N times N calls in a row per sample, ms per call): two plain
 shapes, the small GPT's shape with dropout_p=0.2, and the same shape with q, k, v as views of
-one [B, T, 3C] tensor (the gradient lands in it, as in nanoGPT's attention). Prints a table
+one [B, T, 3C] tensor (the gradient lands in it, as in nanoGPT's attention), and GPT-2's shape
+with dropout_p=0.1. Prints a table
 and "RESULT torch <row> <fwd> <bwd> <total>" (ms).
 Usage: python3 bench/bench_attention.py [--repeats N] [--calls N]"""
 import argparse
@@ -13,7 +14,8 @@ import torch.nn.functional as F
 
 # (B, H, T, D, dropout_p, q/k/v as views of [B, T, 3C])
 ROWS = [(64, 6, 256, 64, 0.0, False), (16, 12, 1024, 64, 0.0, False),
-        (64, 6, 256, 64, 0.2, False), (64, 6, 256, 64, 0.0, True)]
+        (64, 6, 256, 64, 0.2, False), (64, 6, 256, 64, 0.0, True),
+        (16, 12, 1024, 64, 0.1, False)]
 
 
 def median_ms(fn, reps, calls):

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Causal attention, bf16: nanotrain's kernels (bench_attention) next to torch's
 # scaled_dot_product_attention (bench_attention.py) on the same rows (two plain shapes, the
-# small GPT's with dropout 0.2, and with q/k/v as views of the [B, T, 3C] projection output),
+# small GPT's with dropout 0.2, with q/k/v as views of the [B, T, 3C] projection output, and
+# GPT-2's with dropout 0.1),
 # tables with the ratio torch_ms / nanotrain_ms (>= 1.00 means nanotrain is at least as fast),
 # then our other kernel variants and, unless "noprof", Nsight Compute's view of T = 1024.
 # Usage: bench/run_attention.sh [build-dir] [repeats] [noprof]
@@ -65,7 +66,7 @@ done
 if [ "${3:-}" != "noprof" ] && command -v ncu > /dev/null; then
   rep="$build/attention_ncu.txt"
   : > "$rep"
-  for k in fwd_wg_kernel bwd_wg_kernel 'prep_rows_vec|dq_finish'; do
+  for k in fwd_wg_kernel bwd_wg_kernel 'dq_tiles_finish'; do
     sections="--section SpeedOfLight"
     case "$k" in *_kernel) sections="$sections --section Occupancy --section WarpStateStats \
 --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section LaunchStats" ;; esac

@@ -184,8 +184,8 @@ __global__ void __launch_bounds__(shape<kWG>::kThreads, shape<kWG>::kMinBlocks)
     bwd_wg_kernel(nt_attn_view dov, nt_attn_view qv, nt_attn_view kv, nt_attn_view vv,
                   const float *__restrict__ lse, const float *__restrict__ d_rows,
                   float *__restrict__ dq_acc, float4 *__restrict__ zero_next, long zero_n4,
-                  nt_attn_view dkv, nt_attn_view dvv, int BH, int H, int T_, float scale,
-                  nt_attn_drop dr, bool overwrite, const __grid_constant__ bwd_maps bm) {
+                  nt_attn_view dkv, nt_attn_view dvv, int BH, int H, int T_, int group,
+                  float scale, nt_attn_drop dr, bool overwrite, const __grid_constant__ bwd_maps bm) {
   using S = shape<kWG>;
   constexpr int kBc = S::kBc, kThreads = S::kThreads, kDssBytes = S::kDssBytes;
   extern __shared__ unsigned char smem_raw[];
@@ -201,8 +201,20 @@ __global__ void __launch_bounds__(shape<kWG>::kThreads, shape<kWG>::kMinBlocks)
   pdl_trigger();
 
   const int n_t = (T_ + kBr - 1) / kBr;
-  const int kt = (int)(blockIdx.x / BH);   /* low key blocks see the most queries: run first */
-  const long bh = blockIdx.x % BH;
+  /* Low key blocks see the most queries: they run first, over all heads, or (group > 0) over
+   * groups of `group` heads at a time (EXPERIMENT: the reductions into a head's dQ tiles come
+   * closer together in time). */
+  int kt;
+  long bh;
+  if (group <= 0) {
+    kt = (int)(blockIdx.x / BH);
+    bh = blockIdx.x % BH;
+  } else {
+    const long per = (long)group * (gridDim.x / BH), g0 = blockIdx.x / per * group;
+    const long w = blockIdx.x % per, gs = min((long)group, BH - g0);
+    kt = (int)(w / gs);
+    bh = g0 + w % gs;
+  }
   const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
   const T *__restrict__ dout = static_cast<const T *>(dov.p) + head_off(dov, bh, H);
   const T *__restrict__ q = static_cast<const T *>(qv.p) + head_off(qv, bh, H);
@@ -244,8 +256,8 @@ __global__ void __launch_bounds__(shape<kWG>::kThreads, shape<kWG>::kMinBlocks)
    * which run first and longest: its lines reach the L2 early and leave it before the fold
    * pass, which finds more of this call's accumulator there (with dq_tiles_finish's order:
    * backward 0.2916-0.2921 against 0.2930-0.2933 ms at (16, 12, 1024, 64) on the H200). */
-  if (blockIdx.x < (unsigned)BH) {
-    const long per = (zero_n4 + BH - 1) / BH, z0 = per * blockIdx.x;
+  if (kt == 0) {
+    const long per = (zero_n4 + BH - 1) / BH, z0 = per * bh;
     const long z1 = min(z0 + per, zero_n4);
     for (long i = z0 + tid; i < z1; i += kThreads) zero_next[i] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
@@ -405,23 +417,29 @@ nt_status launch(nt_ctx *ctx, const bwd_args &a, nt_attn_view dq, float *zero_ne
   if (blocks > 0x7fffffffL || n_t * a.BH > 0x7fffffffL)
     return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "attention: grid too large");
   const float scale = 1.f / sqrtf((float)kD);
+  const char *eg = getenv("NT_ATTN_BWD_GROUP");
+  const int group = eg ? atoi(eg) : 0;
   cudaStream_t s = nt_cuda_stream(ctx);
   st = NT_CUDA(ctx, pdl_launch(true, kernel, dim3((unsigned)blocks), dim3(S::kThreads),
                                S::kSmemBytes, s, a.dout, a.q, a.k, a.v, a.lse, a.d_rows, a.dq_acc,
                                reinterpret_cast<float4 *>(zero_next), (long)(zero_floats / 4),
-                               a.dk, a.dv, a.BH, a.H, a.T, scale, a.dr, a.overwrite, bm));
+                               a.dk, a.dv, a.BH, a.H, a.T, group, scale, a.dr, a.overwrite,
+                               bm));
   if (st) return st;
   return NT_CUDA(ctx, pdl_launch(true, dq_tiles_finish<T>, dim3((unsigned)(n_t * a.BH)),
                                  dim3(kFinishThreads), 0, s, a.dq_acc, dq, a.H, a.T, scale,
                                  a.overwrite));
 }
 
-/* NT_ATTN_BWD_KEYS=64: blocks of one warpgroup and 64 keys, two per SM. */
+/* With dropout up to T = 512 blocks of one warpgroup and 64 keys, two per SM: the Philox work
+ * of one block's softmax then runs beside the other's products (EXPERIMENT). NT_ATTN_BWD_KEYS
+ * = 64 or 128 forces either shape. */
 template <typename T, bool kDrop>
 nt_status launch_k(nt_ctx *ctx, const bwd_args &a, nt_attn_view dq, float *zero_next,
                    size_t zero_floats) {
   const char *e = getenv("NT_ATTN_BWD_KEYS");
-  if (e && atoi(e) == 64) return launch<T, 1, kDrop>(ctx, a, dq, zero_next, zero_floats);
+  const int keys = e ? atoi(e) : kDrop && a.T <= 512 ? 64 : 128;
+  if (keys == 64) return launch<T, 1, kDrop>(ctx, a, dq, zero_next, zero_floats);
   return launch<T, 2, kDrop>(ctx, a, dq, zero_next, zero_floats);
 }
 
