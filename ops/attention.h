@@ -38,7 +38,10 @@
  * runs the same algorithm on warpgroup MMA (wgmma, ops/attention_{fwd,bwd}_wg.cu) instead;
  * NT_ATTN_WGMMA=0 keeps the mma.sync kernels, NT_ATTN_WG_KEYS=128 selects the wgmma forward
  * with 128-key tiles (benchmarks and tests); the wgmma backward's dQ scratch is
- * B*H*ceil(T/64)*64*D floats.
+ * B*H*ceil(T/64)*64*D floats. NT_ATTN_BWD_KEYS=64|128 forces the wgmma backward's block shape
+ * (by default 64 keys with dropout up to T = 512, else 128); NT_ATTN_BWD_GROUP=n runs its
+ * blocks n heads at a time (default 32; 0: all heads at once), a knob for GPUs whose L2
+ * differs from the H200's.
  * NT_ATTN_BWD_WARPS=4|8 forces the tensor-core backward's block shape (64 or 128 keys; by
  * default 128 from T = 512 on); NT_ATTN_FWD_BLOCKS=3 builds the forward for 3 blocks per SM
  * instead of 2 and NT_ATTN_FWD_KEYS=128 gives it 128-key tiles instead of 64: variants for

@@ -1,13 +1,13 @@
 /* Causal attention backward on Hopper's warpgroup MMA (wgmma), D = 64, F16/BF16: a block of two
- * warpgroups owns 128 keys (64 each) and walks the query tiles of 64 from the diagonal to the
- * end, double-buffering Q, dO, lse and D by the TMA (cp.async where no map can be made; Q and
+ * warpgroups owns 128 keys (64 each; with dropout up to T = 512 a block is one warpgroup and 64
+ * keys, see launch_k) and walks the query tiles of 64 from the diagonal to the end, double-buffering Q, dO, lse and D by the TMA (cp.async where no map can be made; Q and
  * dO into 128-byte swizzled shared tiles, ops/wgmma.cuh). Per query tile and warpgroup:
  *   S^T = K Q^T and dP^T = V dO^T   (shared x shared, m64n64, fp32 accumulators),
  *   P^T and dS^T = P^T * (dP^T - D) in registers (attention_bwd_common.cuh, as the mma.sync
  *     kernel: the accumulator layouts agree, so dropout regenerates the same keep bits),
  *   dV += P^T dO and dK += dS^T Q    (P^T, dS^T from registers; dO, Q read N-major),
  *   dQ += dS K                       (dS^T through shared memory, read M-major, and K N-major).
- * The two warpgroups split dQ by columns (each 32 columns over all 128 keys). A tile's dQ
+ * Two warpgroups split dQ by columns (each 32 columns over all 128 keys). A tile's dQ
  * product runs in the next tile's chain of products (one barrier per tile); its result is
  * added from registers into the fp32 dq_acc in the accumulator's own order, 16 KB per query
  * tile (nt_attention_wg_dq_acc_floats); dq_tiles_finish scales it into dq. */
@@ -201,20 +201,16 @@ __global__ void __launch_bounds__(shape<kWG>::kThreads, shape<kWG>::kMinBlocks)
   pdl_trigger();
 
   const int n_t = (T_ + kBr - 1) / kBr;
-  /* Low key blocks see the most queries: they run first, over all heads, or (group > 0) over
-   * groups of `group` heads at a time (EXPERIMENT: the reductions into a head's dQ tiles come
-   * closer together in time). */
-  int kt;
-  long bh;
-  if (group <= 0) {
-    kt = (int)(blockIdx.x / BH);
-    bh = blockIdx.x % BH;
-  } else {
-    const long per = (long)group * (gridDim.x / BH), g0 = blockIdx.x / per * group;
-    const long w = blockIdx.x % per, gs = min((long)group, BH - g0);
-    kt = (int)(w / gs);
-    bh = g0 + w % gs;
-  }
+  /* The heads go in groups of `group` (the last one may be smaller); within a group the low
+   * key blocks, which see the most queries, run first. A head's blocks then run close together
+   * in time, so the reductions into its dQ tiles find them in the L2: with groups of 32 heads
+   * against all 192 at once at (16, 12, 1024, 64), DRAM traffic 281 against 701 MB, L2 hit
+   * rate 77% against 50%, backward 0.2746-0.2769 against 0.2904-0.2931 ms on the H200
+   * (bench/RESULTS.md, session 10). */
+  const long per = (long)group * (gridDim.x / BH), g0 = blockIdx.x / per * group;
+  const long w = blockIdx.x % per, gs = min((long)group, BH - g0);
+  const int kt = (int)(w / gs);
+  const long bh = g0 + w % gs;
   const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
   const T *__restrict__ dout = static_cast<const T *>(dov.p) + head_off(dov, bh, H);
   const T *__restrict__ q = static_cast<const T *>(qv.p) + head_off(qv, bh, H);
@@ -252,10 +248,11 @@ __global__ void __launch_bounds__(shape<kWG>::kThreads, shape<kWG>::kMinBlocks)
     load_rows(lse_s, dr_s, lse_h, dr_h, qt0 * kBr, T_, tid);
     cp_async_commit();
   }
-  /* The next call's accumulator (attention_dq_pair.c), zeroed by the BH blocks of key block 0,
-   * which run first and longest: its lines reach the L2 early and leave it before the fold
-   * pass, which finds more of this call's accumulator there (with dq_tiles_finish's order:
-   * backward 0.2916-0.2921 against 0.2930-0.2933 ms at (16, 12, 1024, 64) on the H200). */
+  /* The next call's accumulator (attention_dq_pair.c), zeroed by the blocks of key block 0,
+   * the first and longest of each group: its lines reach the L2 early and leave it before the
+   * fold pass, which finds more of this call's accumulator there (measured with all heads in
+   * one group, with dq_tiles_finish's order: backward 0.2916-0.2921 against 0.2930-0.2933 ms
+   * at (16, 12, 1024, 64) on the H200). */
   if (kt == 0) {
     const long per = (zero_n4 + BH - 1) / BH, z0 = per * bh;
     const long z1 = min(z0 + per, zero_n4);
@@ -354,8 +351,8 @@ __global__ void __launch_bounds__(shape<kWG>::kThreads, shape<kWG>::kMinBlocks)
 
 /* dq (+)= scale * dq_acc, one query tile per block: the tile's 16 KB (accumulator order, see
  * dq_reduce) through shared memory into rows, 16 elements of a row per thread. The last query
- * tiles of every head go first: the backward's last blocks added into them, so they are the
- * ones most likely still in the L2. */
+ * tiles of every head go first: the last blocks of each group of heads added into them, so
+ * they are the ones most likely still in the L2. */
 template <typename T>
 __global__ void __launch_bounds__(kFinishThreads)
     dq_tiles_finish(const float *__restrict__ acc, nt_attn_view dqv, int H, int T_, float scale,
@@ -417,8 +414,9 @@ nt_status launch(nt_ctx *ctx, const bwd_args &a, nt_attn_view dq, float *zero_ne
   if (blocks > 0x7fffffffL || n_t * a.BH > 0x7fffffffL)
     return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "attention: grid too large");
   const float scale = 1.f / sqrtf((float)kD);
-  const char *eg = getenv("NT_ATTN_BWD_GROUP");
-  const int group = eg ? atoi(eg) : 0;
+  const char *eg = getenv("NT_ATTN_BWD_GROUP");   /* heads per group; 0: all */
+  int group = eg ? atoi(eg) : 32;
+  if (group <= 0 || group > a.BH) group = a.BH;
   cudaStream_t s = nt_cuda_stream(ctx);
   st = NT_CUDA(ctx, pdl_launch(true, kernel, dim3((unsigned)blocks), dim3(S::kThreads),
                                S::kSmemBytes, s, a.dout, a.q, a.k, a.v, a.lse, a.d_rows, a.dq_acc,
@@ -431,9 +429,12 @@ nt_status launch(nt_ctx *ctx, const bwd_args &a, nt_attn_view dq, float *zero_ne
                                  a.overwrite));
 }
 
-/* With dropout up to T = 512 blocks of one warpgroup and 64 keys, two per SM: the Philox work
- * of one block's softmax then runs beside the other's products (EXPERIMENT). NT_ATTN_BWD_KEYS
- * = 64 or 128 forces either shape. */
+/* With dropout up to T = 512, blocks of one warpgroup and 64 keys, two per SM: one block's
+ * Philox work then runs beside the other's products. Backward 0.1029-0.1035 against
+ * 0.1101-0.1105 ms at (64, 6, 256, 64) with dropout 0.2 on the H200; at T = 1024 no gain (the
+ * dQ reductions nearly double), and without dropout it loses: 0.3766 against 0.2923 ms at
+ * (16, 12, 1024, 64), 0.0914 against 0.0900 at T = 256 (bench/RESULTS.md, session 10).
+ * NT_ATTN_BWD_KEYS = 64 or 128 forces either shape. */
 template <typename T, bool kDrop>
 nt_status launch_k(nt_ctx *ctx, const bwd_args &a, nt_attn_view dq, float *zero_next,
                    size_t zero_floats) {

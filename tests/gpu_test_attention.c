@@ -394,8 +394,9 @@ int main(void) {
    * (NT_ATTN_BWD_PIPE=0) in its default block shape; pass 2 the forward's 8 warps of 16 rows
    * (NT_ATTN_FWD_WARPS=8) with the two-barrier backward in the other block shape. These
    * passes run the mma.sync kernels for D = 64 too (NT_ATTN_WGMMA=0: on Hopper the default
-   * for D = 64 is the wgmma pair); pass 3 runs the wgmma variants (128-key forward tiles, dQ
-   * split by columns). */
+   * for D = 64 is the wgmma pair); pass 3 runs the wgmma variants (128-key forward tiles;
+   * backward blocks of one warpgroup, which the default takes only with dropout, and the heads
+   * in groups of 5, the last one smaller). */
   const char *fwd_var[4][2] = {{"NT_ATTN_FWD_KEYS", "128"},
                                {"NT_ATTN_FWD_BLOCKS", "3"},
                                {"NT_ATTN_FWD_WARPS", "8"},
@@ -404,6 +405,10 @@ int main(void) {
     setenv(fwd_var[pass][0], fwd_var[pass][1], 1);
     if (pass < 3) setenv("NT_ATTN_WGMMA", "0", 1);
     if (pass >= 1) setenv("NT_ATTN_BWD_PIPE", "0", 1);
+    if (pass == 3) {
+      setenv("NT_ATTN_BWD_KEYS", "64", 1);
+      setenv("NT_ATTN_BWD_GROUP", "5", 1);
+    }
     for (int d = 0; d < 2; d++)
       for (int i = 0; i < ncases; i++) {
         if (cases[i].D != 32 && cases[i].D != 64) continue;
@@ -411,7 +416,7 @@ int main(void) {
         const bool long_t = cases[i].T >= 512;
         if (pass != 1) setenv("NT_ATTN_BWD_WARPS", long_t ? "4" : "8", 1);
         rmode rm = plain;
-        rm.name = pass == 3   ? "wgmma fwd 128 keys, bwd dQ by columns"
+        rm.name = pass == 3   ? "wgmma fwd 128 keys, bwd 64 keys, groups of 5"
                   : pass == 1 ? "fwd 3 blocks/SM, bwd 2 barriers"
                   : pass == 2 ? "fwd 8 warps, bwd other shape, 2 barriers"
                   : long_t    ? "fwd 128 keys, bwd 4 warps"
@@ -421,6 +426,8 @@ int main(void) {
     unsetenv("NT_ATTN_BWD_WARPS");
     unsetenv("NT_ATTN_BWD_PIPE");
     unsetenv("NT_ATTN_WGMMA");
+    unsetenv("NT_ATTN_BWD_KEYS");
+    unsetenv("NT_ATTN_BWD_GROUP");
     unsetenv(fwd_var[pass][0]);
   }
   /* Unaligned views must fall back to the simple kernels and still be right. */
@@ -460,7 +467,8 @@ int main(void) {
     unsetenv("NT_ATTN_SIMPLE");
   }
   /* Dropout on the kernels the defaults do not pick: the mma.sync pair for D = 64 (and the
-   * backward's other block shape on each side of T = 512), then the wgmma variants. */
+   * backward's other block shape on each side of T = 512), then the wgmma variants (128-key
+   * forward tiles, two-warpgroup backward blocks at every T, heads in groups of 2). */
   for (int pass = 0; pass < 2; pass++)
     for (int d = 0; d < 2; d++)
       for (int i = 0; i < ndc; i++) {
@@ -473,12 +481,16 @@ int main(void) {
           rm.name = dcases[i].T >= 512 ? "dropout mma bwd 4 warps" : "dropout mma bwd 8 warps";
         } else {
           setenv("NT_ATTN_WG_KEYS", "128", 1);
-          rm.name = "dropout wgmma fwd 128 keys";
+          setenv("NT_ATTN_BWD_KEYS", "128", 1);
+          setenv("NT_ATTN_BWD_GROUP", "2", 1);
+          rm.name = "dropout wgmma fwd 128 keys, bwd 128 keys, groups of 2";
         }
         run_case(g, c, dts[d], dcases[i], &rm, 500 + (uint64_t)i);
         unsetenv("NT_ATTN_WGMMA");
         unsetenv("NT_ATTN_BWD_WARPS");
         unsetenv("NT_ATTN_WG_KEYS");
+        unsetenv("NT_ATTN_BWD_KEYS");
+        unsetenv("NT_ATTN_BWD_GROUP");
       }
   /* The mask bit for bit, on the tensor-core and the simple path. */
   for (int mode = 0; mode < 2; mode++) {
