@@ -3,10 +3,10 @@
  * (B 16, H 12, T 1024, D 64) shapes, then the small GPT's shape with attention dropout 0.2
  * (the Philox mask regenerated in forward and backward) and with q, k, v read straight from a
  * [B, T, 3C] projection output (out into [B, T, C], gradients written into [B, T, 3C] with
- * overwrite: what the model runs), and GPT-2's shape with its original dropout 0.1. Prints a table and "RESULT nt <row> <fwd> <bwd> <total>"
- * lines (ms) for run_attention.sh. Usage: bench_attention [repeats] [row index 0..4, -1 (the
- * default) all] [calls per timed sample, default 1] (NT_ATTN_SIMPLE=1 times the fallback
- * kernels; NT_ATTN_BENCH_ACCUMULATE=1 the backward in its += form). With one call per sample
+ * overwrite: what the model runs), and GPT-2's shape with its original dropout 0.1. Prints a
+ * table and "RESULT nt <row> <fwd> <bwd> <total>" lines (ms) for run_attention.sh. Usage:
+ * bench_attention [repeats] [row index 0..4, -1 (the default) all] [calls per timed sample,
+ * default 1] (NT_ATTN_SIMPLE=1 times the fallback kernels; NT_ATTN_BENCH_ACCUMULATE=1 the backward in its += form). With one call per sample
  * the host's launch latency is inside each timing; with several back to back (each sample's ms
  * divided by the count) the GPU runs them queued, as in a training step, and the figure is GPU
  * time per call. */

@@ -3,8 +3,7 @@ forward+backward in bf16 on the rows bench_attention.c times, with CUDA events (
 repeats after warm-up; --calls N times N calls in a row per sample, ms per call): two plain
 shapes, the small GPT's shape with dropout_p=0.2, and the same shape with q, k, v as views of
 one [B, T, 3C] tensor (the gradient lands in it, as in nanoGPT's attention), and GPT-2's shape
-with dropout_p=0.1. Prints a table
-and "RESULT torch <row> <fwd> <bwd> <total>" (ms).
+with dropout_p=0.1. Prints a table and "RESULT torch <row> <fwd> <bwd> <total>" (ms).
 Usage: python3 bench/bench_attention.py [--repeats N] [--calls N]"""
 import argparse
 import statistics

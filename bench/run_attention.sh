@@ -66,7 +66,7 @@ done
 if [ "${3:-}" != "noprof" ] && command -v ncu > /dev/null; then
   rep="$build/attention_ncu.txt"
   : > "$rep"
-  for k in fwd_wg_kernel bwd_wg_kernel 'dq_tiles_finish'; do
+  for k in fwd_wg_kernel bwd_wg_kernel 'prep_rows_vec|dq_tiles_finish|dq_finish'; do
     sections="--section SpeedOfLight"
     case "$k" in *_kernel) sections="$sections --section Occupancy --section WarpStateStats \
 --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section LaunchStats" ;; esac

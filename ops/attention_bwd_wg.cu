@@ -1,7 +1,8 @@
 /* Causal attention backward on Hopper's warpgroup MMA (wgmma), D = 64, F16/BF16: a block of two
  * warpgroups owns 128 keys (64 each; with dropout up to T = 512 a block is one warpgroup and 64
- * keys, see launch_k) and walks the query tiles of 64 from the diagonal to the end, double-buffering Q, dO, lse and D by the TMA (cp.async where no map can be made; Q and
- * dO into 128-byte swizzled shared tiles, ops/wgmma.cuh). Per query tile and warpgroup:
+ * keys, see launch_k) and walks the query tiles of 64 from the diagonal to the end,
+ * double-buffering Q, dO, lse and D by the TMA (cp.async where no map can be made; Q and dO
+ * into 128-byte swizzled shared tiles, ops/wgmma.cuh). Per query tile and warpgroup:
  *   S^T = K Q^T and dP^T = V dO^T   (shared x shared, m64n64, fp32 accumulators),
  *   P^T and dS^T = P^T * (dP^T - D) in registers (attention_bwd_common.cuh, as the mma.sync
  *     kernel: the accumulator layouts agree, so dropout regenerates the same keep bits),
@@ -168,9 +169,9 @@ __device__ __forceinline__ void load_rows(float *lse_s, float *dr_s, const float
 /* A warpgroup's dQ columns of one query tile added into dq_acc at dst straight from registers,
  * in the wgmma accumulator's order of 32 columns (float4 i of thread t at (i * 128 + t) * 4;
  * 64 columns: two such halves): four floats per reduction, each warp instruction 512
- * contiguous bytes. Against staging the tile in
- * shared memory for one bulk reduction (cp.reduce.async.bulk) this needs no proxy fence, no
- * barrier and no staging tiles: backward 2% faster at (16,12,1024,64) on the H200. */
+ * contiguous bytes. Against staging the tile in shared memory for one bulk reduction
+ * (cp.reduce.async.bulk) this needs no proxy fence, no barrier and no staging tiles: backward
+ * 2% faster at (16,12,1024,64) on the H200. */
 template <int kN>
 __device__ __forceinline__ void dq_reduce(const float (&gq)[kN][4], float *dst, int t) {
 #pragma unroll
@@ -185,7 +186,8 @@ __global__ void __launch_bounds__(shape<kWG>::kThreads, shape<kWG>::kMinBlocks)
                   const float *__restrict__ lse, const float *__restrict__ d_rows,
                   float *__restrict__ dq_acc, float4 *__restrict__ zero_next, long zero_n4,
                   nt_attn_view dkv, nt_attn_view dvv, int BH, int H, int T_, int group,
-                  float scale, nt_attn_drop dr, bool overwrite, const __grid_constant__ bwd_maps bm) {
+                  float scale, nt_attn_drop dr, bool overwrite,
+                  const __grid_constant__ bwd_maps bm) {
   using S = shape<kWG>;
   constexpr int kBc = S::kBc, kThreads = S::kThreads, kDssBytes = S::kDssBytes;
   extern __shared__ unsigned char smem_raw[];
@@ -195,8 +197,8 @@ __global__ void __launch_bounds__(shape<kWG>::kThreads, shape<kWG>::kMinBlocks)
   unsigned char *dos = qs + 2 * kBr * kRowBytes;  /* two buffers */
   unsigned char *dss = dos + 2 * kBr * kRowBytes; /* dS^T [key][query], two buffers */
   float *lse_s = reinterpret_cast<float *>(ks + S::kTileBytes);   /* two buffers */
-  float *dr_s = lse_s + 2 * kBr;                               /* two buffers */
-  const uint32_t bar0 = smem_addr(dr_s + 2 * kBr);             /* buffer b's barrier: + 8 b */
+  float *dr_s = lse_s + 2 * kBr;                                  /* two buffers */
+  const uint32_t bar0 = smem_addr(dr_s + 2 * kBr);                /* buffer b's barrier: + 8 b */
   pdl_wait();
   pdl_trigger();
 
