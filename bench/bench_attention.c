@@ -6,10 +6,10 @@
  * overwrite: what the model runs), and GPT-2's shape with its original dropout 0.1. Prints a
  * table and "RESULT nt <row> <fwd> <bwd> <total>" lines (ms) for run_attention.sh. Usage:
  * bench_attention [repeats] [row index 0..4, -1 (the default) all] [calls per timed sample,
- * default 1] (NT_ATTN_SIMPLE=1 times the fallback kernels; NT_ATTN_BENCH_ACCUMULATE=1 the backward in its += form). With one call per sample
- * the host's launch latency is inside each timing; with several back to back (each sample's ms
- * divided by the count) the GPU runs them queued, as in a training step, and the figure is GPU
- * time per call. */
+ * default 1] (NT_ATTN_SIMPLE=1 times the fallback kernels; NT_ATTN_BENCH_ACCUMULATE=1 the
+ * backward in its += form). With one call per sample the host's launch latency is inside each
+ * timing; with several back to back (each sample's ms divided by the count) the GPU runs them
+ * queued, as in a training step, and the figure is GPU time per call. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
