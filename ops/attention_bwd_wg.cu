@@ -205,10 +205,10 @@ __global__ void __launch_bounds__(shape<kWG>::kThreads, shape<kWG>::kMinBlocks)
   const int n_t = (T_ + kBr - 1) / kBr;
   /* The heads go in groups of `group` (the last one may be smaller); within a group the low
    * key blocks, which see the most queries, run first. A head's blocks then run close together
-   * in time, so the reductions into its dQ tiles find them in the L2: with groups of 32 heads
-   * against all 192 at once at (16, 12, 1024, 64), DRAM traffic 281 against 701 MB, L2 hit
-   * rate 77% against 50%, backward 0.2746-0.2769 against 0.2904-0.2931 ms on the H200
-   * (bench/RESULTS.md, session 10). */
+   * in time, so the reductions into its dQ tiles find them in the L2. At (16, 12, 1024, 64) on
+   * the H200, against all 192 heads at once: with groups of 16 DRAM traffic 281 against
+   * 701 MB, L2 hit rate 77% against 50%; with groups of 32 the backward 0.2746-0.2769 against
+   * 0.2904-0.2931 ms (bench/RESULTS.md, session 10). */
   const long per = (long)group * (gridDim.x / BH), g0 = blockIdx.x / per * group;
   const long w = blockIdx.x % per, gs = min((long)group, BH - g0);
   const int kt = (int)(w / gs);
