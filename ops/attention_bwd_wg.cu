@@ -256,8 +256,8 @@ __global__ void __launch_bounds__(shape<kWG>::kThreads, shape<kWG>::kMinBlocks)
    * one group, with dq_tiles_finish's order: backward 0.2916-0.2921 against 0.2930-0.2933 ms
    * at (16, 12, 1024, 64) on the H200). */
   if (kt == 0) {
-    const long per = (zero_n4 + BH - 1) / BH, z0 = per * bh;
-    const long z1 = min(z0 + per, zero_n4);
+    const long share = (zero_n4 + BH - 1) / BH, z0 = share * bh;
+    const long z1 = min(z0 + share, zero_n4);
     for (long i = z0 + tid; i < z1; i += kThreads) zero_next[i] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
 
