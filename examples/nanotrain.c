@@ -4,7 +4,7 @@
  *   train cnn --device cuda --dtype fp16 --epochs 10 --out-dir runs/cnn
  * Run `train --help` for every option. Exit status: 0 success, 1 a failure during the run,
  * 2 a bad command line. */
-#include "models/train.h"
+#include "train/train.h"
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>

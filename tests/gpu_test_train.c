@@ -9,7 +9,7 @@
  *    reservations put them, fp32 losses close to the CPU's.
  * Skips (77) without a GPU. The data-driven parts need NT_DATA_DIR / Fashion-MNIST. */
 #include "tests/testutil.h"
-#include "models/train.h"
+#include "train/train.h"
 #include "data/idx.h"
 #include <math.h>
 #include <stdlib.h>

@@ -7,7 +7,7 @@
  *    N x the step's reservations, counted here from the GPT's shapes, and its losses differ
  *    from step to step with fixed weights only through fresh masks. */
 #include "tests/testutil.h"
-#include "models/train.h"
+#include "train/train.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 /* The GPT training loop: tiny shakespeare (character level, nanoGPT's split), an llm.c token
  * shard, or synthetic tokens; batches of random windows as nanoGPT's get_batch, drawn from a
  * counter-based stream keyed by the iteration (so a resumed run sees the same batches). */
-#include "models/train_internal.h"
+#include "train/train_internal.h"
 #include "data/shards.h"
 #include "data/text.h"
 #include <math.h>

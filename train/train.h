@@ -4,8 +4,8 @@
  * checkpoints with bit-identical resume, a JSONL metrics log, a Prometheus textfile, a
  * progress bar on a terminal, and (GPU) the forward/backward captured as a CUDA graph.
  * examples/nanotrain.c is the command line around nt_train_run. */
-#ifndef NT_MODELS_TRAIN_H
-#define NT_MODELS_TRAIN_H
+#ifndef NT_TRAIN_TRAIN_H
+#define NT_TRAIN_TRAIN_H
 #include <stdio.h>
 #include "core/nt.h"
 #include "models/cnn.h"

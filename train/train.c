@@ -1,6 +1,6 @@
 /* The training loop machinery both models share: optimizer and scaler setup, the LR schedule,
  * the step (with its CUDA graph), logging, metrics and checkpoints. */
-#include "models/train_internal.h"
+#include "train/train_internal.h"
 #include "models/checkpoint.h"
 #include "core/cuda_util.h"
 #include <math.h>

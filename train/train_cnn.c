@@ -1,6 +1,6 @@
 /* The CNN training loop: Fashion-MNIST through data/'s loader (shuffled per epoch, normalised
  * with mean 0.2860 / std 0.3530, optional crop + flip), test accuracy after every epoch. */
-#include "models/train_internal.h"
+#include "train/train_internal.h"
 #include "data/datasets.h"
 #include "data/idx.h"
 #include "data/loader.h"

@@ -1,11 +1,11 @@
 /* What the GPT and CNN training loops share (private to models/train*.c). */
-#ifndef NT_MODELS_TRAIN_INTERNAL_H
-#define NT_MODELS_TRAIN_INTERNAL_H
-#include "models/train.h"
-#include "models/cuda_graph.h"
+#ifndef NT_TRAIN_TRAIN_INTERNAL_H
+#define NT_TRAIN_TRAIN_INTERNAL_H
+#include "train/train.h"
+#include "train/cuda_graph.h"
 #include "models/json.h"
-#include "models/metrics.h"
-#include "models/memest.h"
+#include "train/metrics.h"
+#include "train/memest.h"
 #include "amp/scaler.h"
 #include "optim/adamw.h"
 
