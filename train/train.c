@@ -1,21 +1,15 @@
-/* The training loop machinery both models share: optimizer and scaler setup, the LR schedule,
- * the step (with its CUDA graph), logging, metrics and checkpoints. */
+/* The training loop, the same for every model (train/model.h): the optimizer and scaler for
+ * the model's parameters, the step (train/step.h), the LR schedule (optim/schedule.h),
+ * evaluations, logging and metrics; checkpoints are in train/train_checkpoint.c. */
 #include "train/train_internal.h"
-#include "models/checkpoint.h"
 #include "core/cuda_util.h"
+#include "models/checkpoint.h"
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 #include <unistd.h>
-
-double nt_now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 nt_train_options nt_train_defaults(nt_model_kind model) {
   nt_train_options o;
@@ -100,57 +94,56 @@ static double peak_flops(nt_ctx *ctx, nt_precision p) {
 #endif
 }
 
-nt_status nt_trainer_init(nt_trainer *T, nt_ctx *ctx, const nt_train_options *o,
-                          nt_train_result *res, nt_params *params, const char *model_name,
-                          const char *items_name) {
-  memset(T, 0, sizeof *T);
-  T->ctx = ctx;
-  T->o = o;
-  T->res = res;
-  T->out = o->out ? o->out : stdout;
-  T->model_name = model_name;
-  T->items_name = items_name;
-  T->params = params;
-  T->compute = params->compute_dtype;
+/* The step's body: the model's micro-step on the staged batch. */
+static nt_status train_body(nt_ctx *ctx, void *arg, const float *loss_scale,
+                            const nt_unit_hooks *hooks) {
+  nt_trainer *T = arg;
+  return T->model->ops->train_micro_step(ctx, T->model, &T->batch, loss_scale, hooks);
+}
+
+/* Optimizer and scaler (per the precision policy), the LR schedule, the step, metrics files. */
+static nt_status trainer_init(nt_trainer *T) {
+  const nt_train_options *o = T->o;
+  nt_ctx *ctx = T->ctx;
+  nt_model *md = T->model;
   T->best_val = 1e30;
+  T->last_eval_iter = T->last_save_iter = -1;
   T->bar = o->progress == 1 || (o->progress < 0 && isatty(fileno(T->out)));
-  T->peak_flops = peak_flops(ctx, o->precision);
-  int nu = params->n_units;
-  T->units = calloc((size_t)nu, sizeof *T->units);
-  T->ranges = calloc((size_t)(2 * nu), sizeof *T->ranges);
-  if (!T->units || !T->ranges) return NT_ERROR(ctx, NT_ERR_OOM, "out of host memory");
-  int nd = 0, nn = 0;
-  nt_param_range *dec = T->ranges, *nodec = T->ranges + nu;
-  for (int u = 0; u < nu; u++) {
-    nt_unit *un = &params->units[u];
-    T->units[u].params = un->compute;
-    T->units[u].grads = un->grad;
-    T->units[u].master_init = un->compute.owner ? &un->master : NULL;
-    if (un->n_decay) dec[nd++] = (nt_param_range){u, 0, un->n_decay};
-    if (un->numel > un->n_decay) nodec[nn++] = (nt_param_range){u, un->n_decay, un->numel - un->n_decay};
+  T->peak_flops = peak_flops(ctx, T->pol.precision);
+  /* how long the run is: iterations, or epochs of the model's batch source */
+  int64_t nb = md->batches_per_epoch, schedule_iters = 0;
+  T->total_iters = o->max_iters;
+  if (nb > 0) {
+    T->total_iters = schedule_iters = nb * o->epochs;   /* --max-iters stops, not reshapes */
+    if (o->max_iters > 0 && o->max_iters < T->total_iters) T->total_iters = o->max_iters;
   }
-  /* 2-D weights decay; biases and LayerNorm parameters do not (nanoGPT's groups) */
-  nt_param_group groups[2] = {{1.0f, (float)o->weight_decay, dec, nd}, {1.0f, 0.0f, nodec, nn}};
-  nt_adamw_options ao = nt_adamw_defaults();
-  ao.lr = o->lr;
-  ao.beta1 = o->beta1;
-  ao.beta2 = o->beta2;
-  ao.eps = o->eps;
-  ao.weight_decay = o->weight_decay;
-  nt_status st = nt_adamw_create(ctx, &ao, T->units, nu, groups, 2, &T->opt);
-  for (int u = 0; u < nu && !st; u++) {
-    nt_tensor master, m, v;
-    st = nt_adamw_state_views(T->opt, u, &master, &m, &v);
-    if (!st) st = nt_params_adopt_master(ctx, params, u, &master);
-  }
+  int64_t decay = o->lr_decay_iters > 0 ? o->lr_decay_iters
+                  : schedule_iters > 0 ? schedule_iters : T->total_iters;
+  T->sched = o->decay_lr ? nt_schedule_warmup_cosine(o->lr, o->min_lr, o->warmup_iters, decay)
+                         : nt_schedule_constant(o->lr);
+  nt_optimizer_options oo = nt_optimizer_defaults();
+  oo.adamw.lr = o->lr;
+  oo.adamw.beta1 = o->beta1;
+  oo.adamw.beta2 = o->beta2;
+  oo.adamw.eps = o->eps;
+  oo.adamw.weight_decay = o->weight_decay;
+  oo.scaler.enabled = T->pol.needs_scaler;
+  oo.scaler.init_scale = o->init_scale;
+  oo.scaler.growth_factor = o->growth_factor;
+  oo.scaler.backoff_factor = o->backoff_factor;
+  oo.scaler.growth_interval = o->growth_interval;
+  nt_status st = nt_optimizer_for_params(ctx, md->params, &oo, &T->opt);
   if (st) return st;
-  nt_scaler_options so = nt_scaler_defaults();
-  so.enabled = o->precision == NT_PREC_FP16;
-  so.init_scale = o->init_scale;
-  so.growth_factor = o->growth_factor;
-  so.backoff_factor = o->backoff_factor;
-  so.growth_interval = o->growth_interval;
-  st = nt_scaler_create(ctx, &so, &T->scaler);
+  nt_step_options so;
+  memset(&so, 0, sizeof so);
+  so.params = md->params;
+  so.body = train_body;
+  so.body_arg = T;
+  so.optimizer = T->opt;
+  so.max_norm = (float)o->grad_clip;
+  so.cuda_graph = o->cuda_graph;
+  so.trace = o->trace ? T->out : NULL;
+  st = nt_step_create(ctx, &so, &T->step);
   if (st) return st;
   if (o->out_dir) {
     char path[4096];
@@ -161,48 +154,23 @@ nt_status nt_trainer_init(nt_trainer *T, nt_ctx *ctx, const nt_train_options *o,
     if (st) return st;
     snprintf(T->prom_path, sizeof T->prom_path, "%s/metrics.prom", o->out_dir);
   }
-  int mode = o->cuda_graph;
-  T->graph_wanted = nt_ctx_is_cuda(ctx) && mode != 0;
-  const char *pr = getenv("NT_PROFILE_ITERS");
-  if (!pr || sscanf(pr, "%ld:%ld", &T->profile_from, &T->profile_to) != 2)
-    T->profile_from = T->profile_to = -1;
-  T->t_start = T->t_last = nt_now_s();
-  T->last_loss = NAN;
+  if (nt_ctx_is_cuda(ctx)) {
+    st = nt_event_create(ctx, &T->ev_start, true);
+    if (!st) st = nt_event_create(ctx, &T->ev_end, true);
+    if (st) return st;
+  }
+  T->t_start = nt_now_s();
   return NT_OK;
 }
 
-void nt_trainer_free(nt_trainer *T) {
-  nt_graph_free(T->graph);
+static void trainer_free(nt_trainer *T) {
+  nt_event_free(T->ctx, T->ev_start);
+  nt_event_free(T->ctx, T->ev_end);
+  nt_step_free(T->ctx, T->step);
   nt_metrics_log_close(T->log);
-  nt_scaler_free(T->ctx, T->scaler);
-  nt_adamw_free(T->ctx, T->opt);
-  free(T->units);
-  free(T->ranges);
+  nt_optimizer_free(T->ctx, &T->opt);
+  nt_model_free(T->ctx, T->model);
   memset(T, 0, sizeof *T);
-}
-
-const float *nt_trainer_loss_scale(nt_trainer *T) {
-  if (!nt_scaler_enabled(T->scaler)) return NULL;
-  nt_tensor s = nt_scaler_scale_tensor(T->scaler);
-  return (const float *)s.data;
-}
-
-double nt_trainer_lr(const nt_trainer *T, int64_t it) {
-  const nt_train_options *o = T->o;
-  if (!o->decay_lr) return o->lr;
-  int64_t warm = o->warmup_iters;
-  int64_t decay = o->lr_decay_iters > 0 ? o->lr_decay_iters
-                  : T->schedule_iters > 0 ? T->schedule_iters : T->total_iters;
-  if (it < warm) return o->lr * (double)(it + 1) / (double)(warm + 1);
-  if (it > decay || decay <= warm) return o->min_lr;
-  double ratio = (double)(it - warm) / (double)(decay - warm);
-  double coeff = 0.5 * (1.0 + cos(M_PI * ratio));
-  return o->min_lr + coeff * (o->lr - o->min_lr);
-}
-
-nt_status nt_trainer_read_scalar(nt_trainer *T, const nt_tensor *t, float *out) {
-  nt_tensor h = nt_tensor_view(out, NT_F32, nt_cpu(), 0, NULL);
-  return nt_tensor_copy(T->ctx, &h, t);
 }
 
 static void fmt_duration(char *buf, size_t len, double s) {
@@ -226,36 +194,55 @@ static nt_status write_metrics(nt_trainer *T, const nt_train_metrics *m, bool pr
   return st;
 }
 
+/* A log window starts: now, and (GPU) an event on the compute stream. */
+static nt_status window_start(nt_trainer *T) {
+  T->t_last = nt_now_s();
+  return T->ev_start ? nt_event_record(T->ctx, T->ev_start, NULL) : NT_OK;
+}
+
+/* Seconds since the window started: the events' elapsed time on a GPU (ev_end was recorded
+ * after the window's last step; the loss read before this call has synchronized), else the
+ * host's clock. */
+static nt_status window_seconds(nt_trainer *T, double now, double *dt) {
+  *dt = now - T->t_last;
+  if (!T->ev_start) return NT_OK;
+  float ms = 0;
+  nt_status st = nt_event_synchronize(T->ctx, T->ev_end);
+  if (!st) st = nt_event_elapsed_ms(T->ctx, T->ev_start, T->ev_end, &ms);
+  if (!st) *dt = 1e-3 * (double)ms;
+  return st;
+}
+
 static nt_status log_step(nt_trainer *T, float loss) {
   const nt_train_options *o = T->o;
-  double now = nt_now_s();
+  const nt_model *md = T->model;
+  double now = nt_now_s(), dt;
   int64_t steps = T->iter - T->iter_last;
-  double dt = now - T->t_last;
   nt_scaler_values sv = {1.0f, 0, 0, 0, -1};
   float gn = NAN;
-  nt_status st = nt_scaler_read(T->ctx, T->scaler, &sv);
-  if (!st && o->grad_clip > 0) st = nt_adamw_last_grad_norm(T->ctx, T->opt, &gn);
+  nt_status st = window_seconds(T, now, &dt);
+  if (!st) st = nt_scaler_read(T->ctx, T->opt.scaler, &sv);
+  if (!st && o->grad_clip > 0) st = nt_adamw_last_grad_norm(T->ctx, T->opt.adamw, &gn);
   if (st) return st;
-  if (!nt_scaler_enabled(T->scaler)) sv.scale = 1.0f;
+  if (!nt_scaler_enabled(T->opt.scaler)) sv.scale = 1.0f;
   nt_train_metrics m = nt_train_metrics_empty();
-  m.model = T->model_name;
-  m.items = T->items_name;
+  m.model = md->ops->name;
+  m.items = md->ops->items;
   m.step = T->iter;
   m.loss = loss;
-  m.lr = nt_trainer_lr(T, T->iter - 1);
+  m.lr = nt_schedule_lr(&T->sched, T->iter - 1);
   m.scale = sv.scale;
   m.skipped_steps = sv.skipped_total;
   m.grad_norm = gn;
   if (steps > 0 && dt > 0) {
     m.step_ms = 1e3 * dt / (double)steps;
-    m.items_per_sec = (double)(steps * T->items_per_step) / dt;
+    m.items_per_sec = (double)(steps * md->items_per_step) / dt;
     m.data_wait_ms = 1e3 * T->wait_s / (double)steps;
-    if (T->peak_flops > 0) m.mfu = T->flops_per_item * m.items_per_sec / T->peak_flops;
+    if (T->peak_flops > 0) m.mfu = md->flops_per_item * m.items_per_sec / T->peak_flops;
     T->last_ips = m.items_per_sec;
     T->last_step_ms = m.step_ms;
   }
-  if (T->o->model == NT_MODEL_CNN && T->total_iters > 0 && o->epochs > 0)
-    m.epoch = (double)T->iter * o->epochs / (double)T->total_iters;
+  if (md->batches_per_epoch > 0) m.epoch = (double)T->iter / (double)md->batches_per_epoch;
   m.elapsed_s = now - T->t_start;
   fill_memory(T, &m);
   T->res->skipped = sv.skipped_total;
@@ -277,329 +264,176 @@ static nt_status log_step(nt_trainer *T, float loss) {
       bar[width] = 0;
       fprintf(T->out, "\r\033[K%lld/%lld [%s] loss %.4f | %s %s/s | scale %g | ETA %s",
               (long long)T->iter, (long long)T->total_iters, bar, (double)loss, ips,
-              T->items_name, (double)sv.scale, eta);
+              md->ops->items, (double)sv.scale, eta);
     } else {
       fprintf(T->out, "step %lld/%lld | loss %.4f | lr %.3e | scale %g | norm %.3f | %.1f ms | "
               "%s %s/s", (long long)T->iter, (long long)T->total_iters, (double)loss, m.lr,
-              (double)sv.scale, (double)gn, m.step_ms, ips, T->items_name);
+              (double)sv.scale, (double)gn, m.step_ms, ips, md->ops->items);
       if (!isnan(m.mfu)) fprintf(T->out, " | mfu %.1f%%", 100 * m.mfu);
       fprintf(T->out, " | mem %.0f MiB\n", m.mem_allocated / 1048576.0);
     }
     fflush(T->out);
   }
-  T->t_last = nt_now_s();
   T->iter_last = T->iter;
   T->wait_s = 0;
-  return st;
+  nt_status ws = window_start(T);
+  return st ? st : ws;
 }
 
-/* The model's body inside an RNG step: its reservations are relative to the step base, and
- * the base's increment is the last thing queued (captured with the body). T->rng_step gets
- * the step's count. */
-static nt_status rng_step_body(nt_ctx *ctx, void *arg) {
-  nt_trainer *T = arg;
-  nt_status st = nt_ctx_rng_step_begin(ctx);
-  if (st) return st;
-  st = T->body(ctx, T->body_arg);
-  nt_status end = nt_ctx_rng_step_end(ctx, &T->rng_step);
-  return st ? st : end;
-}
-
-static nt_status replay(nt_trainer *T) {
-  nt_status st = nt_ctx_rng_step_replay(T->ctx, T->graph_rng);
-  return st ? st : nt_graph_launch(T->ctx, T->graph);
-}
-
-static nt_status run_body(nt_trainer *T) {
-  nt_ctx *ctx = T->ctx;
-  if (T->graph) return replay(T);
-  const uint64_t prev = T->rng_step;
-  nt_status st = rng_step_body(ctx, T);
-  if (st) return st;
-  T->eager_steps++;
-  if (T->eager_steps > 1 && T->rng_step != prev) T->rng_varies = true;
-  /* Capture after two eager steps: they warm the pool, tune the GEMM plans, and let lazily
-   * allocated buffers (the loader's device ring, the RNG step base) exist before the graph
-   * bakes in the scratch addresses the ops free inside it; nothing allocated later may hold
-   * data across a replay. */
-  if (!T->graph_wanted || T->graph_tried || T->eager_steps < 2) return NT_OK;
-  T->graph_tried = true;
-  if (T->rng_varies) {
-    nt_log(ctx, NT_LOG_WARN, "CUDA graph: the step's random-number count changed between "
-           "steps; running eagerly");
-    return NT_OK;
-  }
-  const uint64_t eager_rng = T->rng_step;
-  st = nt_graph_capture(ctx, rng_step_body, T, &T->graph);
-  const uint64_t captured = T->rng_step;
-  T->rng_step = eager_rng;
-  if (st) {
-    nt_log(ctx, NT_LOG_WARN, "CUDA graph capture failed, running eagerly: %s", nt_last_error(ctx));
-    nt_clear_error(ctx);
-    T->graph = NULL;
-    return NT_OK;
-  }
-  if (captured != eager_rng) {
-    /* The replays would advance the base by the wrong amount (or reuse numbers). */
-    nt_log(ctx, NT_LOG_WARN, "CUDA graph: the captured step reserves %llu random numbers, the "
-           "eager steps %llu; running eagerly", (unsigned long long)captured,
-           (unsigned long long)eager_rng);
-    nt_graph_free(T->graph);
-    T->graph = NULL;
-    return NT_OK;
-  }
-  T->graph_rng = captured;
-  T->res->used_cuda_graph = true;
-  return NT_OK;
-}
-
-nt_status nt_trainer_step(nt_trainer *T, const nt_tensor *loss) {
+/* One iteration: the step (train/step.h), then the bookkeeping; logs when due. Reads the loss
+ * back (a sync) only when logging or recording every loss. */
+static nt_status train_step(nt_trainer *T) {
   const nt_train_options *o = T->o;
+  nt_ctx *ctx = T->ctx;
   nt_mem_stats m0, m1;
-  nt_mem_get_stats(T->ctx, &m0);
-  /* NT_PROFILE_ITERS="a:b": iterations a..b-1 are the profiler's range (see nt_profiler_range). */
-  if (T->iter == T->profile_from) nt_profiler_range(T->ctx, true);
-  nt_status st = run_body(T);
+  nt_mem_get_stats(ctx, &m0);
+  /* profile_iters [from, to): the profiler's range (nt_profiler_range) */
+  bool profile = o->profile_iters.from < o->profile_iters.to;
+  if (profile && T->iter == o->profile_iters.from) nt_profiler_range(ctx, true);
+  /* the lr as the kernels always got it: rounded to fp32 */
+  double lr = (double)(float)nt_schedule_lr(&T->sched, T->iter);
+  nt_status st = nt_step_run(ctx, T->step, lr);
   if (st) return st;
-  nt_optim_step_args a = nt_optim_args((float)nt_trainer_lr(T, T->iter));
-  a.max_norm = (float)o->grad_clip;
-  st = nt_adamw_step_scaled(T->ctx, T->opt, T->scaler, &a);
-  if (!st) st = nt_scaler_update(T->ctx, T->scaler);
-  if (st) return st;
-  if (T->iter + 1 == T->profile_to) nt_profiler_range(T->ctx, false);
-  nt_mem_get_stats(T->ctx, &m1);
-  if (T->eager_steps >= 3 || T->graph)
+  if (profile && T->iter + 1 == o->profile_iters.to) nt_profiler_range(ctx, false);
+  nt_mem_get_stats(ctx, &m1);
+  if (nt_step_is_steady(T->step))
     T->res->steady_system_allocs += m1.n_system_allocs - m0.n_system_allocs;
+  T->res->used_cuda_graph = nt_step_uses_graph(T->step);
   T->iter++;
   T->res->steps = T->iter;
   bool due = o->log_interval > 0 && (T->iter % o->log_interval == 0 || T->iter == T->total_iters);
-  if (o->record_losses || due) {
-    float l;
-    st = nt_trainer_read_scalar(T, loss, &l);
-    if (st) return st;
-    T->last_loss = l;
-    T->res->last_loss = l;
-    if (o->record_losses) {
-      int64_t k = T->res->n_losses;
-      double *nl = realloc(T->res->losses, (size_t)(k + 1) * sizeof *nl);
-      if (!nl) return NT_ERROR(T->ctx, NT_ERR_OOM, "out of host memory for the loss history");
-      if (k == 0) T->res->first_step = T->iter - 1;
-      nl[k] = l;
-      T->res->losses = nl;
-      T->res->n_losses = k + 1;
-    }
-    if (due) st = log_step(T, l);
+  if (due && T->ev_end) st = nt_event_record(ctx, T->ev_end, NULL);
+  if (st || !(o->record_losses || due)) return st;
+  float l;
+  st = nt_model_read_scalar(ctx, T->model->ops->loss(T->model), &l);
+  if (st) return st;
+  T->res->last_loss = l;
+  if (o->record_losses) {
+    int64_t k = T->res->n_losses;
+    double *nl = realloc(T->res->losses, (size_t)(k + 1) * sizeof *nl);
+    if (!nl) return NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for the loss history");
+    if (k == 0) T->res->first_step = T->iter - 1;
+    nl[k] = l;
+    T->res->losses = nl;
+    T->res->n_losses = k + 1;
   }
-  return st;
+  return due ? log_step(T, l) : NT_OK;
 }
 
-nt_status nt_trainer_log_eval(nt_trainer *T, double train_loss, double val_loss, double accuracy) {
+/* An evaluation record: printed, JSONL, Prometheus. */
+static nt_status log_eval(nt_trainer *T, const nt_eval_result *e) {
+  const nt_model *md = T->model;
+  double held = e->has_val ? e->val_loss : e->test_loss;
   nt_train_metrics m = nt_train_metrics_empty();
-  m.model = T->model_name;
-  m.items = T->items_name;
+  m.model = md->ops->name;
+  m.items = md->ops->items;
   m.kind = "eval";
   m.step = T->iter;
-  m.loss = train_loss;
-  m.val_loss = val_loss;
-  m.accuracy = accuracy;
+  m.loss = e->train_loss;
+  m.val_loss = held;
+  m.accuracy = e->accuracy;
   m.elapsed_s = nt_now_s() - T->t_start;
   fill_memory(T, &m);
   nt_status st = T->log ? nt_metrics_log_write(T->ctx, T->log, &m) : NT_OK;
   /* the Prometheus file keeps the latest training gauges plus the evaluation's */
   nt_train_metrics p = T->last_train.model ? T->last_train : m;
   p.kind = "train";
-  p.val_loss = val_loss;
-  p.accuracy = accuracy;
+  p.val_loss = held;
+  p.accuracy = e->accuracy;
   if (!st && T->prom_path[0]) st = nt_metrics_prometheus_write(T->ctx, T->prom_path, &p);
-  if (T->o->model == NT_MODEL_GPT)
-    nt_trainer_print(T, "step %lld: train loss %.4f, val loss %.4f\n", (long long)T->iter,
-                     train_loss, val_loss);
+  char where[64];
+  if (md->batches_per_epoch > 0)
+    snprintf(where, sizeof where, "epoch %llu (step %lld)", (unsigned long long)T->epoch,
+             (long long)T->iter);
   else
-    nt_trainer_print(T, "epoch %llu (step %lld): test loss %.4f, test accuracy %.2f%%\n",
-                     (unsigned long long)T->epoch, (long long)T->iter, val_loss, 100 * accuracy);
+    snprintf(where, sizeof where, "step %lld", (long long)T->iter);
+  if (e->has_val)
+    nt_trainer_print(T, "%s: train loss %.4f, val loss %.4f\n", where, e->train_loss,
+                     e->val_loss);
+  else
+    nt_trainer_print(T, "%s: test loss %.4f, test accuracy %.2f%%\n", where, e->test_loss,
+                     100 * e->accuracy);
   return st;
 }
 
-/* ---- checkpoints ---- */
+/* The model's evaluation, recorded in the result and logged; the best held-out loss is kept
+ * (not at step 0, as nanoGPT) and a checkpoint written when the model wants one after every
+ * evaluation or the loss improved. final: the end-of-run evaluation (the run saves after it). */
+static nt_status evaluate(nt_trainer *T, bool final) {
+  nt_eval_result e = {NAN, NAN, NAN, NAN, false};
+  nt_status st = T->model->ops->evaluate(T->ctx, T->model, &e);
+  nt_train_result *r = T->res;
+  r->train_loss = e.train_loss;
+  r->val_loss = e.val_loss;
+  r->test_loss = e.test_loss;
+  r->test_accuracy = e.accuracy;
+  if (!st) st = log_eval(T, &e);
+  if (st) return st;
+  T->last_eval_iter = T->iter;
+  double held = e.has_val ? e.val_loss : e.test_loss;
+  bool improved = (final || T->iter > 0) && held < T->best_val;
+  if (improved) T->best_val = held;
+  if (T->model->checkpoint_every_eval || (improved && !final)) st = nt_trainer_save(T);
+  if (!st) st = window_start(T);   /* evaluation time is not step time */
+  return st;
+}
 
-nt_status nt_trainer_save(nt_trainer *T, nt_config_writer config, const void *arg) {
+/* The batch source ran out: the next epoch starts, after an evaluation. */
+static nt_status end_epoch(nt_trainer *T) {
+  T->epoch++;
+  T->batch_in_epoch = 0;
+  return evaluate(T, false);
+}
+
+static nt_status train_loop(nt_trainer *T) {
   const nt_train_options *o = T->o;
-  if (!o->out_dir) return NT_OK;
   nt_ctx *ctx = T->ctx;
-  int32_t step = 0;
-  nt_scaler_state ss;
-  nt_status st = nt_adamw_get_step(ctx, T->opt, &step);
-  if (!st) st = nt_scaler_state_get(ctx, T->scaler, &ss);
-  if (st) return st;
-  nt_jw w = {0};
-  nt_jw_begin(&w, '{');
-  nt_jw_key(&w, "format");
-  nt_jw_str(&w, "nanotrain-checkpoint");
-  nt_jw_key(&w, "version");
-  nt_jw_i64(&w, 1);
-  nt_jw_key(&w, "model");
-  nt_jw_str(&w, T->model_name);
-  nt_jw_key(&w, "precision");
-  nt_jw_str(&w, nt_precision_name(o->precision));
-  nt_jw_key(&w, "iter");
-  nt_jw_i64(&w, T->iter);
-  nt_jw_key(&w, "best_val_loss");
-  nt_jw_num(&w, T->best_val);
-  nt_jw_key(&w, "tensors");
-  nt_jw_str(&w, "ckpt.safetensors");
-  nt_jw_key(&w, "config");
-  nt_jw_begin(&w, '{');
-  config(&w, arg);
-  nt_jw_end(&w, '}');
-  nt_jw_key(&w, "optimizer");
-  nt_jw_begin(&w, '{');
-  nt_jw_key(&w, "type");
-  nt_jw_str(&w, "adamw");
-  nt_jw_key(&w, "step");
-  nt_jw_i64(&w, step);
-  nt_jw_key(&w, "lr");
-  nt_jw_num(&w, o->lr);
-  nt_jw_key(&w, "betas");
-  nt_jw_begin(&w, '[');
-  nt_jw_num(&w, o->beta1);
-  nt_jw_num(&w, o->beta2);
-  nt_jw_end(&w, ']');
-  nt_jw_key(&w, "eps");
-  nt_jw_num(&w, o->eps);
-  nt_jw_key(&w, "weight_decay");
-  nt_jw_num(&w, o->weight_decay);
-  nt_jw_key(&w, "moments");
-  nt_jw_str(&w, "optimizer.<unit>.exp_avg / exp_avg_sq in the safetensors file");
-  nt_jw_end(&w, '}');
-  nt_jw_key(&w, "scaler");
-  nt_jw_begin(&w, '{');
-  nt_jw_key(&w, "enabled");
-  nt_jw_bool(&w, nt_scaler_enabled(T->scaler));
-  nt_jw_key(&w, "scale");
-  nt_jw_num(&w, ss.scale);
-  nt_jw_key(&w, "growth_factor");
-  nt_jw_num(&w, ss.growth_factor);
-  nt_jw_key(&w, "backoff_factor");
-  nt_jw_num(&w, ss.backoff_factor);
-  nt_jw_key(&w, "growth_interval");
-  nt_jw_i64(&w, ss.growth_interval);
-  nt_jw_key(&w, "growth_tracker");
-  nt_jw_i64(&w, ss.growth_tracker);
-  nt_jw_key(&w, "min_scale");
-  nt_jw_num(&w, ss.min_scale);
-  nt_jw_key(&w, "max_scale");
-  nt_jw_num(&w, ss.max_scale);
-  nt_jw_key(&w, "hysteresis");
-  nt_jw_i64(&w, ss.hysteresis);
-  nt_jw_key(&w, "hysteresis_left");
-  nt_jw_i64(&w, ss.hysteresis_left);
-  nt_jw_key(&w, "updates");
-  nt_jw_i64(&w, ss.updates);
-  nt_jw_key(&w, "skipped_total");
-  nt_jw_i64(&w, ss.skipped_total);
-  nt_jw_end(&w, '}');
-  nt_jw_key(&w, "rng");
-  nt_jw_begin(&w, '{');
-  nt_jw_key(&w, "seed");
-  nt_jw_u64(&w, nt_ctx_seed(ctx));
-  nt_jw_key(&w, "offset");
-  nt_jw_u64(&w, nt_ctx_rng_offset(ctx));
-  nt_jw_end(&w, '}');
-  nt_jw_key(&w, "loader");
-  nt_jw_begin(&w, '{');
-  nt_jw_key(&w, "epoch");
-  nt_jw_u64(&w, T->epoch);
-  nt_jw_key(&w, "batch");
-  nt_jw_i64(&w, T->batch_in_epoch);
-  nt_jw_key(&w, "seed");
-  nt_jw_u64(&w, o->seed);
-  nt_jw_end(&w, '}');
-  nt_jw_key(&w, "train");
-  nt_jw_begin(&w, '{');
-  nt_jw_key(&w, "batch_size");
-  nt_jw_i64(&w, o->batch_size);
-  nt_jw_key(&w, "max_iters");
-  nt_jw_i64(&w, o->max_iters);
-  nt_jw_key(&w, "epochs");
-  nt_jw_i64(&w, o->epochs);
-  nt_jw_key(&w, "min_lr");
-  nt_jw_num(&w, o->min_lr);
-  nt_jw_key(&w, "warmup_iters");
-  nt_jw_i64(&w, o->warmup_iters);
-  nt_jw_key(&w, "lr_decay_iters");
-  nt_jw_i64(&w, o->lr_decay_iters);
-  nt_jw_key(&w, "grad_clip");
-  nt_jw_num(&w, o->grad_clip);
-  nt_jw_end(&w, '}');
-  nt_jw_end(&w, '}');
-  char *json = nt_jw_finish(&w);
-  if (!json) return NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for the checkpoint sidecar");
-  st = nt_checkpoint_save(ctx, o->out_dir, T->params, T->opt, json);
-  free(json);
-  if (!st) nt_trainer_print(T, "saved checkpoint to %s/ckpt.{safetensors,json} (step %lld)\n",
-                            o->out_dir, (long long)T->iter);
-  return st;
-}
-
-nt_status nt_trainer_read_sidecar(nt_ctx *ctx, const char *where, nt_json *root) {
-  char *text = NULL;
-  nt_status st = nt_checkpoint_read_sidecar(ctx, where, &text);
-  if (st) return st;
-  st = nt_json_parse(ctx, text, strlen(text), where, root);
-  free(text);
-  if (!st && strcmp(nt_json_str(nt_json_get(root, "format"), ""), "nanotrain-checkpoint")) {
-    nt_json_free(root);
-    st = NT_ERROR(ctx, NT_ERR_FORMAT, "%s: not a nanotrain checkpoint sidecar", where);
+  nt_model *md = T->model;
+  int64_t nb = md->batches_per_epoch;
+  bool epoch_open = false;
+  nt_status st = window_start(T);
+  while (!st && T->iter < T->total_iters) {
+    if (o->eval_interval > 0 && T->iter % o->eval_interval == 0 && T->last_eval_iter != T->iter) {
+      st = evaluate(T, false);
+      if (st) break;
+    }
+    if (!epoch_open) {
+      st = md->ops->start_epoch(ctx, md, T->epoch, T->batch_in_epoch);
+      epoch_open = true;
+      if (st) break;
+    }
+    bool end = false;
+    double wait = 0;
+    st = md->ops->next_batch(ctx, md, T->iter, &T->batch, &end, &wait);
+    T->wait_s += wait;
+    if (st) break;
+    if (end) {
+      epoch_open = false;
+      st = end_epoch(T);
+      continue;
+    }
+    if (nb > 0) T->batch_in_epoch++;
+    st = train_step(T);
+    if (!st && o->checkpoint_interval > 0 && T->iter % o->checkpoint_interval == 0 &&
+        T->iter < T->total_iters)
+      st = nt_trainer_save(T);
   }
+  /* the run ended exactly at an epoch's end */
+  if (!st && nb > 0 && T->batch_in_epoch >= nb) st = end_epoch(T);
+  /* the final evaluation (when the run evaluates at all and not already at this step), then
+   * the final checkpoint */
+  if (!st && (o->eval_interval > 0 || nb > 0) && T->last_eval_iter != T->iter)
+    st = evaluate(T, true);
+  T->res->best_val_loss = T->best_val < 1e30 ? T->best_val : NAN;
+  if (!st && T->last_save_iter != T->iter) st = nt_trainer_save(T);
   return st;
 }
 
-nt_status nt_trainer_restore(nt_trainer *T, const nt_json *root) {
-  nt_ctx *ctx = T->ctx;
-  const char *where = T->o->resume;
-  const char *model = nt_json_str(nt_json_get(root, "model"), "");
-  if (strcmp(model, T->model_name))
-    return NT_ERROR(ctx, NT_ERR_FORMAT, "%s: a '%s' checkpoint cannot resume a '%s' run", where,
-                    model, T->model_name);
-  nt_status st = nt_checkpoint_load_tensors(ctx, where, T->params, T->opt);
-  if (st) return st;
-  const nt_json *opt = nt_json_get(root, "optimizer"), *sc = nt_json_get(root, "scaler");
-  const nt_json *rng = nt_json_get(root, "rng"), *ld = nt_json_get(root, "loader");
-  if (!opt || !sc || !rng || !ld)
-    return NT_ERROR(ctx, NT_ERR_FORMAT, "%s: sidecar lacks optimizer/scaler/rng/loader", where);
-  st = nt_adamw_set_step(ctx, T->opt, (int32_t)nt_json_get_i64(opt, "step", 0));
-  if (st) return st;
-  nt_scaler_state ss;
-  st = nt_scaler_state_get(ctx, T->scaler, &ss);
-  if (st) return st;
-  ss.scale = (float)nt_json_get_num(sc, "scale", ss.scale);
-  ss.growth_factor = (float)nt_json_get_num(sc, "growth_factor", ss.growth_factor);
-  ss.backoff_factor = (float)nt_json_get_num(sc, "backoff_factor", ss.backoff_factor);
-  ss.growth_interval = (int32_t)nt_json_get_i64(sc, "growth_interval", ss.growth_interval);
-  ss.growth_tracker = (int32_t)nt_json_get_i64(sc, "growth_tracker", ss.growth_tracker);
-  ss.min_scale = (float)nt_json_get_num(sc, "min_scale", ss.min_scale);
-  ss.max_scale = (float)nt_json_get_num(sc, "max_scale", ss.max_scale);
-  ss.hysteresis = (int32_t)nt_json_get_i64(sc, "hysteresis", ss.hysteresis);
-  ss.hysteresis_left = (int32_t)nt_json_get_i64(sc, "hysteresis_left", ss.hysteresis_left);
-  ss.updates = nt_json_get_i64(sc, "updates", ss.updates);
-  ss.skipped_total = nt_json_get_i64(sc, "skipped_total", ss.skipped_total);
-  if (nt_scaler_enabled(T->scaler)) st = nt_scaler_state_set(ctx, T->scaler, &ss);
-  if (st) return st;
-  nt_ctx_manual_seed(ctx, nt_json_u64(nt_json_get(rng, "seed"), nt_ctx_seed(ctx)));
-  nt_ctx_set_rng_offset(ctx, nt_json_u64(nt_json_get(rng, "offset"), 0));
-  T->iter = T->iter_last = nt_json_get_i64(root, "iter", 0);
-  T->epoch = nt_json_u64(nt_json_get(ld, "epoch"), 0);
-  T->batch_in_epoch = nt_json_get_i64(ld, "batch", 0);
-  T->best_val = nt_json_get_num(root, "best_val_loss", 1e30);
-  T->res->steps = T->iter;
-  nt_trainer_print(T, "resumed from %s at step %lld (epoch %llu, batch %lld)\n", where,
-                   (long long)T->iter, (unsigned long long)T->epoch, (long long)T->batch_in_epoch);
-  return NT_OK;
-}
-
-void nt_trainer_finish(nt_trainer *T, const nt_mem_estimate *est) {
+/* End of run: throughput and peak memory next to the estimate. */
+static void report(nt_trainer *T) {
   nt_mem_stats ms;
   nt_mem_get_stats(T->ctx, &ms);
+  const nt_mem_estimate *est = &T->model->estimate;
   T->res->peak_bytes = ms.peak_allocated;
   T->res->estimate_bytes = (size_t)est->total;
   T->res->items_per_sec = T->last_ips;
@@ -607,9 +441,14 @@ void nt_trainer_finish(nt_trainer *T, const nt_mem_estimate *est) {
   if (T->o->quiet) return;
   if (T->bar) fprintf(T->out, "\n");
   fprintf(T->out, "memory (%s, %s): estimate vs measured peak\n",
-          nt_ctx_is_cuda(T->ctx) ? "GPU" : "CPU", nt_dtype_name(T->compute));
+          nt_ctx_is_cuda(T->ctx) ? "GPU" : "CPU", nt_dtype_name(T->model->compute));
   nt_memest_print(T->out, est, (double)ms.peak_allocated);
 }
+
+static const struct {
+  nt_model_kind kind;
+  nt_model_create_fn create;
+} model_table[] = {{NT_MODEL_GPT, nt_model_gpt_create}, {NT_MODEL_CNN, nt_model_cnn_create}};
 
 nt_status nt_train_run(nt_ctx *ctx, const nt_train_options *o, nt_train_result *res) {
   memset(res, 0, sizeof *res);
@@ -626,12 +465,37 @@ nt_status nt_train_run(nt_ctx *ctx, const nt_train_options *o, nt_train_result *
                     "(0, 1), growth_interval %d >= 1 required",
                     (double)o->init_scale, (double)o->growth_factor, (double)o->backoff_factor,
                     o->growth_interval);
-  nt_policy pol;
-  nt_status st = nt_policy_make(ctx, o->precision, &pol);
+  nt_model_create_fn create = NULL;
+  for (size_t i = 0; i < sizeof model_table / sizeof model_table[0]; i++)
+    if (model_table[i].kind == o->model) create = model_table[i].create;
+  if (!create) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "unknown model kind %d", (int)o->model);
+  nt_trainer T;
+  memset(&T, 0, sizeof T);
+  T.ctx = ctx;
+  T.o = o;
+  T.res = res;
+  T.out = o->out ? o->out : stdout;
+  /* the precision policy decides the compute dtype, the scaler and TF32 (amp/policy.h) */
+  nt_status st = nt_policy_make(ctx, o->precision, &T.pol);
   if (st) return st;
-  nt_policy_apply(ctx, &pol);
-  return o->model == NT_MODEL_GPT ? nt_train_gpt(ctx, o, &pol, res)
-                                  : nt_train_cnn(ctx, o, &pol, res);
+  nt_policy_apply(ctx, &T.pol);
+  nt_json side;
+  memset(&side, 0, sizeof side);
+  if (o->resume) st = nt_trainer_read_sidecar(ctx, o->resume, &side);
+  if (!st) st = create(ctx, o, &T.pol, o->resume ? nt_json_get(&side, "config") : NULL, &T.model);
+  /* the context's stream drives dropout */
+  nt_ctx_manual_seed(ctx, o->seed + 2);
+  nt_ctx_set_rng_offset(ctx, 0);
+  if (!st) st = trainer_init(&T);
+  if (!st && o->resume) st = nt_trainer_restore(&T, &side);
+  if (!st) nt_trainer_print(&T, "%s\n", T.model->summary);
+  if (!st) st = train_loop(&T);
+  if (!st) report(&T);
+  if (!st && T.model->ops->after_training)
+    st = T.model->ops->after_training(ctx, T.model, res, o->quiet ? NULL : T.out);
+  trainer_free(&T);
+  nt_json_free(&side);
+  return st;
 }
 
 void nt_train_result_free(nt_train_result *r) {
