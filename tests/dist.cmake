@@ -1,0 +1,68 @@
+# dist/: multi-rank tests under mpirun (label cpu). Without MPI or mpirun the tests still exist
+# and report skipped (exit 77). As root OpenMPI needs the OMPI_ALLOW_RUN_AS_ROOT variables;
+# --oversubscribe lets 3 and 4 ranks share a 2-core machine.
+if(TARGET ntlib AND NOT TARGET dist_train)
+  add_executable(dist_train ${CMAKE_CURRENT_SOURCE_DIR}/dist_train.c
+                            ${CMAKE_CURRENT_SOURCE_DIR}/dist_collectives.c)
+  target_link_libraries(dist_train PRIVATE nt_testutil)
+  add_executable(dist_unit ${CMAKE_CURRENT_SOURCE_DIR}/dist_unit.c)
+  target_link_libraries(dist_unit PRIVATE nt_testutil)
+  add_test(NAME dist_unit COMMAND dist_unit)
+  set_tests_properties(dist_unit PROPERTIES LABELS cpu SKIP_RETURN_CODE 77 TIMEOUT 120)
+
+  set(nt_mpi_env "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+  # nt_dist_test(name ranks args...): one mpirun case (plain dist_train when mpirun is absent,
+  # which then exits 77).
+  function(nt_dist_test name np)
+    if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
+      add_test(NAME ${name} COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np}
+               --oversubscribe --bind-to none $<TARGET_FILE:dist_train> ${ARGN})
+    else()
+      add_test(NAME ${name} COMMAND dist_train ${ARGN})
+    endif()
+    set_tests_properties(${name} PROPERTIES LABELS cpu SKIP_RETURN_CODE 77 TIMEOUT 120
+                         ENVIRONMENT "${nt_mpi_env}")
+  endfunction()
+
+  foreach(np 1 2 3 4)
+    nt_dist_test(dist_collectives_${np} ${np} --mode collectives)
+    # SGD with momentum: a sum where a mean belongs would show (Adam would hide it).
+    foreach(s NO_SHARD SHARD_GRAD_OP FULL_SHARD)
+      nt_dist_test(dist_${s}_sgd_${np} ${np} --strategy ${s} --optim sgd)
+    endforeach()
+  endforeach()
+  foreach(s NO_SHARD SHARD_GRAD_OP FULL_SHARD)
+    nt_dist_test(dist_${s}_adamw_clip_3 3 --strategy ${s} --optim adamw --clip 0.05)
+    nt_dist_test(dist_${s}_accum_2 2 --strategy ${s} --accum 3)
+    nt_dist_test(dist_${s}_memory_4 4 --strategy ${s} --optim adamw --check-memory --steps 3)
+    nt_dist_test(dist_${s}_bf16_reduce_2 2 --strategy ${s} --reduce-dtype bf16 --rtol 3e-2)
+  endforeach()
+  nt_dist_test(dist_FULL_SHARD_memory_3 3 --strategy FULL_SHARD --optim adamw --check-memory
+               --steps 3)
+  nt_dist_test(dist_FULL_SHARD_post_fwdprefetch_3 3 --strategy FULL_SHARD
+               --backward-prefetch BACKWARD_POST --forward-prefetch)
+  nt_dist_test(dist_FULL_SHARD_noprefetch_nolimit_2 2 --strategy FULL_SHARD
+               --backward-prefetch NONE --no-limit-all-gathers --no-reshard-after-forward)
+  # An inf gradient on one rank only: every rank skips the step (weights match one process
+  # that skipped it too).
+  nt_dist_test(dist_inf_one_rank_SHARD_GRAD_OP_3 3 --strategy SHARD_GRAD_OP --inf-rank 2
+               --inf-step 4 --steps 8)
+  nt_dist_test(dist_inf_one_rank_FULL_SHARD_2 2 --strategy FULL_SHARD --optim adamw
+               --inf-rank 0 --inf-step 2 --steps 6)
+
+  # Failures: the job must end, non-zero, well within the test's timeout.
+  nt_dist_test(dist_killed_rank 3 --strategy FULL_SHARD --kill-rank 1 --kill-step 3
+               --dist-timeout 5 --steps 200)
+  set_tests_properties(dist_killed_rank PROPERTIES TIMEOUT 60
+                       PASS_REGULAR_EXPRESSION "exited on signal 9|killed|Killed")
+  nt_dist_test(dist_stalled_rank 2 --strategy SHARD_GRAD_OP --stall-rank 1 --stall-step 2
+               --dist-timeout 2 --steps 200)
+  set_tests_properties(dist_stalled_rank PROPERTIES TIMEOUT 60
+                       PASS_REGULAR_EXPRESSION "rank 0: [a-z_]+ #[0-9]+ .* did not complete within 2.0 s")
+  nt_dist_test(dist_config_mismatch 3 --config-skew-rank 2 --dist-timeout 10)
+  set_tests_properties(dist_config_mismatch PROPERTIES TIMEOUT 60
+                       PASS_REGULAR_EXPRESSION "configurations differ: rank 0 has hash [0-9a-f]+, rank 2")
+  nt_dist_test(dist_fingerprint_mismatch 2 --fingerprint --op-skew-rank 1 --dist-timeout 10)
+  set_tests_properties(dist_fingerprint_mismatch PROPERTIES TIMEOUT 60
+                       PASS_REGULAR_EXPRESSION "rank 1 issued a different sequence of collectives")
+endif()
