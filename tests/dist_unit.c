@@ -7,6 +7,7 @@
 #include "dist/comm.h"
 #include "dist/fsdp.h"
 #include "dist/launch.h"
+#include "dist/launch_env.h"
 #include "dist/shard.h"
 #include "testutil.h"
 
@@ -35,6 +36,15 @@ static void test_parse(nt_ctx *ctx) {
   s.ompi_rank = "1", s.ompi_size = "2";   /* MPI's variables win */
   CHECK_OK(ctx, nt_dist_launch_parse(ctx, &s, &l));
   CHECK(l.kind == NT_LAUNCH_MPI && l.rank == 1 && l.world == 2, "mpirun");
+  /* The program-side reader: torchrun's variables. */
+  const char *vars[] = {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE",
+                        "SLURM_PROCID", "SLURM_NTASKS"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
+  setenv("RANK", "1", 1), setenv("WORLD_SIZE", "3", 1), setenv("LOCAL_RANK", "1", 1);
+  setenv("MASTER_ADDR", "127.0.0.1", 1), setenv("MASTER_PORT", "29511", 1);
+  CHECK_OK(ctx, nt_dist_launch_from_env(ctx, &l));
+  CHECK(l.kind == NT_LAUNCH_ENV && l.rank == 1 && l.world == 3 && l.master_port == 29511,
+        "from the environment");
 }
 
 /* Ranks 1..world-1 are children; rank 0 (this process) serves `id`. missing: a rank that never
