@@ -10,17 +10,22 @@ if(TARGET ntlib AND NOT TARGET dist_train)
   add_test(NAME dist_unit COMMAND dist_unit)
   set_tests_properties(dist_unit PROPERTIES LABELS cpu SKIP_RETURN_CODE 77 TIMEOUT 120)
 
-  set(nt_mpi_env "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+  # One BLAS thread per rank: several ranks already share the cores.
+  set(nt_mpi_env "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OPENBLAS_NUM_THREADS=1")
   # nt_dist_test(name ranks args...): one mpirun case (plain dist_train when mpirun is absent,
   # which then exits 77).
   function(nt_dist_test name np)
+    set(labels cpu)
+    if(name MATCHES "^dist_gpu")
+      set(labels gpu)
+    endif()
     if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
       add_test(NAME ${name} COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np}
                --oversubscribe --bind-to none $<TARGET_FILE:dist_train> ${ARGN})
     else()
       add_test(NAME ${name} COMMAND dist_train ${ARGN})
     endif()
-    set_tests_properties(${name} PROPERTIES LABELS cpu SKIP_RETURN_CODE 77 TIMEOUT 120
+    set_tests_properties(${name} PROPERTIES LABELS "${labels}" SKIP_RETURN_CODE 77 TIMEOUT 120
                          ENVIRONMENT "${nt_mpi_env}")
   endfunction()
 
@@ -49,6 +54,17 @@ if(TARGET ntlib AND NOT TARGET dist_train)
                --inf-step 4 --steps 8)
   nt_dist_test(dist_inf_one_rank_FULL_SHARD_2 2 --strategy FULL_SHARD --optim adamw
                --inf-rank 0 --inf-step 2 --steps 6)
+
+  # One GPU (label gpu; skipped without one): NCCL at world 1, and 2 and 4 ranks sharing the
+  # GPU through the MPI backend's staging, each against one process on the same GPU.
+  nt_dist_test(dist_gpu_nccl_collectives_1 1 --device cuda --backend nccl --mode collectives)
+  nt_dist_test(dist_gpu_mpi_collectives_2 2 --device cuda --backend mpi --mode collectives)
+  foreach(s NO_SHARD SHARD_GRAD_OP FULL_SHARD)
+    nt_dist_test(dist_gpu_nccl_${s}_1 1 --device cuda --backend nccl --strategy ${s})
+    nt_dist_test(dist_gpu_mpi_${s}_2 2 --device cuda --backend mpi --strategy ${s})
+    nt_dist_test(dist_gpu_mpi_${s}_adamw_4 4 --device cuda --backend mpi --strategy ${s}
+                 --optim adamw --clip 0.05 --check-memory)
+  endforeach()
 
   # Failures: the job must end, non-zero, well within the test's timeout.
   nt_dist_test(dist_killed_rank 3 --strategy FULL_SHARD --kill-rank 1 --kill-step 3
