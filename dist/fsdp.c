@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include "dist/comm_internal.h"
 #include "ops/elementwise.h"
 
 typedef struct {
@@ -33,7 +34,15 @@ struct nt_fsdp {
   bool recorded;
   int n_gathered, peak_gathered;
   double live_param, peak_param, live_grad, peak_grad, opt_elems, master_elems;
+  double t0;   /* trace clock origin */
 };
+
+static void trace(nt_fsdp *f, const char *event, int unit, double bytes, bool comm) {
+  if (!f->opt.trace) return;
+  fprintf(f->opt.trace, "fsdp r%d +%.3f ms %-18s unit %d %10.0f B seq %lld stream %s\n", f->rank,
+          1e3 * (nt_dist_now() - f->t0), event, unit, bytes, (long long)nt_comm_seq(f->comm),
+          comm && nt_comm_stream(f->comm) ? "comm" : comm ? "host(mpi)" : "compute");
+}
 
 nt_fsdp_options nt_fsdp_defaults(void) {
   nt_fsdp_options o;
@@ -168,6 +177,7 @@ nt_status nt_fsdp_create(nt_ctx *ctx, nt_comm *comm, nt_params *p, const nt_fsdp
   f->n = p->n_units;
   f->dev = nt_ctx_device(ctx);
   f->sync = true;
+  f->t0 = nt_dist_now();
   size_t cs = nt_dtype_size(p->compute_dtype);
   nt_status st = NT_OK;
   for (int j = 0; j < f->n && !st; j++) {
@@ -220,6 +230,7 @@ static nt_status gather(nt_ctx *ctx, nt_fsdp *f, int j) {
   if (!st) st = nt_comm_all_gather(f->comm, ctx, &u->shard, &u->full);
   if (st) return st;
   u->gather_seq = nt_comm_seq(f->comm);
+  trace(f, "gather", j, (double)nt_tensor_nbytes(&u->full), true);
   u->gathered = true;
   u->used = false;
   if (++f->n_gathered > f->peak_gathered) f->peak_gathered = f->n_gathered;
@@ -230,6 +241,7 @@ static nt_status gather(nt_ctx *ctx, nt_fsdp *f, int j) {
 static void release(nt_ctx *ctx, nt_fsdp *f, int j) {
   fsdp_unit *u = &f->u[j];
   if (!u->gathered) return;
+  trace(f, "free-params", j, (double)nt_tensor_nbytes(&u->full), false);
   free_flat(ctx, f, &u->full, &f->live_param);
   u->gathered = u->used = false;
   f->n_gathered--;
@@ -262,6 +274,7 @@ static int next_of(const nt_fsdp *f, const int *order, int n, int j, int dir) {
 
 static nt_status use_gathered(nt_ctx *ctx, nt_fsdp *f, int j) {
   nt_status st = gather(ctx, f, j);
+  trace(f, "compute waits", j, 0, false);
   if (!st) st = nt_comm_wait_seq(f->comm, ctx, f->u[j].gather_seq);
   f->u[j].used = true;
   return st;
@@ -269,6 +282,7 @@ static nt_status use_gathered(nt_ctx *ctx, nt_fsdp *f, int j) {
 
 nt_status nt_fsdp_before_forward(nt_ctx *ctx, void *arg, int j) {
   nt_fsdp *f = arg;
+  trace(f, "before_forward", j, 0, false);
   if (f->opt.strategy == NT_SHARD_GRAD_OP)
     return nt_comm_wait_seq(f->comm, ctx, f->u[j].gather_seq);
   if (f->opt.strategy != NT_SHARD_FULL) return NT_OK;
@@ -283,12 +297,14 @@ nt_status nt_fsdp_before_forward(nt_ctx *ctx, void *arg, int j) {
 
 nt_status nt_fsdp_before_backward(nt_ctx *ctx, void *arg, int j) {
   nt_fsdp *f = arg;
+  trace(f, "before_backward", j, 0, false);
   if (!sharded(f)) return NT_OK;
   fsdp_unit *u = &f->u[j];
   nt_status st = NT_OK;
   if (!u->gfull.data) {
     st = alloc_flat(ctx, &u->gfull, NT_F32, u->lay.padded, &f->live_grad, &f->peak_grad);
     if (!st) st = nt_tensor_zero(ctx, &u->gfull);
+    if (!st) trace(f, "alloc-grad", j, (double)nt_tensor_nbytes(&u->gfull), false);
     bind_grad(f, j);
   }
   if (st || f->opt.strategy != NT_SHARD_FULL) return st;
@@ -307,6 +323,7 @@ static nt_status reduce_unit(nt_ctx *ctx, nt_fsdp *f, int j) {
   nt_dtype rd = f->opt.reduce_dtype;
   nt_status st = NT_OK;
   if (!sharded(f)) {
+    trace(f, "all_reduce-grad", j, (double)nt_tensor_nbytes(&un->grad), true);
     if (rd == NT_F32) return nt_comm_all_reduce(f->comm, ctx, &un->grad, NT_REDUCE_SUM);
     st = alloc_flat(ctx, &u->red, rd, u->lay.numel, &f->live_grad, &f->peak_grad);
     if (!st) st = nt_convert(ctx, &u->red, &un->grad);
@@ -324,7 +341,9 @@ static nt_status reduce_unit(nt_ctx *ctx, nt_fsdp *f, int j) {
     if (!st) st = nt_comm_reduce_scatter(f->comm, ctx, &u->red, &u->red_shard);
     free_flat(ctx, f, &u->red, &f->live_grad);
   }
+  trace(f, "reduce_scatter-grad", j, (double)nt_tensor_nbytes(&u->gfull), true);
   free_flat(ctx, f, &u->gfull, &f->live_grad);
+  trace(f, "free-grad", j, (double)u->lay.padded * 4, false);
   bind_grad(f, j);
   return st;
 }
@@ -333,6 +352,7 @@ static nt_status reduce_unit(nt_ctx *ctx, nt_fsdp *f, int j) {
 static nt_status join(nt_ctx *ctx, nt_fsdp *f) {
   nt_status st = NT_OK;
   if (f->sync && f->n_reported > 0) {
+    trace(f, "join (compute waits)", -1, 0, false);
     st = nt_comm_wait_seq(f->comm, ctx, nt_comm_seq(f->comm));
     for (int j = 0; j < f->n && !st; j++) {
       fsdp_unit *u = &f->u[j];
@@ -355,6 +375,7 @@ nt_status nt_fsdp_grads_ready(nt_ctx *ctx, void *arg, int j) {
   nt_fsdp *f = arg;
   fsdp_unit *u = &f->u[j];
   nt_status st = NT_OK;
+  trace(f, "grads_ready", j, 0, false);
   if (!u->reported) {
     u->reported = true;
     f->n_reported++;
@@ -398,6 +419,7 @@ nt_status nt_fsdp_global_reduce(nt_ctx *ctx, void *arg, float *found_inf, float 
     st = nt_comm_all_reduce(f->comm, ctx, &t, NT_REDUCE_SUM);
   }
   if (!st) st = nt_comm_wait_seq(f->comm, ctx, nt_comm_seq(f->comm));
+  trace(f, "global-reduce", -1, 8, true);
   return st;
 }
 
@@ -410,6 +432,7 @@ nt_status nt_fsdp_params_updated(nt_ctx *ctx, void *arg) {
       fsdp_unit *u = &f->u[j];
       st = nt_comm_all_gather(f->comm, ctx, &u->shard, &u->full);
       u->gather_seq = nt_comm_seq(f->comm);
+      trace(f, "all_gather-updated", j, (double)nt_tensor_nbytes(&u->full), true);
     }
   } else if (f->opt.strategy == NT_SHARD_FULL) {
     for (int j = 0; j < f->n; j++) release(ctx, f, j);   /* stale after the update */

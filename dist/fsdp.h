@@ -35,6 +35,7 @@
  * nt_fsdp_finish_backward). */
 #ifndef NT_DIST_FSDP_H
 #define NT_DIST_FSDP_H
+#include <stdio.h>
 #include "core/nt.h"
 #include "dist/comm.h"
 #include "dist/shard.h"
@@ -58,7 +59,14 @@ typedef struct {
   bool limit_all_gathers;                  /* true: at most two units gathered at once */
   nt_backward_prefetch backward_prefetch;  /* BACKWARD_PRE */
   bool forward_prefetch;                   /* false */
+  FILE *trace;                             /* non-NULL: one line per runtime event (below) */
 } nt_fsdp_options;
+
+/* Trace lines (rank 0 of a job usually passes stderr or a file; each rank may have its own):
+ *   fsdp r<rank> +<ms> <event> unit <u> <bytes> B [seq <collective>] [stream comm|compute]
+ * events: gather, free-params, alloc-grad, reduce (all_reduce / reduce_scatter), free-grad,
+ * join, global-reduce, all-gather-updated, wait. Times are host enqueue times since create:
+ * with the NCCL backend the device runs the work later, on the stream named. */
 
 nt_fsdp_options nt_fsdp_defaults(void);
 bool nt_backward_prefetch_parse(const char *s, nt_backward_prefetch *out);

@@ -35,7 +35,7 @@ typedef struct {
   int inf_rank, inf_step, kill_rank, kill_step, stall_rank, stall_step, config_skew_rank,
       op_skew_rank;
   double timeout, clip, rtol;
-  bool check_memory, fingerprint, fwd_prefetch, no_reshard, no_limit;
+  bool check_memory, fingerprint, fwd_prefetch, no_reshard, no_limit, trace;
   const char *bwd_prefetch;
 } opts;
 
@@ -240,11 +240,12 @@ static nt_status run_init(nt_ctx *ctx, run *m, nt_comm *comm, const opts *o, int
   fo.forward_prefetch = o->fwd_prefetch;
   fo.reshard_after_forward = !o->no_reshard;
   fo.limit_all_gathers = !o->no_limit;
+  fo.trace = o->trace && world > 1 && R == 0 ? stdout : NULL;
   nt_status st = alloc_acts(ctx, m, o->accum);
-  nt_mem_reset_peak(ctx);   /* from here: activations (constant) plus model states */
   if (!st) st = build(ctx, &m->p);
   if (!st) st = nt_fsdp_create(ctx, comm, &m->p, &fo, &m->f);
   if (!st) st = make_optimizer(ctx, m, o);
+  nt_mem_reset_peak(ctx);   /* training from here: activations plus model states */
   return st;
 }
 
@@ -295,7 +296,8 @@ static void check_memory(nt_ctx *ctx, run *m, const opts *o) {
   CHECK(mem.master == 0 && e.master == 0, "fp32 has no separate master");
   if (sh == NT_SHARD_FULL && !o->no_limit)
     CHECK(mem.peak_gathered <= 2, "peak gathered units %d", mem.peak_gathered);
-  /* The pool's live bytes: model states as reported, within the pool's 512-byte rounding. */
+  /* The pool's peak during training, less the activations: the model states as reported plus
+   * the linear backward's scratch and the pool's 512-byte rounding (under 64 KiB here). */
   nt_mem_stats ms;
   nt_mem_get_stats(ctx, &ms);
   double states = mem.parameters + mem.gradients + mem.optimizer;
@@ -406,7 +408,7 @@ int main(int argc, char **argv) {
     OPT_D("--dist-timeout", timeout) OPT_D("--clip", clip) OPT_D("--rtol", rtol)
     OPT_B("--check-memory", check_memory) OPT_B("--fingerprint", fingerprint)
     OPT_B("--forward-prefetch", fwd_prefetch) OPT_B("--no-reshard-after-forward", no_reshard)
-    OPT_B("--no-limit-all-gathers", no_limit)
+    OPT_B("--no-limit-all-gathers", no_limit) OPT_B("--trace", trace)
     fprintf(stderr, "unknown option %s\n", a);
     return 2;
   }
