@@ -460,6 +460,10 @@ nt_status nt_fsdp_param_units(nt_fsdp *f, nt_param_unit *out) {
   return NT_OK;
 }
 
+void nt_fsdp_drop_master_init(nt_ctx *ctx, nt_fsdp *f) {
+  for (int j = 0; j < f->n; j++) nt_tensor_free(ctx, &f->u[j].master0);
+}
+
 int nt_fsdp_map_ranges(const nt_fsdp *f, const nt_param_range *in, int n, nt_param_range *out) {
   int k = 0;
   for (int i = 0; i < n; i++) {

@@ -101,6 +101,9 @@ nt_status nt_fsdp_zero_grad(nt_ctx *ctx, nt_fsdp *f);
  * of the padded buffers (compute shard, fp32 gradient shard, and master_init: the fp32 owned
  * values when the compute copy is 16-bit). */
 nt_status nt_fsdp_param_units(nt_fsdp *f, nt_param_unit *out);
+/* Once the optimizer has copied its master weights (16-bit compute, sharded strategies): frees
+ * the runtime's initial fp32 shards that master_init pointed at. */
+void nt_fsdp_drop_master_init(nt_ctx *ctx, nt_fsdp *f);
 /* Parameter-group ranges (unit offsets) mapped into the owned shards; empty parts dropped.
  * Returns the number written (at most n). */
 int nt_fsdp_map_ranges(const nt_fsdp *f, const nt_param_range *in, int n, nt_param_range *out);

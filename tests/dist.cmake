@@ -41,6 +41,10 @@ if(TARGET ntlib AND NOT TARGET dist_train)
     nt_dist_test(dist_${s}_accum_2 2 --strategy ${s} --accum 3)
     nt_dist_test(dist_${s}_memory_4 4 --strategy ${s} --optim adamw --check-memory --steps 3)
     nt_dist_test(dist_${s}_bf16_reduce_2 2 --strategy ${s} --reduce-dtype bf16 --rtol 3e-2)
+    # bf16 compute copies (gathered in bf16), fp32 masters in the optimizer's shards.
+    nt_dist_test(dist_${s}_bf16_params_3 3 --strategy ${s} --param-dtype bf16 --rtol 5e-3)
+    nt_dist_test(dist_${s}_bf16_memory_4 4 --strategy ${s} --param-dtype bf16 --optim adamw
+                 --check-memory --steps 3 --rtol 1e-2)
   endforeach()
   nt_dist_test(dist_FULL_SHARD_memory_3 3 --strategy FULL_SHARD --optim adamw --check-memory
                --steps 3)
@@ -64,6 +68,8 @@ if(TARGET ntlib AND NOT TARGET dist_train)
     nt_dist_test(dist_gpu_mpi_${s}_2 2 --device cuda --backend mpi --strategy ${s})
     nt_dist_test(dist_gpu_mpi_${s}_adamw_4 4 --device cuda --backend mpi --strategy ${s}
                  --optim adamw --clip 0.05 --check-memory)
+    nt_dist_test(dist_gpu_mpi_${s}_bf16_2 2 --device cuda --backend mpi --strategy ${s}
+                 --param-dtype bf16 --rtol 1e-2)
   endforeach()
 
   # Failures: the job must end, non-zero, well within the test's timeout.

@@ -30,7 +30,7 @@
 enum { D = 24, H = 96, C = 12, NU = 3 };
 
 typedef struct {
-  const char *mode, *strategy, *optim, *reduce, *device, *backend;
+  const char *mode, *strategy, *optim, *reduce, *device, *backend, *param;
   int steps, batch, accum;
   int inf_rank, inf_step, kill_rank, kill_step, stall_rank, stall_step, config_skew_rank,
       op_skew_rank;
@@ -52,7 +52,8 @@ typedef struct {
   size_t act_bytes;
 } run;
 
-static int W, R;   /* world size, rank */
+static int W, R;        /* world size, rank */
+static nt_dtype PDT;    /* parameter (compute) and activation dtype */
 
 /* ---- the model: logits = L3(gelu(L2(gelu(L1 x)))), cross-entropy over C classes ---- */
 
@@ -69,7 +70,7 @@ static nt_status build(nt_ctx *ctx, nt_params *p) {
                                 1.0f / sqrtf((float)io[u][0]), &idx);
     if (!st) st = nt_params_add(ctx, p, unit, "bias", 1, bs, false, NT_INIT_UNIFORM, 0.1f, &idx);
   }
-  if (!st) st = nt_params_alloc(ctx, p, NT_F32);
+  if (!st) st = nt_params_alloc(ctx, p, PDT);
   if (!st) st = nt_params_init(ctx, p, 1234);
   return st;
 }
@@ -77,9 +78,9 @@ static nt_status build(nt_ctx *ctx, nt_params *p) {
 static nt_status alloc_acts(nt_ctx *ctx, run *m, int accum) {
   int64_t r = m->rows;
   struct { nt_tensor *t; nt_dtype dt; int64_t w; } a[] = {
-      {&m->x, NT_F32, D},       {&m->pre1, NT_F32, H}, {&m->h1, NT_F32, H},
-      {&m->pre2, NT_F32, H},    {&m->h2, NT_F32, H},   {&m->logits, NT_F32, C},
-      {&m->dlogits, NT_F32, C}, {&m->dh2, NT_F32, H},  {&m->dh1, NT_F32, H},
+      {&m->x, PDT, D},       {&m->pre1, PDT, H}, {&m->h1, PDT, H},
+      {&m->pre2, PDT, H},    {&m->h2, PDT, H},   {&m->logits, PDT, C},
+      {&m->dlogits, PDT, C}, {&m->dh2, PDT, H},  {&m->dh1, PDT, H},
       {&m->targets, NT_I32, 0}, {&m->losses, NT_F32, 0}};
   nt_status st = NT_OK;
   for (size_t i = 0; i < sizeof a / sizeof a[0] && !st; i++) {
@@ -141,6 +142,14 @@ static nt_status micro_step(nt_ctx *ctx, run *m, int accum, bool inject_inf, dou
   return st;
 }
 
+/* The optimizer's fp32 master weights of unit u (this rank's shard when sharded). */
+static nt_tensor master_of(run *m, int u) {
+  nt_tensor master, other, other2;
+  if (m->sgd) nt_sgd_state_views(m->sgd, u, &master, &other);
+  else nt_adamw_state_views(m->adam, u, &master, &other, &other2);
+  return master;
+}
+
 static nt_status make_optimizer(nt_ctx *ctx, run *m, const opts *o) {
   nt_param_unit units[NU];
   nt_param_range dec[NU], nodec[NU], mdec[NU], mnodec[NU];
@@ -156,11 +165,19 @@ static nt_status make_optimizer(nt_ctx *ctx, run *m, const opts *o) {
   if (!strcmp(o->optim, "sgd")) {
     nt_sgd_options so = nt_sgd_defaults(0.05);
     so.momentum = 0.9;
-    return nt_sgd_create(ctx, &so, units, NU, g, 2, &m->sgd);
+    st = nt_sgd_create(ctx, &so, units, NU, g, 2, &m->sgd);
+  } else {
+    nt_adamw_options ao = nt_adamw_defaults();
+    ao.lr = 3e-3;
+    st = nt_adamw_create(ctx, &ao, units, NU, g, 2, &m->adam);
   }
-  nt_adamw_options ao = nt_adamw_defaults();
-  ao.lr = 3e-3;
-  return nt_adamw_create(ctx, &ao, units, NU, g, 2, &m->adam);
+  /* The optimizer holds the fp32 master weights now: drop the copies it was built from. */
+  nt_fsdp_drop_master_init(ctx, m->f);
+  for (int u = 0; u < NU && !st && PDT != NT_F32 && m->p.units[u].master.owner; u++) {
+    nt_tensor master = master_of(m, u);
+    st = nt_params_adopt_master(ctx, &m->p, u, &master);
+  }
+  return st;
 }
 
 /* Deterministic global batch of step s: rows g0 .. g0 + rows of it, copied to the device. */
@@ -176,7 +193,11 @@ static nt_status load_rows(nt_ctx *ctx, run *m, int s, int g0) {
   int64_t xs[2] = {rows, D}, ts[1] = {rows};
   nt_tensor hx = nt_tensor_view(x, NT_F32, nt_cpu(), 2, xs);
   nt_tensor ht = nt_tensor_view(t, NT_I32, nt_cpu(), 1, ts);
-  nt_status st = nt_tensor_copy(ctx, &m->x, &hx);
+  nt_tensor x32;
+  nt_status st = nt_tensor_alloc(ctx, &x32, NT_F32, 2, xs);
+  if (!st) st = nt_tensor_copy(ctx, &x32, &hx);
+  if (!st) st = nt_convert(ctx, &m->x, &x32);
+  nt_tensor_free(ctx, &x32);
   if (!st) st = nt_tensor_copy(ctx, &m->targets, &ht);
   if (!st) st = nt_ctx_synchronize(ctx);
   free(x);
@@ -240,6 +261,7 @@ static nt_status run_init(nt_ctx *ctx, run *m, nt_comm *comm, const opts *o, int
   fo.forward_prefetch = o->fwd_prefetch;
   fo.reshard_after_forward = !o->no_reshard;
   fo.limit_all_gathers = !o->no_limit;
+  fo.param_dtype = PDT;
   fo.trace = o->trace && world > 1 && R == 0 ? stdout : NULL;
   nt_status st = alloc_acts(ctx, m, o->accum);
   if (!st) st = build(ctx, &m->p);
@@ -272,7 +294,7 @@ static void check_memory(nt_ctx *ctx, run *m, const opts *o) {
   nt_sharding sh = NT_SHARD_NO_SHARD;
   nt_sharding_parse(o->strategy, &sh);
   nt_mem_estimate e;
-  nt_memest_compute(&sz, NT_F32, o->batch, D, C, sh, W, 0, &e);
+  nt_memest_compute(&sz, PDT, o->batch, D, C, sh, W, 0, &e);
   /* Padding adds fewer than W elements per unit and per buffer. */
   double slack = (double)NU * W * 4 * 4;
   if (R == 0)
@@ -293,14 +315,14 @@ static void check_memory(nt_ctx *ctx, run *m, const opts *o) {
         e.gradients);
   CHECK(close_to(mem.optimizer, e.optimizer, 0, 2 * slack), "optimizer %.0f vs %.0f",
         mem.optimizer, e.optimizer);
-  CHECK(mem.master == 0 && e.master == 0, "fp32 has no separate master");
+  CHECK(close_to(mem.master, e.master, 0, slack), "master %.0f vs %.0f", mem.master, e.master);
   if (sh == NT_SHARD_FULL && !o->no_limit)
     CHECK(mem.peak_gathered <= 2, "peak gathered units %d", mem.peak_gathered);
   /* The pool's peak during training, less the activations: the model states as reported plus
    * the linear backward's scratch and the pool's 512-byte rounding (under 64 KiB here). */
   nt_mem_stats ms;
   nt_mem_get_stats(ctx, &ms);
-  double states = mem.parameters + mem.gradients + mem.optimizer;
+  double states = mem.parameters + mem.gradients + mem.master + mem.optimizer;
   double measured = (double)ms.peak_allocated - (double)m->act_bytes;
   if (R == 0) printf("pool peak less activations %.0f bytes, model states %.0f\n", measured, states);
   CHECK(measured <= states + 64 * 1024 && measured > 0.8 * states,
@@ -312,13 +334,14 @@ static void compare_weights(nt_ctx *ctx, run *m, nt_ctx *rctx, run *ref, double 
     int64_t n = m->p.units[u].numel;
     float *got = malloc(sizeof(float) * (size_t)n);
     nt_tensor dst = nt_tensor_view(got, NT_F32, nt_cpu(), 1, &n);
-    if (!CHECK_OK(ctx, nt_fsdp_gather_unit(ctx, m->f, u, NULL, &dst))) {
+    nt_tensor ms = master_of(m, u), rs = master_of(ref, u);
+    if (!CHECK_OK(ctx, nt_fsdp_gather_unit(ctx, m->f, u, &ms, &dst))) {
       free(got);
       return;
     }
     float *want = malloc(sizeof(float) * (size_t)n);
     nt_tensor wdst = nt_tensor_view(want, NT_F32, nt_cpu(), 1, &n);
-    if (!CHECK_OK(rctx, nt_fsdp_gather_unit(rctx, ref->f, u, NULL, &wdst))) {
+    if (!CHECK_OK(rctx, nt_fsdp_gather_unit(rctx, ref->f, u, &rs, &wdst))) {
       free(got);
       free(want);
       return;
@@ -390,7 +413,8 @@ int main(int argc, char **argv) {
             .steps = 20, .batch = 2, .accum = 1, .inf_rank = -1, .inf_step = -1,
             .kill_rank = -1, .kill_step = -1, .stall_rank = -1, .stall_step = -1,
             .config_skew_rank = -1, .op_skew_rank = -1, .timeout = 60, .rtol = 1e-5,
-            .bwd_prefetch = "BACKWARD_PRE", .device = "cpu", .backend = "mpi"};
+            .bwd_prefetch = "BACKWARD_PRE", .device = "cpu", .backend = "mpi",
+            .param = "f32"};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
 #define OPT_S(name, field) if (!strcmp(a, name)) { o.field = v; i++; continue; }
@@ -399,7 +423,7 @@ int main(int argc, char **argv) {
 #define OPT_B(name, field) if (!strcmp(a, name)) { o.field = true; continue; }
     OPT_S("--mode", mode) OPT_S("--strategy", strategy) OPT_S("--optim", optim)
     OPT_S("--reduce-dtype", reduce) OPT_S("--backward-prefetch", bwd_prefetch)
-    OPT_S("--device", device) OPT_S("--backend", backend)
+    OPT_S("--device", device) OPT_S("--backend", backend) OPT_S("--param-dtype", param)
     OPT_I("--steps", steps) OPT_I("--batch", batch) OPT_I("--accum", accum)
     OPT_I("--inf-rank", inf_rank) OPT_I("--inf-step", inf_step)
     OPT_I("--kill-rank", kill_rank) OPT_I("--kill-step", kill_step)
@@ -413,7 +437,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   nt_comm_backend backend;
-  if (!nt_comm_backend_parse(o.backend, &backend)) return 2;
+  if (!nt_comm_backend_parse(o.backend, &backend) || !nt_dtype_parse(o.param, &PDT)) return 2;
 #ifndef NT_HAVE_MPI
   if (backend == NT_COMM_MPI) return nt_test_skip("MPI is not compiled in");
 #endif
