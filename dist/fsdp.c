@@ -283,8 +283,6 @@ static nt_status use_gathered(nt_ctx *ctx, nt_fsdp *f, int j) {
 nt_status nt_fsdp_before_forward(nt_ctx *ctx, void *arg, int j) {
   nt_fsdp *f = arg;
   trace(f, "before_forward", j, 0, false);
-  if (f->opt.strategy == NT_SHARD_GRAD_OP)
-    return nt_comm_wait_seq(f->comm, ctx, f->u[j].gather_seq);
   if (f->opt.strategy != NT_SHARD_FULL) return NT_OK;
   if (!f->recorded) record(f->fwd, &f->n_fwd, j);
   if (f->opt.reshard_after_forward)
@@ -434,6 +432,10 @@ nt_status nt_fsdp_params_updated(nt_ctx *ctx, void *arg) {
       u->gather_seq = nt_comm_seq(f->comm);
       trace(f, "all_gather-updated", j, (double)nt_tensor_nbytes(&u->full), true);
     }
+    /* The compute stream waits here, in the update stage, rather than in the next forward's
+     * before_forward: a forward captured as a CUDA graph cannot wait for an event recorded
+     * outside the capture. */
+    if (!st) st = nt_comm_wait_seq(f->comm, ctx, nt_comm_seq(f->comm));
   } else if (f->opt.strategy == NT_SHARD_FULL) {
     for (int j = 0; j < f->n; j++) release(ctx, f, j);   /* stale after the update */
   }

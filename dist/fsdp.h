@@ -30,9 +30,13 @@
  *
  * Streams: every hook only enqueues work (the NCCL backend) except with the MPI backend, whose
  * collectives run on the host (device buffers are staged and the compute stream synchronized).
- * The compute stream waits for a unit's gather in before_forward / before_backward, and for all
- * gradient reductions once the last unit of the micro-step has called grads_ready (or in
- * nt_fsdp_finish_backward). */
+ * The compute stream waits for a unit's gather in before_forward / before_backward (FULL_SHARD),
+ * for all gradient reductions once the last unit of the micro-step has called grads_ready (or in
+ * nt_fsdp_finish_backward), and for SHARD_GRAD_OP's gathers at the end of params_updated. So
+ * every collective issued in a forward + backward is also waited for inside it, and that part
+ * of the step can be captured as a CUDA graph with the NCCL backend (after warm-up steps, so the
+ * gathered and whole-gradient buffers come from the pool's cache). The MPI backend synchronizes
+ * with the host and cannot be captured. */
 #ifndef NT_DIST_FSDP_H
 #define NT_DIST_FSDP_H
 #include <stdio.h>
