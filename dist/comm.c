@@ -194,25 +194,26 @@ static nt_status check_pair(nt_comm *c, nt_ctx *ctx, const nt_tensor *full,
   return NT_OK;
 }
 
-nt_status nt_comm_reduce_scatter(nt_comm *c, nt_ctx *ctx, const nt_tensor *full,
-                                 nt_tensor *shard) {
-  nt_status st = check_pair(c, ctx, full, shard, "reduce_scatter");
+/* Reduce-scatter (full -> shard) and all-gather (shard -> full). */
+static nt_status issue_pair(nt_comm *c, nt_ctx *ctx, nt_coll_kind kind, const nt_tensor *full,
+                            const nt_tensor *shard) {
+  bool rs = kind == NT_COLL_REDUCE_SCATTER;
+  nt_status st = check_pair(c, ctx, full, shard, nt_coll_name(kind));
   if (st) return st;
-  nt_coll_args a = args_of(ctx, NT_COLL_REDUCE_SCATTER, full);
-  a.send = full->data;
-  a.recv = shard->data;
+  nt_coll_args a = args_of(ctx, kind, full);
+  a.send = rs ? full->data : shard->data;
+  a.recv = rs ? shard->data : full->data;
   a.count = nt_tensor_numel(shard);
   return issue(c, ctx, &a);
 }
 
+nt_status nt_comm_reduce_scatter(nt_comm *c, nt_ctx *ctx, const nt_tensor *full,
+                                 nt_tensor *shard) {
+  return issue_pair(c, ctx, NT_COLL_REDUCE_SCATTER, full, shard);
+}
+
 nt_status nt_comm_all_gather(nt_comm *c, nt_ctx *ctx, const nt_tensor *shard, nt_tensor *full) {
-  nt_status st = check_pair(c, ctx, full, shard, "all_gather");
-  if (st) return st;
-  nt_coll_args a = args_of(ctx, NT_COLL_ALL_GATHER, full);
-  a.send = shard->data;
-  a.recv = full->data;
-  a.count = nt_tensor_numel(shard);
-  return issue(c, ctx, &a);
+  return issue_pair(c, ctx, NT_COLL_ALL_GATHER, full, shard);
 }
 
 nt_status nt_comm_broadcast(nt_comm *c, nt_ctx *ctx, nt_tensor *t, int root) {
