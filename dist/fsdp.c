@@ -532,6 +532,45 @@ nt_status nt_fsdp_gather_unit(nt_ctx *ctx, nt_fsdp *f, int j, const nt_tensor *s
   return st;
 }
 
+nt_status nt_fsdp_scatter_unit(nt_ctx *ctx, nt_fsdp *f, int j, const nt_tensor *src,
+                               nt_tensor *dst) {
+  fsdp_unit *u = &f->u[j];
+  int64_t want = sharded(f) ? u->lay.shard : u->lay.numel, real = nt_shard_real(&u->lay);
+  if (nt_tensor_numel(src) != u->lay.numel || src->dtype != NT_F32 ||
+      nt_tensor_numel(dst) != want || dst->dtype != NT_F32)
+    return NT_ERROR(ctx, NT_ERR_SHAPE, "fsdp: scatter of unit %d: f32 [%lld] into f32 [%lld]", j,
+                    (long long)u->lay.numel, (long long)want);
+  nt_status st = nt_tensor_zero(ctx, dst);
+  nt_tensor from = nt_flat_view(src, u->lay.lo, real), to = nt_flat_view(dst, 0, real);
+  if (!st && real > 0) st = nt_tensor_copy(ctx, &to, &from);
+  return st;
+}
+
+nt_status nt_fsdp_load_unit(nt_ctx *ctx, nt_fsdp *f, int j, const nt_tensor *src) {
+  fsdp_unit *u = &f->u[j];
+  bool full_shard = f->opt.strategy == NT_SHARD_FULL;
+  /* FULL_SHARD keeps the owned shard; the others keep the whole unit (SHARD_GRAD_OP padded). */
+  nt_tensor kept = full_shard ? u->shard : sharded(f) ? u->full : f->p->units[j].compute;
+  nt_tensor tmp = {0};
+  double live = 0, peak = 0;
+  if (nt_tensor_numel(src) != u->lay.numel || src->dtype != NT_F32)
+    return NT_ERROR(ctx, NT_ERR_SHAPE, "fsdp: load of unit %d needs f32 [%lld]", j,
+                    (long long)u->lay.numel);
+  nt_status st = alloc_flat(ctx, &tmp, NT_F32, nt_tensor_numel(&kept), &live, &peak);
+  if (!st && full_shard) {
+    st = nt_fsdp_scatter_unit(ctx, f, j, src, &tmp);
+  } else if (!st) {
+    nt_tensor head = nt_flat_view(&tmp, 0, u->lay.numel);
+    st = nt_tensor_zero(ctx, &tmp);
+    if (!st) st = nt_tensor_copy(ctx, &head, src);
+  }
+  if (!st) st = copy_or_convert(ctx, &kept, &tmp);
+  if (!st) st = nt_ctx_synchronize(ctx);
+  nt_tensor_free(ctx, &tmp);
+  if (!st && full_shard) release(ctx, f, j);   /* a gathered copy would be stale */
+  return st;
+}
+
 void nt_fsdp_memory_of(const nt_fsdp *f, nt_fsdp_memory *m) {
   m->parameters = f->peak_param;
   m->gradients = f->peak_grad;

@@ -122,6 +122,14 @@ nt_status nt_fsdp_unscale_factor(nt_ctx *ctx, nt_fsdp *f, const nt_tensor *inv_s
  * parameters (F32 compute only). NO_SHARD: src's whole unit, copied. Synchronous. */
 nt_status nt_fsdp_gather_unit(nt_ctx *ctx, nt_fsdp *f, int unit, const nt_tensor *src,
                               nt_tensor *dst);
+/* The reverse, for loading a whole (consolidated) unit at any world size: dst (F32 [shard] on
+ * ctx's device, e.g. the optimizer's master or moment view; NO_SHARD: [numel]) = this rank's
+ * owned range of src (F32 [numel], any device), padding zero. No communication. */
+nt_status nt_fsdp_scatter_unit(nt_ctx *ctx, nt_fsdp *f, int unit, const nt_tensor *src,
+                               nt_tensor *dst);
+/* Rewrites the runtime's compute copy of the unit (kept shard, or whole buffer) from whole fp32
+ * values src (F32 [numel], any device), converted to the compute dtype. */
+nt_status nt_fsdp_load_unit(nt_ctx *ctx, nt_fsdp *f, int unit, const nt_tensor *src);
 
 /* Bytes per rank: persistent buffers plus the peak of temporary whole buffers since create. */
 typedef struct {

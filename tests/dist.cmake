@@ -84,6 +84,22 @@ if(TARGET ntlib AND NOT TARGET dist_train)
                  --param-dtype bf16 --rtol 1e-2)
   endforeach()
 
+  # Resharded resume: 4 -> 2 -> 1 -> 3 ranks through consolidated checkpoints (each stage under
+  # another strategy), every stage against one process trained from scratch to the same step.
+  set(ck ${CMAKE_CURRENT_BINARY_DIR}/dist_resume)
+  nt_dist_test(dist_resume_a_4 4 --strategy FULL_SHARD --optim adamw --steps 5 --global-batch 12
+               --save ${ck}1.bin)
+  nt_dist_test(dist_resume_b_2 2 --strategy SHARD_GRAD_OP --optim adamw --steps 5 --global-batch 12
+               --load ${ck}1.bin --save ${ck}2.bin)
+  nt_dist_test(dist_resume_c_1 1 --strategy NO_SHARD --optim adamw --steps 5 --global-batch 12
+               --load ${ck}2.bin --save ${ck}3.bin)
+  nt_dist_test(dist_resume_d_3 3 --strategy FULL_SHARD --optim adamw --steps 5 --global-batch 12
+               --load ${ck}3.bin)
+  set_tests_properties(dist_resume_a_4 PROPERTIES FIXTURES_SETUP dist_ck1)
+  set_tests_properties(dist_resume_b_2 PROPERTIES FIXTURES_REQUIRED dist_ck1 FIXTURES_SETUP dist_ck2)
+  set_tests_properties(dist_resume_c_1 PROPERTIES FIXTURES_REQUIRED dist_ck2 FIXTURES_SETUP dist_ck3)
+  set_tests_properties(dist_resume_d_3 PROPERTIES FIXTURES_REQUIRED dist_ck3)
+
   # Failures: the job must end, non-zero, well within the test's timeout.
   nt_dist_test(dist_killed_rank 3 --strategy FULL_SHARD --kill-rank 1 --kill-step 3
                --dist-timeout 5 --steps 200)

@@ -30,8 +30,8 @@
 enum { D = 24, H = 96, C = 12, NU = 3 };
 
 typedef struct {
-  const char *mode, *strategy, *optim, *reduce, *device, *backend, *param;
-  int steps, batch, accum;
+  const char *mode, *strategy, *optim, *reduce, *device, *backend, *param, *save, *load;
+  int steps, batch, accum, global_batch;
   int inf_rank, inf_step, kill_rank, kill_step, stall_rank, stall_step, config_skew_rank,
       op_skew_rank;
   double timeout, clip, rtol;
@@ -252,7 +252,11 @@ static nt_status train_step(nt_ctx *ctx, run *m, const opts *o, int s, int world
 static nt_status run_init(nt_ctx *ctx, run *m, nt_comm *comm, const opts *o, int world, bool ref) {
   memset(m, 0, sizeof *m);
   m->comm = comm;
-  m->rows = o->batch * (W / world);   /* the one-process run takes every rank's rows at once */
+  /* The global batch of a micro-step is --global-batch rows (default --batch per rank); the
+   * one-process run takes all of them at once. */
+  int global = o->global_batch > 0 ? o->global_batch : o->batch * W;
+  if (global % W) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "global batch %d over %d ranks", global, W);
+  m->rows = global / world;
   nt_fsdp_options fo = nt_fsdp_defaults();
   if (!ref && !nt_sharding_parse(o->strategy, &fo.strategy))
     return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "strategy %s", o->strategy);
@@ -362,6 +366,56 @@ static void compare_weights(nt_ctx *ctx, run *m, nt_ctx *rctx, run *ref, double 
   }
 }
 
+/* A consolidated checkpoint of an AdamW run (test format): int32 step, then per unit the whole
+ * fp32 master weights, m and v. Written by rank 0 from every rank's shards (gather_unit); read
+ * back at any world size (scatter_unit / load_unit): resharding is a property of the file. */
+static nt_status save_state(nt_ctx *ctx, run *m, const char *path, int32_t step) {
+  FILE *f = R == 0 ? fopen(path, "wb") : NULL;
+  if (R == 0 && !f) return NT_ERROR(ctx, NT_ERR_IO, "cannot write %s", path);
+  nt_status st = NT_OK;
+  if (f) fwrite(&step, sizeof step, 1, f);
+  for (int u = 0; u < NU && !st; u++) {
+    int64_t n = m->p.units[u].numel;
+    float *host = malloc(sizeof(float) * (size_t)n);
+    nt_tensor whole = nt_tensor_view(host, NT_F32, nt_cpu(), 1, &n), views[3];
+    st = nt_adamw_state_views(m->adam, u, &views[0], &views[1], &views[2]);
+    for (int k = 0; k < 3 && !st; k++) {
+      st = nt_fsdp_gather_unit(ctx, m->f, u, &views[k], &whole);
+      if (!st && f) fwrite(host, sizeof(float), (size_t)n, f);
+    }
+    free(host);
+  }
+  if (f) fclose(f);
+  return st;
+}
+
+static nt_status load_state(nt_ctx *ctx, run *m, const char *path, int32_t *step) {
+  FILE *f = fopen(path, "rb");
+  if (!f || fread(step, sizeof *step, 1, f) != 1) {
+    if (f) fclose(f);
+    return NT_ERROR(ctx, NT_ERR_IO, "cannot read %s", path);
+  }
+  nt_status st = NT_OK;
+  for (int u = 0; u < NU && !st; u++) {
+    int64_t n = m->p.units[u].numel;
+    float *host = malloc(sizeof(float) * (size_t)n);
+    nt_tensor whole = nt_tensor_view(host, NT_F32, nt_cpu(), 1, &n), views[3];
+    st = nt_adamw_state_views(m->adam, u, &views[0], &views[1], &views[2]);
+    for (int k = 0; k < 3 && !st; k++) {
+      if (fread(host, sizeof(float), (size_t)n, f) != (size_t)n) {
+        st = NT_ERROR(ctx, NT_ERR_FORMAT, "%s is truncated", path);
+        break;
+      }
+      if (k == 0) st = nt_fsdp_load_unit(ctx, m->f, u, &whole);
+      if (!st) st = nt_fsdp_scatter_unit(ctx, m->f, u, &whole, &views[k]);
+    }
+    free(host);
+  }
+  fclose(f);
+  if (!st) st = nt_adamw_set_step(ctx, m->adam, *step);
+  return st;
+}
+
 static int train(nt_ctx *ctx, nt_comm *comm, const opts *o) {
   char cfg[256];
   snprintf(cfg, sizeof cfg, "%s %s %d %d %d skew=%d", o->strategy, o->optim, o->steps, o->batch,
@@ -377,8 +431,16 @@ static int train(nt_ctx *ctx, nt_comm *comm, const opts *o) {
   if (!CHECK_OK(ctx, run_init(ctx, &m, comm, o, W, false))) return 1;
   if (!CHECK_OK(rctx, nt_comm_create(rctx, &lo, &local))) return 1;
   if (!CHECK_OK(rctx, run_init(rctx, &ref, local, o, 1, true))) return 1;
+  /* Resuming: this run continues from the file; the one-process run trains from scratch up
+   * to the same step, so a chain of resumes at other world sizes is checked end to end. */
+  int32_t start = 0;
+  if (o->load && !CHECK_OK(ctx, load_state(ctx, &m, o->load, &start))) return 1;
+  for (int s = 0; s < start; s++) {
+    double rl;
+    if (!CHECK_OK(rctx, train_step(rctx, &ref, o, s, 1, 0, o->accum, false, &rl))) return 1;
+  }
   int bad_loss = 0;
-  for (int s = 0; s < o->steps; s++) {
+  for (int s = start; s < start + o->steps; s++) {
     if (R == o->kill_rank && s == o->kill_step) raise(SIGKILL);
     if (R == o->stall_rank && s == o->stall_step) sleep((unsigned)(4 * o->timeout + 30));
     bool inject = s == o->inf_step;
@@ -396,11 +458,12 @@ static int train(nt_ctx *ctx, nt_comm *comm, const opts *o) {
       bad_loss++;
       fprintf(stderr, "rank %d step %d: loss %.8g, one process %.8g\n", R, s, gl, rl);
     }
-    if (R == 0 && (s == 0 || s == o->steps - 1)) printf("step %d loss %.6f (ref %.6f)\n", s, gl, rl);
+    if (R == 0 && (s == start || s == start + o->steps - 1)) printf("step %d loss %.6f (ref %.6f)\n", s, gl, rl);
   }
   CHECK(bad_loss == 0, "%d steps' losses differ from one process", bad_loss);
   compare_weights(ctx, &m, rctx, &ref, o->rtol);
   if (o->check_memory) check_memory(ctx, &m, o);
+  if (o->save) CHECK_OK(ctx, save_state(ctx, &m, o->save, start + o->steps));
   run_free(ctx, &m);
   run_free(rctx, &ref);
   nt_comm_free(rctx, local);
@@ -426,7 +489,9 @@ int main(int argc, char **argv) {
     OPT_S("--mode", mode) OPT_S("--strategy", strategy) OPT_S("--optim", optim)
     OPT_S("--reduce-dtype", reduce) OPT_S("--backward-prefetch", bwd_prefetch)
     OPT_S("--device", device) OPT_S("--backend", backend) OPT_S("--param-dtype", param)
+    OPT_S("--save", save) OPT_S("--load", load)
     OPT_I("--steps", steps) OPT_I("--batch", batch) OPT_I("--accum", accum)
+    OPT_I("--global-batch", global_batch)
     OPT_I("--inf-rank", inf_rank) OPT_I("--inf-step", inf_step)
     OPT_I("--kill-rank", kill_rank) OPT_I("--kill-step", kill_step)
     OPT_I("--stall-rank", stall_rank) OPT_I("--stall-step", stall_step)
