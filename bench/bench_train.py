@@ -580,6 +580,13 @@ def table(results, meta):
                          f"{x['max_ms']:.3f} | {x['items_per_s']:,.0f} {units[name]} | "
                          f"{x['peak_mib']:,.0f} | {ratio} |")
     lines.append("")
+    for name, r in results.items():
+        nt = r.get("nanotrain", {})
+        done = [(x["step_ms"], v) for v, x in r["torch"].items() if "step_ms" in x]
+        if done and "step_ms" in nt:
+            ms, v = min(done)
+            lines.append(f"{name}: nanotrain {nt['step_ms']:.3f} ms/step, the fastest torch "
+                         f"({v}) {ms:.3f} ms/step: nanotrain {ms / nt['step_ms']:.2f}x.")
     lines.append(f"{meta['windows']} windows of {', '.join(f'{k}: {v}' for k, v in meta['window'].items())} "
                  f"steps after {meta['skip']} windows of warm-up; torch {meta['torch']}, "
                  f"{meta['gpu']}; nanotrain at {meta['commit']}. torch / nanotrain > 1: "
@@ -620,7 +627,12 @@ def main():
     for name in a.only.split(","):
         if name not in ("gpt-char", "gpt2", "cnn"):
             ap.error(f"unknown workload {name}")
-        results[name] = workload(name, a, dev, clock)
+        try:
+            results[name] = workload(name, a, dev, clock)
+        except Exception as e:   # e.g. a data set missing: the other workloads still run
+            traceback.print_exc()
+            results[name] = {"config": {"window": 0}, "torch": {},
+                             "nanotrain": {"error": f"workload failed: {type(e).__name__}: {e}"}}
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, cwd=os.path.dirname(os.path.abspath(__file__))).stdout
     meta = {"torch": torch.__version__, "commit": commit.strip() or "?",
