@@ -9,22 +9,24 @@ Workloads (the same model, config, dtype and batch on both sides):
             fc 3136-256-10), batch 256, fp16 with a dynamic loss scaler
 Every step on both sides: forward, loss, backward, clip to global norm 1.0, fused AdamW.
 
-PyTorch variants (--variants picks some; a variant that fails is reported, the rest go on):
-  gpt*  eager          the model as written, SDPA attention, fused AdamW
-        compile        torch.compile(model) (default mode)
+PyTorch variants (default: those marked *; --variants picks others; a variant that fails is
+reported and the rest go on):
+  gpt*  eager *        the model as written, SDPA attention, fused AdamW
+        compile *      torch.compile(model) (default mode)
         compile-pad    torch.compile with the vocabulary padded to a multiple of 64 (50304 for
                        GPT-2, as nanoGPT and nanotrain pad; padded logits are left unmasked, as
-                       nanoGPT does); only where padding changes the vocabulary
-        compile-graph  the compiled model (padded where that applies) and the whole step -
-                       forward, backward, clip, capturable fused AdamW - in one
-                       torch.cuda.graph, replayed each step
-  cnn   dataloader     DataLoader (4 workers as nanotrain's loader, pinned memory, persistent
+                       nanoGPT does); only where padding changes the vocabulary (* for gpt2)
+        graph-eager    the whole step - forward, backward, clip, capturable fused AdamW - in
+                       one torch.cuda.graph, replayed each step; the padded vocabulary where it
+                       applies (* for gpt-char, where launch overhead matters)
+        graph-compile *  the same around the compiled model
+  cnn   dataloader *   DataLoader (4 workers as nanotrain's loader, pinned memory, persistent
                        workers, non-blocking copies), NCHW, eager, GradScaler, fused AdamW
-        gpu-eager      the dataset in GPU memory (a gather per step), channels_last, eager
-        gpu-compile    the same with torch.compile
-        graph-eager    the whole step (forward, backward, GradScaler unscale/step/update,
+        gpu-eager *    the dataset in GPU memory (a gather per step), channels_last, eager
+        gpu-compile *  the same with torch.compile
+        graph-eager *  the whole step (forward, backward, GradScaler unscale/step/update,
                        clip, capturable fused AdamW) in one torch.cuda.graph; data on the GPU
-        graph-compile  the same around the compiled model: the strongest setup
+        graph-compile *  the same around the compiled model: the strongest setup
   cudnn.benchmark is on for every CNN variant.
 
 How each side is timed (the same way):
@@ -42,10 +44,13 @@ How each side is timed (the same way):
   nanotrain: build/nanotrain runs as a subprocess with --log-interval = window and
     --max-iters = (skip + windows) * window, and writes metrics.jsonl. Its trainer times each
     log window on the GPU (CUDA events on the compute stream at the window's ends, read when
-    the log syncs) and reports `step_ms` = window time / window steps. The first `skip`
-    windows are warm-up (graph capture, GEMM tuning) and are dropped, as are windows that
-    contain an evaluation or a partial window. Its batches come from its own loader (GPT:
-    random windows drawn on the host each step; CNN: the async pinned-memory loader).
+    the log syncs; trainers older than that change report the host time between the log's
+    syncs, which is the same span) and reports `step_ms` = window time / window steps. The
+    first `skip` windows are warm-up (graph capture, GEMM tuning) and are dropped, as are
+    windows that contain an evaluation and partial windows. Each window starts right after the
+    log's sync, so the launch of its first step is counted against nanotrain (torch's windows
+    run back to back). Its batches come from its own loader (GPT: random windows drawn on the
+    host each step; CNN: the async pinned-memory loader).
   Both: the median over the >= 5 windows is the figure; the spread is the windows' min-max.
   items/s = items per step / median step time. Peak memory: torch.cuda.max_memory_allocated
   after reset_peak_memory_stats, less the memory that holds the data set / pre-built batches
@@ -275,16 +280,17 @@ def gpt_batches(tokens, B, T, count, dev, seed=0):
 
 
 def torch_gpt(cfg, variant, batches, dev, clock, a, cache):
-    """One PyTorch GPT variant. cache keeps the compiled model between variants (compile-graph
-    reuses the compiled model of the variant before it rather than compiling again)."""
-    V = cfg["Vp"] if variant in ("compile-pad", "compile-graph") else cfg["V"]
-    compiled = variant != "eager"
+    """One PyTorch GPT variant. cache keeps the compiled model between variants (graph-compile
+    reuses the one compile or compile-pad built rather than compiling again)."""
+    V = cfg["Vp"] if variant == "compile-pad" or variant.startswith("graph") else cfg["V"]
+    compiled = variant.endswith(("compile", "compile-pad"))
     key = (V, compiled)
-    if key in cache:
+    if compiled and key in cache:
         model, fwd = cache[key]
     else:
-        cache.clear()
-        torch._dynamo.reset()
+        if compiled:
+            cache.clear()
+            torch._dynamo.reset()
         fresh_memory(dev)
         torch.manual_seed(0)
         model = GPT(cfg["L"], cfg["H"], cfg["C"], cfg["T"], V, cfg["p"]).to(dev)
@@ -294,7 +300,7 @@ def torch_gpt(cfg, variant, batches, dev, clock, a, cache):
     for p in model.parameters():
         p.grad = None
     fresh_memory(dev)
-    graph = variant.endswith("graph")
+    graph = variant.startswith("graph")
     opt = adamw(model, 1e-3, (0.9, 0.99), 0.1, capturable=graph)
     items = cfg["B"] * cfg["T"]
     if not graph:
@@ -495,8 +501,11 @@ def cnn_workload(a):
     return cfg, nt
 
 
-VARIANTS = {"gpt": ["eager", "compile", "compile-pad", "compile-graph"],
+VARIANTS = {"gpt": ["eager", "graph-eager", "compile", "compile-pad", "graph-compile"],
             "cnn": ["dataloader", "gpu-eager", "gpu-compile", "graph-eager", "graph-compile"]}
+DEFAULTS = {"gpt-char": ["eager", "graph-eager", "compile", "graph-compile"],
+            "gpt2": ["eager", "compile", "compile-pad", "graph-compile"],
+            "cnn": VARIANTS["cnn"]}
 
 
 def run_torch(kind, cfg, variants, a, dev, clock, run_one, data):
@@ -523,7 +532,7 @@ def run_torch(kind, cfg, variants, a, dev, clock, run_one, data):
 
 def workload(name, a, dev, clock):
     kind = "cnn" if name == "cnn" else "gpt"
-    variants = [v for v in (a.variants.split(",") if a.variants else VARIANTS[kind])
+    variants = [v for v in (a.variants.split(",") if a.variants else DEFAULTS[name])
                 if v in VARIANTS[kind]]
     if kind == "gpt":
         cfg, toks, nt_args = gpt_workload(name, a)
@@ -595,13 +604,14 @@ def table(results, meta):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--train", default="build/nanotrain",
                     help="nanotrain binary ('' skips the nanotrain side)")
     ap.add_argument("--only", default="gpt-char,gpt2,cnn")
     ap.add_argument("--variants", default="",
-                    help="PyTorch variants to run (default all): " +
-                    ", ".join(VARIANTS["gpt"] + VARIANTS["cnn"]))
+                    help="PyTorch variants to run, in this order (default: the starred ones above): " +
+                    ", ".join(dict.fromkeys(VARIANTS["gpt"] + VARIANTS["cnn"])))
     ap.add_argument("--windows", type=int, default=7, help="timed windows (>= 5)")
     ap.add_argument("--skip", type=int, default=2, help="warm-up windows")
     ap.add_argument("--window", type=int, default=0,
