@@ -68,6 +68,7 @@ import gzip
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -279,9 +280,10 @@ def gpt_batches(tokens, B, T, count, dev, seed=0):
     return out
 
 
-def torch_gpt(cfg, variant, batches, dev, clock, a, cache):
-    """One PyTorch GPT variant. cache keeps the compiled model between variants (graph-compile
-    reuses the one compile or compile-pad built rather than compiling again)."""
+def gpt_stepper(cfg, variant, batches, dev, a, cache):
+    """A PyTorch GPT variant's step(i) and its vocabulary. cache keeps the compiled model
+    between variants (graph-compile reuses the one compile or compile-pad built rather than
+    compiling again)."""
     V = cfg["Vp"] if variant == "compile-pad" or variant.startswith("graph") else cfg["V"]
     compiled = variant.endswith(("compile", "compile-pad"))
     key = (V, compiled)
@@ -302,7 +304,6 @@ def torch_gpt(cfg, variant, batches, dev, clock, a, cache):
     fresh_memory(dev)
     graph = variant.startswith("graph")
     opt = adamw(model, 1e-3, (0.9, 0.99), 0.1, capturable=graph)
-    items = cfg["B"] * cfg["T"]
     if not graph:
         def step(i):
             return gpt_step(model, fwd, opt, *batches[i % len(batches)])
@@ -324,9 +325,14 @@ def torch_gpt(cfg, variant, batches, dev, clock, a, cache):
             sy.copy_(y, non_blocking=True)
             g.replay()
             return out["loss"]
-    r = time_windows(step, clock, a.skip * cfg["window"], a.windows, cfg["window"], items)
+    return step, V, None
+
+
+def torch_gpt(cfg, variant, batches, dev, clock, a, cache):
+    step, V, _ = gpt_stepper(cfg, variant, batches, dev, a, cache)
+    r = time_windows(step, clock, a.skip * cfg["window"], a.windows, cfg["window"],
+                     cfg["B"] * cfg["T"])
     r.update(peak_mib=peak_mib(dev, cfg["mem_base"]), vocab=V)
-    del opt
     return r
 
 
@@ -360,7 +366,8 @@ def dataloader_batches(xs, ys, B, workers, dev):
             yield xb.to(dev, non_blocking=cuda), yb.to(dev, non_blocking=cuda)
 
 
-def torch_cnn(cfg, variant, data, dev, clock, a, cache):
+def cnn_stepper(cfg, variant, data, dev, a, cache):
+    """A PyTorch CNN variant's step(i) and what ends it (the DataLoader's workers)."""
     xs, ys, gx, gy, order = data
     B = cfg["B"]
     compiled = variant.endswith("compile")
@@ -411,28 +418,40 @@ def torch_cnn(cfg, variant, data, dev, clock, a, cache):
             gather(i, sx, sy)
             g.replay()
             return out["loss"]
-    r = time_windows(step, clock, a.skip * cfg["window"], a.windows, cfg["window"], B)
+    return step, None, it.close if it is not None else None   # the workers end with it
+
+
+def torch_cnn(cfg, variant, data, dev, clock, a, cache):
+    step, _, end = cnn_stepper(cfg, variant, data, dev, a, cache)
+    r = time_windows(step, clock, a.skip * cfg["window"], a.windows, cfg["window"], cfg["B"])
     r.update(peak_mib=peak_mib(dev, cfg["mem_base"]))
-    if it is not None:
-        it.close()   # the loader's workers end with it
+    if end:
+        end()
     return r
 
 
 # ---------------------------------------------------------------- nanotrain
 def nanotrain(a, name, args, window, items_per_step, log_dir):
+    """Runs nanotrain in a temporary directory (its checkpoint is not kept: GPT-2's is large);
+    log_dir/name gets its output and metrics.jsonl."""
     steps = (a.skip + a.windows) * window
-    d = os.path.join(log_dir, name) if log_dir else tempfile.mkdtemp(prefix="bench_train_")
-    os.makedirs(d, exist_ok=True)
-    cmd = ([a.train] + args + ["--device", a.device, "--max-iters", str(steps), "--log-interval",
-                               str(window), "--out-dir", d, "--no-progress"])
-    t0 = time.time()
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    with open(os.path.join(d, "stdout.log"), "w") as f:
-        f.write(" ".join(cmd) + "\n" + r.stdout + r.stderr)
+    with tempfile.TemporaryDirectory(prefix="bench_train_") as d:
+        cmd = ([a.train] + args + ["--device", a.device, "--max-iters", str(steps),
+                                   "--log-interval", str(window), "--out-dir", d, "--no-progress"])
+        t0 = time.time()
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        metrics = os.path.join(d, "metrics.jsonl")
+        recs = [json.loads(line) for line in open(metrics)] if os.path.exists(metrics) else []
+        if log_dir:
+            keep = os.path.join(log_dir, name)
+            os.makedirs(keep, exist_ok=True)
+            with open(os.path.join(keep, "stdout.log"), "w") as f:
+                f.write(" ".join(cmd) + "\n" + r.stdout + r.stderr)
+            if recs:
+                shutil.copy(metrics, keep)
     if r.returncode:
         raise RuntimeError(f"nanotrain exited {r.returncode}: {' '.join(cmd)}\n"
                            f"{r.stdout[-2000:]}{r.stderr[-2000:]}")
-    recs = [json.loads(line) for line in open(os.path.join(d, "metrics.jsonl"))]
     evals = [x["step"] for x in recs if x["kind"] == "eval"]
     train = sorted((x for x in recs if x["kind"] == "train" and "step_ms" in x),
                    key=lambda x: x["step"])
@@ -444,7 +463,7 @@ def nanotrain(a, name, args, window, items_per_step, log_dir):
             kept.append(x)
         prev = s
     if len(kept) < min(5, a.windows):
-        raise RuntimeError(f"nanotrain: {len(kept)} usable log windows in {d}/metrics.jsonl")
+        raise RuntimeError(f"nanotrain: {len(kept)} usable log windows in its metrics.jsonl")
     res = summary([x["step_ms"] for x in kept], items_per_step)
     mfu = [x["mfu"] for x in kept if "mfu" in x]
     res.update(peak_mib=max(x.get("mem_peak_bytes", 0) for x in recs) / 2**20,
@@ -530,6 +549,20 @@ def run_torch(kind, cfg, variants, a, dev, clock, run_one, data):
     return out
 
 
+def torch_data(name, cfg, toks, dev, a):
+    """The torch side's data in GPU memory: 16 GPT batches, or the CNN's data set (host and
+    device copies) and a shuffled order of batches covering every step."""
+    if name != "cnn":
+        return gpt_batches(toks, cfg["B"], cfg["T"], 16, dev)
+    xs, ys = fashion_train(a.fashion_dir)
+    nb = len(xs) // cfg["B"]
+    epochs = -(-(a.skip + a.windows + 1) * cfg["window"] // nb)
+    order = torch.cat([torch.randperm(len(xs), device=dev)[:nb * cfg["B"]]
+                       for _ in range(epochs)]).view(-1, cfg["B"])
+    gx = xs.to(dev).contiguous(memory_format=torch.channels_last)
+    return xs, ys, gx, ys.to(dev), order
+
+
 def workload(name, a, dev, clock):
     kind = "cnn" if name == "cnn" else "gpt"
     variants = [v for v in (a.variants.split(",") if a.variants else DEFAULTS[name])
@@ -539,7 +572,7 @@ def workload(name, a, dev, clock):
         items = cfg["B"] * cfg["T"]
     else:
         cfg, nt_args = cnn_workload(a)
-        items = cfg["B"]
+        toks, items = None, cfg["B"]
     print(f"== {name}", flush=True)
     res = {"config": {k: v for k, v in cfg.items()}, "torch": {}}
     if a.train:
@@ -550,20 +583,10 @@ def workload(name, a, dev, clock):
             res["nanotrain"] = {"error": (str(e).splitlines() or [""])[0][:200]}
             print(f"  nanotrain: {e}", file=sys.stderr, flush=True)
     fresh_memory(dev)
-    if kind == "gpt":
-        data = gpt_batches(toks, cfg["B"], cfg["T"], 16, dev)
-        runner = torch_gpt
-    else:
-        xs, ys = fashion_train(a.fashion_dir)
-        nb = len(xs) // cfg["B"]
-        epochs = -(-(a.skip + a.windows + 1) * cfg["window"] // nb)
-        order = torch.cat([torch.randperm(len(xs), device=dev)[:nb * cfg["B"]]
-                           for _ in range(epochs)]).view(-1, cfg["B"])
-        gx = xs.to(dev).contiguous(memory_format=torch.channels_last)
-        data = (xs, ys, gx, ys.to(dev), order)
-        runner = torch_cnn
+    data = torch_data(name, cfg, toks, dev, a)
     cfg["mem_base"] = allocated(dev)   # the data (and anything left before it)
-    res["torch"] = run_torch(kind, cfg, variants, a, dev, clock, runner, data)
+    res["torch"] = run_torch(kind, cfg, variants, a, dev, clock,
+                             torch_gpt if kind == "gpt" else torch_cnn, data)
     del data
     fresh_memory(dev)
     return res
