@@ -53,8 +53,9 @@ How each side is timed (the same way):
     host each step; CNN: the async pinned-memory loader).
   Both: the median over the >= 5 windows is the figure; the spread is the windows' min-max.
   items/s = items per step / median step time. Peak memory: torch.cuda.max_memory_allocated
-  after reset_peak_memory_stats, less the memory that holds the data set / pre-built batches
-  (nanotrain keeps neither on the GPU); nanotrain: its pool's peak allocated bytes.
+  over the timed windows (the count restarts after the warm-up), less the memory that holds
+  the data set / pre-built batches (nanotrain keeps neither on the GPU); nanotrain: its pool's
+  peak allocated bytes over the whole run, warm-up included.
 
   python3 bench/bench_train.py --train build/nanotrain [--only gpt-char,gpt2,cnn]
       [--variants eager,compile,...] [--windows 7] [--skip 2] [--json FILE] [--log-dir DIR]
@@ -215,10 +216,13 @@ def summary(step_ms, items_per_step):
 
 def time_windows(step, clock, warm, windows, n, items_per_step):
     """step(i) runs training step i. Warm-up, one sync, then `windows` windows of n steps
-    timed by marks at their ends, read once at the end."""
+    timed by marks at their ends, read once at the end. The peak-memory count restarts after
+    the warm-up (compilation and capture may need more than the steps)."""
     for i in range(warm):
         loss = step(i)
     clock.sync()
+    if clock.cuda:
+        torch.cuda.reset_peak_memory_stats()
     marks = [clock.mark()]
     for w in range(windows):
         for j in range(n):
