@@ -157,10 +157,12 @@ def adamw(model, lr, betas, wd, capturable=False):
                              lr=lr, betas=betas, fused=True, capturable=capturable)
 
 
+# autocast_cache: autocast's cache of weight casts must be off inside a CUDA graph capture;
+# compiled variants run with it off too (the compiled graph does its own casts), so that the
+# graph-compile variants reuse their compiled code rather than recompiling for the flag.
 def gpt_step(model, fwd, opt, x, y, zero=True, cache=True):
-    """One training step as nanoGPT takes it: bf16 autocast, clip 1.0, AdamW. zero=False and
-    cache=False inside a CUDA graph (the gradients stay in the graph's pool; autocast's weight
-    cast cache must be off during capture)."""
+    """One training step as nanoGPT takes it: bf16 autocast, clip 1.0, AdamW. zero=False inside
+    a CUDA graph (the gradients stay in the graph's pool)."""
     with torch.autocast(x.device.type, dtype=torch.bfloat16, cache_enabled=cache):
         loss = fwd(x, y)
     loss.backward()
@@ -307,10 +309,11 @@ def gpt_stepper(cfg, variant, batches, dev, a, cache):
         p.grad = None
     fresh_memory(dev)
     graph = variant.startswith("graph")
+    cache_casts = not (graph or compiled)   # see autocast_cache
     opt = adamw(model, 1e-3, (0.9, 0.99), 0.1, capturable=graph)
     if not graph:
         def step(i):
-            return gpt_step(model, fwd, opt, *batches[i % len(batches)])
+            return gpt_step(model, fwd, opt, *batches[i % len(batches)], cache=cache_casts)
     else:
         sx, sy = (t.clone() for t in batches[0])
         out = {}
@@ -319,7 +322,7 @@ def gpt_stepper(cfg, variant, batches, dev, a, cache):
             if only_zero:
                 opt.zero_grad(set_to_none=True)
                 return
-            out["loss"] = gpt_step(model, fwd, opt, sx, sy, zero=zero, cache=False)
+            out["loss"] = gpt_step(model, fwd, opt, sx, sy, zero=zero, cache=cache_casts)
 
         g = capture(dev, body)
 
@@ -376,6 +379,7 @@ def cnn_stepper(cfg, variant, data, dev, a, cache):
     B = cfg["B"]
     compiled = variant.endswith("compile")
     graph = variant.startswith("graph")
+    cache_casts = not (graph or compiled)   # see autocast_cache
     cl = variant != "dataloader"
     fmt = torch.channels_last if cl else torch.contiguous_format
     key = ("compiled", fmt)
@@ -405,7 +409,7 @@ def cnn_stepper(cfg, variant, data, dev, a, cache):
             return cnn_step(model, fwd, opt, scaler, *next(it))
     elif not graph:
         def step(i):
-            return cnn_step(model, fwd, opt, scaler, *gather(i))
+            return cnn_step(model, fwd, opt, scaler, *gather(i), cache=cache_casts)
     else:
         sx, sy = (t.clone() for t in gather(0))
         out = {}
@@ -414,7 +418,7 @@ def cnn_stepper(cfg, variant, data, dev, a, cache):
             if only_zero:
                 opt.zero_grad(set_to_none=True)
                 return
-            out["loss"] = cnn_step(model, fwd, opt, scaler, sx, sy, zero=zero, cache=False)
+            out["loss"] = cnn_step(model, fwd, opt, scaler, sx, sy, zero=zero, cache=cache_casts)
 
         g = capture(dev, body)
 
@@ -563,7 +567,8 @@ def torch_data(name, cfg, toks, dev, a):
     epochs = -(-(a.skip + a.windows + 1) * cfg["window"] // nb)
     order = torch.cat([torch.randperm(len(xs), device=dev)[:nb * cfg["B"]]
                        for _ in range(epochs)]).view(-1, cfg["B"])
-    gx = xs.to(dev).contiguous(memory_format=torch.channels_last)
+    # fp16 on the GPU (the dtype the first convolution takes under autocast), channels_last
+    gx = xs.to(dev, torch.float16).contiguous(memory_format=torch.channels_last)
     return xs, ys, gx, ys.to(dev), order
 
 
@@ -660,28 +665,30 @@ def main():
     torch.backends.cudnn.allow_tf32 = True
     torch.backends.cudnn.benchmark = True
     clock = Clock(dev)
-    results = {}
-    for name in a.only.split(","):
-        if name not in ("gpt-char", "gpt2", "cnn"):
+    names = a.only.split(",")
+    for name in names:
+        if name not in DEFAULTS:
             ap.error(f"unknown workload {name}")
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, cwd=os.path.dirname(os.path.abspath(__file__))).stdout
+    meta = {"torch": torch.__version__, "commit": commit.strip() or "?",
+            "gpu": torch.cuda.get_device_name() if dev.type == "cuda" else "CPU",
+            "windows": a.windows, "skip": a.skip, "window": {},
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    results = {}
+    for name in names:
         try:
             results[name] = workload(name, a, dev, clock)
         except Exception as e:   # e.g. a data set missing: the other workloads still run
             traceback.print_exc()
             results[name] = {"config": {"window": 0}, "torch": {},
                              "nanotrain": {"error": f"workload failed: {type(e).__name__}: {e}"}}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True, cwd=os.path.dirname(os.path.abspath(__file__))).stdout
-    meta = {"torch": torch.__version__, "commit": commit.strip() or "?",
-            "gpu": torch.cuda.get_device_name() if dev.type == "cuda" else "CPU",
-            "windows": a.windows, "skip": a.skip,
-            "window": {k: r["config"]["window"] for k, r in results.items()},
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+        meta["window"][name] = results[name]["config"]["window"]
+        if a.json:   # after each workload: a run cut short keeps what it measured
+            with open(a.json, "w") as f:
+                json.dump({"meta": meta, "results": results}, f, indent=1)
     print()
     print(table(results, meta))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"meta": meta, "results": results}, f, indent=1)
 
 
 if __name__ == "__main__":
