@@ -252,24 +252,30 @@ def peak_mib(dev, base):
     return (torch.cuda.max_memory_allocated() - base) / 2**20 if dev.type == "cuda" else float("nan")
 
 
-def capture(dev, body, warm_steps=3):
-    """The whole step as a CUDA graph, as PyTorch's documentation shows it: warm-up steps on a
-    side stream (lazy state, cuDNN/Triton autotuning, compilation), gradients set to None so
-    that backward allocates them from the graph's pool, then one captured step. Returns the
-    graph (replay() runs on the current stream)."""
+def graph_stepper(opt, run, feed, warm_steps=3):
+    """The whole step as one CUDA graph, as PyTorch's documentation shows it. run(zero) takes
+    a step on the static inputs and returns the loss; feed(i) copies batch i into them. Warm-up
+    steps on a side stream (lazy state, cuDNN/Triton autotuning, compilation), gradients set to
+    None so that backward allocates them from the graph's pool, then one captured step.
+    Returns step(i): feed, replay (on the current stream), the static loss."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
         for _ in range(warm_steps):
-            body(zero=True)
+            run(zero=True)
     torch.cuda.current_stream().wait_stream(s)
     torch.cuda.synchronize()
+    opt.zero_grad(set_to_none=True)
     g = torch.cuda.CUDAGraph()
-    body(zero=True, only_zero=True)
     with torch.cuda.graph(g):
-        body(zero=False)
+        loss = run(zero=False)
     torch.cuda.synchronize()
-    return g
+
+    def step(i):
+        feed(i)
+        g.replay()
+        return loss
+    return step
 
 
 # ---------------------------------------------------------------- PyTorch GPT
@@ -305,8 +311,7 @@ def gpt_stepper(cfg, variant, batches, dev, a, cache):
         fwd = torch.compile(model) if compiled else model
         if compiled:
             cache[key] = (model, fwd)
-    for p in model.parameters():
-        p.grad = None
+    model.zero_grad(set_to_none=True)
     fresh_memory(dev)
     graph = variant.startswith("graph")
     cache_casts = not (graph or compiled)   # see autocast_cache
@@ -314,25 +319,15 @@ def gpt_stepper(cfg, variant, batches, dev, a, cache):
     if not graph:
         def step(i):
             return gpt_step(model, fwd, opt, *batches[i % len(batches)], cache=cache_casts)
-    else:
-        sx, sy = (t.clone() for t in batches[0])
-        out = {}
+        return step, V, None
+    sx, sy = (t.clone() for t in batches[0])
 
-        def body(zero, only_zero=False):
-            if only_zero:
-                opt.zero_grad(set_to_none=True)
-                return
-            out["loss"] = gpt_step(model, fwd, opt, sx, sy, zero=zero, cache=cache_casts)
-
-        g = capture(dev, body)
-
-        def step(i):
-            x, y = batches[i % len(batches)]
-            sx.copy_(x, non_blocking=True)
-            sy.copy_(y, non_blocking=True)
-            g.replay()
-            return out["loss"]
-    return step, V, None
+    def feed(i):
+        x, y = batches[i % len(batches)]
+        sx.copy_(x, non_blocking=True)
+        sy.copy_(y, non_blocking=True)
+    return graph_stepper(opt, lambda zero: gpt_step(model, fwd, opt, sx, sy, zero=zero,
+                                                    cache=cache_casts), feed), V, None
 
 
 def torch_gpt(cfg, variant, batches, dev, clock, a, cache):
@@ -391,8 +386,7 @@ def cnn_stepper(cfg, variant, data, dev, a, cache):
         fwd = torch.compile(model) if compiled else model
         if compiled:
             cache[key] = (model, fwd)
-    for p in model.parameters():
-        p.grad = None
+    model.zero_grad(set_to_none=True)
     fresh_memory(dev)
     opt = adamw(model, 1e-3, (0.9, 0.999), 0.05, capturable=graph)
     scaler = torch.amp.GradScaler(dev.type, growth_interval=1000)
@@ -412,20 +406,9 @@ def cnn_stepper(cfg, variant, data, dev, a, cache):
             return cnn_step(model, fwd, opt, scaler, *gather(i), cache=cache_casts)
     else:
         sx, sy = (t.clone() for t in gather(0))
-        out = {}
-
-        def body(zero, only_zero=False):
-            if only_zero:
-                opt.zero_grad(set_to_none=True)
-                return
-            out["loss"] = cnn_step(model, fwd, opt, scaler, sx, sy, zero=zero, cache=cache_casts)
-
-        g = capture(dev, body)
-
-        def step(i):
-            gather(i, sx, sy)
-            g.replay()
-            return out["loss"]
+        step = graph_stepper(opt, lambda zero: cnn_step(model, fwd, opt, scaler, sx, sy,
+                                                        zero=zero, cache=cache_casts),
+                             lambda i: gather(i, sx, sy))
     return step, None, it.close if it is not None else None   # the workers end with it
 
 
