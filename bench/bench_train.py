@@ -526,6 +526,10 @@ def run_torch(kind, cfg, variants, a, dev, clock, run_one, data):
         if "graph" in v and dev.type != "cuda":
             out[v] = {"error": "needs CUDA"}
             continue
+        if a.budget_s and time.time() - a.t0 > a.budget_s:
+            out[v] = {"error": f"skipped: past the {a.budget_s:.0f} s budget"}
+            print(f"  torch {v}: {out[v]['error']}", flush=True)
+            continue
         t0 = time.time()
         try:
             out[v] = run_one(cfg, v, data, dev, clock, a, cache)
@@ -637,8 +641,12 @@ def main():
     ap.add_argument("--fashion-dir", default=os.environ.get("NT_FASHION_DIR",
                                                             "/usr/share/datasets/fashion-mnist"))
     ap.add_argument("--log-dir", default="", help="keep nanotrain's logs and metrics here")
+    ap.add_argument("--budget-s", type=float, default=0,
+                    help="torch variants that would start past this many seconds are skipped "
+                         "(reported as such; 0: no limit)")
     ap.add_argument("--json")
     a = ap.parse_args()
+    a.t0 = time.time()
     if a.windows < 5 and not a.tiny:
         ap.error("--windows must be >= 5 (medians of at least 5 windows)")
     dev = torch.device(a.device)

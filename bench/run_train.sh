@@ -4,7 +4,8 @@
 # eager, torch.compile, padded-vocabulary, whole-step CUDA graph and DataLoader variants, timed
 # the same way on both sides: see the script's docstring) and prints the markdown table.
 # About 5 minutes on an H200 with the build present (most of it torch.compile's compilations;
-# less on a warm inductor cache); a cold build adds its own minutes.
+# less on a warm inductor cache); a cold build adds its own minutes. Bounded: torch variants
+# that would start past $BUDGET_S seconds (390) are skipped and reported as skipped.
 #   OUT=/path bench/run_train.sh [bench_train.py options, e.g. --only gpt2 --windows 9]
 # Writes under $OUT (when set): bench_train.md (the table), bench_train.json (every window),
 # bench_train.log (the whole output), bench_train_logs/<workload>/ (nanotrain's stdout and
@@ -27,7 +28,7 @@ fi
 if [[ -z "${NT_FASHION_DIR:-}" && -d .data/fashion-mnist ]]; then
   export NT_FASHION_DIR="$PWD/.data/fashion-mnist"
 fi
-args=(--train "$BUILD/nanotrain")
+args=(--train "$BUILD/nanotrain" --budget-s "${BUDGET_S:-390}")
 log=/dev/null
 if [[ -n "${OUT:-}" ]]; then
   mkdir -p "$OUT"
