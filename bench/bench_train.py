@@ -615,8 +615,9 @@ def table(results, meta):
             ms, v = min(done)
             lines.append(f"{name}: nanotrain {nt['step_ms']:.3f} ms/step, the fastest torch "
                          f"({v}) {ms:.3f} ms/step: nanotrain {ms / nt['step_ms']:.2f}x.")
-    lines.append(f"{meta['windows']} windows of {', '.join(f'{k}: {v}' for k, v in meta['window'].items())} "
-                 f"steps after {meta['skip']} windows of warm-up; torch {meta['torch']}, "
+    lines.append(f"{meta['windows']} timed windows of ("
+                 + ", ".join(f"{k}: {v}" for k, v in meta['window'].items())
+                 + f") steps after {meta['skip']} warm-up windows; torch {meta['torch']}, "
                  f"{meta['gpu']}; nanotrain at {meta['commit']}. torch / nanotrain > 1: "
                  "nanotrain faster.")
     return "\n".join(lines)
