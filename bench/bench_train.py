@@ -414,10 +414,12 @@ def cnn_stepper(cfg, variant, data, dev, a, cache):
 
 def torch_cnn(cfg, variant, data, dev, clock, a, cache):
     step, _, end = cnn_stepper(cfg, variant, data, dev, a, cache)
-    r = time_windows(step, clock, a.skip * cfg["window"], a.windows, cfg["window"], cfg["B"])
+    try:
+        r = time_windows(step, clock, a.skip * cfg["window"], a.windows, cfg["window"], cfg["B"])
+    finally:
+        if end:   # no loader thread may linger into a later variant's graph capture
+            end()
     r.update(peak_mib=peak_mib(dev, cfg["mem_base"]))
-    if end:
-        end()
     return r
 
 
