@@ -10,31 +10,141 @@
 #endif
 
 /* cuBLASLt workspace: 32 MiB, cuBLAS's recommendation for Hopper (it covers the heuristics'
- * largest choices there), unless NT_CUBLASLT_WORKSPACE_MIB asks for another size. */
+ * largest choices there). */
 #define NT_WORKSPACE_BYTES ((size_t)32 << 20)
 #define NT_WORKSPACE_MAX_MIB 4096.0
 
-static nt_status workspace_from_env(nt_ctx *ctx, size_t *bytes) {
-  *bytes = NT_WORKSPACE_BYTES;
-  const char *s = getenv("NT_CUBLASLT_WORKSPACE_MIB");
-  if (!s || !*s) return NT_OK;
-  char *end = NULL;
-  const double mib = strtod(s, &end);
-  if (end == s || *end || !(mib >= 0.0 && mib <= NT_WORKSPACE_MAX_MIB))
-    return NT_ERROR(ctx, NT_ERR_INVALID_ARG,
-                    "NT_CUBLASLT_WORKSPACE_MIB=\"%s\": expected a size in MiB from 0 to %.0f", s,
-                    NT_WORKSPACE_MAX_MIB);
-  *bytes = (size_t)(mib * 1048576.0 + 0.5);
-  return NT_OK;
+nt_ctx_options nt_ctx_options_default(void) {
+  nt_ctx_options o;
+  memset(&o, 0, sizeof o);
+  o.log = NT_LOG_INFO;
+  o.cublaslt_workspace_bytes = NT_WORKSPACE_BYTES;
+  o.gemm_autotune = true;
+  o.gemm_search = 1;
+  o.gemm_untuned_gflop = 100.0;
+  o.conv_l2_mb = -1.0;
+  o.pdl = true;
+  o.attn_wgmma = true;
+  o.attn_tma = true;
+  o.attn_bwd_group = 32;
+  o.attn_dq_pair = true;
+  return o;
 }
 
-static nt_log_level log_level_from_env(void) {
-  const char *s = getenv("NT_LOG");
-  if (!s) return NT_LOG_INFO;
-  if (!strcmp(s, "error")) return NT_LOG_ERROR;
-  if (!strcmp(s, "warn")) return NT_LOG_WARN;
-  if (!strcmp(s, "debug")) return NT_LOG_DEBUG;
-  return NT_LOG_INFO;
+static const nt_ctx_option_name option_names[] = {
+    {"log", "NT_LOG"},
+    {"cublaslt_workspace_mib", "NT_CUBLASLT_WORKSPACE_MIB"},
+    {"gemm_autotune", "NT_GEMM_AUTOTUNE"},
+    {"gemm_search", "NT_GEMM_SEARCH"},
+    {"gemm_search_verify", "NT_GEMM_SEARCH_VERIFY"},
+    {"gemm_untuned_gflop", "NT_GEMM_UNTUNED_GFLOP"},
+    {"conv_l2_mb", "NT_CONV_L2_MB"},
+    {"pdl", "NT_PDL"},
+    {"attn_simple", "NT_ATTN_SIMPLE"},
+    {"attn_wgmma", "NT_ATTN_WGMMA"},
+    {"attn_tma", "NT_ATTN_TMA"},
+    {"attn_bwd_keys", "NT_ATTN_BWD_KEYS"},
+    {"attn_bwd_group", "NT_ATTN_BWD_GROUP"},
+    {"attn_dq_pair", "NT_ATTN_DQ_PAIR"},
+    {NULL, NULL}};
+
+const nt_ctx_option_name *nt_ctx_option_names(void) { return option_names; }
+
+static bool parse_bool(const char *v, bool *out) {
+  static const char *const yes[] = {"1", "true", "on", "yes"}, *const no[] = {"0", "false", "off",
+                                                                              "no"};
+  for (int i = 0; i < 4; i++) {
+    if (!strcmp(v, yes[i])) return *out = true, true;
+    if (!strcmp(v, no[i])) return *out = false, true;
+  }
+  return false;
+}
+
+static bool parse_num(const char *v, double lo, double hi, double *out) {
+  char *end = NULL;
+  const double x = strtod(v, &end);
+  if (end == v || *end || !(x >= lo && x <= hi)) return false;
+  *out = x;
+  return true;
+}
+
+static bool parse_int(const char *v, long lo, long hi, int *out) {
+  char *end = NULL;
+  const long x = strtol(v, &end, 10);
+  if (end == v || *end || x < lo || x > hi) return false;
+  *out = (int)x;
+  return true;
+}
+
+/* Ranges and sets checked both by the setter and at context creation. */
+static const char *option_invalid(const nt_ctx_options *o) {
+  if (o->log < NT_LOG_ERROR || o->log > NT_LOG_DEBUG) return "log";
+  if ((double)o->cublaslt_workspace_bytes > NT_WORKSPACE_MAX_MIB * 1048576.0)
+    return "cublaslt_workspace_mib";
+  if (o->gemm_search < 0 || o->gemm_search > 2) return "gemm_search";
+  if (!(o->gemm_untuned_gflop > 0.0)) return "gemm_untuned_gflop";
+  if (o->attn_bwd_keys != 0 && o->attn_bwd_keys != 64 && o->attn_bwd_keys != 128)
+    return "attn_bwd_keys";
+  if (o->attn_bwd_group < 0) return "attn_bwd_group";
+  return NULL;
+}
+
+nt_status nt_ctx_options_set(nt_ctx_options *opts, const char *key, const char *value) {
+  if (!key || !value)
+    return NT_ERROR(NULL, NT_ERR_INVALID_ARG, "context option: NULL key or value");
+  nt_ctx_options o = *opts;
+  bool ok = true, known = true;
+  double x = 0.0;
+  if (!strcmp(key, "log")) {
+    static const char *const levels[] = {"error", "warn", "info", "debug"};
+    ok = false;
+    for (int i = 0; i < 4; i++)
+      if (!strcmp(value, levels[i])) o.log = (nt_log_level)i, ok = true;
+  } else if (!strcmp(key, "cublaslt_workspace_mib")) {
+    ok = parse_num(value, 0.0, NT_WORKSPACE_MAX_MIB, &x);
+    o.cublaslt_workspace_bytes = (size_t)(x * 1048576.0 + 0.5);
+  } else if (!strcmp(key, "gemm_autotune")) {
+    ok = parse_bool(value, &o.gemm_autotune);
+  } else if (!strcmp(key, "gemm_search")) {
+    ok = parse_int(value, 0, 2, &o.gemm_search);
+  } else if (!strcmp(key, "gemm_search_verify")) {
+    ok = parse_bool(value, &o.gemm_search_verify);
+  } else if (!strcmp(key, "gemm_untuned_gflop")) {
+    ok = parse_num(value, 1e-300, 1e300, &o.gemm_untuned_gflop);
+  } else if (!strcmp(key, "conv_l2_mb")) {
+    if (!strcmp(value, "auto")) o.conv_l2_mb = -1.0;
+    else ok = parse_num(value, 0.0, 1e12, &o.conv_l2_mb);
+  } else if (!strcmp(key, "pdl")) {
+    ok = parse_bool(value, &o.pdl);
+  } else if (!strcmp(key, "attn_simple")) {
+    ok = parse_bool(value, &o.attn_simple);
+  } else if (!strcmp(key, "attn_wgmma")) {
+    ok = parse_bool(value, &o.attn_wgmma);
+  } else if (!strcmp(key, "attn_tma")) {
+    ok = parse_bool(value, &o.attn_tma);
+  } else if (!strcmp(key, "attn_bwd_keys")) {
+    ok = parse_int(value, 0, 128, &o.attn_bwd_keys) &&
+         (o.attn_bwd_keys == 0 || o.attn_bwd_keys == 64 || o.attn_bwd_keys == 128);
+  } else if (!strcmp(key, "attn_bwd_group")) {
+    ok = parse_int(value, 0, 1 << 30, &o.attn_bwd_group);
+  } else if (!strcmp(key, "attn_dq_pair")) {
+    ok = parse_bool(value, &o.attn_dq_pair);
+  } else {
+    known = false;
+  }
+  if (!known) {
+    char list[512];
+    size_t n = 0;
+    for (const nt_ctx_option_name *k = option_names; k->key && n < sizeof list; k++)
+      n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", n ? ", " : "", k->key);
+    return NT_ERROR(NULL, NT_ERR_INVALID_ARG, "unknown context option '%s' (known: %s)", key,
+                    list);
+  }
+  if (!ok)
+    return NT_ERROR(NULL, NT_ERR_INVALID_ARG, "context option %s: bad value '%s' (see core/ctx.h)",
+                    key, value);
+  *opts = o;
+  return NT_OK;
 }
 
 int nt_cuda_device_count(void) {
@@ -92,7 +202,9 @@ static nt_status cuda_ctx_init(nt_ctx *ctx) {
 }
 #endif
 
-nt_status nt_ctx_create(nt_ctx **out, nt_device dev) {
+nt_status nt_ctx_create(nt_ctx **out, nt_device dev) { return nt_ctx_create_with(out, dev, NULL); }
+
+nt_status nt_ctx_create_with(nt_ctx **out, nt_device dev, const nt_ctx_options *opts) {
   *out = NULL;
   nt_ctx *ctx = calloc(1, sizeof *ctx);
   if (!ctx) {
@@ -101,10 +213,17 @@ nt_status nt_ctx_create(nt_ctx **out, nt_device dev) {
   }
   pthread_mutex_init(&ctx->err_lock, NULL);
   ctx->device = dev;
-  ctx->log_level = log_level_from_env();
+  ctx->opts = opts ? *opts : nt_ctx_options_default();
   ctx->seed = 1337;
   *out = ctx;
   nt_status st = NT_OK;
+  const char *bad = option_invalid(&ctx->opts);
+  if (bad) {
+    const nt_ctx_options def = nt_ctx_options_default();
+    ctx->opts.log = def.log;  /* a usable level for the message below */
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "context option %s out of range (see core/ctx.h)",
+                    bad);
+  }
   if (dev.type == NT_DEV_CUDA) {
 #ifdef NT_HAVE_CUDA
     st = cuda_ctx_init(ctx);
@@ -118,8 +237,7 @@ nt_status nt_ctx_create(nt_ctx **out, nt_device dev) {
   if (st) return st;
   if ((st = nt_pool_create(ctx, &ctx->pool))) return st;
   if (dev.type == NT_DEV_CUDA) {
-    size_t ws;
-    if ((st = workspace_from_env(ctx, &ws))) return st;
+    const size_t ws = ctx->opts.cublaslt_workspace_bytes;
     if (ws && (st = nt_alloc(ctx, ws, &ctx->workspace))) return st;
     ctx->workspace_bytes = ws;
   }
@@ -152,6 +270,7 @@ void nt_ctx_free(nt_ctx *ctx) {
 }
 
 nt_device nt_ctx_device(const nt_ctx *ctx) { return ctx->device; }
+const nt_ctx_options *nt_ctx_opts(const nt_ctx *ctx) { return &ctx->opts; }
 bool nt_ctx_is_cuda(const nt_ctx *ctx) { return ctx->device.type == NT_DEV_CUDA; }
 void *nt_ctx_stream(nt_ctx *ctx) { return ctx->stream; }
 void *nt_ctx_copy_stream(nt_ctx *ctx) { return ctx->copy_stream; }
@@ -236,7 +355,7 @@ nt_status nt_ctx_set_error(nt_ctx *ctx, nt_status st, const char *file, int line
   ctx->last_status = st;
   memcpy(ctx->last_error, msg, sizeof msg);
   pthread_mutex_unlock(&ctx->err_lock);
-  if (ctx->log_level >= NT_LOG_DEBUG) fprintf(stderr, "nanotrain: error: %s\n", msg);
+  if (ctx->opts.log >= NT_LOG_DEBUG) fprintf(stderr, "nanotrain: error: %s\n", msg);
   return st;
 }
 
@@ -393,7 +512,7 @@ void nt_ctx_set_allow_tf32(nt_ctx *ctx, bool allow) { ctx->allow_tf32 = allow; }
 bool nt_ctx_allow_tf32(const nt_ctx *ctx) { return ctx->allow_tf32; }
 
 void nt_log(nt_ctx *ctx, nt_log_level level, const char *fmt, ...) {
-  nt_log_level max = ctx ? ctx->log_level : log_level_from_env();
+  nt_log_level max = ctx ? ctx->opts.log : NT_LOG_INFO;
   if (level > max) return;
   static const char *tags[] = {"error", "warn", "info", "debug"};
   char msg[1024];
