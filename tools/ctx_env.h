@@ -24,6 +24,15 @@ static inline nt_status nt_ctx_options_from_env(nt_ctx_options *opts) {
   return NT_OK;
 }
 
+/* nt_ctx_create_with on `dev` with the defaults and the environment's options. A bad value is
+ * NT_ERR_INVALID_ARG with *out NULL (the message went to stderr). */
+static inline nt_status nt_ctx_create_env(nt_ctx **out, nt_device dev) {
+  nt_ctx_options o = nt_ctx_options_default();
+  *out = NULL;
+  nt_status st = nt_ctx_options_from_env(&o);
+  return st ? st : nt_ctx_create_with(out, dev, &o);
+}
+
 /* "key=value", as `--kernel-opt key=value` gives it. */
 static inline nt_status nt_ctx_options_set_pair(nt_ctx_options *opts, const char *pair) {
   const char *eq = pair ? strchr(pair, '=') : NULL;
