@@ -2,7 +2,7 @@
  * with the fp32 emulation of the GEMMs where FP8 GEMMs are not available. Also the two small
  * helpers around the GEMMs: adding an fp32 GEMM result (and bias) into an output of any float
  * dtype, and the bias gradient as fp32 column sums of dy. */
-#include "ops/fp8_linear.h"
+#include "amp/fp8_linear.h"
 #include "ops/gemm.h"
 #include "ops/quantize.h"
 #include "ops/elementwise.h"
