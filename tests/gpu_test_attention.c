@@ -387,6 +387,25 @@ static void wg_fallbacks_opts(nt_ctx_options *o) {
   o->pdl = false;
 }
 
+/* Three variants (a context each), every case with D = 64 in BF16 and F16, as mode m runs
+ * them under the variant's name. */
+static void run_variants(nt_ctx *c, const opt_fn opts[3], const char *const names[3],
+                         const acase *cs, int n, const rmode *m, uint64_t seed) {
+  for (int pass = 0; pass < 3; pass++) {
+    nt_ctx *v = variant_ctx(opts[pass]);
+    if (!v) continue;
+    const nt_dtype dts[2] = {NT_BF16, NT_F16};
+    for (int d = 0; d < 2; d++)
+      for (int i = 0; i < n; i++) {
+        if (cs[i].D != 64) continue;
+        rmode rm = *m;
+        rm.name = names[pass];
+        run_case(v, c, dts[d], cs[i], &rm, seed + (uint64_t)i);
+      }
+    nt_ctx_free(v);
+  }
+}
+
 int main(void) {
   nt_ctx *g = nt_test_cuda_ctx();
   if (!g) return nt_test_skip("no GPU");
@@ -425,17 +444,7 @@ int main(void) {
   const opt_fn var_opts[3] = {mma_opts, wg_keys64_opts, wg_fallbacks_opts};
   const char *var_name[3] = {"mma.sync pair", "wgmma bwd 64 keys, groups of 5",
                              "wgmma cp.async, transient dQ, no PDL"};
-  for (int pass = 0; pass < 3; pass++) {
-    if (!(v = variant_ctx(var_opts[pass]))) continue;
-    for (int d = 0; d < 2; d++)
-      for (int i = 0; i < ncases; i++) {
-        if (cases[i].D != 64) continue;
-        rmode rm = plain;
-        rm.name = var_name[pass];
-        run_case(v, c, dts[d], cases[i], &rm, 200 + (uint64_t)i);
-      }
-    nt_ctx_free(v);
-  }
+  run_variants(c, var_opts, var_name, cases, ncases, &plain, 200);
   /* Unaligned views must fall back to the simple kernels and still be right. */
   rmode un = plain;
   un.unaligned = true;
@@ -479,17 +488,7 @@ int main(void) {
   const opt_fn drop_opts[3] = {mma_opts, wg_keys128_opts, wg_fallbacks_opts};
   const char *drop_name[3] = {"dropout mma.sync pair", "dropout wgmma bwd 128 keys, groups of 2",
                               "dropout wgmma cp.async, transient dQ, no PDL"};
-  for (int pass = 0; pass < 3; pass++) {
-    if (!(v = variant_ctx(drop_opts[pass]))) continue;
-    for (int d = 0; d < 2; d++)
-      for (int i = 0; i < ndc; i++) {
-        if (dcases[i].D != 64) continue;
-        rmode rm = dmodes[4];
-        rm.name = drop_name[pass];
-        run_case(v, c, dts[d], dcases[i], &rm, 500 + (uint64_t)i);
-      }
-    nt_ctx_free(v);
-  }
+  run_variants(c, drop_opts, drop_name, dcases, ndc, &dmodes[4], 500);
   /* The mask bit for bit, on the tensor-core and the simple path. */
   for (int mode = 0; mode < 2; mode++) {
     v = g;
