@@ -2,6 +2,7 @@
 #include "core/memory.h"
 #include "core/cuda_util.h"
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,52 +32,42 @@ nt_ctx_options nt_ctx_options_default(void) {
   return o;
 }
 
-static const nt_ctx_option_name option_names[] = {
-    {"log", "NT_LOG"},
-    {"cublaslt_workspace_mib", "NT_CUBLASLT_WORKSPACE_MIB"},
-    {"gemm_autotune", "NT_GEMM_AUTOTUNE"},
-    {"gemm_search", "NT_GEMM_SEARCH"},
-    {"gemm_search_verify", "NT_GEMM_SEARCH_VERIFY"},
-    {"gemm_untuned_gflop", "NT_GEMM_UNTUNED_GFLOP"},
-    {"conv_l2_mb", "NT_CONV_L2_MB"},
-    {"pdl", "NT_PDL"},
-    {"attn_simple", "NT_ATTN_SIMPLE"},
-    {"attn_wgmma", "NT_ATTN_WGMMA"},
-    {"attn_tma", "NT_ATTN_TMA"},
-    {"attn_bwd_keys", "NT_ATTN_BWD_KEYS"},
-    {"attn_bwd_group", "NT_ATTN_BWD_GROUP"},
-    {"attn_dq_pair", "NT_ATTN_DQ_PAIR"},
-    {NULL, NULL}};
+/* How each option's text maps onto its field. */
+typedef enum { K_BOOL, K_INT, K_NUM, K_LOG, K_MIB, K_AUTO_NUM } opt_kind;
+typedef struct {
+  nt_ctx_option_name name;
+  opt_kind kind;
+  size_t offset;
+  double lo, hi;  /* K_INT, K_NUM, K_MIB, K_AUTO_NUM ("auto" is -1) */
+} opt_spec;
 
-const nt_ctx_option_name *nt_ctx_option_names(void) { return option_names; }
+#define OPT(key, env, kind, field, lo, hi) \
+  {{key, env}, kind, offsetof(nt_ctx_options, field), lo, hi}
+static const opt_spec specs[] = {
+    OPT("log", "NT_LOG", K_LOG, log, 0, 0),
+    OPT("cublaslt_workspace_mib", "NT_CUBLASLT_WORKSPACE_MIB", K_MIB, cublaslt_workspace_bytes,
+        0, NT_WORKSPACE_MAX_MIB),
+    OPT("gemm_autotune", "NT_GEMM_AUTOTUNE", K_BOOL, gemm_autotune, 0, 0),
+    OPT("gemm_search", "NT_GEMM_SEARCH", K_INT, gemm_search, 0, 2),
+    OPT("gemm_search_verify", "NT_GEMM_SEARCH_VERIFY", K_BOOL, gemm_search_verify, 0, 0),
+    OPT("gemm_untuned_gflop", "NT_GEMM_UNTUNED_GFLOP", K_NUM, gemm_untuned_gflop, 1e-300, 1e300),
+    OPT("conv_l2_mb", "NT_CONV_L2_MB", K_AUTO_NUM, conv_l2_mb, 0, 1e12),
+    OPT("pdl", "NT_PDL", K_BOOL, pdl, 0, 0),
+    OPT("attn_simple", "NT_ATTN_SIMPLE", K_BOOL, attn_simple, 0, 0),
+    OPT("attn_wgmma", "NT_ATTN_WGMMA", K_BOOL, attn_wgmma, 0, 0),
+    OPT("attn_tma", "NT_ATTN_TMA", K_BOOL, attn_tma, 0, 0),
+    OPT("attn_bwd_keys", "NT_ATTN_BWD_KEYS", K_INT, attn_bwd_keys, 0, 128),
+    OPT("attn_bwd_group", "NT_ATTN_BWD_GROUP", K_INT, attn_bwd_group, 0, 1 << 30),
+    OPT("attn_dq_pair", "NT_ATTN_DQ_PAIR", K_BOOL, attn_dq_pair, 0, 0),
+};
+#undef OPT
+enum { NSPECS = sizeof specs / sizeof specs[0] };
 
-static bool parse_bool(const char *v, bool *out) {
-  static const char *const yes[] = {"1", "true", "on", "yes"}, *const no[] = {"0", "false", "off",
-                                                                              "no"};
-  for (int i = 0; i < 4; i++) {
-    if (!strcmp(v, yes[i])) return *out = true, true;
-    if (!strcmp(v, no[i])) return *out = false, true;
-  }
-  return false;
+const nt_ctx_option_name *nt_ctx_option_name_at(int i) {
+  return i >= 0 && i < NSPECS ? &specs[i].name : NULL;
 }
 
-static bool parse_num(const char *v, double lo, double hi, double *out) {
-  char *end = NULL;
-  const double x = strtod(v, &end);
-  if (end == v || *end || !(x >= lo && x <= hi)) return false;
-  *out = x;
-  return true;
-}
-
-static bool parse_int(const char *v, long lo, long hi, int *out) {
-  char *end = NULL;
-  const long x = strtol(v, &end, 10);
-  if (end == v || *end || x < lo || x > hi) return false;
-  *out = (int)x;
-  return true;
-}
-
-/* Ranges and sets checked both by the setter and at context creation. */
+/* Ranges and sets beyond what the text parsers check; also checked at context creation. */
 static const char *option_invalid(const nt_ctx_options *o) {
   if (o->log < NT_LOG_ERROR || o->log > NT_LOG_DEBUG) return "log";
   if ((double)o->cublaslt_workspace_bytes > NT_WORKSPACE_MAX_MIB * 1048576.0)
@@ -89,62 +80,54 @@ static const char *option_invalid(const nt_ctx_options *o) {
   return NULL;
 }
 
+static bool parse_field(const opt_spec *sp, const char *v, nt_ctx_options *o) {
+  static const char *const words[2][4] = {{"0", "false", "off", "no"}, {"1", "true", "on", "yes"}};
+  static const char *const levels[] = {"error", "warn", "info", "debug"};
+  void *field = (char *)o + sp->offset;
+  char *end = NULL;
+  double x = 0.0;
+  switch (sp->kind) {
+    case K_BOOL:
+      for (int b = 0; b < 2; b++)
+        for (int i = 0; i < 4; i++)
+          if (!strcmp(v, words[b][i])) return *(bool *)field = b, true;
+      return false;
+    case K_LOG:
+      for (int i = 0; i < 4; i++)
+        if (!strcmp(v, levels[i])) return *(nt_log_level *)field = (nt_log_level)i, true;
+      return false;
+    case K_AUTO_NUM:
+      if (!strcmp(v, "auto")) return *(double *)field = -1.0, true;
+      break;
+    default: break;
+  }
+  x = sp->kind == K_INT ? (double)strtol(v, &end, 10) : strtod(v, &end);
+  if (end == v || *end || !(x >= sp->lo && x <= sp->hi)) return false;
+  if (sp->kind == K_INT) *(int *)field = (int)x;
+  else if (sp->kind == K_MIB) *(size_t *)field = (size_t)(x * 1048576.0 + 0.5);
+  else *(double *)field = x;
+  return true;
+}
+
 nt_status nt_ctx_options_set(nt_ctx_options *opts, const char *key, const char *value) {
   if (!key || !value)
     return NT_ERROR(NULL, NT_ERR_INVALID_ARG, "context option: NULL key or value");
-  nt_ctx_options o = *opts;
-  bool ok = true, known = true;
-  double x = 0.0;
-  if (!strcmp(key, "log")) {
-    static const char *const levels[] = {"error", "warn", "info", "debug"};
-    ok = false;
-    for (int i = 0; i < 4; i++)
-      if (!strcmp(value, levels[i])) o.log = (nt_log_level)i, ok = true;
-  } else if (!strcmp(key, "cublaslt_workspace_mib")) {
-    ok = parse_num(value, 0.0, NT_WORKSPACE_MAX_MIB, &x);
-    o.cublaslt_workspace_bytes = (size_t)(x * 1048576.0 + 0.5);
-  } else if (!strcmp(key, "gemm_autotune")) {
-    ok = parse_bool(value, &o.gemm_autotune);
-  } else if (!strcmp(key, "gemm_search")) {
-    ok = parse_int(value, 0, 2, &o.gemm_search);
-  } else if (!strcmp(key, "gemm_search_verify")) {
-    ok = parse_bool(value, &o.gemm_search_verify);
-  } else if (!strcmp(key, "gemm_untuned_gflop")) {
-    ok = parse_num(value, 1e-300, 1e300, &o.gemm_untuned_gflop);
-  } else if (!strcmp(key, "conv_l2_mb")) {
-    if (!strcmp(value, "auto")) o.conv_l2_mb = -1.0;
-    else ok = parse_num(value, 0.0, 1e12, &o.conv_l2_mb);
-  } else if (!strcmp(key, "pdl")) {
-    ok = parse_bool(value, &o.pdl);
-  } else if (!strcmp(key, "attn_simple")) {
-    ok = parse_bool(value, &o.attn_simple);
-  } else if (!strcmp(key, "attn_wgmma")) {
-    ok = parse_bool(value, &o.attn_wgmma);
-  } else if (!strcmp(key, "attn_tma")) {
-    ok = parse_bool(value, &o.attn_tma);
-  } else if (!strcmp(key, "attn_bwd_keys")) {
-    ok = parse_int(value, 0, 128, &o.attn_bwd_keys) &&
-         (o.attn_bwd_keys == 0 || o.attn_bwd_keys == 64 || o.attn_bwd_keys == 128);
-  } else if (!strcmp(key, "attn_bwd_group")) {
-    ok = parse_int(value, 0, 1 << 30, &o.attn_bwd_group);
-  } else if (!strcmp(key, "attn_dq_pair")) {
-    ok = parse_bool(value, &o.attn_dq_pair);
-  } else {
-    known = false;
+  for (int i = 0; i < NSPECS; i++) {
+    if (strcmp(key, specs[i].name.key)) continue;
+    nt_ctx_options o = *opts;
+    const char *bad = NULL;
+    if (!parse_field(&specs[i], value, &o) || ((bad = option_invalid(&o)) && !strcmp(bad, key)))
+      return NT_ERROR(NULL, NT_ERR_INVALID_ARG,
+                      "context option %s: bad value '%s' (see core/ctx.h)", key, value);
+    *opts = o;
+    return NT_OK;
   }
-  if (!known) {
-    char list[512];
-    size_t n = 0;
-    for (const nt_ctx_option_name *k = option_names; k->key && n < sizeof list; k++)
-      n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", n ? ", " : "", k->key);
-    return NT_ERROR(NULL, NT_ERR_INVALID_ARG, "unknown context option '%s' (known: %s)", key,
-                    list);
-  }
-  if (!ok)
-    return NT_ERROR(NULL, NT_ERR_INVALID_ARG, "context option %s: bad value '%s' (see core/ctx.h)",
-                    key, value);
-  *opts = o;
-  return NT_OK;
+  char list[512];
+  size_t n = 0;
+  for (int i = 0; i < NSPECS && n < sizeof list; i++)
+    n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "", specs[i].name.key);
+  return NT_ERROR(NULL, NT_ERR_INVALID_ARG, "unknown context option '%s' (known: %s)", key,
+                  list);
 }
 
 int nt_cuda_device_count(void) {

@@ -19,7 +19,7 @@ typedef enum { NT_LOG_ERROR = 0, NT_LOG_WARN, NT_LOG_INFO, NT_LOG_DEBUG } nt_log
  * library reads no environment variable). Start from nt_ctx_options_default() and change
  * fields, or set them by name with nt_ctx_options_set (the key in quotes below). Programs may
  * map flags (`nanotrain --kernel-opt key=value`) and environment variables (each option's
- * name in nt_ctx_option_names, "NT_" + the key in capitals) onto them once at start.
+ * name in nt_ctx_option_name_at, "NT_" + the key in capitals) onto them once at start.
  * Defaults are what the library picks on its own; the others exist for fallbacks, tests,
  * benchmarks and tuning on other GPUs (bench/RESULTS.md has the measurements). */
 typedef struct {
@@ -69,12 +69,12 @@ nt_ctx_options nt_ctx_options_default(void);
  * message on stderr naming the key or the value, for an unknown key or a bad value
  * (*opts is then unchanged). */
 nt_status nt_ctx_options_set(nt_ctx_options *opts, const char *key, const char *value);
-/* Each option's key and the environment variable a program may map onto it; the list ends
- * with {NULL, NULL}. */
+/* Option i's key and the environment variable a program may map onto it, i from 0; NULL past
+ * the last option. */
 typedef struct {
   const char *key, *env;
 } nt_ctx_option_name;
-const nt_ctx_option_name *nt_ctx_option_names(void);
+const nt_ctx_option_name *nt_ctx_option_name_at(int i);
 
 /* Creates a context for `dev` with the default options. On failure (no GPU, no driver, CUDA
  * not compiled in) *out is still a valid context that holds the error message (nt_last_error)

@@ -1,6 +1,6 @@
 /* For programs (examples/, tools/, bench/, tests' helpers), not the library: the context
  * options (core/ctx.h) that the environment sets. Each option keeps an environment name
- * (nt_ctx_option_names: "NT_" + its key in capitals, e.g. NT_LOG=debug, NT_GEMM_SEARCH=2);
+ * (nt_ctx_option_name_at: "NT_" + its key in capitals, e.g. NT_LOG=debug, NT_GEMM_SEARCH=2);
  * a program that chooses to honour them calls this once at start, before its flags, so that
  * a flag given on the command line wins. Unset or empty variables leave the option alone; a
  * bad value is an error naming the variable. */
@@ -12,7 +12,8 @@
 #include "core/ctx.h"
 
 static inline nt_status nt_ctx_options_from_env(nt_ctx_options *opts) {
-  for (const nt_ctx_option_name *n = nt_ctx_option_names(); n->key; n++) {
+  const nt_ctx_option_name *n;
+  for (int i = 0; (n = nt_ctx_option_name_at(i)); i++) {
     const char *v = getenv(n->env);
     if (!v || !*v) continue;
     nt_status st = nt_ctx_options_set(opts, n->key, v);
