@@ -64,8 +64,8 @@ typedef struct {
 } nt_ctx_options;
 
 nt_ctx_options nt_ctx_options_default(void);
-/* Sets the option named `key` from its text form: booleans 0/1/true/false/on/off, numbers
- * as above, log levels by name, "auto" for conv_l2_mb's default. NT_ERR_INVALID_ARG, with a
+/* Sets the option named `key` from its text form: booleans 0/1/true/false/on/off/yes/no,
+ * numbers as above, log levels by name, "auto" for conv_l2_mb's default. NT_ERR_INVALID_ARG, with a
  * message on stderr naming the key or the value, for an unknown key or a bad value
  * (*opts is then unchanged). */
 nt_status nt_ctx_options_set(nt_ctx_options *opts, const char *key, const char *value);
@@ -100,10 +100,9 @@ void *nt_ctx_workspace(nt_ctx *ctx, size_t *bytes);  /* cuBLASLt workspace */
 /* The cuBLASLt workspace: the most scratch a GEMM algorithm may use (cuBLASLt's heuristics
  * only offer algorithms that fit, so a smaller one can mean slower kernels for some shapes).
  * Default 32 MiB, cuBLAS's recommendation for Hopper (PyTorch's choice there too), or the
- * option cublaslt_workspace_bytes at context creation. Setting it
- * releases the old buffer (stream-ordered), allocates the new one and drops the cached GEMM
- * plans, which were chosen for the old size (the next GEMM of each shape plans and autotunes
- * again). Call it outside stream capture and before capturing CUDA graphs: a graph keeps the
+ * option cublaslt_workspace_bytes at context creation. Setting it releases the old buffer
+ * (stream-ordered), allocates the new one and drops the cached GEMM plans, which were chosen
+ * for the old size (the next GEMM of each shape plans and autotunes again). Call it outside stream capture and before capturing CUDA graphs: a graph keeps the
  * buffer it was captured with. 0: no workspace. If the allocation fails the context is left
  * with none (and the error). A CPU context has no workspace: a no-op, the size stays 0. */
 nt_status nt_ctx_set_workspace_bytes(nt_ctx *ctx, size_t bytes);
