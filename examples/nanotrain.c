@@ -193,6 +193,7 @@ int main(int argc, char **argv) {
       return bad("kernel-opt", kv, "expected key=value with a key and value of core/ctx.h");
   }
   argc = kept_args;
+  argv[argc] = NULL;
   const char *data_env = getenv(model == NT_MODEL_GPT ? "NT_DATA_DIR" : "NT_FASHION_DIR");
   if (data_env && *data_env) o.data_dir = data_env;
   bool dtype_given = false, device_given = false, gpt2 = false, data_given = false;
