@@ -102,9 +102,10 @@ void *nt_ctx_workspace(nt_ctx *ctx, size_t *bytes);  /* cuBLASLt workspace */
  * Default 32 MiB, cuBLAS's recommendation for Hopper (PyTorch's choice there too), or the
  * option cublaslt_workspace_bytes at context creation. Setting it releases the old buffer
  * (stream-ordered), allocates the new one and drops the cached GEMM plans, which were chosen
- * for the old size (the next GEMM of each shape plans and autotunes again). Call it outside stream capture and before capturing CUDA graphs: a graph keeps the
- * buffer it was captured with. 0: no workspace. If the allocation fails the context is left
- * with none (and the error). A CPU context has no workspace: a no-op, the size stays 0. */
+ * for the old size (the next GEMM of each shape plans and autotunes again). Call it outside
+ * stream capture and before capturing CUDA graphs: a graph keeps the buffer it was captured
+ * with. 0: no workspace. If the allocation fails the context is left with none (and the
+ * error). A CPU context has no workspace: a no-op, the size stays 0. */
 nt_status nt_ctx_set_workspace_bytes(nt_ctx *ctx, size_t bytes);
 size_t nt_ctx_workspace_bytes(const nt_ctx *ctx);
 /* Blocks until all work queued on the context's streams has finished. */

@@ -1,9 +1,9 @@
 /* Causal attention on CUDA: dispatch between the tensor-core kernels (attention_fwd.cu,
  * attention_bwd.cu: F16/BF16 with D 32 or 64 and 16-byte aligned rows) and the simple kernels
  * below (every dtype, D <= 128, any strides; also chosen with the option attn_simple so a
- * fast-path bug can be isolated). The simple kernels give one warp per row and walk the other side's
- * rows with an online softmax: no T x T matrix, fp32 math, each output row owned by one warp
- * (no atomics). With dropout (kDrop instantiations) they read the keep bits of a row's
+ * fast-path bug can be isolated). The simple kernels give one warp per row and walk the other
+ * side's rows with an online softmax: no T x T matrix, fp32 math, each output row owned by
+ * one warp (no atomics). With dropout (kDrop instantiations) they read the keep bits of a row's
  * consecutive keys 128 at a time: one Philox block per lane and four ballots. */
 #include <stdlib.h>
 #include <string.h>
@@ -394,9 +394,9 @@ nt_status prep_rows(nt_ctx *ctx, const nt_tensor *dout, const nt_tensor *out, fl
   auto kernel = nt_tensor_is_contiguous(dout) && nt_tensor_is_contiguous(out)
                     ? prep_rows_vec<T, D, true>
                     : prep_rows_vec<T, D, false>;
-  return NT_CUDA(ctx, pdl_launch(pdl && nt_ctx_opts(ctx)->pdl, kernel, dim3(grid), dim3(256), 0, nt_cuda_stream(ctx),
-                                 view_of(dout), view_of(out), d_rows, dq_acc, acc_floats, rows,
-                                 pb.H, pb.T));
+  return NT_CUDA(ctx, pdl_launch(pdl && nt_ctx_opts(ctx)->pdl, kernel, dim3(grid), dim3(256), 0,
+                                 nt_cuda_stream(ctx), view_of(dout), view_of(out), d_rows,
+                                 dq_acc, acc_floats, rows, pb.H, pb.T));
 }
 
 /* After the mma.sync backward: its row-ordered dQ accumulator folded into dq. */

@@ -9,7 +9,8 @@
  * buffers) and reduces dQ four floats at a time (a kernel with two barriers per tile lost
  * to it and was removed). Operands are strided views with 16-byte aligned rows.
  *
- * Dropout (kDrop, a separate instantiation: the kernels without it are unchanged): with mr = keep ? 1 / (1 - p) : 0 per probability,
+ * Dropout (kDrop, a separate instantiation: the kernels without it are unchanged): with
+ * mr = keep ? 1 / (1 - p) : 0 per probability,
  *   dV += (P^T * mr) dO,  dS^T = P^T * (dP^T * mr - D),
  * D = rowsum(dO * O) of the dropped output (ops/attention.c derives it). The keep bits are
  * regenerated from the Philox stream: per query tile, lane L draws the 16 keep bits of the

@@ -223,9 +223,9 @@ nt_status launch(nt_ctx *ctx, const nt_attn_view *ops, float *lse, int BH, int H
   if (st) return st;
   const long blocks = (long)((T_ + kBr - 1) / kBr) * BH;
   if (blocks > 0x7fffffffL) return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "attention: grid too large");
-  return NT_CUDA(ctx, pdl_launch(nt_ctx_opts(ctx)->pdl, kernel, dim3((unsigned)blocks), dim3(kThreads), bytes,
-                                 nt_cuda_stream(ctx), ops[0], ops[1], ops[2], ops[3], lse, BH, H,
-                                 T_, 1.f / sqrtf((float)kD), dr, fm));
+  return NT_CUDA(ctx, pdl_launch(nt_ctx_opts(ctx)->pdl, kernel, dim3((unsigned)blocks),
+                                 dim3(kThreads), bytes, nt_cuda_stream(ctx), ops[0], ops[1],
+                                 ops[2], ops[3], lse, BH, H, T_, 1.f / sqrtf((float)kD), dr, fm));
 }
 
 /* Blocks of one warpgroup with 64-key tiles: four fit an SM, and each refills its buffers as

@@ -237,8 +237,8 @@ int main(void) {
         conv_case(g, c, dts[d], cnn[i], true, true, true, true, 70 + (uint64_t)i);
       if (i > 0) conv_case(g, c, dts[d], cnn[i], true, d == 0, false, false, 80 + (uint64_t)i);
     }
-  /* The batch in chunks bounded by the option conv_l2_mb (each chunk's scratch: im2col columns, plus
-   * the permuted dy in backward). Images per chunk, f32 / 16-bit:
+  /* The batch in chunks bounded by the option conv_l2_mb (each chunk's scratch: im2col
+   * columns, plus the permuted dy in backward). Images per chunk, f32 / 16-bit:
    *   cases[0] at 0.05 MiB: 1 / 1 (4 chunks)
    *   cases[3] at 0.08 MiB: 1 / forward 2, 2, 1, backward 1
    *   cnn[2]   at 1 MiB:    1 / 2 (16 / 8 chunks)
