@@ -65,7 +65,8 @@ nt_gemm_opts nt_gemm_defaults(void);
  * first call of a new shape times candidate algorithms once each, then those within 1.3x of
  * the fastest (3 samples of 5 runs each, taken round-robin, median), and keeps the fastest.
  * That call waits for the GPU: a one-time cost per shape. While the stream is being captured
- * into a CUDA graph the heuristic's first choice is used instead. The candidates (option gemm_search):
+ * into a CUDA graph the heuristic's first choice is used instead. The candidates (option
+ * gemm_search):
  *   0  cuBLASLt's top 32 heuristic candidates only;
  *   1  (default) the same for products under 1 GFLOP; at or above, a widened search: the
  *      heuristic's top 128, its best configurations per algorithm id, every tile x stages
