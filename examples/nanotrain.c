@@ -366,8 +366,8 @@ int main(int argc, char **argv) {
       printf(", %.0f %s/s", res.items_per_sec, model == NT_MODEL_GPT ? "tokens" : "images");
     printf("%s\n", res.used_cuda_graph ? " (CUDA graph)" : "");
     if (o.out_dir)
-      printf("logs: %s/metrics.jsonl, %s/metrics.prom; checkpoint: %s/ckpt.safetensors + "
-             "%s/ckpt.json\n", o.out_dir, o.out_dir, o.out_dir, o.out_dir);
+      printf("logs: %s/metrics.jsonl, %s/metrics.prom; checkpoints: %s/ckpt-<step>/ (newest: "
+             "%s/latest)\n", o.out_dir, o.out_dir, o.out_dir, o.out_dir);
   }
   nt_train_result_free(&res);
   nt_ctx_free(ctx);

@@ -1,5 +1,6 @@
 #include "models/json.h"
 #include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -223,6 +224,96 @@ double nt_json_get_num(const nt_json *obj, const char *key, double dflt) {
 
 int64_t nt_json_get_i64(const nt_json *obj, const char *key, int64_t dflt) {
   return nt_json_i64(nt_json_get(obj, key), dflt);
+}
+
+/* ---- range-checked getters ---- */
+
+static const char *type_name(nt_json_type t) {
+  static const char *const names[] = {"null", "a boolean", "a number", "a string", "an array",
+                                      "an object"};
+  return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "?";
+}
+
+/* The number's text is a plain integer: an optional '-' (when signed) and 1..20 digits. */
+static nt_status integer_text(nt_ctx *ctx, const nt_json *j, const char *name, bool sign) {
+  if (!j) return NT_ERROR(ctx, NT_ERR_FORMAT, "field '%s' is missing", name);
+  if (j->type != NT_JSON_NUM)
+    return NT_ERROR(ctx, NT_ERR_FORMAT, "field '%s' is %s, expected an integer", name,
+                    type_name(j->type));
+  const char *s = j->str;
+  if (*s == '-' && sign) s++;
+  size_t digits = strspn(s, "0123456789");
+  if (digits == 0 || s[digits])
+    return NT_ERROR(ctx, NT_ERR_FORMAT, "field '%s' = %.40s is not %s integer", name, j->str,
+                    sign ? "an" : "a non-negative");
+  return NT_OK;
+}
+
+nt_status nt_json_int_in(nt_ctx *ctx, const nt_json *j, const char *name, int64_t min,
+                         int64_t max, int64_t *out) {
+  nt_status st = integer_text(ctx, j, name, true);
+  if (st) return st;
+  errno = 0;
+  long long v = strtoll(j->str, NULL, 10);
+  if (errno == ERANGE || v < min || v > max)
+    return NT_ERROR(ctx, NT_ERR_FORMAT, "field '%s' = %.40s is out of range [%lld, %lld]", name,
+                    j->str, (long long)min, (long long)max);
+  *out = v;
+  return NT_OK;
+}
+
+nt_status nt_json_uint_in(nt_ctx *ctx, const nt_json *j, const char *name, uint64_t min,
+                          uint64_t max, uint64_t *out) {
+  nt_status st = integer_text(ctx, j, name, false);
+  if (st) return st;
+  errno = 0;
+  unsigned long long v = strtoull(j->str, NULL, 10);
+  if (errno == ERANGE || v < min || v > max)
+    return NT_ERROR(ctx, NT_ERR_FORMAT, "field '%s' = %.40s is out of range [%llu, %llu]", name,
+                    j->str, (unsigned long long)min, (unsigned long long)max);
+  *out = v;
+  return NT_OK;
+}
+
+nt_status nt_json_num_in(nt_ctx *ctx, const nt_json *j, const char *name, double min,
+                         double max, double *out) {
+  if (!j) return NT_ERROR(ctx, NT_ERR_FORMAT, "field '%s' is missing", name);
+  if (j->type != NT_JSON_NUM)
+    return NT_ERROR(ctx, NT_ERR_FORMAT, "field '%s' is %s, expected a number", name,
+                    type_name(j->type));
+  char *end;
+  errno = 0;
+  double v = strtod(j->str, &end);
+  if (end == j->str || *end || !isfinite(v))
+    return NT_ERROR(ctx, NT_ERR_FORMAT, "field '%s' = %.40s is not a finite number", name, j->str);
+  if (!(v >= min && v <= max))
+    return NT_ERROR(ctx, NT_ERR_FORMAT, "field '%s' = %.40s is out of range [%g, %g]", name,
+                    j->str, min, max);
+  *out = v;
+  return NT_OK;
+}
+
+nt_status nt_json_get_int_in(nt_ctx *ctx, const nt_json *obj, const char *key, int64_t min,
+                             int64_t max, int64_t *out) {
+  return nt_json_int_in(ctx, nt_json_get(obj, key), key, min, max, out);
+}
+
+nt_status nt_json_get_uint_in(nt_ctx *ctx, const nt_json *obj, const char *key, uint64_t min,
+                              uint64_t max, uint64_t *out) {
+  return nt_json_uint_in(ctx, nt_json_get(obj, key), key, min, max, out);
+}
+
+nt_status nt_json_get_num_in(nt_ctx *ctx, const nt_json *obj, const char *key, double min,
+                             double max, double *out) {
+  return nt_json_num_in(ctx, nt_json_get(obj, key), key, min, max, out);
+}
+
+nt_status nt_json_get_int32_in(nt_ctx *ctx, const nt_json *obj, const char *key, int min,
+                               int max, int *out) {
+  int64_t v;
+  nt_status st = nt_json_int_in(ctx, nt_json_get(obj, key), key, min, max, &v);
+  if (!st) *out = (int)v;
+  return st;
 }
 
 /* ---- writer ---- */

@@ -25,8 +25,8 @@ if(TARGET nanotrain)
   if(NT_PYTHON3)
     add_test(NAME train_cli_ckpt_readable COMMAND ${NT_PYTHON3}
              ${CMAKE_SOURCE_DIR}/tests/check_safetensors.py
-             ${CMAKE_CURRENT_BINARY_DIR}/train_cli_run/ckpt.safetensors
-             ${CMAKE_CURRENT_BINARY_DIR}/train_cli_run/ckpt.json)
+             ${CMAKE_CURRENT_BINARY_DIR}/train_cli_run/ckpt-15/ckpt.safetensors
+             ${CMAKE_CURRENT_BINARY_DIR}/train_cli_run/ckpt-15/ckpt.json)
     set_tests_properties(train_cli_ckpt_readable PROPERTIES LABELS cpu SKIP_RETURN_CODE 77
                          DEPENDS train_cli_tiny_resume)
   endif()
