@@ -43,6 +43,7 @@ typedef struct {
   const char *out_dir;         /* checkpoints, metrics.jsonl, metrics.prom; NULL = none */
   const char *resume;          /* a checkpoint directory (or .safetensors/.json path) */
   int64_t checkpoint_interval; /* also save every N iterations (0: at evals and the end) */
+  int keep_checkpoints;        /* checkpoints kept in out_dir, newest first (0: all) */
   int sample_tokens;           /* GPT: generate this many characters after training */
   float temperature;
   int top_k;
