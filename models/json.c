@@ -395,6 +395,15 @@ void nt_jw_num(nt_jw *w, double v) {
   nt_jw_printf(w, "%.9g", v);
 }
 
+void nt_jw_f64(nt_jw *w, double v) {
+  sep(w);
+  if (!isfinite(v)) {
+    append(w, "null", 4);
+    return;
+  }
+  nt_jw_printf(w, "%.17g", v);
+}
+
 void nt_jw_i64(nt_jw *w, int64_t v) {
   sep(w);
   nt_jw_printf(w, "%lld", (long long)v);

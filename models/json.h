@@ -70,6 +70,7 @@ void nt_jw_end(nt_jw *w, char close);
 void nt_jw_key(nt_jw *w, const char *key);      /* inside an object, before a value */
 void nt_jw_str(nt_jw *w, const char *s);
 void nt_jw_num(nt_jw *w, double v);             /* %.9g; non-finite as null */
+void nt_jw_f64(nt_jw *w, double v);             /* %.17g (reads back exactly); non-finite null */
 void nt_jw_i64(nt_jw *w, int64_t v);
 void nt_jw_u64(nt_jw *w, uint64_t v);
 void nt_jw_bool(nt_jw *w, bool v);

@@ -1,0 +1,120 @@
+#include "models/state.h"
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+void nt_state_write(nt_jw *w, const nt_state_field *fields, int n, const void *obj) {
+  const char *base = obj;
+  for (int i = 0; i < n; i++) {
+    const nt_state_field *f = &fields[i];
+    const char *p = base + f->offset;
+    nt_jw_key(w, f->name);
+    switch (f->type) {
+    case NT_STATE_I32: { int32_t v; memcpy(&v, p, sizeof v); nt_jw_i64(w, v); break; }
+    case NT_STATE_I64: { int64_t v; memcpy(&v, p, sizeof v); nt_jw_i64(w, v); break; }
+    case NT_STATE_U64: { uint64_t v; memcpy(&v, p, sizeof v); nt_jw_u64(w, v); break; }
+    case NT_STATE_F32: { float v; memcpy(&v, p, sizeof v); nt_jw_num(w, v); break; }
+    case NT_STATE_F64: { double v; memcpy(&v, p, sizeof v); nt_jw_f64(w, v); break; }
+    case NT_STATE_BOOL: { bool v; memcpy(&v, p, sizeof v); nt_jw_bool(w, v); break; }
+    }
+  }
+}
+
+/* A double bound as an int64 bound: the type's limit for NT_STATE_ANY (or beyond it). */
+static int64_t lo_i64(double v, int64_t type_min) {
+  return v <= (double)type_min ? type_min : (int64_t)ceil(v);
+}
+static int64_t hi_i64(double v, int64_t type_max) {
+  return v >= (double)type_max ? type_max : (int64_t)floor(v);
+}
+
+static nt_status read_field(nt_ctx *ctx, const nt_json *src, const nt_state_field *f, char *p) {
+  const nt_json *j = nt_json_get(src, f->name);
+  nt_status st = NT_OK;
+  switch (f->type) {
+  case NT_STATE_I32:
+  case NT_STATE_I64: {
+    int64_t tmin = f->type == NT_STATE_I32 ? INT32_MIN : INT64_MIN;
+    int64_t tmax = f->type == NT_STATE_I32 ? INT32_MAX : INT64_MAX;
+    int64_t v;
+    st = nt_json_int_in(ctx, j, f->name, lo_i64(f->min, tmin), hi_i64(f->max, tmax), &v);
+    if (st) break;
+    if (f->type == NT_STATE_I32) {
+      int32_t v32 = (int32_t)v;
+      memcpy(p, &v32, sizeof v32);
+    } else {
+      memcpy(p, &v, sizeof v);
+    }
+    break;
+  }
+  case NT_STATE_U64: {
+    uint64_t lo = f->min <= 0 ? 0 : (uint64_t)ceil(f->min);
+    uint64_t hi = f->max >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)floor(f->max);
+    uint64_t v;
+    st = nt_json_uint_in(ctx, j, f->name, lo, hi, &v);
+    if (!st) memcpy(p, &v, sizeof v);
+    break;
+  }
+  case NT_STATE_F32:
+  case NT_STATE_F64: {
+    /* the type's largest finite value for NT_STATE_ANY */
+    double big = f->type == NT_STATE_F32 ? 3.4028234663852886e38 : 1.7976931348623157e308;
+    double lo = isinf(f->min) ? -big : f->min, hi = isinf(f->max) ? big : f->max;
+    double v;
+    st = nt_json_num_in(ctx, j, f->name, lo, hi, &v);
+    if (st) break;
+    if (f->type == NT_STATE_F32) {
+      float v32 = (float)v;
+      memcpy(p, &v32, sizeof v32);
+    } else {
+      memcpy(p, &v, sizeof v);
+    }
+    break;
+  }
+  case NT_STATE_BOOL:
+    if (!j || j->type != NT_JSON_BOOL)
+      return NT_ERROR(ctx, NT_ERR_FORMAT, "field '%s' is %s, expected true or false", f->name,
+                      j ? "not a boolean" : "missing");
+    memcpy(p, &j->b, sizeof j->b);
+    break;
+  }
+  return st;
+}
+
+nt_status nt_state_read(nt_ctx *ctx, const nt_json *src, const nt_state_field *fields, int n,
+                        void *obj, size_t obj_size, const char *what) {
+  if (!src || src->type != NT_JSON_OBJ)
+    return NT_ERROR(ctx, NT_ERR_FORMAT, "%s: missing, or not a JSON object", what);
+  char *copy = malloc(obj_size ? obj_size : 1);
+  if (!copy) return NT_ERROR(ctx, NT_ERR_OOM, "out of host memory reading %s", what);
+  memcpy(copy, obj, obj_size);
+  nt_status st = NT_OK;
+  for (int i = 0; i < n && !st; i++) {
+    if (fields[i].offset >= obj_size) {
+      st = NT_ERROR(ctx, NT_ERR_INVALID_ARG, "%s: field '%s' lies outside the object", what,
+                    fields[i].name);
+      break;
+    }
+    st = read_field(ctx, src, &fields[i], copy + fields[i].offset);
+    if (st) st = NT_ERROR(ctx, st, "%s: %s", what, nt_last_error(ctx));
+  }
+  if (!st) memcpy(obj, copy, obj_size);
+  free(copy);
+  return st;
+}
+
+const nt_state_field nt_scaler_state_fields[] = {
+    NT_STATE_FIELD(nt_scaler_state, scale, NT_STATE_F32, 0x1p-149, NT_STATE_ANY),
+    NT_STATE_FIELD(nt_scaler_state, growth_factor, NT_STATE_F32, 1, 1e6),
+    NT_STATE_FIELD(nt_scaler_state, backoff_factor, NT_STATE_F32, 0x1p-149, 1),
+    NT_STATE_FIELD(nt_scaler_state, growth_interval, NT_STATE_I32, 1, NT_STATE_ANY),
+    NT_STATE_FIELD(nt_scaler_state, growth_tracker, NT_STATE_I32, 0, NT_STATE_ANY),
+    NT_STATE_FIELD(nt_scaler_state, min_scale, NT_STATE_F32, 0, NT_STATE_ANY),
+    NT_STATE_FIELD(nt_scaler_state, max_scale, NT_STATE_F32, 0, NT_STATE_ANY),
+    NT_STATE_FIELD(nt_scaler_state, hysteresis, NT_STATE_I32, 0, NT_STATE_ANY),
+    NT_STATE_FIELD(nt_scaler_state, hysteresis_left, NT_STATE_I32, 0, NT_STATE_ANY),
+    NT_STATE_FIELD(nt_scaler_state, updates, NT_STATE_I64, 0, NT_STATE_ANY),
+    NT_STATE_FIELD(nt_scaler_state, skipped_total, NT_STATE_I64, 0, NT_STATE_ANY),
+};
+const int nt_scaler_state_n_fields =
+    (int)(sizeof nt_scaler_state_fields / sizeof nt_scaler_state_fields[0]);
