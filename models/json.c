@@ -27,6 +27,13 @@ static void skip_ws(parser *p) {
 
 static nt_status parse_value(parser *p, nt_json *out);
 
+/* Skips decimal digits; returns how many. */
+static size_t digits_at(parser *p) {
+  size_t start = p->i;
+  while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') p->i++;
+  return p->i - start;
+}
+
 static nt_status parse_string(parser *p, char **out) {
   p->i++;   /* opening quote */
   size_t start = p->i;
@@ -46,16 +53,24 @@ static nt_status parse_string(parser *p, char **out) {
       case 'f': c = '\f'; break;
       case 'u': {
         unsigned v = 0;
-        if (p->i + 4 > p->n) break;
         for (int j = 0; j < 4; j++) {
-          char h = p->s[p->i++];
-          v = v * 16 + (unsigned)(isdigit((unsigned char)h) ? h - '0' : (tolower(h) - 'a' + 10));
+          int h = p->i < p->n ? (unsigned char)p->s[p->i] : 0;
+          if (!isxdigit(h)) {
+            free(buf);
+            return fail(p, "bad \\u escape");
+          }
+          p->i++;
+          v = v * 16 + (unsigned)(isdigit(h) ? h - '0' : tolower(h) - 'a' + 10);
         }
         /* Only the Basic Latin range is needed here; others become '?'. */
         c = v < 0x80 ? (char)v : '?';
         break;
       }
-      default: c = e;
+      case '"': case '\\': case '/': c = e; break;
+      default:
+        free(buf);
+        p->i--;
+        return fail(p, "bad escape");
       }
     }
     buf[k++] = c;
@@ -154,9 +169,22 @@ static nt_status parse_value(parser *p, nt_json *out) {
       return NT_OK;
     }
   }
+  /* a number as JSON writes it: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
   size_t start = p->i;
-  while (p->i < p->n && strchr("+-0123456789.eE", p->s[p->i])) p->i++;
-  if (p->i == start) return fail(p, "unexpected character");
+  if (p->i < p->n && p->s[p->i] == '-') p->i++;
+  size_t int_start = p->i;
+  size_t digits = digits_at(p);
+  if (digits == 0) return fail(p, "unexpected character");
+  if (digits > 1 && p->s[int_start] == '0') return fail(p, "number with a leading zero");
+  if (p->i < p->n && p->s[p->i] == '.') {
+    p->i++;
+    if (!digits_at(p)) return fail(p, "number without digits after '.'");
+  }
+  if (p->i < p->n && (p->s[p->i] == 'e' || p->s[p->i] == 'E')) {
+    p->i++;
+    if (p->i < p->n && (p->s[p->i] == '+' || p->s[p->i] == '-')) p->i++;
+    if (!digits_at(p)) return fail(p, "number without exponent digits");
+  }
   out->type = NT_JSON_NUM;
   out->str = malloc(p->i - start + 1);
   if (!out->str) return NT_ERROR(p->ctx, NT_ERR_OOM, "%s: out of memory parsing JSON", p->what);

@@ -104,6 +104,41 @@ static void test_json_ranges(nt_ctx *ctx) {
   nt_json_free(&j);
 }
 
+/* Malformed input the fuzzers found or that the readers must refuse: JSON numbers outside the
+ * grammar, bad escapes, safetensors shapes whose element count overflows or that are negative. */
+static void test_malformed(nt_ctx *ctx) {
+  static const char *const bad_json[] = {"01", "1.", "-", "1e", "+1", "1e5e5", "\"\\x\"",
+                                         "\"\\u12\"", "\"\\u12zz\"", "[1,]", "{\"a\"}"};
+  for (size_t i = 0; i < sizeof bad_json / sizeof bad_json[0]; i++) {
+    nt_json j;
+    CHECK_ERR(ctx, NT_ERR_FORMAT, nt_json_parse(ctx, bad_json[i], strlen(bad_json[i]), "t", &j));
+  }
+  nt_json j;
+  const char *good = "[0, -0.5e-3, 12E+2, \"\\/\\u0041\"]";
+  if (CHECK_OK(ctx, nt_json_parse(ctx, good, strlen(good), "t", &j))) {
+    CHECK(j.n == 4 && nt_json_num(&j.items[2], 0) == 1200 && !strcmp(j.items[3].str, "/A"),
+          "valid numbers and escapes");
+    nt_json_free(&j);
+  }
+  static const char *const bad_headers[] = {
+      "{\"w\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,0]}}",
+      "{\"w\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}",
+      "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[-4,0]}}",
+      "{\"w\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,4]}}"};
+  for (size_t i = 0; i < sizeof bad_headers / sizeof bad_headers[0]; i++) {
+    char path[PATH_MAX], file[512];
+    size_t hl = strlen(bad_headers[i]);
+    memset(file, 0, sizeof file);
+    for (int k = 0; k < 8; k++) file[k] = (char)((uint64_t)hl >> (8 * k));
+    memcpy(file + 8, bad_headers[i], hl);
+    snprintf(path, sizeof path, "%s/bad%zu.safetensors", dir, i);
+    nt_write_file_atomic(ctx, path, file, 8 + hl + 4);
+    nt_safetensors *f = NULL;
+    CHECK_ERR(ctx, NT_ERR_FORMAT, nt_safetensors_open(ctx, path, &f));
+    nt_safetensors_close(f);
+  }
+}
+
 /* A small model whose every parameter holds `value`. */
 static bool make_params(nt_ctx *ctx, nt_params *p, int64_t n) {
   memset(p, 0, sizeof *p);
@@ -297,6 +332,7 @@ int main(void) {
   if (nt_ctx_create(&ctx, nt_cpu())) return 1;
   test_sha256();
   test_json_ranges(ctx);
+  test_malformed(ctx);
   test_layout(ctx);
   test_lock(ctx);
   nt_ctx_free(ctx);
