@@ -3,6 +3,8 @@
 # The CUDA toolkit is optional: without nvcc the CPU backend alone is built.
 set -euo pipefail
 pkgs="cmake ninja-build gcc g++ pkg-config libopenblas-dev zlib1g-dev dataset-fashion-mnist python3 python3-numpy"
+# clang (with libFuzzer and the sanitizers' runtimes): scripts/fuzz.sh, run by scripts/test.sh
+pkgs="$pkgs clang"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
