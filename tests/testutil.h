@@ -37,7 +37,9 @@ int nt_test_check_err(nt_ctx *ctx, nt_status expected, nt_status st, const char 
 int nt_test_finish(void);
 
 /* A CUDA context on device 0, or NULL when there is no GPU (the test should then
- * `return nt_test_skip("reason")`). */
+ * `return nt_test_skip("reason")`). On a machine that has a GPU (/dev/nvidia0, or
+ * NT_TEST_REQUIRE_GPU=1) a CUDA build that cannot use it fails the test (exit 1) instead:
+ * a broken driver or context must not pass as "skipped". NT_TEST_REQUIRE_GPU=0 skips. */
 nt_ctx *nt_test_cuda_ctx(void);
 int nt_test_skip(const char *why);
 
