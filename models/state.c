@@ -1,5 +1,6 @@
 #include "models/state.h"
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -101,6 +102,125 @@ nt_status nt_state_read(nt_ctx *ctx, const nt_json *src, const nt_state_field *f
   if (!st) memcpy(obj, copy, obj_size);
   free(copy);
   return st;
+}
+
+static size_t field_size(nt_state_type t) {
+  return t == NT_STATE_I32 || t == NT_STATE_F32 ? 4 : t == NT_STATE_BOOL ? sizeof(bool) : 8;
+}
+
+/* The field's value as text (for messages). */
+static void field_text(const nt_state_field *f, const char *obj, char *buf, size_t len) {
+  const char *p = obj + f->offset;
+  switch (f->type) {
+  case NT_STATE_I32: { int32_t v; memcpy(&v, p, 4); snprintf(buf, len, "%d", (int)v); break; }
+  case NT_STATE_I64: { int64_t v; memcpy(&v, p, 8); snprintf(buf, len, "%lld", (long long)v); break; }
+  case NT_STATE_U64: {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    snprintf(buf, len, "%llu", (unsigned long long)v);
+    break;
+  }
+  case NT_STATE_F32: { float v; memcpy(&v, p, 4); snprintf(buf, len, "%.9g", v); break; }
+  case NT_STATE_F64: { double v; memcpy(&v, p, 8); snprintf(buf, len, "%.17g", v); break; }
+  case NT_STATE_BOOL: { bool v; memcpy(&v, p, sizeof v); snprintf(buf, len, v ? "true" : "false"); break; }
+  }
+}
+
+/* Whether option `opt` (dashes) names field `name` (underscores). */
+static bool option_is(const char *opt, const char *name) {
+  for (; *opt && *name; opt++, name++)
+    if (*opt != *name && !(*opt == '-' && *name == '_')) return false;
+  return !*opt && !*name;
+}
+
+static bool listed(const char *name, const char *const *opts, int n) {
+  for (int i = 0; i < n; i++)
+    if (option_is(opts[i], name)) return true;
+  return false;
+}
+
+nt_status nt_state_merge(nt_ctx *ctx, const nt_json *saved, const nt_state_field *fields, int n,
+                         void *obj, size_t obj_size, const char *const *given, int n_given,
+                         const char *const *overridable, int n_overridable, const char *what) {
+  char *from_ckpt = malloc(obj_size ? obj_size : 1);
+  if (!from_ckpt) return NT_ERROR(ctx, NT_ERR_OOM, "out of host memory reading %s", what);
+  memcpy(from_ckpt, obj, obj_size);
+  nt_status st = nt_state_read(ctx, saved, fields, n, from_ckpt, obj_size, what);
+  char msg[1024] = "";
+  size_t used = 0;
+  int conflicts = 0;
+  for (int i = 0; !st && i < n; i++) {
+    const nt_state_field *f = &fields[i];
+    if (!listed(f->name, given, n_given)) continue;
+    size_t sz = field_size(f->type);
+    if (listed(f->name, overridable, n_overridable)) {
+      memcpy(from_ckpt + f->offset, (const char *)obj + f->offset, sz);   /* the flag wins */
+      continue;
+    }
+    if (!memcmp(from_ckpt + f->offset, (const char *)obj + f->offset, sz)) continue;
+    char mine[48], theirs[48], opt[64];
+    field_text(f, obj, mine, sizeof mine);
+    field_text(f, from_ckpt, theirs, sizeof theirs);
+    snprintf(opt, sizeof opt, "%s", f->name);
+    for (char *c = opt; *c; c++)
+      if (*c == '_') *c = '-';
+    int w = snprintf(msg + used, sizeof msg - used, "%s--%s %s (the checkpoint has %s)",
+                     conflicts ? ", " : "", opt, mine, theirs);
+    if (w > 0 && (size_t)w < sizeof msg - used) used += (size_t)w;
+    conflicts++;
+  }
+  if (!st && conflicts)
+    st = NT_ERROR(ctx, NT_ERR_INVALID_ARG,
+                  "%s: %s conflict%s with the checkpoint; drop %s to continue the run as saved",
+                  what, msg, conflicts > 1 ? "" : "s", conflicts > 1 ? "them" : "it");
+  if (!st) memcpy(obj, from_ckpt, obj_size);
+  free(from_ckpt);
+  return st;
+}
+
+void nt_vocab_write_json(nt_jw *w, const nt_vocab *v) {
+  nt_jw_begin(w, '[');
+  for (int i = 0; i < v->size; i++) nt_jw_i64(w, v->chars[i]);
+  nt_jw_end(w, ']');
+}
+
+nt_status nt_vocab_read_json(nt_ctx *ctx, const nt_json *saved, nt_vocab *out) {
+  if (!saved || saved->type != NT_JSON_ARR)
+    return NT_ERROR(ctx, NT_ERR_FORMAT, "the checkpoint has no vocabulary (saved before "
+                    "vocabularies were recorded)");
+  if (saved->n < 1 || saved->n > 256)
+    return NT_ERROR(ctx, NT_ERR_FORMAT, "vocabulary of %d entries: expected 1..256", saved->n);
+  nt_vocab v;
+  memset(&v, 0, sizeof v);
+  for (int c = 0; c < 256; c++) v.ids[c] = -1;
+  for (int i = 0; i < saved->n; i++) {
+    int64_t b;
+    nt_status st = nt_json_int_in(ctx, &saved->items[i], "vocabulary byte", 0, 255, &b);
+    if (st) return st;
+    if (v.ids[b] >= 0)
+      return NT_ERROR(ctx, NT_ERR_FORMAT, "vocabulary lists byte %lld twice", (long long)b);
+    v.ids[b] = (int16_t)i;
+    v.chars[i] = (uint8_t)b;
+  }
+  v.size = saved->n;
+  *out = v;
+  return NT_OK;
+}
+
+nt_status nt_vocab_check_json(nt_ctx *ctx, const nt_json *saved, const nt_vocab *v) {
+  nt_vocab ck;
+  nt_status st = nt_vocab_read_json(ctx, saved, &ck);
+  if (st) return st;
+  int first = -1;
+  for (int i = 0; i < ck.size && i < v->size && first < 0; i++)
+    if (ck.chars[i] != v->chars[i]) first = i;
+  if (first < 0 && ck.size == v->size) return NT_OK;
+  if (first < 0) first = ck.size < v->size ? ck.size : v->size;
+  return NT_ERROR(ctx, NT_ERR_INVALID_ARG,
+                  "the checkpoint was trained on another text: its vocabulary has %d characters, "
+                  "this corpus's %d, first different at id %d (byte %d against %d); resume on "
+                  "the corpus it was trained on", ck.size, v->size, first,
+                  first < ck.size ? ck.chars[first] : -1, first < v->size ? v->chars[first] : -1);
 }
 
 const nt_state_field nt_scaler_state_fields[] = {

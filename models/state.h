@@ -21,6 +21,7 @@
 #include "core/nt.h"
 #include "models/json.h"
 #include "amp/scaler.h"
+#include "data/text.h"
 NT_EXTERN_C_BEGIN
 
 typedef enum {
@@ -40,6 +41,9 @@ typedef struct {
 
 #define NT_STATE_FIELD(type_, member, kind, lo, hi) \
   {#member, kind, offsetof(type_, member), (lo), (hi)}
+/* The same with an explicit name (nested members: "n_layer" for gpt.n_layer). */
+#define NT_STATE_FIELD_NAMED(name, type_, member, kind, lo, hi) \
+  {name, kind, offsetof(type_, member), (lo), (hi)}
 
 /* Writes "name": value for each field (inside an object the caller opened). */
 void nt_state_write(nt_jw *w, const nt_state_field *fields, int n, const void *obj);
@@ -47,6 +51,27 @@ void nt_state_write(nt_jw *w, const nt_state_field *fields, int n, const void *o
  * `what` names the object in messages. */
 nt_status nt_state_read(nt_ctx *ctx, const nt_json *src, const nt_state_field *fields, int n,
                         void *obj, size_t obj_size, const char *what);
+
+/* Resume: the saved object's fields replace obj's, except those the user set on the command
+ * line. `given` lists the options given (as typed without dashes, e.g. "lr", "n-layer"); a
+ * field matches an option when their names agree with '-' read as '_'. A given field listed in
+ * `overridable` (option names too, e.g. "max-iters") keeps obj's value; a given field that is
+ * not overridable and differs from the saved value is a conflict. Conflicts are
+ * NT_ERR_INVALID_ARG naming every one with both values ("--lr 0.003 (the checkpoint has
+ * 0.001)") and leave obj unchanged; a malformed saved object is NT_ERR_FORMAT. */
+nt_status nt_state_merge(nt_ctx *ctx, const nt_json *saved, const nt_state_field *fields, int n,
+                         void *obj, size_t obj_size, const char *const *given, int n_given,
+                         const char *const *overridable, int n_overridable, const char *what);
+
+/* The character vocabulary in a sidecar: a JSON array of the byte values of ids 0..size-1
+ * (written after a key the caller wrote). */
+void nt_vocab_write_json(nt_jw *w, const nt_vocab *v);
+/* Reads such an array into *out (every byte distinct; NT_ERR_FORMAT otherwise). */
+nt_status nt_vocab_read_json(nt_ctx *ctx, const nt_json *saved, nt_vocab *out);
+/* Resume: the checkpoint's vocabulary must equal the corpus's, else NT_ERR_INVALID_ARG saying
+ * the checkpoint was trained on another text (sizes and the first differing id). A missing
+ * array (a checkpoint from before vocabularies were saved) is NT_ERR_FORMAT. */
+nt_status nt_vocab_check_json(nt_ctx *ctx, const nt_json *saved, const nt_vocab *v);
 
 /* The loss scaler's checkpoint fields (amp/scaler.h nt_scaler_state), growth tracker
  * included. */

@@ -45,6 +45,84 @@ static nt_status read_text(nt_ctx *ctx, const char *text, demo *x) {
   return st;
 }
 
+/* A resumed run: the checkpoint's configuration wins, given flags must agree with it except the
+ * overridable ones. */
+typedef struct {
+  int32_t n_layer;
+  double lr;
+  int64_t max_iters;
+  int64_t batch_size;
+} run_cfg;
+
+static const nt_state_field cfg_fields[] = {
+    NT_STATE_FIELD(run_cfg, n_layer, NT_STATE_I32, 1, 1024),
+    NT_STATE_FIELD(run_cfg, lr, NT_STATE_F64, 0, 10),
+    NT_STATE_FIELD(run_cfg, max_iters, NT_STATE_I64, 0, NT_STATE_ANY),
+    NT_STATE_FIELD(run_cfg, batch_size, NT_STATE_I64, 1, 1 << 20),
+};
+
+static void test_merge(nt_ctx *ctx) {
+  const char *saved = "{\"n_layer\":6,\"lr\":0.003,\"max_iters\":300,\"batch_size\":16}";
+  nt_json j;
+  if (!CHECK_OK(ctx, nt_json_parse(ctx, saved, strlen(saved), "t", &j))) return;
+  static const char *const overridable[] = {"max-iters"};
+  /* nothing given: the defaults give way to the checkpoint */
+  run_cfg c = {4, 1e-3, 5000, 64};
+  CHECK_OK(ctx, nt_state_merge(ctx, &j, cfg_fields, 4, &c, sizeof c, NULL, 0, overridable, 1,
+                               "resume"));
+  CHECK(c.n_layer == 6 && c.lr == 0.003 && c.max_iters == 300 && c.batch_size == 16,
+        "restored: %d %g %lld %lld", c.n_layer, c.lr, (long long)c.max_iters,
+        (long long)c.batch_size);
+  /* --max-iters given: kept; --n-layer 6 given and equal: fine */
+  run_cfg d = {6, 1e-3, 600, 64};
+  static const char *const given1[] = {"max-iters", "n-layer"};
+  CHECK_OK(ctx, nt_state_merge(ctx, &j, cfg_fields, 4, &d, sizeof d, given1, 2, overridable, 1,
+                               "resume"));
+  CHECK(d.max_iters == 600 && d.n_layer == 6 && d.lr == 0.003 && d.batch_size == 16,
+        "override kept, the rest restored");
+  /* conflicting --lr and --batch-size: an error naming both, nothing changed */
+  run_cfg e = {4, 1e-3, 5000, 64}, e0 = e;
+  static const char *const given2[] = {"lr", "batch-size", "max-iters"};
+  CHECK_ERR(ctx, NT_ERR_INVALID_ARG, nt_state_merge(ctx, &j, cfg_fields, 4, &e, sizeof e, given2,
+                                                    3, overridable, 1, "--resume run"));
+  const char *m = nt_last_error(ctx);
+  CHECK(strstr(m, "--lr 0.001 (the checkpoint has 0.0030000000000000001)") &&
+            strstr(m, "--batch-size 64 (the checkpoint has 16)") && !strstr(m, "max-iters"),
+        "names each conflict: %s", m);
+  CHECK(!memcmp(&e, &e0, sizeof e), "unchanged on conflict");
+  nt_json_free(&j);
+}
+
+static void test_vocab(nt_ctx *ctx) {
+  nt_text t = {(uint8_t *)"hello world", 11}, u = {(uint8_t *)"hello there", 11};
+  nt_vocab v, w, back;
+  nt_vocab_build(&t, &v);
+  nt_vocab_build(&u, &w);
+  nt_jw jw = {0};
+  nt_vocab_write_json(&jw, &v);
+  char *text = nt_jw_finish(&jw);
+  nt_json j;
+  if (!CHECK_OK(ctx, nt_json_parse(ctx, text, strlen(text), "vocab", &j))) return;
+  CHECK_OK(ctx, nt_vocab_read_json(ctx, &j, &back));
+  CHECK(back.size == v.size && !memcmp(back.chars, v.chars, (size_t)v.size) &&
+            !memcmp(back.ids, v.ids, sizeof v.ids), "vocabulary round trip: %s", text);
+  CHECK_OK(ctx, nt_vocab_check_json(ctx, &j, &v));
+  CHECK_ERR(ctx, NT_ERR_INVALID_ARG, nt_vocab_check_json(ctx, &j, &w));
+  CHECK(strstr(nt_last_error(ctx), "trained on another text") != NULL, "%s", nt_last_error(ctx));
+  CHECK_ERR(ctx, NT_ERR_FORMAT, nt_vocab_check_json(ctx, NULL, &v));
+  nt_json bad;
+  if (CHECK_OK(ctx, nt_json_parse(ctx, "[65,66,65]", 10, "bad", &bad))) {
+    CHECK_ERR(ctx, NT_ERR_FORMAT, nt_vocab_read_json(ctx, &bad, &back));
+    nt_json_free(&bad);
+  }
+  if (CHECK_OK(ctx, nt_json_parse(ctx, "[65,256]", 8, "bad", &bad))) {
+    CHECK_ERR(ctx, NT_ERR_FORMAT, nt_vocab_read_json(ctx, &bad, &back));
+    nt_json_free(&bad);
+  }
+  nt_json_free(&j);
+  free(text);
+}
+
 int main(void) {
   nt_ctx *ctx;
   if (nt_ctx_create(&ctx, nt_cpu())) return 1;
@@ -113,6 +191,8 @@ int main(void) {
     nt_json_free(&j);
   }
   free(t);
+  test_merge(ctx);
+  test_vocab(ctx);
   nt_ctx_free(ctx);
   return nt_test_finish();
 }
