@@ -261,6 +261,8 @@ typedef struct {
   nt_train_options o;
   bool want_cuda, device_given;
   int device_index;
+  const char *given[sizeof long_opts / sizeof long_opts[0]];   /* options given, once each */
+  int n_given;
 } cli;
 
 /* Parses the command line into c. Returns -1 to go on, else the exit status (0 after --help,
@@ -285,8 +287,13 @@ static int parse_cli(int argc, char **argv, cli *c) {
   int ch;
   opterr = 0;
   optind = 0;   /* full re-initialisation (the parser may run more than once) */
+  c->n_given = 0;
   while ((ch = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
     const char *name = opt_name(ch);
+    bool seen = false;
+    for (int i = 0; i < c->n_given; i++) seen |= c->given[i] == name;
+    if (!seen && strcmp(name, "?") && c->n_given < (int)(sizeof c->given / sizeof c->given[0]))
+      c->given[c->n_given++] = name;
     double d = 0;
     int64_t n = 0;
     const opt_range *r = range_of(ch);
@@ -412,6 +419,8 @@ static int parse_cli(int argc, char **argv, cli *c) {
     if (o.lr_decay_iters == 5000 && o.max_iters != 5000) o.lr_decay_iters = o.max_iters;
   }
   if (!dtype_given) o.precision = c->want_cuda ? NT_PREC_BF16 : NT_PREC_FP32;
+  o.given = c->given;
+  o.n_given = c->n_given;
   c->o = o;
   return -1;
 }

@@ -120,8 +120,20 @@ static void field_text(const nt_state_field *f, const char *obj, char *buf, size
     snprintf(buf, len, "%llu", (unsigned long long)v);
     break;
   }
-  case NT_STATE_F32: { float v; memcpy(&v, p, 4); snprintf(buf, len, "%.9g", v); break; }
-  case NT_STATE_F64: { double v; memcpy(&v, p, 8); snprintf(buf, len, "%.17g", v); break; }
+  case NT_STATE_F32: {
+    float v;
+    memcpy(&v, p, 4);
+    snprintf(buf, len, "%.7g", v);            /* the shortest of 7 / 9 digits that reads back */
+    if (strtof(buf, NULL) != v) snprintf(buf, len, "%.9g", v);
+    break;
+  }
+  case NT_STATE_F64: {
+    double v;
+    memcpy(&v, p, 8);
+    snprintf(buf, len, "%.15g", v);
+    if (strtod(buf, NULL) != v) snprintf(buf, len, "%.17g", v);
+    break;
+  }
   case NT_STATE_BOOL: { bool v; memcpy(&v, p, sizeof v); snprintf(buf, len, v ? "true" : "false"); break; }
   }
 }

@@ -86,7 +86,7 @@ static void test_merge(nt_ctx *ctx) {
   CHECK_ERR(ctx, NT_ERR_INVALID_ARG, nt_state_merge(ctx, &j, cfg_fields, 4, &e, sizeof e, given2,
                                                     3, overridable, 1, "--resume run"));
   const char *m = nt_last_error(ctx);
-  CHECK(strstr(m, "--lr 0.001 (the checkpoint has 0.0030000000000000001)") &&
+  CHECK(strstr(m, "--lr 0.001 (the checkpoint has 0.003)") &&
             strstr(m, "--batch-size 64 (the checkpoint has 16)") && !strstr(m, "max-iters"),
         "names each conflict: %s", m);
   CHECK(!memcmp(&e, &e0, sizeof e), "unchanged on conflict");
