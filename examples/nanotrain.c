@@ -263,6 +263,7 @@ typedef struct {
   int device_index;
   const char *given[sizeof long_opts / sizeof long_opts[0]];   /* options given, once each */
   int n_given;
+  char resume_parent[4200];   /* the out-dir of a ckpt-<step> directory given to --resume */
 } cli;
 
 /* Parses the command line into c. Returns -1 to go on, else the exit status (0 after --help,
@@ -411,10 +412,26 @@ static int parse_cli(int argc, char **argv, cli *c) {
     return bad("n-head", val, why);
   }
   if (gpt2 && !data_given) o.gpt_data = "synthetic";
-  /* as nanoGPT: a resumed run keeps writing into the checkpoint's out-dir */
+  /* as nanoGPT: a resumed run keeps writing into the checkpoint's out-dir (the parent of a
+   * ckpt-<step> directory given directly) */
   struct stat sb;
-  if (o.resume && !o.out_dir && stat(o.resume, &sb) == 0 && S_ISDIR(sb.st_mode))
-    o.out_dir = o.resume;
+  if (o.resume && !o.out_dir && stat(o.resume, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+    char manifest[4200];
+    snprintf(manifest, sizeof manifest, "%s/MANIFEST.json", o.resume);
+    if (stat(manifest, &sb) == 0) {
+      char *p = c->resume_parent;
+      snprintf(p, sizeof c->resume_parent, "%s", o.resume);
+      size_t n = strlen(p);
+      while (n > 1 && p[n - 1] == '/') p[--n] = 0;
+      char *slash = strrchr(p, '/');
+      if (!slash) snprintf(p, sizeof c->resume_parent, ".");
+      else if (slash == p) p[1] = 0;
+      else *slash = 0;
+      o.out_dir = p;
+    } else {
+      o.out_dir = o.resume;
+    }
+  }
   if (c->model == NT_MODEL_GPT && gpt2) {
     if (o.lr_decay_iters == 5000 && o.max_iters != 5000) o.lr_decay_iters = o.max_iters;
   }

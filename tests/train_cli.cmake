@@ -25,9 +25,10 @@ if(TARGET nanotrain)
               --n-head 5)
   nt_cli_test(train_cli_widths 2 "for --widths" ${nt} cnn --widths 99999999999,1,1)
   nt_cli_test(train_cli_extra_arg 2 "unexpected argument 'extra'" ${nt} gpt extra)
-  set(tiny --device cpu --data synthetic --vocab-size 50 --n-layer 1 --n-head 2 --n-embd 32
+  set(tiny_base --device cpu --data synthetic --vocab-size 50 --n-layer 1 --n-head 2 --n-embd 32
       --block-size 16 --batch-size 4 --eval-interval 5 --eval-iters 2 --log-interval 5
-      --sample 20 --out-dir ${CMAKE_CURRENT_BINARY_DIR}/train_cli_run)
+      --sample 20)
+  set(tiny ${tiny_base} --out-dir ${CMAKE_CURRENT_BINARY_DIR}/train_cli_run)
   add_test(NAME train_cli_clean COMMAND ${CMAKE_COMMAND} -E rm -rf
            ${CMAKE_CURRENT_BINARY_DIR}/train_cli_run)
   nt_cli_test(train_cli_tiny_run 0 "done: 10 steps" ${nt} gpt ${tiny} --max-iters 10)
@@ -36,6 +37,15 @@ if(TARGET nanotrain)
   nt_cli_test(train_cli_tiny_resume 0 "resumed from .* at step 10.*done: 15 steps" ${nt} gpt
               ${tiny} --max-iters 15 --resume ${CMAKE_CURRENT_BINARY_DIR}/train_cli_run)
   set_tests_properties(train_cli_tiny_resume PROPERTIES DEPENDS train_cli_tiny_run)
+  # --resume given one checkpoint directory: the run goes on in its out-dir (not inside it)
+  nt_cli_test(train_cli_resume_dir 0 "resumed from .*ckpt-15 at step 15.*done: 20 steps" ${nt}
+              gpt ${tiny_base} --max-iters 20 --resume
+              ${CMAKE_CURRENT_BINARY_DIR}/train_cli_run/ckpt-15)
+  add_test(NAME train_cli_resume_dir_layout COMMAND ${CMAKE_COMMAND} -E cat
+           ${CMAKE_CURRENT_BINARY_DIR}/train_cli_run/ckpt-20/MANIFEST.json)
+  set_tests_properties(train_cli_resume_dir PROPERTIES DEPENDS train_cli_tiny_resume)
+  set_tests_properties(train_cli_resume_dir_layout PROPERTIES LABELS cpu
+                       DEPENDS train_cli_resume_dir)
   # a run holding the out-dir's lock (here flock(1), the same lock) stops a second one at once
   find_program(NT_FLOCK flock)
   if(NT_FLOCK)
