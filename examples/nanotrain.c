@@ -236,20 +236,6 @@ static int parse_ranged(const opt_range *r, const char *name, const char *val, i
   return 0;
 }
 
-/* C1,C2,HIDDEN: three integers in [1, NT_MAX_CNN_WIDTH]. */
-static bool parse_widths(const char *s, int out[3]) {
-  for (int k = 0; k < 3; k++) {
-    char *end;
-    errno = 0;
-    if (*s < '0' || *s > '9') return false;
-    long v = strtol(s, &end, 10);
-    if (errno || v < 1 || v > NT_MAX_CNN_WIDTH || *end != (k < 2 ? ',' : 0)) return false;
-    out[k] = (int)v;
-    s = end + (k < 2);
-  }
-  return true;
-}
-
 static const char *opt_name(int id) {
   for (const struct option *lo = long_opts; lo->name; lo++)
     if (lo->val == id) return lo->name;
@@ -358,7 +344,7 @@ static int parse_cli(int argc, char **argv, cli *c) {
       break;
     case O_WIDTHS: {
       int w[3];
-      if (!parse_widths(optarg, w))
+      if (!nt_parse_int_list(optarg, 3, 1, NT_MAX_CNN_WIDTH, w))
         return bad(name, optarg, "expected three integers C1,C2,HIDDEN in [1, 65536]");
       o.cnn.c1 = w[0];
       o.cnn.c2 = w[1];

@@ -3,6 +3,9 @@
  * past what the runtime can hold). */
 #ifndef NT_MODELS_LIMITS_H
 #define NT_MODELS_LIMITS_H
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
 
 #define NT_MAX_N_LAYER 1024
 #define NT_MAX_N_HEAD 1024
@@ -16,5 +19,20 @@
 #define NT_MAX_WORKERS 256
 #define NT_MAX_WORLD_SIZE 65536
 #define NT_MAX_SAMPLE_TOKENS 10000000
+
+/* "A,B,C": exactly n comma-separated decimal integers, each in [min, max], into out (the
+ * command-line form of --widths). */
+static inline bool nt_parse_int_list(const char *s, int n, long min, long max, int *out) {
+  for (int k = 0; k < n; k++) {
+    char *end;
+    errno = 0;
+    if (*s < '0' || *s > '9') return false;
+    long v = strtol(s, &end, 10);
+    if (errno || v < min || v > max || *end != (k < n - 1 ? ',' : 0)) return false;
+    out[k] = (int)v;
+    s = end + (k < n - 1);
+  }
+  return true;
+}
 
 #endif

@@ -54,20 +54,6 @@ static int to_int(const char *name, const char *s, long max, long *out) {
   return 0;
 }
 
-/* C1,C2,HIDDEN: three integers in [1, NT_MAX_CNN_WIDTH]. */
-static bool parse_widths(const char *s, int out[3]) {
-  for (int k = 0; k < 3; k++) {
-    char *end;
-    errno = 0;
-    if (*s < '0' || *s > '9') return false;
-    long v = strtol(s, &end, 10);
-    if (errno || v < 1 || v > NT_MAX_CNN_WIDTH || *end != (k < 2 ? ',' : 0)) return false;
-    out[k] = (int)v;
-    s = end + (k < 2);
-  }
-  return true;
-}
-
 int main(int argc, char **argv) {
   static const struct option opts[] = {
       {"model", required_argument, 0, 'm'},     {"preset", required_argument, 0, 'p'},
@@ -120,7 +106,7 @@ int main(int argc, char **argv) {
       break;
     case 'w': {
       int w[3];
-      if (!parse_widths(optarg, w))
+      if (!nt_parse_int_list(optarg, 3, 1, NT_MAX_CNN_WIDTH, w))
         return bad("widths", optarg, "expected three integers C1,C2,HIDDEN in [1, 65536]");
       c.c1 = w[0];
       c.c2 = w[1];
