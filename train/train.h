@@ -44,6 +44,11 @@ typedef struct {
   const char *out_dir;         /* checkpoints, metrics.jsonl, metrics.prom; NULL = none */
   const char *resume;          /* a checkpoint directory (or .safetensors/.json path) */
   int64_t checkpoint_interval; /* also save every N iterations (0: at evals and the end) */
+  int keep_checkpoints;        /* checkpoints kept in out_dir, newest first (0: all) */
+  /* the options given on the command line (long names, e.g. "lr", "n-layer"): on resume the
+   * checkpoint's configuration wins and these must agree with it (models/state.h) */
+  const char *const *given;
+  int n_given;
   int sample_tokens;           /* GPT: generate this many characters after training */
   float temperature;
   int top_k;
