@@ -112,27 +112,29 @@ typedef struct {
   bool saw_found, saw_sumsq;
 } hook_log;
 
+static void record(int *list, int *n, int u) {
+  if (*n < 16) list[*n] = u;
+  (*n)++;
+}
+
 static nt_status on_fwd(nt_ctx *ctx, void *arg, int u) {
   hook_log *h = arg;
   (void)ctx;
-  if (h->n_fwd < 16) h->fwd[h->n_fwd] = u;
-  h->n_fwd++;
+  record(h->fwd, &h->n_fwd, u);
   return NT_OK;
 }
 
 static nt_status on_bwd(nt_ctx *ctx, void *arg, int u) {
   hook_log *h = arg;
   (void)ctx;
-  if (h->n_bwd < 16) h->bwd[h->n_bwd] = u;
-  h->n_bwd++;
+  record(h->bwd, &h->n_bwd, u);
   return NT_OK;
 }
 
 static nt_status on_ready(nt_ctx *ctx, void *arg, int u) {
   hook_log *h = arg;
   (void)ctx;
-  if (h->n_ready < 16) h->ready[h->n_ready] = u;
-  h->n_ready++;
+  record(h->ready, &h->n_ready, u);
   return NT_OK;
 }
 
