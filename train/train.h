@@ -37,7 +37,10 @@ typedef struct {
   int growth_interval;
   uint64_t seed;
   int64_t eval_interval, eval_iters, log_interval, metrics_interval;
-  int num_workers;
+  int num_workers;              /* loader threads (0: load synchronously) */
+  int rank, world_size;        /* data parallel: this process's share of the data (default 0
+                                * of 1); each rank draws its own batches and dropout masks,
+                                * rank 0 of 1 the single-process ones */
   bool augment;                /* CNN: random crop (pad 2) + horizontal flip */
   int64_t train_subset, test_subset;   /* CNN: use the first N images (0 = all) */
   const char *data_dir;        /* tiny shakespeare's dir (NT_DATA_DIR) / Fashion-MNIST's */
