@@ -72,14 +72,17 @@ if(TARGET ntlib AND NOT TARGET dist_train)
                --inf-rank 0 --inf-step 2 --steps 6)
 
   # One GPU (label gpu; skipped without one): NCCL at world 1, and 2 and 4 ranks sharing the
-  # GPU through the MPI backend's staging, each against one process on the same GPU.
+  # GPU through the MPI backend's staging, each against one process on the same GPU. With AdamW
+  # on the GPU the ranks' GEMMs over batch slices round differently from the one process's over
+  # the whole batch, and Adam's normalisation carries that into the weights: the H200 measured at
+  # most 2.5e-6 absolute in one weight of 9312 after 20 steps, so rtol 5e-5 (atol 5e-6).
   nt_dist_test(dist_gpu_nccl_collectives_1 1 --device cuda --backend nccl --mode collectives)
   nt_dist_test(dist_gpu_mpi_collectives_2 2 --device cuda --backend mpi --mode collectives)
   foreach(s NO_SHARD SHARD_GRAD_OP FULL_SHARD)
     nt_dist_test(dist_gpu_nccl_${s}_1 1 --device cuda --backend nccl --strategy ${s})
     nt_dist_test(dist_gpu_mpi_${s}_2 2 --device cuda --backend mpi --strategy ${s})
     nt_dist_test(dist_gpu_mpi_${s}_adamw_4 4 --device cuda --backend mpi --strategy ${s}
-                 --optim adamw --clip 0.05 --check-memory)
+                 --optim adamw --clip 0.05 --check-memory --rtol 5e-5)
     nt_dist_test(dist_gpu_mpi_${s}_bf16_2 2 --device cuda --backend mpi --strategy ${s}
                  --param-dtype bf16 --rtol 1e-2)
   endforeach()
