@@ -98,7 +98,7 @@ static nt_status no_backend(nt_ctx *ctx) {
 uint32_t nt_attention_keep_threshold(float p) {
   /* p * 256 is exact in double; halves round up; 256 (p above 255.5 / 256) would drop all. */
   const double t = floor((double)p * 256.0 + 0.5);
-  return t <= 0.0 ? 0u : t >= 255.0 ? 255u : (uint32_t)t;
+  return !(t > 0.0) ? 0u : t >= 255.0 ? 255u : (uint32_t)t;
 }
 
 double nt_attention_keep_scale(float p) {

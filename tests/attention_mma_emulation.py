@@ -7,8 +7,10 @@
    level for odd T against a dense causal reference, the pipelined backward (one barrier per
    query tile) with its double-buffer indices and a check that no shared buffer is written
    and read between the same two barriers.
-3) replays the dropout keep-bit assignment of every kernel (which lane draws which Philox
-   blocks, the shuffles, the bit positions) against the stream read element by element.
+3) replays the dropout keep-bit assignment of every kernel (mma.sync and wgmma forward and
+   backward in each block shape, the simple kernels: which lane draws which Philox blocks,
+   the byte compares, the shuffles, the bit positions) against the 8-bit rule of
+   ops/attention.h read from the stream element by element.
 Usage: python3 tests/attention_mma_emulation.py  (every error printed should be ~1e-14, every
 mask line OK)"""
 import numpy as np
