@@ -43,7 +43,7 @@
 #include "core/nt.h"
 #include "dist/comm.h"
 #include "dist/shard.h"
-#include "models/memest.h"
+#include "train/memest.h"
 #include "models/module.h"
 #include "optim/optimizer.h"
 NT_EXTERN_C_BEGIN

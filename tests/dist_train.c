@@ -19,7 +19,7 @@
 #include <unistd.h>
 #include "dist/comm.h"
 #include "dist/fsdp.h"
-#include "models/memest.h"
+#include "train/memest.h"
 #include "ops/cross_entropy.h"
 #include "ops/linear.h"
 #include "ops/reduce.h"
