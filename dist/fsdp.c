@@ -152,6 +152,45 @@ static nt_status adopt_unit(nt_ctx *ctx, nt_fsdp *f, int j) {
   return NT_OK;
 }
 
+/* stable_buffers: the model's whole buffers stay; the runtime adds the kept shards. */
+static nt_status adopt_stable(nt_ctx *ctx, nt_fsdp *f, int j) {
+  nt_unit *un = &f->p->units[j];
+  fsdp_unit *u = &f->u[j];
+  if (u->lay.padded != u->lay.numel)
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG,
+                    "fsdp: stable_buffers needs unit sizes that are multiples of the world size: "
+                    "unit '%s' has %lld elements at world %d", un->name, (long long)u->lay.numel,
+                    f->W);
+  size_t cs = nt_dtype_size(f->p->compute_dtype);
+  u->full = nt_tensor_view(un->compute.data, f->p->compute_dtype, f->dev, 1, &u->lay.numel);
+  u->gfull = nt_tensor_view(un->grad.data, NT_F32, f->dev, 1, &u->lay.numel);
+  count(&f->live_param, &f->peak_param, (double)u->lay.numel * (double)cs);
+  count(&f->live_grad, &f->peak_grad, (double)u->lay.numel * 4.0);
+  nt_tensor mine = nt_flat_view(&u->full, u->lay.lo, u->lay.shard);
+  nt_status st = NT_OK;
+  if (f->opt.strategy == NT_SHARD_GRAD_OP) {
+    u->shard = mine;
+  } else {
+    st = alloc_flat(ctx, &u->shard, f->p->compute_dtype, u->lay.shard, &f->live_param,
+                    &f->peak_param);
+    if (!st) st = nt_tensor_copy(ctx, &u->shard, &mine);
+  }
+  if (!st && f->p->compute_dtype != NT_F32) {
+    double none = 0, none_peak = 0;
+    nt_tensor m = nt_flat_view(&un->master, u->lay.lo, u->lay.shard);
+    st = alloc_flat(ctx, &u->master0, NT_F32, u->lay.shard, &none, &none_peak);
+    if (!st) st = nt_tensor_copy(ctx, &u->master0, &m);
+  }
+  if (!st) st = alloc_flat(ctx, &u->gshard, NT_F32, u->lay.shard, &f->live_grad, &f->peak_grad);
+  if (!st) st = nt_tensor_zero(ctx, &u->gshard);
+  if (!st) st = nt_ctx_synchronize(ctx);
+  if (!st && un->compute.owner) {   /* a 16-bit copy: the fp32 master lives in the shards now */
+    nt_tensor_free(ctx, &un->master);
+    un->master = nt_tensor_view(NULL, NT_F32, f->dev, 1, &u->lay.numel);
+  }
+  return st;
+}
+
 nt_status nt_fsdp_create(nt_ctx *ctx, nt_comm *comm, nt_params *p, const nt_fsdp_options *opt,
                          nt_fsdp **out) {
   *out = NULL;
@@ -189,7 +228,7 @@ nt_status nt_fsdp_create(nt_ctx *ctx, nt_comm *comm, nt_params *p, const nt_fsdp
     f->opt_elems += (double)elems;
     if (p->compute_dtype != NT_F32) f->master_elems += (double)elems;
     if (sharded(f)) {
-      st = adopt_unit(ctx, f, j);
+      st = opt->stable_buffers ? adopt_stable(ctx, f, j) : adopt_unit(ctx, f, j);
     } else {
       count(&f->live_param, &f->peak_param, (double)u->lay.numel * (double)cs);
       count(&f->live_grad, &f->peak_grad, (double)u->lay.numel * 4.0);
@@ -210,7 +249,7 @@ void nt_fsdp_free(nt_ctx *ctx, nt_fsdp *f) {
     nt_tensor *own[] = {&u->full, &u->master0, &u->gfull, &u->gshard, &u->red, &u->red_shard};
     for (size_t k = 0; k < sizeof own / sizeof own[0]; k++) nt_tensor_free(ctx, own[k]);
     if (f->opt.strategy == NT_SHARD_FULL) nt_tensor_free(ctx, &u->shard);
-    if (sharded(f)) {
+    if (sharded(f) && !f->opt.stable_buffers) {
       f->p->units[j].compute.data = f->p->units[j].grad.data = NULL;
       f->p->units[j].master.data = NULL;
     }
@@ -226,8 +265,10 @@ void nt_fsdp_free(nt_ctx *ctx, nt_fsdp *f) {
 static nt_status gather(nt_ctx *ctx, nt_fsdp *f, int j) {
   fsdp_unit *u = &f->u[j];
   if (u->gathered) return NT_OK;
-  nt_status st = alloc_flat(ctx, &u->full, f->p->compute_dtype, u->lay.padded, &f->live_param,
-                            &f->peak_param);
+  nt_status st = NT_OK;
+  if (!f->opt.stable_buffers)
+    st = alloc_flat(ctx, &u->full, f->p->compute_dtype, u->lay.padded, &f->live_param,
+                    &f->peak_param);
   if (!st) st = nt_comm_all_gather(f->comm, ctx, &u->shard, &u->full);
   if (st) return st;
   u->gather_seq = nt_comm_seq(f->comm);
@@ -235,17 +276,18 @@ static nt_status gather(nt_ctx *ctx, nt_fsdp *f, int j) {
   u->gathered = true;
   u->used = false;
   if (++f->n_gathered > f->peak_gathered) f->peak_gathered = f->n_gathered;
-  bind_compute(f, j);
+  if (!f->opt.stable_buffers) bind_compute(f, j);
   return NT_OK;
 }
 
 static void release(nt_ctx *ctx, nt_fsdp *f, int j) {
   fsdp_unit *u = &f->u[j];
   if (!u->gathered) return;
-  trace(f, "free-params", j, (double)nt_tensor_nbytes(&u->full), false);
-  free_flat(ctx, f, &u->full, &f->live_param);
   u->gathered = u->used = false;
   f->n_gathered--;
+  if (f->opt.stable_buffers) return;   /* the whole buffer stays (its contents go stale) */
+  trace(f, "free-params", j, (double)nt_tensor_nbytes(&u->full), false);
+  free_flat(ctx, f, &u->full, &f->live_param);
   bind_compute(f, j);
 }
 
@@ -341,6 +383,7 @@ static nt_status reduce_unit(nt_ctx *ctx, nt_fsdp *f, int j) {
     free_flat(ctx, f, &u->red, &f->live_grad);
   }
   trace(f, "reduce_scatter-grad", j, (double)nt_tensor_nbytes(&u->gfull), true);
+  if (f->opt.stable_buffers) return st;
   free_flat(ctx, f, &u->gfull, &f->live_grad);
   trace(f, "free-grad", j, (double)u->lay.padded * 4, false);
   bind_grad(f, j);

@@ -63,6 +63,14 @@ typedef struct {
   bool limit_all_gathers;                  /* true: at most two units gathered at once */
   nt_backward_prefetch backward_prefetch;  /* BACKWARD_PRE */
   bool forward_prefetch;                   /* false */
+  /* false (default): the runtime frees the model's whole buffers and allocates whole ones
+   * only while needed (the memory the strategy promises; the model must take its views after
+   * the hooks). true: the model's whole compute and gradient buffers stay allocated at their
+   * addresses (for models that keep views taken at creation): the same collectives and
+   * results, but parameters and gradients cost whole-model memory plus the shards. Needs every
+   * unit's size to be a multiple of the world size (unit sizes are multiples of 16, so any
+   * world size dividing 16). */
+  bool stable_buffers;
   FILE *trace;                             /* non-NULL: one line per runtime event (below) */
 } nt_fsdp_options;
 

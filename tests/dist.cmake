@@ -64,6 +64,18 @@ if(TARGET ntlib AND NOT TARGET dist_train)
                --backward-prefetch BACKWARD_POST --forward-prefetch)
   nt_dist_test(dist_FULL_SHARD_noprefetch_nolimit_2 2 --strategy FULL_SHARD
                --backward-prefetch NONE --no-limit-all-gathers --no-reshard-after-forward)
+  # stable_buffers (the model's whole buffers stay put): same results; unit sizes must divide.
+  foreach(s SHARD_GRAD_OP FULL_SHARD)
+    foreach(np 2 4)
+      nt_dist_test(dist_${s}_stable_${np} ${np} --strategy ${s} --stable-buffers)
+    endforeach()
+    nt_dist_test(dist_${s}_stable_bf16_accum_2 2 --strategy ${s} --stable-buffers
+                 --param-dtype bf16 --rtol 5e-3 --accum 2)
+  endforeach()
+  nt_dist_test(dist_stable_indivisible_3 3 --strategy FULL_SHARD --stable-buffers)
+  set_tests_properties(dist_stable_indivisible_3 PROPERTIES
+                       PASS_REGULAR_EXPRESSION "stable_buffers needs unit sizes that are multiples")
+
   # An inf gradient on one rank only: every rank skips the step (weights match one process
   # that skipped it too).
   nt_dist_test(dist_inf_one_rank_SHARD_GRAD_OP_3 3 --strategy SHARD_GRAD_OP --inf-rank 2

@@ -35,7 +35,7 @@ typedef struct {
   int inf_rank, inf_step, kill_rank, kill_step, stall_rank, stall_step, config_skew_rank,
       op_skew_rank;
   double timeout, clip, rtol;
-  bool check_memory, fingerprint, fwd_prefetch, no_reshard, no_limit, trace;
+  bool check_memory, fingerprint, fwd_prefetch, no_reshard, no_limit, trace, stable;
   const char *bwd_prefetch;
 } opts;
 
@@ -268,6 +268,7 @@ static nt_status run_init(nt_ctx *ctx, run *m, nt_comm *comm, const opts *o, int
   fo.reshard_after_forward = !o->no_reshard;
   fo.limit_all_gathers = !o->no_limit;
   fo.param_dtype = PDT;
+  fo.stable_buffers = o->stable && !ref;
   fo.trace = o->trace && !ref && R == 0 ? stdout : NULL;
   nt_status st = alloc_acts(ctx, m, o->accum);
   if (!st) st = build(ctx, &m->p);
@@ -500,6 +501,7 @@ int main(int argc, char **argv) {
     OPT_B("--check-memory", check_memory) OPT_B("--fingerprint", fingerprint)
     OPT_B("--forward-prefetch", fwd_prefetch) OPT_B("--no-reshard-after-forward", no_reshard)
     OPT_B("--no-limit-all-gathers", no_limit) OPT_B("--trace", trace)
+    OPT_B("--stable-buffers", stable)
     fprintf(stderr, "unknown option %s\n", a);
     return 2;
   }
