@@ -68,6 +68,7 @@ bool nt_backward_prefetch_parse(const char *s, nt_backward_prefetch *out) {
 const nt_shard_layout *nt_fsdp_layout(const nt_fsdp *f, int unit) { return &f->u[unit].lay; }
 int nt_fsdp_grad_divisor(const nt_fsdp *f) { return f->W; }
 nt_params *nt_fsdp_params(const nt_fsdp *f) { return f->p; }
+nt_sharding nt_fsdp_strategy(const nt_fsdp *f) { return f->opt.strategy; }
 void nt_fsdp_set_sync(nt_fsdp *f, bool sync) { f->sync = sync; }
 
 static bool sharded(const nt_fsdp *f) { return f->opt.strategy != NT_SHARD_NO_SHARD; }

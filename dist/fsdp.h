@@ -93,6 +93,7 @@ void nt_fsdp_free(nt_ctx *ctx, nt_fsdp *f);     /* NULL is a no-op */
 
 const nt_shard_layout *nt_fsdp_layout(const nt_fsdp *f, int unit);
 nt_params *nt_fsdp_params(const nt_fsdp *f);
+nt_sharding nt_fsdp_strategy(const nt_fsdp *f);
 int nt_fsdp_grad_divisor(const nt_fsdp *f);      /* the world size */
 
 /* The hooks of train/model.h and train/step.h (arg = the nt_fsdp). */

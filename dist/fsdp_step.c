@@ -56,8 +56,10 @@ nt_status nt_fsdp_optimizer(nt_ctx *ctx, nt_fsdp *f, const nt_optimizer_options 
   nt_status st = nt_fsdp_param_units(f, units);
   if (!st) st = nt_adamw_create(ctx, &o->adamw, units, nu, groups, 2, &out->adamw);
   if (!st) nt_fsdp_drop_master_init(ctx, f);
-  /* NO_SHARD with a 16-bit compute copy: the units point at the optimizer's master weights. */
-  for (int u = 0; u < nu && !st && p->units[u].master.owner; u++) {
+  /* NO_SHARD: the units point at the optimizer's master weights (as nt_optimizer_for_params);
+   * the sharded strategies' masters exist only as the optimizer's shards. */
+  bool whole = nt_fsdp_strategy(f) == NT_SHARD_NO_SHARD;
+  for (int u = 0; u < nu && !st && whole; u++) {
     nt_tensor master;
     st = nt_adamw_state_views(out->adamw, u, &master, NULL, NULL);
     if (!st) st = nt_params_adopt_master(ctx, p, u, &master);

@@ -72,6 +72,11 @@ if(TARGET ntlib AND NOT TARGET dist_train)
     nt_dist_test(dist_${s}_stable_bf16_accum_2 2 --strategy ${s} --stable-buffers
                  --param-dtype bf16 --rtol 5e-3 --accum 2)
   endforeach()
+  # The runtime plugged into train/step.c (dist/fsdp_step.h): hooks, owned ranges, optimizer.
+  foreach(s NO_SHARD SHARD_GRAD_OP FULL_SHARD)
+    nt_dist_test(dist_step_${s}_4 4 --use-step --strategy ${s} --stable-buffers --optim adamw
+                 --clip 0.05)
+  endforeach()
   nt_dist_test(dist_stable_indivisible_3 3 --strategy FULL_SHARD --stable-buffers)
   set_tests_properties(dist_stable_indivisible_3 PROPERTIES
                        PASS_REGULAR_EXPRESSION "stable_buffers needs unit sizes that are multiples")
