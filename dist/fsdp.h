@@ -43,7 +43,6 @@
 #include "core/nt.h"
 #include "dist/comm.h"
 #include "dist/shard.h"
-#include "train/memest.h"
 #include "models/module.h"
 #include "optim/optimizer.h"
 NT_EXTERN_C_BEGIN

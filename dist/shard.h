@@ -15,6 +15,13 @@
 #include "core/nt.h"
 NT_EXTERN_C_BEGIN
 
+/* PyTorch FSDP's sharding strategies and the ZeRO stages they correspond to (docs/sharding.md):
+ * NO_SHARD = DDP, SHARD_GRAD_OP = ZeRO-2, FULL_SHARD = ZeRO-3. */
+typedef enum { NT_SHARD_NO_SHARD = 0, NT_SHARD_GRAD_OP, NT_SHARD_FULL } nt_sharding;
+/* Accepts the FSDP names and DP / ZERO2 / ZERO3, case-insensitively. */
+bool nt_sharding_parse(const char *s, nt_sharding *out);
+const char *nt_sharding_name(nt_sharding s);
+
 typedef struct {
   int64_t numel;     /* real elements of the unit */
   int64_t padded;    /* numel rounded up to a multiple of the world size (>= world) */
