@@ -35,6 +35,8 @@ struct nt_fsdp {
   int n_gathered, peak_gathered;
   double live_param, peak_param, live_grad, peak_grad, opt_elems, master_elems;
   double t0;   /* trace clock origin */
+  struct { nt_tensor t; double *live; int64_t seq; } *deferred;   /* 2 per unit at most */
+  int n_deferred;
 };
 
 static void trace(nt_fsdp *f, const char *event, int unit, double bytes, bool comm) {
@@ -87,14 +89,43 @@ static nt_status alloc_flat(nt_ctx *ctx, nt_tensor *t, nt_dtype dt, int64_t n, d
   return st;
 }
 
-/* Frees a buffer that the communication stream may still be reading. */
-static void free_flat(nt_ctx *ctx, nt_fsdp *f, nt_tensor *t, double *live) {
+/* Frees a buffer in the compute stream's order: only for buffers the communication stream no
+ * longer touches once the compute stream has reached this point (it waited for them). */
+static void free_flat(nt_ctx *ctx, nt_tensor *t, double *live) {
   if (!t->owner) return;
-  void *stream = nt_comm_stream(f->comm);
-  if (stream) nt_alloc_record_stream(ctx, t->owner, stream);
   *live -= (double)nt_tensor_nbytes(t);
   nt_tensor_free(ctx, t);
   t->data = NULL;
+}
+
+/* A buffer a collective still reads on the communication stream (a whole gradient being
+ * reduce-scattered): with host collectives it is free at once; with a communication stream it
+ * waits in f->deferred until the compute stream has waited for that collective (the next
+ * unit's grads_ready, or the join). This keeps every wait inside the step's own stream order
+ * (no events queried by the pool, which a CUDA graph capture would not allow), at the cost of
+ * up to two whole gradients alive instead of one. */
+static void free_after_collective(nt_ctx *ctx, nt_fsdp *f, nt_tensor *t, double *live) {
+  if (!t->owner) return;
+  if (!nt_comm_stream(f->comm)) {
+    free_flat(ctx, t, live);
+    return;
+  }
+  f->deferred[f->n_deferred].t = *t;
+  f->deferred[f->n_deferred].live = live;
+  f->deferred[f->n_deferred].seq = nt_comm_seq(f->comm);
+  f->n_deferred++;
+  t->data = NULL;
+  t->owner = NULL;
+}
+
+static nt_status free_deferred(nt_ctx *ctx, nt_fsdp *f) {
+  if (!f->n_deferred) return NT_OK;
+  int64_t seq = 0;
+  for (int i = 0; i < f->n_deferred; i++) seq = f->deferred[i].seq > seq ? f->deferred[i].seq : seq;
+  nt_status st = nt_comm_wait_seq(f->comm, ctx, seq);
+  for (int i = 0; i < f->n_deferred; i++) free_flat(ctx, &f->deferred[i].t, f->deferred[i].live);
+  f->n_deferred = 0;
+  return st;
 }
 
 static nt_status copy_or_convert(nt_ctx *ctx, nt_tensor *dst, const nt_tensor *src) {
@@ -206,7 +237,8 @@ nt_status nt_fsdp_create(nt_ctx *ctx, nt_comm *comm, nt_params *p, const nt_fsdp
   if (f) f->u = calloc((size_t)(p->n_units ? p->n_units : 1), sizeof *f->u);
   if (f && f->u) f->fwd = calloc((size_t)(p->n_units ? p->n_units : 1), sizeof(int));
   if (f && f->fwd) f->bwd = calloc((size_t)(p->n_units ? p->n_units : 1), sizeof(int));
-  if (!f || !f->bwd) {
+  if (f && f->bwd) f->deferred = calloc((size_t)(2 * p->n_units + 2), sizeof *f->deferred);
+  if (!f || !f->deferred) {
     nt_fsdp_free(ctx, f);
     return NT_ERROR(ctx, NT_ERR_OOM, "fsdp: out of host memory");
   }
@@ -255,6 +287,8 @@ void nt_fsdp_free(nt_ctx *ctx, nt_fsdp *f) {
       f->p->units[j].master.data = NULL;
     }
   }
+  for (int i = 0; i < f->n_deferred; i++) nt_tensor_free(ctx, &f->deferred[i].t);
+  free(f->deferred);
   free(f->u);
   free(f->fwd);
   free(f->bwd);
@@ -288,7 +322,7 @@ static void release(nt_ctx *ctx, nt_fsdp *f, int j) {
   f->n_gathered--;
   if (f->opt.stable_buffers) return;   /* the whole buffer stays (its contents go stale) */
   trace(f, "free-params", j, (double)nt_tensor_nbytes(&u->full), false);
-  free_flat(ctx, f, &u->full, &f->live_param);
+  free_flat(ctx, &u->full, &f->live_param);
   bind_compute(f, j);
 }
 
@@ -381,11 +415,11 @@ static nt_status reduce_unit(nt_ctx *ctx, nt_fsdp *f, int j) {
     if (!st) st = alloc_flat(ctx, &u->red_shard, rd, u->lay.shard, &f->live_grad, &f->peak_grad);
     if (!st) st = nt_convert(ctx, &u->red, &u->gfull);
     if (!st) st = nt_comm_reduce_scatter(f->comm, ctx, &u->red, &u->red_shard);
-    free_flat(ctx, f, &u->red, &f->live_grad);
+    free_after_collective(ctx, f, &u->red, &f->live_grad);
   }
   trace(f, "reduce_scatter-grad", j, (double)nt_tensor_nbytes(&u->gfull), true);
   if (f->opt.stable_buffers) return st;
-  free_flat(ctx, f, &u->gfull, &f->live_grad);
+  free_after_collective(ctx, f, &u->gfull, &f->live_grad);
   trace(f, "free-grad", j, (double)u->lay.padded * 4, false);
   bind_grad(f, j);
   return st;
@@ -397,15 +431,16 @@ static nt_status join(nt_ctx *ctx, nt_fsdp *f) {
   if (f->sync && f->n_reported > 0) {
     trace(f, "join (compute waits)", -1, 0, false);
     st = nt_comm_wait_seq(f->comm, ctx, nt_comm_seq(f->comm));
+    if (!st) st = free_deferred(ctx, f);
     for (int j = 0; j < f->n && !st; j++) {
       fsdp_unit *u = &f->u[j];
       if (u->red.data && !sharded(f)) {
         st = nt_convert(ctx, &f->p->units[j].grad, &u->red);
-        free_flat(ctx, f, &u->red, &f->live_grad);
+        free_flat(ctx, &u->red, &f->live_grad);
       }
       if (!st && u->red_shard.data) {
         st = nt_convert(ctx, &u->gshard, &u->red_shard);
-        free_flat(ctx, f, &u->red_shard, &f->live_grad);
+        free_flat(ctx, &u->red_shard, &f->live_grad);
       }
     }
   }
@@ -422,7 +457,9 @@ nt_status nt_fsdp_grads_ready(nt_ctx *ctx, void *arg, int j) {
   if (!u->reported) {
     u->reported = true;
     f->n_reported++;
-    if (f->sync) st = reduce_unit(ctx, f, j);
+    /* The previous unit's reduction ran beside this unit's backward; its buffers go now. */
+    st = free_deferred(ctx, f);
+    if (!st && f->sync) st = reduce_unit(ctx, f, j);
   }
   if (!st && f->opt.strategy == NT_SHARD_FULL) {
     release(ctx, f, j);
