@@ -20,6 +20,10 @@ if(TARGET ntlib AND NOT TARGET dist_train)
   # nt_dist_test(name ranks args...): one mpirun case (plain dist_train when mpirun is absent,
   # which then exits 77).
   function(nt_dist_test name np)
+    # A session folder per test: two mpiruns starting at once race to create the shared
+    # default one (OpenMPI 4: "mkdir ... /tmp/ompi.<host>.<uid>: File exists").
+    set(tmp ${CMAKE_CURRENT_BINARY_DIR}/mpi_session/${name})
+    file(MAKE_DIRECTORY ${tmp})
     set(labels cpu)
     if(name MATCHES "^dist_gpu")
       set(labels gpu)
@@ -31,7 +35,7 @@ if(TARGET ntlib AND NOT TARGET dist_train)
       add_test(NAME ${name} COMMAND dist_train ${ARGN})
     endif()
     set_tests_properties(${name} PROPERTIES LABELS "${labels}" SKIP_RETURN_CODE 77 TIMEOUT 120
-                         ENVIRONMENT "${nt_mpi_env}")
+                         ENVIRONMENT "${nt_mpi_env};OMPI_MCA_orte_tmpdir_base=${tmp}")
   endfunction()
 
   # One process, LOCAL backend, no MPI: every strategy's code path at world 1.
