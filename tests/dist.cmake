@@ -94,15 +94,17 @@ if(TARGET ntlib AND NOT TARGET dist_train)
 
   # One GPU (label gpu; skipped without one): NCCL at world 1, and 2 and 4 ranks sharing the
   # GPU through the MPI backend's staging, each against one process on the same GPU.
+  # fp32 at rtol 1e-4: cuBLASLt may choose other algorithms (other summation orders) for the
+  # per-rank and the whole-batch shapes.
   nt_dist_test(dist_gpu_nccl_collectives_1 1 --device cuda --backend nccl --mode collectives)
   nt_dist_test(dist_gpu_mpi_collectives_2 2 --device cuda --backend mpi --mode collectives)
   foreach(s NO_SHARD SHARD_GRAD_OP FULL_SHARD)
-    nt_dist_test(dist_gpu_nccl_${s}_1 1 --device cuda --backend nccl --strategy ${s})
-    nt_dist_test(dist_gpu_mpi_${s}_2 2 --device cuda --backend mpi --strategy ${s})
+    nt_dist_test(dist_gpu_nccl_${s}_1 1 --device cuda --backend nccl --strategy ${s} --rtol 1e-4)
+    nt_dist_test(dist_gpu_mpi_${s}_2 2 --device cuda --backend mpi --strategy ${s} --rtol 1e-4)
     nt_dist_test(dist_gpu_mpi_${s}_adamw_4 4 --device cuda --backend mpi --strategy ${s}
-                 --optim adamw --clip 0.05 --check-memory)
+                 --optim adamw --clip 0.05 --check-memory --rtol 1e-4)
     nt_dist_test(dist_gpu_mpi_${s}_bf16_2 2 --device cuda --backend mpi --strategy ${s}
-                 --param-dtype bf16 --rtol 1e-2)
+                 --param-dtype bf16 --rtol 2e-2)
   endforeach()
 
   # Resharded resume: 4 -> 2 -> 1 -> 3 ranks through consolidated checkpoints (each stage under
