@@ -20,6 +20,10 @@ if(TARGET ntlib AND NOT TARGET dist_train)
   # nt_dist_test(name ranks args...): one mpirun case (plain dist_train when mpirun is absent,
   # which then exits 77).
   function(nt_dist_test name np)
+    # A session folder per test: two mpiruns starting at once race to create the shared
+    # default one (OpenMPI 4: "mkdir ... /tmp/ompi.<host>.<uid>: File exists").
+    set(tmp ${CMAKE_CURRENT_BINARY_DIR}/mpi_session/${name})
+    file(MAKE_DIRECTORY ${tmp})
     set(labels cpu)
     if(name MATCHES "^dist_gpu")
       set(labels gpu)
@@ -31,7 +35,7 @@ if(TARGET ntlib AND NOT TARGET dist_train)
       add_test(NAME ${name} COMMAND dist_train ${ARGN})
     endif()
     set_tests_properties(${name} PROPERTIES LABELS "${labels}" SKIP_RETURN_CODE 77 TIMEOUT 120
-                         ENVIRONMENT "${nt_mpi_env}")
+                         ENVIRONMENT "${nt_mpi_env};OMPI_MCA_orte_tmpdir_base=${tmp}")
   endfunction()
 
   # One process, LOCAL backend, no MPI: every strategy's code path at world 1.
@@ -64,6 +68,23 @@ if(TARGET ntlib AND NOT TARGET dist_train)
                --backward-prefetch BACKWARD_POST --forward-prefetch)
   nt_dist_test(dist_FULL_SHARD_noprefetch_nolimit_2 2 --strategy FULL_SHARD
                --backward-prefetch NONE --no-limit-all-gathers --no-reshard-after-forward)
+  # stable_buffers (the model's whole buffers stay put): same results; unit sizes must divide.
+  foreach(s SHARD_GRAD_OP FULL_SHARD)
+    foreach(np 2 4)
+      nt_dist_test(dist_${s}_stable_${np} ${np} --strategy ${s} --stable-buffers)
+    endforeach()
+    nt_dist_test(dist_${s}_stable_bf16_accum_2 2 --strategy ${s} --stable-buffers
+                 --param-dtype bf16 --rtol 5e-3 --accum 2)
+  endforeach()
+  # The runtime plugged into train/step.c (dist/fsdp_step.h): hooks, owned ranges, optimizer.
+  foreach(s NO_SHARD SHARD_GRAD_OP FULL_SHARD)
+    nt_dist_test(dist_step_${s}_4 4 --use-step --strategy ${s} --stable-buffers --optim adamw
+                 --clip 0.05)
+  endforeach()
+  nt_dist_test(dist_stable_indivisible_3 3 --strategy FULL_SHARD --stable-buffers)
+  set_tests_properties(dist_stable_indivisible_3 PROPERTIES
+                       PASS_REGULAR_EXPRESSION "stable_buffers needs unit sizes that are multiples")
+
   # An inf gradient on one rank only: every rank skips the step (weights match one process
   # that skipped it too).
   nt_dist_test(dist_inf_one_rank_SHARD_GRAD_OP_3 3 --strategy SHARD_GRAD_OP --inf-rank 2
