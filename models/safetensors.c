@@ -551,6 +551,7 @@ nt_status nt_safetensors_load(nt_ctx *ctx, nt_safetensors *f, const char *name, 
   int64_t inner = 1;
   for (int d = 1; d < nd; d++) inner *= s[d];
   nt_status st;
+  char *host = NULL;
   if (!conv && !o.transpose && (!nd || dst->shape[0] == rows)) {
     /* the bytes as they are: a view into the file */
     nt_tensor v = nt_tensor_view((void *)(src + (size_t)(o.row_begin * inner) * esz), sd,
@@ -558,7 +559,7 @@ nt_status nt_safetensors_load(nt_ctx *ctx, nt_safetensors *f, const char *name, 
     st = nt_tensor_copy(ctx, dst, &v);
   } else {
     int64_t numel = nt_tensor_numel(dst);
-    char *host = calloc((size_t)(numel ? numel : 1), dsz);
+    host = calloc((size_t)(numel ? numel : 1), dsz);
     if (!host) return NT_ERROR(ctx, NT_ERR_OOM, "out of host memory loading '%s'", name);
     /* element (r, c) of D is element (row_begin + r, c) of S: file element
      * (row_begin + r) * inner + c, or, transposed (the file is [s[1], s[0]]),
@@ -572,8 +573,11 @@ nt_status nt_safetensors_load(nt_ctx *ctx, nt_safetensors *f, const char *name, 
       }
     nt_tensor h = nt_tensor_view(host, dst->dtype, nt_cpu(), dst->ndim, dst->shape);
     st = nt_tensor_copy(ctx, dst, &h);
-    free(host);
   }
+  /* a copy to the GPU reads the host memory (the file's or ours) after it is enqueued: wait
+   * for it before either can be freed */
+  if (!st && dst->device.type != NT_DEV_CPU) st = nt_ctx_synchronize(ctx);
+  free(host);
   if (!st) f->loaded[idx] = true;
   return st;
 }
