@@ -4,7 +4,8 @@
  * to 1088 rows), loads it, and checks the GPT's logits against a plain double-precision GPT-2
  * forward computed from the file's arrays in this file. Then the same weights as BF16 under
  * "transformer." with a tied lm_head give bit-identical logits, and broken files are refused
- * with errors that name the problem. */
+ * with errors that name the problem. Compiled twice: the CPU test and, with NT_TEST_GPU,
+ * gpu_test_gpt_hf.c (a CUDA model: the loader's copies to the device). */
 #include "tests/testutil.h"
 #include "models/gpt.h"
 #include "models/gpt_hf.h"
@@ -181,37 +182,54 @@ static void reference(const hf_weights *w, const int32_t *tok, double *logits) {
   }
 }
 
-/* Loads `path` into a fresh GPT (vocab `vocab`, `layers` layers); logits [B*T, V] as float. */
+/* Loads `path` into a fresh GPT (vocab `vocab`, `layers` layers) on ctx's device; logits
+ * [B*T, V] as float, and whether wte's padded rows are zero. */
 static nt_status load_and_run(nt_ctx *ctx, const char *path, int layers, int vocab,
                               const int32_t *tok, float *out, bool *pad_zero) {
   nt_gpt_config cfg = {layers, H, C, T, vocab, 0.0f};
+  int Vp = nt_gpt_padded_vocab(&cfg);
   nt_gpt *g;
   nt_status st = nt_gpt_create(ctx, &cfg, NT_F32, B, T, &g);
   if (st) return st;
   st = nt_gpt_load_hf(ctx, g, path);
+  int64_t s[2] = {B, T};
+  nt_tensor tk = {0}, lg;
+  float *all = malloc(sizeof(float) * B * T * Vp), *wte = malloc(sizeof(float) * Vp * C);
+  if (!st && out) st = nt_tensor_alloc(ctx, &tk, NT_I32, 2, s);
   if (!st && out) {
-    int64_t s[2] = {B, T};
-    nt_tensor tk = nt_tensor_view((void *)tok, NT_I32, nt_cpu(), 2, s), lg;
-    st = nt_gpt_logits(ctx, g, &tk, &lg);
-    int Vp = nt_gpt_padded_vocab(&cfg);
+    nt_tensor ht = nt_tensor_view((void *)tok, NT_I32, nt_cpu(), 2, s);
+    st = nt_tensor_copy(ctx, &tk, &ht);
+    if (!st) st = nt_gpt_logits(ctx, g, &tk, &lg);
+    nt_tensor hl = nt_tensor_view(all, NT_F32, nt_cpu(), 2, lg.shape);
+    if (!st) st = nt_tensor_copy(ctx, &hl, &lg);
     for (int r = 0; !st && r < B * T; r++)
-      for (int v = 0; v < V; v++) out[r * V + v] = nt_load_f32(lg.data, NT_F32, (int64_t)r * Vp + v);
-    /* the padded rows of wte are zero */
+      for (int v = 0; v < V; v++) out[r * V + v] = all[(int64_t)r * Vp + v];
     int u, i;
     if (!st && nt_params_find(nt_gpt_params(g), "transformer.wte.weight", &u, &i)) {
       nt_tensor m = nt_params_view(nt_gpt_params(g), u, i, NT_VIEW_MASTER);
+      nt_tensor hw = nt_tensor_view(wte, NT_F32, nt_cpu(), 2, m.shape);
+      st = nt_tensor_copy(ctx, &hw, &m);
       *pad_zero = Vp > V;
-      for (int64_t k = (int64_t)V * C; k < (int64_t)Vp * C; k++)
-        *pad_zero = *pad_zero && ((float *)m.data)[k] == 0.0f;
+      for (int64_t k = (int64_t)V * C; !st && k < (int64_t)Vp * C; k++)
+        *pad_zero = *pad_zero && wte[k] == 0.0f;
     }
   }
+  nt_tensor_free(ctx, &tk);
+  free(all);
+  free(wte);
   nt_gpt_free(ctx, g);
   return st;
 }
 
 int main(void) {
   nt_ctx *ctx;
+#ifdef NT_TEST_GPU
+  if (!(ctx = nt_test_cuda_ctx())) return nt_test_skip("no GPU");
+  const double tol = 1e-4;   /* other summation orders than the double reference */
+#else
   if (nt_ctx_create(&ctx, nt_cpu())) return 1;
+  const double tol = 1e-5;
+#endif
   char dir[64] = "/tmp/nt_test_gpt_hf_XXXXXX", p1[128], p2[128], bad[128];
   if (!mkdtemp(dir)) return 1;
   snprintf(p1, sizeof p1, "%s/gpt2.safetensors", dir);
@@ -238,7 +256,7 @@ int main(void) {
     }
     double rel = sqrt(num / den);
     printf("HF GPT-2 logits against the reference: rel err %.2e, max abs %.2e\n", rel, mx);
-    CHECK(rel < 1e-5, "logits match the GPT-2 reference (rel err %.2e)", rel);
+    CHECK(rel < tol, "logits match the GPT-2 reference (rel err %.2e)", rel);
     CHECK(pad_zero, "wte's padded rows 1030..1087 are zero");
   }
   /* BF16 under "transformer.", with the tied head: the same numbers, so identical logits */
