@@ -504,7 +504,7 @@ nt_status nt_safetensors_load(nt_ctx *ctx, nt_safetensors *f, const char *name, 
   if (idx < 0) return NT_ERROR(ctx, NT_ERR_FORMAT, "%s: no tensor '%s'", f->path, name);
   const st_entry *e = &f->e[idx];
   const nt_safetensors_info *in = &e->info;
-  char a[128], b[128], c[128];
+  char a[128], b[128], d_str[128];
   nt_dtype sd = in->dtype;
   bool conv = sd != dst->dtype;
   if (sd == NT_DTYPE_COUNT || (conv && !(nt_dtype_is_float(sd) && nt_dtype_is_float(dst->dtype))))
@@ -528,11 +528,11 @@ nt_status nt_safetensors_load(nt_ctx *ctx, nt_safetensors *f, const char *name, 
     return NT_ERROR(ctx, NT_ERR_SHAPE, "%s: tensor '%s' is a scalar: it has no rows", f->path,
                     name);
   int64_t total = nd ? s[0] : 1;
-  int64_t rows = o.rows ? o.rows : total - o.row_begin;
-  if (o.row_begin < 0 || o.rows < 0 || o.row_begin > total || rows > total - o.row_begin)
-    return NT_ERROR(ctx, NT_ERR_SHAPE, "%s: rows [%lld, %lld) are outside tensor '%s' %s%s",
-                    f->path, (long long)o.row_begin, (long long)(o.row_begin + rows), name,
+  if (o.row_begin < 0 || o.rows < 0 || o.row_begin > total || o.rows > total - o.row_begin)
+    return NT_ERROR(ctx, NT_ERR_SHAPE, "%s: rows from %lld (count %lld) are outside tensor '%s' "
+                    "%s%s", f->path, (long long)o.row_begin, (long long)o.rows, name,
                     shape_str(s, nd, a, sizeof a), o.transpose ? " (transposed)" : "");
+  int64_t rows = o.rows ? o.rows : total - o.row_begin;
   bool fits = dst->ndim == nd && nd <= NT_MAX_DIMS;
   for (int d = 1; fits && d < nd; d++) fits = dst->shape[d] == s[d];
   if (fits && nd) fits = dst->shape[0] == rows || (o.pad_rows && dst->shape[0] > rows);
@@ -544,7 +544,7 @@ nt_status nt_safetensors_load(nt_ctx *ctx, nt_safetensors *f, const char *name, 
     return NT_ERROR(ctx, NT_ERR_SHAPE, "%s: tensor '%s' %s%s%s%s does not fit %s", f->path,
                     name, shape_str(in->shape, nd, a, sizeof a), same ? "" : ", read as ",
                     same ? "" : shape_str(want, nd, b, sizeof b),
-                    o.pad_rows ? " (rows padded)" : "", nt_tensor_describe(dst, c, sizeof c));
+                    o.pad_rows ? " (rows padded)" : "", nt_tensor_describe(dst, d_str, sizeof d_str));
   }
   const char *src = f->raw + f->data_start + e->begin;
   size_t esz = nt_dtype_size(sd), dsz = nt_dtype_size(dst->dtype);
