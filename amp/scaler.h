@@ -10,7 +10,7 @@
  *                         inv_scale and sets found_inf on any non-finite element (one launch)
  *   [clip, optimizer]     the optimizer takes nt_scaler_found_inf_tensor() and skips on device
  *   nt_scaler_step        marks the step (unscales first when the caller did not); pair with the
- *                         optimizer's step, or call nt_adamw_step_scaled which does both
+ *                         optimizer's step (train/step.c runs the whole sequence)
  *   nt_scaler_update      the GradScaler rule, on the device
  *
  * Only nt_scaler_read / nt_scaler_log / nt_scaler_state_get copy values to the host (they sync).

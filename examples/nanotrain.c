@@ -4,7 +4,7 @@
  *   train cnn --device cuda --dtype fp16 --epochs 10 --out-dir runs/cnn
  * Run `train --help` for every option. Exit status: 0 success, 1 a failure during the run,
  * 2 a bad command line. */
-#include "models/train.h"
+#include "train/train.h"
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -20,7 +20,7 @@ enum {
   O_PRESET, O_DATA, O_WIDTHS, O_SEED, O_EVAL_INTERVAL, O_EVAL_ITERS, O_LOG_INTERVAL,
   O_METRICS_INTERVAL, O_WORKERS, O_DATA_DIR, O_OUT_DIR, O_RESUME, O_CKPT_INTERVAL, O_SAMPLE,
   O_TEMP, O_TOPK, O_GRAPH, O_NO_GRAPH, O_PROGRESS, O_NO_PROGRESS, O_AUGMENT, O_TRAIN_SUBSET,
-  O_TEST_SUBSET, O_QUIET, O_HELP
+  O_TEST_SUBSET, O_QUIET, O_TRACE, O_HELP
 };
 
 static const struct option long_opts[] = {
@@ -74,6 +74,7 @@ static const struct option long_opts[] = {
     {"train-subset", required_argument, 0, O_TRAIN_SUBSET},
     {"test-subset", required_argument, 0, O_TEST_SUBSET},
     {"quiet", no_argument, 0, O_QUIET},
+    {"trace", no_argument, 0, O_TRACE},
     {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0}};
 
@@ -132,6 +133,9 @@ static void usage(FILE *f) {
 "                             falls back to eager if capture fails)\n"
 "  --progress / --no-progress   progress bar (default when stdout is a terminal)\n"
 "  --quiet                    no per-step output\n"
+"  --trace                    print every step's AMP events: the loss scale, found_inf,\n"
+"                             whether the optimizer step was skipped, the growth tracker\n"
+"                             (reads the GPU every step: slower, for learning and debugging)\n"
 "  --help                     this text\n");
 }
 
@@ -309,6 +313,7 @@ int main(int argc, char **argv) {
     case O_TRAIN_SUBSET: o.train_subset = n; break;
     case O_TEST_SUBSET: o.test_subset = n; break;
     case O_QUIET: o.quiet = true; break;
+    case O_TRACE: o.trace = true; break;
     case 'h':
     case O_HELP: usage(stdout); return 0;
     case ':':
@@ -328,6 +333,14 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (gpt2 && !data_given) o.gpt_data = "synthetic";
+  /* NT_PROFILE_ITERS="a:b": iterations a..b-1 are the profiler's range (ncu/nsys started
+   * with the capture off) */
+  const char *pr = getenv("NT_PROFILE_ITERS");
+  long long pa, pb;
+  if (pr && sscanf(pr, "%lld:%lld", &pa, &pb) == 2) {
+    o.profile_iters.from = pa;
+    o.profile_iters.to = pb;
+  }
   /* as nanoGPT: a resumed run keeps writing into the checkpoint's directory */
   struct stat sb;
   if (o.resume && !o.out_dir && stat(o.resume, &sb) == 0 && S_ISDIR(sb.st_mode))

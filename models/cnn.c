@@ -18,6 +18,7 @@ struct nt_cnn {
   int N;
   nt_params params;
   nt_tensor w[NPARAM], g[NPARAM];   /* compute and gradient views */
+  int unit[3];                      /* nt_params units: stage1, stage2, head */
   nt_arena arena;
   /* saved activations (conv2's and conv4's ReLU outputs are not: see the forward) */
   nt_tensor a1, p1, arg1, a3, p2, arg2, h, hd, logits, losses, loss;
@@ -88,7 +89,7 @@ static nt_status build_params(nt_ctx *ctx, nt_cnn *m, nt_dtype dt, bool alloc) {
       {c->hidden, feat(c)},          {c->hidden}, {c->classes, c->hidden}, {c->classes}};
   const int ndims[NPARAM] = {4, 1, 4, 1, 4, 1, 4, 1, 2, 1, 2, 1};
   const char *units[3] = {"stage1", "stage2", "head"};
-  int uidx[3], idx[NPARAM];
+  int *uidx = m->unit, idx[NPARAM];
   nt_status st = NT_OK;
   for (int s = 0; s < 3 && !st; s++) {
     st = nt_params_add_unit(ctx, &m->params, units[s], &uidx[s]);
@@ -241,7 +242,8 @@ static views make_views(const nt_cnn *m, const nt_tensor *x, int64_t n) {
   return v;
 }
 
-static nt_status forward(nt_ctx *ctx, nt_cnn *m, const nt_tensor *x, bool train, views *v) {
+static nt_status forward(nt_ctx *ctx, nt_cnn *m, const nt_tensor *x, bool train, views *v,
+                         const nt_unit_hooks *hooks) {
   const nt_cnn_config *c = &m->cfg;
   if (x->ndim != 4 || x->shape[1] != c->in_channels || x->shape[2] != c->height ||
       x->shape[3] != c->width || x->shape[0] < 1 || x->shape[0] > m->N)
@@ -255,12 +257,15 @@ static nt_status forward(nt_ctx *ctx, nt_cnn *m, const nt_tensor *x, bool train,
   *v = make_views(m, x, n);
   nt_conv2d_params cp = {1, 1};
   /* conv + bias + ReLU in one op (the ReLU rides in the GEMM epilogue on the GPU) */
-  nt_status st = nt_conv2d_relu_forward(ctx, &v->x, &m->w[W1], &m->w[B1], &v->a1, cp);
+  nt_status st = nt_unit_before_forward(ctx, hooks, m->unit[0]);
+  if (!st) st = nt_conv2d_relu_forward(ctx, &v->x, &m->w[W1], &m->w[B1], &v->a1, cp);
   if (!st) st = nt_conv2d_relu_forward(ctx, &v->a1, &m->w[W2], &m->w[B2], &v->a2, cp);
   if (!st) st = nt_maxpool2d_forward(ctx, &v->a2, &v->p1, &v->arg1, 2);
+  if (!st) st = nt_unit_before_forward(ctx, hooks, m->unit[1]);
   if (!st) st = nt_conv2d_relu_forward(ctx, &v->p1, &m->w[W3], &m->w[B3], &v->a3, cp);
   if (!st) st = nt_conv2d_relu_forward(ctx, &v->a3, &m->w[W4], &m->w[B4], &v->a4, cp);
   if (!st) st = nt_maxpool2d_forward(ctx, &v->a4, &v->p2, &v->arg2, 2);
+  if (!st) st = nt_unit_before_forward(ctx, hooks, m->unit[2]);
   if (!st) st = lin_fwd(ctx, m, 0, &v->p2f, &m->w[F1W], &m->w[F1B], &v->h, NT_ACT_RELU);
   const nt_tensor *hin = &v->h;
   if (train && c->dropout > 0.0f) {
@@ -282,7 +287,7 @@ static nt_status check_labels(nt_ctx *ctx, const nt_cnn *m, const nt_tensor *lab
 nt_status nt_cnn_eval(nt_ctx *ctx, nt_cnn *m, const nt_tensor *images, const nt_tensor *labels,
                       nt_tensor *logits) {
   views v;
-  nt_status st = forward(ctx, m, images, false, &v);
+  nt_status st = forward(ctx, m, images, false, &v, NULL);
   if (!st && labels) {
     nt_tensor losses = nt_prefix_view(&m->losses, 1, v.logits.shape);
     st = check_labels(ctx, m, labels);
@@ -325,9 +330,10 @@ static nt_status pool_relu_backward(nt_ctx *ctx, const nt_tensor *p, const nt_te
 }
 
 nt_status nt_cnn_train_step(nt_ctx *ctx, nt_cnn *m, const nt_tensor *images,
-                            const nt_tensor *labels, const float *dloss_scale) {
+                            const nt_tensor *labels, const float *dloss_scale,
+                            const nt_unit_hooks *hooks) {
   views v;
-  nt_status st = forward(ctx, m, images, true, &v);
+  nt_status st = forward(ctx, m, images, true, &v, hooks);
   if (!st) st = check_labels(ctx, m, labels);
   if (st) return st;
   const nt_cnn_config *c = &m->cfg;
@@ -345,6 +351,7 @@ nt_status nt_cnn_train_step(nt_ctx *ctx, nt_cnn *m, const nt_tensor *images,
   nt_tensor sA1 = v4(&m->sa, n, c->c1, H, W), sB1 = v4(&m->sb, n, c->c1, H, W);
   nt_tensor sAp = v4(&m->sa, n, c->c1, H / 2, W / 2);
   /* head */
+  if (!st) st = nt_unit_before_backward(ctx, hooks, m->unit[2]);
   if (!st) st = nt_tensor_zero(ctx, &dh);
   if (!st) st = lin_bwd(ctx, m, 1, &v.logits, drop ? &v.hd : &v.h, &m->w[F2W], &dh,
                                    &m->g[F2W], &m->g[F2B]);
@@ -359,17 +366,22 @@ nt_status nt_cnn_train_step(nt_ctx *ctx, nt_cnn *m, const nt_tensor *images,
   if (!st) st = nt_tensor_zero(ctx, &dp2f);
   if (!st) st = lin_bwd(ctx, m, 0, &dpre, &v.p2f, &m->w[F1W], &dp2f, &m->g[F1W],
                                    &m->g[F1B]);                                    /* d p2 */
+  if (!st) st = nt_unit_grads_ready(ctx, hooks, m->unit[2]);
   /* stage 2, then stage 1 */
+  if (!st) st = nt_unit_before_backward(ctx, hooks, m->unit[1]);
   if (!st) st = pool_relu_backward(ctx, &v.p2, &dp2, &v.arg2, &mp2, &sA2);        /* d z4 */
   if (!st) st = conv_backward(ctx, NULL, &sA2, &v.a3, &m->w[W4], &sB2, &m->g[W4],
                               &m->g[B4]);                                          /* d a3 */
   if (!st) st = conv_backward(ctx, &v.a3, &sB2, &v.p1, &m->w[W3], &sAp, &m->g[W3],
                               &m->g[B3]);                                          /* d p1 */
+  if (!st) st = nt_unit_grads_ready(ctx, hooks, m->unit[1]);
+  if (!st) st = nt_unit_before_backward(ctx, hooks, m->unit[0]);
   if (!st) st = pool_relu_backward(ctx, &v.p1, &sAp, &v.arg1, &mp1, &sA1);        /* d z2 */
   if (!st) st = conv_backward(ctx, NULL, &sA1, &v.a1, &m->w[W2], &sB1, &m->g[W2],
                               &m->g[B2]);                                          /* d a1 */
   if (!st) st = conv_backward(ctx, &v.a1, &sB1, &v.x, &m->w[W1], NULL, &m->g[W1],
                               &m->g[B1]);
+  if (!st) st = nt_unit_grads_ready(ctx, hooks, m->unit[0]);
   if (!st && m->fp8) st = nt_fp8_update(ctx, m->fp8);
   return st;
 }

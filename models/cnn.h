@@ -41,9 +41,12 @@ nt_status nt_cnn_estimate(nt_ctx *ctx, const nt_cnn_config *cfg, nt_dtype comput
 nt_status nt_cnn_enable_fp8(nt_ctx *ctx, nt_cnn *m, bool emulate);
 
 /* images: [n, in, H, W] in the compute dtype (normalised); labels: I32 [n]. Forward (dropout
- * on), loss, backward into the parameter gradients; loss gradient times *dloss_scale. */
+ * on), loss, backward into the parameter gradients; loss gradient times *dloss_scale. hooks
+ * (NULL: none) are called around the three units (models/module.h): before_forward for stage1,
+ * stage2, head; before_backward and grads_ready for head, stage2, stage1. */
 nt_status nt_cnn_train_step(nt_ctx *ctx, nt_cnn *m, const nt_tensor *images,
-                            const nt_tensor *labels, const float *dloss_scale);
+                            const nt_tensor *labels, const float *dloss_scale,
+                            const nt_unit_hooks *hooks);
 /* Forward without dropout and the mean loss; *logits views [n, classes] (compute dtype). */
 nt_status nt_cnn_eval(nt_ctx *ctx, nt_cnn *m, const nt_tensor *images, const nt_tensor *labels,
                       nt_tensor *logits);

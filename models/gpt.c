@@ -21,6 +21,7 @@ enum { LN1_W, LN1_B, QKV_W, QKV_B, PROJ_W, PROJ_B, LN2_W, LN2_B, FC_W, FC_B, FCP
 
 typedef struct {
   pv p[NP];
+  int unit, pidx[NP];             /* the block's nt_params unit and its parameters' indices */
   /* saved activations (the GELU output is not kept: backward recomputes it from fc_pre) */
   nt_tensor ln1, ln1_mean, ln1_rstd, qkv, lse, ym, x1, ln2, ln2_mean, ln2_rstd;
   nt_tensor fc_pre, x2;
@@ -34,6 +35,7 @@ struct nt_gpt {
   nt_gpt_config cfg;
   int B, T;
   nt_params params;
+  int emb_unit, lnf_unit;         /* nt_params units of wte/wpe and ln_f (blocks: layers[l].unit) */
   pv wte, wpe, lnf_w, lnf_b;
   gpt_layer *layers;
   nt_arena arena;
@@ -155,7 +157,6 @@ static nt_status build_params(nt_ctx *ctx, nt_gpt *g, nt_dtype dt, bool alloc) {
                           NT_INIT_NORMAL, std, &iwte);
   if (!st) st = add_param(ctx, g, u, "transformer.wpe.weight", 2, c->block_size, C,
                           NT_INIT_NORMAL, std, &iwpe);
-  int lu[c->n_layer], li[c->n_layer][NP];
   static const char *const names[NP] = {
       "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
       "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
@@ -165,13 +166,15 @@ static nt_status build_params(nt_ctx *ctx, nt_gpt *g, nt_dtype dt, bool alloc) {
   for (int l = 0; l < c->n_layer && !st; l++) {
     char name[NT_PARAM_NAME_MAX];
     snprintf(name, sizeof name, "h.%d", l);
-    st = nt_params_add_unit(ctx, &g->params, name, &lu[l]);
+    gpt_layer *L = &g->layers[l];
+    st = nt_params_add_unit(ctx, &g->params, name, &L->unit);
     for (int j = 0; j < NP && !st; j++) {
       snprintf(name, sizeof name, "transformer.h.%d.%s", l, names[j]);
       nt_init_kind init = cols[j] ? NT_INIT_NORMAL
                           : (j == LN1_W || j == LN2_W) ? NT_INIT_ONES : NT_INIT_ZEROS;
       float a = (j == PROJ_W || j == FCP_W) ? proj_std : std;
-      st = add_param(ctx, g, lu[l], name, cols[j] ? 2 : 1, rows[j], cols[j], init, a, &li[l][j]);
+      st = add_param(ctx, g, L->unit, name, cols[j] ? 2 : 1, rows[j], cols[j], init, a,
+                     &L->pidx[j]);
     }
   }
   int uf = 0;
@@ -180,13 +183,17 @@ static nt_status build_params(nt_ctx *ctx, nt_gpt *g, nt_dtype dt, bool alloc) {
   if (!st) st = add_param(ctx, g, uf, "transformer.ln_f.bias", 1, C, 0, NT_INIT_ZEROS, 0, &ib);
   if (!st && !alloc) nt_params_layout(&g->params);
   if (!st && alloc) st = nt_params_alloc(ctx, &g->params, dt);
+  g->emb_unit = u;
+  g->lnf_unit = uf;
   if (st || !alloc) return st;
   g->wte = param_views(g, u, iwte);
   g->wpe = param_views(g, u, iwpe);
   g->lnf_w = param_views(g, uf, iw);
   g->lnf_b = param_views(g, uf, ib);
-  for (int l = 0; l < c->n_layer; l++)
-    for (int j = 0; j < NP; j++) g->layers[l].p[j] = param_views(g, lu[l], li[l][j]);
+  for (int l = 0; l < c->n_layer; l++) {
+    gpt_layer *L = &g->layers[l];
+    for (int j = 0; j < NP; j++) L->p[j] = param_views(g, L->unit, L->pidx[j]);
+  }
   return NT_OK;
 }
 
@@ -384,7 +391,8 @@ static nt_status residual_add(nt_ctx *ctx, float p, uint64_t off, const nt_tenso
   return st;
 }
 
-static nt_status forward(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, bool train) {
+static nt_status forward(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, bool train,
+                         const nt_unit_hooks *hooks) {
   const nt_gpt_config *c = &g->cfg;
   if (tokens->ndim != 2 || tokens->dtype != NT_I32)
     return NT_ERROR(ctx, NT_ERR_SHAPE, "GPT tokens must be I32 [batch, seq]");
@@ -397,7 +405,8 @@ static nt_status forward(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, bool t
   int64_t C = c->n_embd, H = c->n_head, D = C / H, N = b * t;
   float p = train ? c->dropout : 0.0f;
   nt_tensor x0 = v3(&g->x0, b, t, C), tmp = v3(&g->tmp, b, t, C);
-  nt_status st;
+  nt_status st = nt_unit_before_forward(ctx, hooks, g->emb_unit);
+  if (st) return st;
   if (p > 0.0f) {
     g->emb_off = nt_ctx_rng_reserve(ctx, (uint64_t)N * (uint64_t)C);
     st = nt_embedding_forward(ctx, tokens, &g->wte.w, &g->wpe.w, &tmp);
@@ -424,7 +433,8 @@ static nt_status forward(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, bool t
       L->attp_off = nt_ctx_rng_reserve(ctx, (uint64_t)(b * H) * (uint64_t)t * (uint64_t)t);
     }
     nt_attention_opts ao = attention_opts(ctx, p, L->attp_off);
-    st = nt_layernorm_forward(ctx, &x, &L->p[LN1_W].w, &L->p[LN1_B].w, &ln1, &m1, &r1);
+    st = nt_unit_before_forward(ctx, hooks, L->unit);
+    if (!st) st = nt_layernorm_forward(ctx, &x, &L->p[LN1_W].w, &L->p[LN1_B].w, &ln1, &m1, &r1);
     if (!st) st = lin_fwd(ctx, g, l, 0, &ln1, &L->p[QKV_W].w, &L->p[QKV_B].w, &qkv,
                                     NT_ACT_NONE, NULL);
     if (!st) st = nt_attention_forward_ex(ctx, &q, &k, &v, &att, &lse, &ao);
@@ -441,6 +451,7 @@ static nt_status forward(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, bool t
   }
   nt_tensor lnf = v3(&g->lnf, b, t, C), mf = v1(&g->lnf_mean, N), rf = v1(&g->lnf_rstd, N);
   nt_tensor lnf2 = v2(&g->lnf, N, C), logits = v2(&g->logits, N, g->Vp);
+  if (!st) st = nt_unit_before_forward(ctx, hooks, g->lnf_unit);
   if (!st) st = nt_layernorm_forward(ctx, &x, &g->lnf_w.w, &g->lnf_b.w, &lnf, &mf, &rf);
   /* Tied head: logits = lnf @ wte^T. With a padded vocabulary the bias epilogue pushes the
    * padded columns to -30000: softmax gives them exactly 0, so neither the loss nor any
@@ -464,14 +475,14 @@ static nt_status check_targets(nt_ctx *ctx, const nt_gpt *g, const nt_tensor *ta
 }
 
 nt_status nt_gpt_logits(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, nt_tensor *logits) {
-  nt_status st = forward(ctx, g, tokens, false);
+  nt_status st = forward(ctx, g, tokens, false, NULL);
   if (!st) *logits = v2(&g->logits, (int64_t)g->b * g->t, g->Vp);
   return st;
 }
 
 nt_status nt_gpt_eval_loss(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
                            const nt_tensor *targets) {
-  nt_status st = forward(ctx, g, tokens, false);
+  nt_status st = forward(ctx, g, tokens, false, NULL);
   if (!st) st = check_targets(ctx, g, targets);
   if (st) return st;
   int64_t N = (int64_t)g->b * g->t;
@@ -540,8 +551,9 @@ static nt_status block_backward(nt_ctx *ctx, nt_gpt *g, gpt_layer *L, const nt_t
 }
 
 nt_status nt_gpt_train_step(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
-                            const nt_tensor *targets, const float *dloss_scale) {
-  nt_status st = forward(ctx, g, tokens, true);
+                            const nt_tensor *targets, const float *dloss_scale,
+                            const nt_unit_hooks *hooks) {
+  nt_status st = forward(ctx, g, tokens, true, hooks);
   if (!st) st = check_targets(ctx, g, targets);
   if (st) return st;
   const nt_gpt_config *c = &g->cfg;
@@ -553,8 +565,10 @@ nt_status nt_gpt_train_step(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
   if (!st) st = nt_mean(ctx, &losses, &g->loss);
   nt_tensor lnf2 = v2(&g->lnf, N, C), dc2 = v2(&g->dc, N, C), dc = v3(&g->dc, b, t, C);
   nt_tensor dres = v3(&g->dres, b, t, C);
-  /* head: dlnf = dlogits @ wte; dwte += dlogits^T @ lnf */
+  /* head: dlnf = dlogits @ wte; dwte += dlogits^T @ lnf (the tied weight is the embeddings
+   * unit's, whose gradient is final only after the embedding backward) */
   nt_gemm_opts o = nt_gemm_defaults();
+  if (!st) st = nt_unit_before_backward(ctx, hooks, g->emb_unit);
   if (!st) st = nt_gemm(ctx, &logits, &g->wte.w, &dc2, &o);
   o.trans_a = true;
   o.beta = 1.0f;
@@ -562,11 +576,15 @@ nt_status nt_gpt_train_step(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
   const nt_tensor *xl = c->n_layer ? &g->layers[c->n_layer - 1].x2 : &g->x0;
   nt_tensor xL = v3(xl, b, t, C), mf = v1(&g->lnf_mean, N), rf = v1(&g->lnf_rstd, N);
   if (!st) st = nt_tensor_zero(ctx, &dres);
+  if (!st) st = nt_unit_before_backward(ctx, hooks, g->lnf_unit);
   if (!st) st = nt_layernorm_backward(ctx, &dc, &xL, &g->lnf_w.w, &mf, &rf, &dres, &g->lnf_w.g,
                                       &g->lnf_b.g);
+  if (!st) st = nt_unit_grads_ready(ctx, hooks, g->lnf_unit);
   for (int l = c->n_layer - 1; l >= 0 && !st; l--) {
     nt_tensor xin = v3(l ? &g->layers[l - 1].x2 : &g->x0, b, t, C);
-    st = block_backward(ctx, g, &g->layers[l], &xin);
+    st = nt_unit_before_backward(ctx, hooks, g->layers[l].unit);
+    if (!st) st = block_backward(ctx, g, &g->layers[l], &xin);
+    if (!st) st = nt_unit_grads_ready(ctx, hooks, g->layers[l].unit);
   }
   const nt_tensor *demb = &dres;
   nt_tensor dtmp = v3(&g->dtmp, b, t, C);
@@ -575,6 +593,7 @@ nt_status nt_gpt_train_step(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
     demb = &dtmp;
   }
   if (!st) st = nt_embedding_backward(ctx, tokens, demb, &g->wte.g, &g->wpe.g);
+  if (!st) st = nt_unit_grads_ready(ctx, hooks, g->emb_unit);
   /* the amaxes recorded this step become the next step's FP8 scales */
   if (!st && g->fp8) st = nt_fp8_update(ctx, g->fp8);
   return st;

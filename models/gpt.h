@@ -63,9 +63,13 @@ nt_status nt_gpt_enable_fp8(nt_ctx *ctx, nt_gpt *g, bool emulate);
 /* One training micro-step: forward (dropout on), loss, and backward accumulating into the
  * parameter gradients. tokens, targets: I32 [b, t] on ctx's device. The loss gradient is
  * multiplied by *dloss_scale (device pointer on the GPU, host on the CPU; NULL = 1): AMP's
- * loss scale. The mean loss lands in nt_gpt_loss (unscaled). */
+ * loss scale. The mean loss lands in nt_gpt_loss (unscaled). hooks (NULL: none) are called
+ * around the units (models/module.h): before_forward for the embeddings, each block, ln_f;
+ * in backward, before_backward for the embeddings (the tied head reads wte), ln_f, each block
+ * (last first), and grads_ready for ln_f, each block (last first), then the embeddings. */
 nt_status nt_gpt_train_step(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
-                            const nt_tensor *targets, const float *dloss_scale);
+                            const nt_tensor *targets, const float *dloss_scale,
+                            const nt_unit_hooks *hooks);
 /* Forward without dropout and the mean loss (evaluation). */
 nt_status nt_gpt_eval_loss(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
                            const nt_tensor *targets);

@@ -274,3 +274,15 @@ void nt_arena_free(nt_ctx *ctx, nt_arena *a) {
 nt_tensor nt_prefix_view(const nt_tensor *t, int ndim, const int64_t *shape) {
   return nt_tensor_view(t->data, t->dtype, t->device, ndim, shape);
 }
+
+nt_status nt_unit_before_forward(nt_ctx *ctx, const nt_unit_hooks *h, int unit) {
+  return h && h->before_forward ? h->before_forward(ctx, h->arg, unit) : NT_OK;
+}
+
+nt_status nt_unit_before_backward(nt_ctx *ctx, const nt_unit_hooks *h, int unit) {
+  return h && h->before_backward ? h->before_backward(ctx, h->arg, unit) : NT_OK;
+}
+
+nt_status nt_unit_grads_ready(nt_ctx *ctx, const nt_unit_hooks *h, int unit) {
+  return h && h->grads_ready ? h->grads_ready(ctx, h->arg, unit) : NT_OK;
+}

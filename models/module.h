@@ -87,6 +87,29 @@ nt_status nt_params_zero_grad(nt_ctx *ctx, nt_params *p);
  * the compute buffer is the master and stays so (master must then alias it). */
 nt_status nt_params_adopt_master(nt_ctx *ctx, nt_params *p, int unit, const nt_tensor *master);
 
+/* Per-unit hooks a model calls during a training micro-step, around each unit (a transformer
+ * block, the embeddings, a CNN stage; indices are this nt_params' unit indices). They are where
+ * data parallelism gathers sharded parameters and reduces gradients; at one rank there is
+ * nothing to do, so a NULL hooks pointer or a NULL member is a no-op. Every call only enqueues
+ * work on the context's streams (no host synchronization), so the micro-step stays capturable
+ * as a CUDA graph.
+ *   before_forward(u)   unit u's compute parameters are about to be read by its forward
+ *   before_backward(u)  ... by its backward
+ *   grads_ready(u)      unit u's gradient buffer is final for this micro-step; called as soon as
+ *                       its backward is enqueued, in the order the backward finishes units
+ *                       (last unit first) */
+typedef struct nt_unit_hooks {
+  void *arg;
+  nt_status (*before_forward)(nt_ctx *ctx, void *arg, int unit);
+  nt_status (*before_backward)(nt_ctx *ctx, void *arg, int unit);
+  nt_status (*grads_ready)(nt_ctx *ctx, void *arg, int unit);
+} nt_unit_hooks;
+
+/* Call the hook when hooks and the member are set (else NT_OK). */
+nt_status nt_unit_before_forward(nt_ctx *ctx, const nt_unit_hooks *h, int unit);
+nt_status nt_unit_before_backward(nt_ctx *ctx, const nt_unit_hooks *h, int unit);
+nt_status nt_unit_grads_ready(nt_ctx *ctx, const nt_unit_hooks *h, int unit);
+
 /* Activation arena: record tensors (shapes), then allocate one block and point them into it. */
 typedef struct {
   nt_tensor **slots;

@@ -2,7 +2,6 @@
 #include "optim/adamw.h"
 #include "optim/optim_common.h"
 #include "optim/update_rules.h"
-#include "amp/scaler.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,27 +123,6 @@ nt_status nt_adamw_step(nt_ctx *ctx, nt_adamw *a, const nt_optim_step_args *args
                    a->base.rec);
   }
   return NT_OK;
-}
-
-nt_status nt_adamw_step_scaled(nt_ctx *ctx, nt_adamw *a, struct nt_scaler *scaler,
-                               const nt_optim_step_args *args) {
-  nt_optim_step_args local = args ? *args : nt_optim_args(-1.0);
-  nt_tensor *grads[64];
-  nt_tensor views[64];
-  const nt_tensor *found = NULL;
-  if (!a) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "adamw is NULL");
-  if (a->base.n_units > 64)
-    return NT_ERROR(ctx, NT_ERR_UNSUPPORTED,
-                    "adamw_step_scaled: %d units (at most 64; unscale first yourself)",
-                    a->base.n_units);
-  for (int u = 0; u < a->base.n_units; u++) {
-    views[u] = a->base.units[u].grads;
-    grads[u] = &views[u];
-  }
-  nt_status st = nt_scaler_step(ctx, scaler, grads, a->base.n_units, &found);
-  if (st) return st;
-  local.found_inf = found;
-  return nt_adamw_step(ctx, a, &local);
 }
 
 nt_status nt_adamw_state_views(nt_adamw *a, int u, nt_tensor *master, nt_tensor *m,

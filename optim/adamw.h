@@ -36,13 +36,6 @@ void nt_adamw_free(nt_ctx *ctx, nt_adamw *opt);          /* NULL is a no-op */
 /* One step over every unit (args may be NULL: the options' lr, no skip, no clipping). */
 nt_status nt_adamw_step(nt_ctx *ctx, nt_adamw *opt, const nt_optim_step_args *args);
 
-/* The usual AMP step in one call: nt_scaler_step (unscales the grads when the caller did not)
- * then nt_adamw_step with the scaler's found_inf. The caller still calls nt_scaler_update.
- * args->found_inf is ignored (the scaler's is used). */
-struct nt_scaler;
-nt_status nt_adamw_step_scaled(nt_ctx *ctx, nt_adamw *opt, struct nt_scaler *scaler,
-                               const nt_optim_step_args *args);
-
 /* Views of the state of unit u (F32, on ctx's device): master weights, m, v. */
 nt_status nt_adamw_state_views(nt_adamw *opt, int u, nt_tensor *master, nt_tensor *m,
                                nt_tensor *v);

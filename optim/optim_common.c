@@ -217,13 +217,19 @@ nt_status nt_optim_base_init(nt_ctx *ctx, nt_optim_base *b, const nt_param_unit 
   b->master_owned = calloc((size_t)n_units, sizeof *b->master_owned);
   b->chunks = calloc((size_t)n_units, sizeof *b->chunks);
   b->n_chunks = calloc((size_t)n_units, sizeof *b->n_chunks);
-  if (!b->units || !b->master || !b->master_owned || !b->chunks || !b->n_chunks) {
+  b->grad_views = calloc((size_t)n_units, sizeof *b->grad_views);
+  b->grad_list = calloc((size_t)n_units, sizeof *b->grad_list);
+  if (!b->units || !b->master || !b->master_owned || !b->chunks || !b->n_chunks ||
+      !b->grad_views || !b->grad_list) {
     st = NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for the optimizer");
     goto fail;
   }
   for (int u = 0; u < n_units; u++) {
     b->units[u] = units[u];
     b->units[u].master_init = NULL;
+    int64_t gn = nt_tensor_numel(&units[u].grads);
+    b->grad_views[u] = nt_tensor_view(units[u].grads.data, units[u].grads.dtype, b->device, 1, &gn);
+    b->grad_list[u] = &b->grad_views[u];
     if ((st = init_master(ctx, b, u, units[u].master_init))) goto fail;
     if ((st = unit_chunks(ctx, b, u, groups, n_groups))) goto fail;
   }
@@ -250,6 +256,8 @@ void nt_optim_base_free(nt_ctx *ctx, nt_optim_base *b) {
   free(b->master_owned);
   free(b->chunks);
   free(b->n_chunks);
+  free(b->grad_views);
+  free(b->grad_list);
   nt_free(ctx, b->rec);
   nt_free(ctx, b->sumsq);
   memset(b, 0, sizeof *b);
@@ -321,18 +329,8 @@ nt_status nt_optim_base_prepare(nt_ctx *ctx, nt_optim_base *b, const nt_optim_st
       sumsq = (const float *)a->grad_sumsq->data;
     } else {
       /* Sum of squares over this optimizer's gradients, in one launch. */
-      const nt_tensor *gs[64];
-      nt_tensor views[64];
-      if (b->n_units > 64)
-        return NT_ERROR(ctx, NT_ERR_UNSUPPORTED,
-                        "clipping over %d units: pass grad_sumsq (at most 64 units)", b->n_units);
-      for (int u = 0; u < b->n_units; u++) {
-        int64_t n = nt_tensor_numel(&b->units[u].grads);
-        views[u] = nt_tensor_view(b->units[u].grads.data, b->units[u].grads.dtype, b->device, 1, &n);
-        gs[u] = &views[u];
-      }
       nt_tensor out = nt_tensor_view(b->sumsq, NT_F32, b->device, 0, NULL);
-      if ((st = nt_sum_squares(ctx, gs, b->n_units, &out))) return st;
+      if ((st = nt_sum_squares(ctx, b->grad_list, b->n_units, &out))) return st;
       sumsq = b->sumsq;
     }
   }

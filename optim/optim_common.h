@@ -60,6 +60,9 @@ typedef struct {
   int64_t *n_chunks;
   nt_optim_record *rec;          /* on the ctx's device */
   float *sumsq;                  /* scratch F32 scalar on the ctx's device */
+  nt_tensor *grad_views;         /* per unit: a flat view of its gradients (the sum of squares
+                                  * when no grad_sumsq is given) */
+  const nt_tensor **grad_list;   /* pointers to grad_views */
   nt_device device;
 } nt_optim_base;
 

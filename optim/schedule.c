@@ -68,7 +68,7 @@ double nt_schedule_lr(const nt_schedule *s, int64_t it) {
   switch (s->kind) {
     case NT_SCHED_WARMUP_COSINE: {
       if (it < s->warmup_iters) return s->lr * (double)(it + 1) / (double)(s->warmup_iters + 1);
-      if (it > s->decay_iters) return s->min_lr;
+      if (it > s->decay_iters || s->decay_iters <= s->warmup_iters) return s->min_lr;
       double ratio = (double)(it - s->warmup_iters) / (double)(s->decay_iters - s->warmup_iters);
       double coeff = 0.5 * (1.0 + cos(M_PI * ratio));
       return s->min_lr + coeff * (s->lr - s->min_lr);

@@ -1,7 +1,8 @@
 /* Learning-rate schedules, host-side (the lr is a kernel argument, so no device state):
  *   constant:      lr
  *   warmup_cosine: nanoGPT's get_lr: it < warmup: lr * (it + 1) / (warmup + 1);
- *                  it > decay_iters: min_lr; else min_lr + 0.5 * (1 + cos(pi * ratio)) *
+ *                  it > decay_iters (or decay_iters <= warmup): min_lr; else
+ *                  min_lr + 0.5 * (1 + cos(pi * ratio)) *
  *                  (lr - min_lr), ratio = (it - warmup) / (decay_iters - warmup)
  *   step:          lr * gamma^(it / step_size)   (torch.optim.lr_scheduler.StepLR)
  * `it` counts iterations from 0, skipped steps included (as PyTorch's schedulers). */

@@ -21,7 +21,7 @@
  * difference of two fp32 sums over D and T loses about a digit against the fp64 CPU). */
 #include "tests/testutil.h"
 #include "ops/attention.h"
-#include "models/cuda_graph.h"
+#include "train/cuda_graph.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -103,7 +103,7 @@ static double now_s(void) {
 /* Zeroes the gradients and runs one step; copies the gradients into out (or r->grads). */
 static bool step(nt_ctx *g, cnn_run *r, float **out) {
   if (!CHECK_OK(g, nt_params_zero_grad(g, nt_cnn_params(r->m))) ||
-      !CHECK_OK(g, nt_cnn_train_step(g, r->m, &r->x, &r->y, (const float *)r->scale.data)))
+      !CHECK_OK(g, nt_cnn_train_step(g, r->m, &r->x, &r->y, (const float *)r->scale.data, NULL)))
     return false;
   for (int u = 0; out && u < 3; u++) {
     nt_tensor h = nt_tensor_view(out[u], NT_F32, nt_cpu(), 1, &r->n[u]);

@@ -2,7 +2,7 @@
  * scalar paths, offsets that are multiples of 4 but not of 8), same values, backward +=; and
  * inside RNG steps, eagerly and as a replayed CUDA graph, with the step base added. */
 #include "ops/dropout.h"
-#include "models/cuda_graph.h"
+#include "train/cuda_graph.h"
 #include "tests/memops_test.h"
 
 static void run_case(nt_ctx *cc, nt_ctx *gc, nt_test_rng *r, nt_dtype dt, int64_t n, float p,

@@ -9,7 +9,7 @@
  *    reservations put them, fp32 losses close to the CPU's.
  * Skips (77) without a GPU. The data-driven parts need NT_DATA_DIR / Fashion-MNIST. */
 #include "tests/testutil.h"
-#include "models/train.h"
+#include "train/train.h"
 #include "data/idx.h"
 #include <math.h>
 #include <stdlib.h>
@@ -65,12 +65,12 @@ static void gpt_vs_cpu(nt_ctx *gctx, nt_ctx *cctx, nt_dtype dt, bool fp8, double
   CHECK_OK(gctx, nt_tensor_copy(gctx, &dx, &hx));
   CHECK_OK(gctx, nt_tensor_copy(gctx, &dy, &hy));
   CHECK_OK(cctx, nt_params_zero_grad(cctx, nt_gpt_params(cg)));
-  CHECK_OK(cctx, nt_gpt_train_step(cctx, cg, &hx, &hy, NULL));
+  CHECK_OK(cctx, nt_gpt_train_step(cctx, cg, &hx, &hy, NULL, NULL));
   float lc = read_loss(cctx, nt_gpt_loss(cg));
   nt_mem_stats m1, m2;
   for (int i = 0; i < 4; i++) {
     CHECK_OK(gctx, nt_params_zero_grad(gctx, nt_gpt_params(gg)));
-    CHECK_OK(gctx, nt_gpt_train_step(gctx, gg, &dx, &dy, NULL));
+    CHECK_OK(gctx, nt_gpt_train_step(gctx, gg, &dx, &dy, NULL, NULL));
     if (i == 1) nt_mem_get_stats(gctx, &m1);
   }
   nt_mem_get_stats(gctx, &m2);
@@ -121,13 +121,13 @@ static void cnn_vs_cpu(nt_ctx *gctx, nt_ctx *cctx, nt_dtype dt, double tol) {
   CHECK_OK(cctx, nt_tensor_alloc(cctx, &hxd, dt, 4, xs));
   CHECK_OK(cctx, nt_convert(cctx, &hxd, &hx));
   CHECK_OK(cctx, nt_params_zero_grad(cctx, nt_cnn_params(cm)));
-  CHECK_OK(cctx, nt_cnn_train_step(cctx, cm, &hxd, &hy, NULL));
+  CHECK_OK(cctx, nt_cnn_train_step(cctx, cm, &hxd, &hy, NULL, NULL));
   nt_tensor_free(cctx, &hxd);
   float lc = read_loss(cctx, nt_cnn_loss(cm));
   nt_mem_stats m1, m2;
   for (int i = 0; i < 4; i++) {
     CHECK_OK(gctx, nt_params_zero_grad(gctx, nt_cnn_params(gm)));
-    CHECK_OK(gctx, nt_cnn_train_step(gctx, gm, &dx, &dy, NULL));
+    CHECK_OK(gctx, nt_cnn_train_step(gctx, gm, &dx, &dy, NULL, NULL));
     if (i == 1) nt_mem_get_stats(gctx, &m1);
   }
   nt_mem_get_stats(gctx, &m2);

@@ -5,7 +5,7 @@
 #include "tests/testutil.h"
 #include "models/checkpoint.h"
 #include "models/json.h"
-#include "models/metrics.h"
+#include "train/metrics.h"
 #include "models/safetensors.h"
 #include <math.h>
 #include <stdlib.h>

@@ -47,7 +47,7 @@ static void test_gradcheck(nt_ctx *ctx) {
   nt_tensor x = nt_tensor_view(xs, NT_F32, nt_cpu(), 4, xsh);
   nt_tensor y = nt_tensor_view(ys, NT_I32, nt_cpu(), 1, ysh);
   CHECK_OK(ctx, nt_params_zero_grad(ctx, p));
-  CHECK_OK(ctx, nt_cnn_train_step(ctx, m, &x, &y, NULL));
+  CHECK_OK(ctx, nt_cnn_train_step(ctx, m, &x, &y, NULL, NULL));
   /* small steps: ReLU and max-pool kinks must not be crossed (at 1e-3 some are, and the
    * quotient then disagrees by 5-70%; it converges as the step shrinks) */
   cnn_batch b = {ctx, m, &x, &y};
@@ -60,14 +60,14 @@ static void test_gradcheck(nt_ctx *ctx) {
   int64_t n = nt_tensor_numel(&g0);
   float *before = malloc((size_t)n * sizeof *before);
   memcpy(before, g0.data, (size_t)n * sizeof *before);
-  CHECK_OK(ctx, nt_cnn_train_step(ctx, m, &x, &y, NULL));
+  CHECK_OK(ctx, nt_cnn_train_step(ctx, m, &x, &y, NULL, NULL));
   double e = nt_test_scaled_rel_err(g0.data, before, n, 2.0);
   CHECK(e < 1e-5, "gradients accumulate: rel err %g", e);
   free(before);
   /* errors */
   int64_t bad[4] = {N, 1, 8, 8};
   nt_tensor xb = nt_tensor_view(xs, NT_F32, nt_cpu(), 4, bad);
-  CHECK_ERR(ctx, NT_ERR_SHAPE, nt_cnn_train_step(ctx, m, &xb, &y, NULL));
+  CHECK_ERR(ctx, NT_ERR_SHAPE, nt_cnn_train_step(ctx, m, &xb, &y, NULL, NULL));
   int64_t big[4] = {N + 1, 1, 8, 12};
   xb = nt_tensor_view(xs, NT_F32, nt_cpu(), 4, big);
   CHECK_ERR(ctx, NT_ERR_SHAPE, nt_cnn_eval(ctx, m, &xb, NULL, NULL));
@@ -131,9 +131,9 @@ static void test_low_precision(nt_ctx *ctx, nt_dtype dt, bool fp8, double tol) {
   nt_tensor y = nt_tensor_view(ys, NT_I32, nt_cpu(), 1, ysh);
   CHECK_OK(ctx, nt_params_zero_grad(ctx, nt_cnn_params(a)));
   CHECK_OK(ctx, nt_params_zero_grad(ctx, nt_cnn_params(b)));
-  CHECK_OK(ctx, nt_cnn_train_step(ctx, a, &xa, &y, NULL));
+  CHECK_OK(ctx, nt_cnn_train_step(ctx, a, &xa, &y, NULL, NULL));
   float scale = 1024.0f;
-  CHECK_OK(ctx, nt_cnn_train_step(ctx, b, &xb, &y, &scale));
+  CHECK_OK(ctx, nt_cnn_train_step(ctx, b, &xb, &y, &scale, NULL));
   float la, lb;
   memcpy(&la, nt_cnn_loss(a)->data, 4);
   memcpy(&lb, nt_cnn_loss(b)->data, 4);
@@ -180,12 +180,12 @@ static void test_dropout(nt_ctx *ctx) {
   nt_tensor y = nt_tensor_view(ys, NT_I32, nt_cpu(), 1, ysh);
   float l1, l2, l3;
   nt_ctx_set_rng_offset(ctx, 0);
-  CHECK_OK(ctx, nt_cnn_train_step(ctx, m, &x, &y, NULL));
+  CHECK_OK(ctx, nt_cnn_train_step(ctx, m, &x, &y, NULL, NULL));
   memcpy(&l1, nt_cnn_loss(m)->data, 4);
-  CHECK_OK(ctx, nt_cnn_train_step(ctx, m, &x, &y, NULL));
+  CHECK_OK(ctx, nt_cnn_train_step(ctx, m, &x, &y, NULL, NULL));
   memcpy(&l2, nt_cnn_loss(m)->data, 4);
   nt_ctx_set_rng_offset(ctx, 0);
-  CHECK_OK(ctx, nt_cnn_train_step(ctx, m, &x, &y, NULL));
+  CHECK_OK(ctx, nt_cnn_train_step(ctx, m, &x, &y, NULL, NULL));
   memcpy(&l3, nt_cnn_loss(m)->data, 4);
   CHECK(l1 != l2 && l1 == l3, "dropout masks: new per step, reproducible (%g %g %g)", l1, l2, l3);
   nt_cnn_free(ctx, m);

@@ -58,7 +58,7 @@ static void test_gradcheck(nt_ctx *ctx, int vocab) {
   nt_tensor x, y;
   token_batch(&r, c.vocab_size, B, T, xs, ys, &x, &y);
   CHECK_OK(ctx, nt_params_zero_grad(ctx, p));
-  CHECK_OK(ctx, nt_gpt_train_step(ctx, g, &x, &y, NULL));
+  CHECK_OK(ctx, nt_gpt_train_step(ctx, g, &x, &y, NULL, NULL));
   float l0;
   memcpy(&l0, nt_gpt_loss(g)->data, sizeof l0);
   CHECK(fabs(l0 - log((double)vocab)) < 0.2, "initial loss %g should be near ln(%d) = %g", l0,
@@ -82,13 +82,13 @@ static void test_gradcheck(nt_ctx *ctx, int vocab) {
   int64_t n = nt_tensor_numel(&g0);
   float *before = malloc((size_t)n * sizeof *before);
   memcpy(before, g0.data, (size_t)n * sizeof *before);
-  CHECK_OK(ctx, nt_gpt_train_step(ctx, g, &x, &y, NULL));
+  CHECK_OK(ctx, nt_gpt_train_step(ctx, g, &x, &y, NULL, NULL));
   double e = nt_test_scaled_rel_err(g0.data, before, n, 2.0);
   CHECK(e < 1e-5, "second backward adds: rel err %g", e);
   /* a loss scale multiplies the gradients */
   float scale = 8.0f;
   CHECK_OK(ctx, nt_params_zero_grad(ctx, p));
-  CHECK_OK(ctx, nt_gpt_train_step(ctx, g, &x, &y, &scale));
+  CHECK_OK(ctx, nt_gpt_train_step(ctx, g, &x, &y, &scale, NULL));
   e = nt_test_scaled_rel_err(g0.data, before, n, 8.0);
   CHECK(e < 1e-5, "loss scale 8 scales the grads: rel err %g", e);
   free(before);
@@ -179,12 +179,12 @@ static void test_dropout_and_sizes(nt_ctx *ctx) {
   nt_ctx_manual_seed(ctx, 5);
   nt_ctx_set_rng_offset(ctx, 0);
   float l1, l2, l3, le1, le2;
-  CHECK_OK(ctx, nt_gpt_train_step(ctx, g, &x, &y, NULL));
+  CHECK_OK(ctx, nt_gpt_train_step(ctx, g, &x, &y, NULL, NULL));
   memcpy(&l1, nt_gpt_loss(g)->data, 4);
-  CHECK_OK(ctx, nt_gpt_train_step(ctx, g, &x, &y, NULL));
+  CHECK_OK(ctx, nt_gpt_train_step(ctx, g, &x, &y, NULL, NULL));
   memcpy(&l2, nt_gpt_loss(g)->data, 4);
   nt_ctx_set_rng_offset(ctx, 0);
-  CHECK_OK(ctx, nt_gpt_train_step(ctx, g, &x, &y, NULL));
+  CHECK_OK(ctx, nt_gpt_train_step(ctx, g, &x, &y, NULL, NULL));
   memcpy(&l3, nt_gpt_loss(g)->data, 4);
   CHECK(l1 != l2, "dropout draws new masks each step (%g vs %g)", l1, l2);
   CHECK(l1 == l3, "the same RNG offset gives the same loss (%g vs %g)", l1, l3);
@@ -240,8 +240,8 @@ static void test_bf16_close_to_fp32(nt_ctx *ctx) {
   CHECK(fabs(la - lb) < 1e-2 * fabs(la), "bf16 loss %g vs fp32 %g", lb, la);
   CHECK_OK(ctx, nt_params_zero_grad(ctx, nt_gpt_params(a)));
   CHECK_OK(ctx, nt_params_zero_grad(ctx, nt_gpt_params(b)));
-  CHECK_OK(ctx, nt_gpt_train_step(ctx, a, &x, &y, NULL));
-  CHECK_OK(ctx, nt_gpt_train_step(ctx, b, &x, &y, NULL));
+  CHECK_OK(ctx, nt_gpt_train_step(ctx, a, &x, &y, NULL, NULL));
+  CHECK_OK(ctx, nt_gpt_train_step(ctx, b, &x, &y, NULL, NULL));
   for (int u = 0; u < nt_gpt_params(a)->n_units; u++) {
     nt_tensor ga = nt_gpt_params(a)->units[u].grad, gb = nt_gpt_params(b)->units[u].grad;
     double e = nt_test_rel_err(gb.data, ga.data, nt_tensor_numel(&ga));
@@ -269,8 +269,8 @@ static void test_fp8_emulated(nt_ctx *ctx) {
   for (int step = 0; step < 2; step++) {
     CHECK_OK(ctx, nt_params_zero_grad(ctx, nt_gpt_params(a)));
     CHECK_OK(ctx, nt_params_zero_grad(ctx, nt_gpt_params(b)));
-    CHECK_OK(ctx, nt_gpt_train_step(ctx, a, &x, &y, NULL));
-    CHECK_OK(ctx, nt_gpt_train_step(ctx, b, &x, &y, NULL));
+    CHECK_OK(ctx, nt_gpt_train_step(ctx, a, &x, &y, NULL, NULL));
+    CHECK_OK(ctx, nt_gpt_train_step(ctx, b, &x, &y, NULL, NULL));
     float la, lb;
     memcpy(&la, nt_gpt_loss(a)->data, 4);
     memcpy(&lb, nt_gpt_loss(b)->data, 4);

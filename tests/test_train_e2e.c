@@ -10,7 +10,7 @@
  *    the dataset is absent).
  * The test exits 77 (skipped) only if neither dataset is present. */
 #include "tests/testutil.h"
-#include "models/train.h"
+#include "train/train.h"
 #include "data/idx.h"
 #include <math.h>
 #include <stdlib.h>

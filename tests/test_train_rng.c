@@ -7,7 +7,7 @@
  *    N x the step's reservations, counted here from the GPT's shapes, and its losses differ
  *    from step to step with fixed weights only through fresh masks. */
 #include "tests/testutil.h"
-#include "models/train.h"
+#include "train/train.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,7 +60,7 @@ static void gpt_bracket_vs_absolute(nt_ctx *ctx) {
   for (int s = 0; s < STEPS; s++) {
     CHECK_OK(ctx, nt_ctx_rng_step_begin(ctx));
     CHECK_OK(ctx, nt_params_zero_grad(ctx, nt_gpt_params(a)));
-    CHECK_OK(ctx, nt_gpt_train_step(ctx, a, &tx, &ty, NULL));
+    CHECK_OK(ctx, nt_gpt_train_step(ctx, a, &tx, &ty, NULL, NULL));
     CHECK_OK(ctx, nt_ctx_rng_step_end(ctx, &used[s]));
     la[s] = read_loss(ctx, nt_gpt_loss(a));
   }
@@ -68,7 +68,7 @@ static void gpt_bracket_vs_absolute(nt_ctx *ctx) {
   nt_ctx_set_rng_offset(ctx, base0);
   for (int s = 0; s < STEPS; s++) {
     CHECK_OK(ctx, nt_params_zero_grad(ctx, nt_gpt_params(b)));
-    CHECK_OK(ctx, nt_gpt_train_step(ctx, b, &tx, &ty, NULL));
+    CHECK_OK(ctx, nt_gpt_train_step(ctx, b, &tx, &ty, NULL, NULL));
     lb[s] = read_loss(ctx, nt_gpt_loss(b));
   }
   const bool grads = same_grads(nt_gpt_params(a), nt_gpt_params(b));
@@ -119,7 +119,7 @@ static void cnn_bracket_vs_absolute(nt_ctx *ctx) {
   for (int s = 0; s < STEPS; s++) {
     CHECK_OK(ctx, nt_ctx_rng_step_begin(ctx));
     CHECK_OK(ctx, nt_params_zero_grad(ctx, nt_cnn_params(a)));
-    CHECK_OK(ctx, nt_cnn_train_step(ctx, a, &tx, &ty, NULL));
+    CHECK_OK(ctx, nt_cnn_train_step(ctx, a, &tx, &ty, NULL, NULL));
     CHECK_OK(ctx, nt_ctx_rng_step_end(ctx, &used));
     la[s] = read_loss(ctx, nt_cnn_loss(a));
   }
@@ -127,7 +127,7 @@ static void cnn_bracket_vs_absolute(nt_ctx *ctx) {
   nt_ctx_set_rng_offset(ctx, 64);
   for (int s = 0; s < STEPS; s++) {
     CHECK_OK(ctx, nt_params_zero_grad(ctx, nt_cnn_params(b)));
-    CHECK_OK(ctx, nt_cnn_train_step(ctx, b, &tx, &ty, NULL));
+    CHECK_OK(ctx, nt_cnn_train_step(ctx, b, &tx, &ty, NULL, NULL));
     lb[s] = read_loss(ctx, nt_cnn_loss(b));
   }
   CHECK(memcmp(la, lb, sizeof la) == 0 && same_grads(nt_cnn_params(a), nt_cnn_params(b)),

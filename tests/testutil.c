@@ -125,3 +125,14 @@ void *nt_test_to_dtype(float *x, size_t n, nt_dtype dt) {
   }
   return b;
 }
+
+nt_status nt_test_scaled_step(nt_ctx *ctx, nt_adamw *opt, nt_scaler *sc, nt_tensor *grads,
+                              const nt_optim_step_args *args) {
+  nt_optim_step_args a = args ? *args : nt_optim_args(-1.0);
+  nt_tensor *list[1] = {grads};
+  const nt_tensor *found = NULL;
+  nt_status st = nt_scaler_step(ctx, sc, list, 1, &found);
+  if (st) return st;
+  a.found_inf = found;
+  return nt_adamw_step(ctx, opt, &a);
+}

@@ -5,6 +5,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "core/nt.h"
+#include "amp/scaler.h"
+#include "optim/adamw.h"
 
 #define NT_TEST_SKIP 77
 
@@ -63,5 +65,11 @@ void *nt_test_to_dtype(float *x, size_t n, nt_dtype dt);
  * on failure. */
 bool nt_test_upload(nt_ctx *ctx, nt_tensor *t, const float *h);
 bool nt_test_download(nt_ctx *ctx, const nt_tensor *t, float *h);
+
+/* An AMP optimizer step over one gradient tensor, as the trainer's step stages do it:
+ * nt_scaler_step (unscale + inf check unless already unscaled), then nt_adamw_step skipping on
+ * the scaler's found_inf. The caller still calls nt_scaler_update. args may be NULL. */
+nt_status nt_test_scaled_step(nt_ctx *ctx, nt_adamw *opt, nt_scaler *sc, nt_tensor *grads,
+                              const nt_optim_step_args *args);
 
 #endif

@@ -8,7 +8,7 @@
  * peak beside the same estimate at the end of a run. Exit 2 on a bad command line. */
 #include "models/cnn.h"
 #include "models/gpt.h"
-#include "models/memest.h"
+#include "train/memest.h"
 #include "amp/policy.h"
 #include <errno.h>
 #include <getopt.h>

@@ -1,4 +1,4 @@
-#include "models/metrics.h"
+#include "train/metrics.h"
 #include "models/json.h"
 #include <errno.h>
 #include <math.h>

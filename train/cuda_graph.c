@@ -1,4 +1,4 @@
-#include "models/cuda_graph.h"
+#include "train/cuda_graph.h"
 #include "core/cuda_util.h"
 #include <stdlib.h>
 

@@ -10,8 +10,8 @@
  * gradients, master weights and optimizer state; ZeRO-3 the parameters too, with at most two
  * units gathered at once), next to the ZeRO paper's formula for mixed-precision Adam (K = 12)
  * and the rule of thumb "parameters x 4 + batch x (input + output) x 4". */
-#ifndef NT_MODELS_MEMEST_H
-#define NT_MODELS_MEMEST_H
+#ifndef NT_TRAIN_MEMEST_H
+#define NT_TRAIN_MEMEST_H
 #include <stdio.h>
 #include "core/nt.h"
 #include "models/module.h"

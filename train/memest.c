@@ -1,4 +1,4 @@
-#include "models/memest.h"
+#include "train/memest.h"
 #include <string.h>
 #include <strings.h>
 

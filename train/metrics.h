@@ -3,8 +3,8 @@
  * a temporary file in the same directory, then renamed over the target, so a scraper never
  * reads a half-written file). Non-finite values are written as null (JSONL) / NaN (Prometheus);
  * fields that do not apply are NaN and left out. */
-#ifndef NT_MODELS_METRICS_H
-#define NT_MODELS_METRICS_H
+#ifndef NT_TRAIN_METRICS_H
+#define NT_TRAIN_METRICS_H
 #include <stdio.h>
 #include "core/nt.h"
 NT_EXTERN_C_BEGIN

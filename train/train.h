@@ -1,11 +1,12 @@
-/* Training loops for the GPT (tiny shakespeare or token shards / synthetic tokens) and the CNN
- * (Fashion-MNIST): mixed precision per the policy, AdamW with decay on 2-D weights only,
- * warmup + cosine LR, global-norm clipping, the dynamic loss scaler for fp16, evaluation,
- * checkpoints with bit-identical resume, a JSONL metrics log, a Prometheus textfile, a
- * progress bar on a terminal, and (GPU) the forward/backward captured as a CUDA graph.
- * examples/nanotrain.c is the command line around nt_train_run. */
-#ifndef NT_MODELS_TRAIN_H
-#define NT_MODELS_TRAIN_H
+/* Training runs of the GPT (tiny shakespeare or token shards / synthetic tokens) and the CNN
+ * (Fashion-MNIST) through one loop (train/train.c over the model interface, train/model.h):
+ * mixed precision per the policy, AdamW with decay on 2-D weights only, warmup + cosine LR,
+ * global-norm clipping, the dynamic loss scaler for fp16 (the step's stages: train/step.h),
+ * evaluation, checkpoints with bit-identical resume, a JSONL metrics log, a Prometheus
+ * textfile, a progress bar on a terminal, and (GPU) the forward/backward captured as a CUDA
+ * graph. examples/nanotrain.c is the command line around nt_train_run. */
+#ifndef NT_TRAIN_TRAIN_H
+#define NT_TRAIN_TRAIN_H
 #include <stdio.h>
 #include "core/nt.h"
 #include "models/cnn.h"
@@ -50,6 +51,12 @@ typedef struct {
   int progress;                /* -1 auto (isatty), 0 plain lines, 1 bar */
   bool quiet;                  /* no per-step output (tests) */
   bool record_losses;          /* keep every step's loss in the result (syncs every step) */
+  bool trace;                  /* print each step's AMP events (scale, found_inf, skipped or
+                                * not, growth tracker): syncs every step */
+  struct {
+    int64_t from, to;          /* iterations [from, to) are the profiler's range
+                                * (nt_profiler_range); from >= to: none */
+  } profile_iters;
   FILE *out;                   /* where progress goes (stdout when NULL) */
 } nt_train_options;
 
@@ -64,8 +71,8 @@ typedef struct {
   double best_val_loss;        /* GPT: the lowest validation loss of any evaluation (as
                                 * nanoGPT reports it: its checkpoint keeps the best) */
   double test_accuracy, test_loss;   /* CNN */
-  double items_per_sec;        /* tokens or images per second, steady state */
-  double step_ms;
+  double items_per_sec;        /* tokens or images per second in the last log window */
+  double step_ms;              /* its mean step time (GPU: from events on the compute stream) */
   size_t peak_bytes;           /* measured peak allocated (pool statistics) */
   size_t estimate_bytes;       /* tools/memest's estimate for the run */
   bool used_cuda_graph;

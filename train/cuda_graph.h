@@ -3,8 +3,8 @@
  * that misses the pool's cache (run it once eagerly first). A failed capture leaves the stream
  * usable and returns the error, so callers fall back to running the body eagerly. Without
  * CUDA (or for a CPU context) capture is NT_ERR_UNSUPPORTED. */
-#ifndef NT_MODELS_CUDA_GRAPH_H
-#define NT_MODELS_CUDA_GRAPH_H
+#ifndef NT_TRAIN_CUDA_GRAPH_H
+#define NT_TRAIN_CUDA_GRAPH_H
 #include "core/nt.h"
 NT_EXTERN_C_BEGIN
 

@@ -1,7 +1,9 @@
-/* The GPT training loop: tiny shakespeare (character level, nanoGPT's split), an llm.c token
- * shard, or synthetic tokens; batches of random windows as nanoGPT's get_batch, drawn from a
- * counter-based stream keyed by the iteration (so a resumed run sees the same batches). */
-#include "models/train_internal.h"
+/* The GPT as a trained model (train/model.h): tiny shakespeare (character level, nanoGPT's
+ * split), an llm.c token shard, or synthetic tokens; batches of random windows as nanoGPT's
+ * get_batch, drawn from a counter-based stream keyed by the iteration (so a resumed run sees the
+ * same batches); evaluation as nanoGPT's estimate_loss; text sampling after training. */
+#include "train/model.h"
+#include "models/gpt.h"
 #include "data/shards.h"
 #include "data/text.h"
 #include <math.h>
@@ -9,8 +11,9 @@
 #include <string.h>
 
 typedef struct {
+  nt_model base;
+  const nt_train_options *o;
   nt_gpt *g;
-  nt_trainer *T;
   nt_tensor tokens, targets;        /* device [B, T] */
   int32_t *hx, *hy;                 /* host batch */
   int32_t *data;                    /* all token ids */
@@ -21,12 +24,15 @@ typedef struct {
   int64_t eval_round;
 } gpt_run;
 
-static nt_status body(nt_ctx *ctx, void *arg) {
-  gpt_run *r = arg;
-  nt_status st = nt_params_zero_grad(ctx, nt_gpt_params(r->g));
-  if (!st) st = nt_gpt_train_step(ctx, r->g, &r->tokens, &r->targets,
-                                  nt_trainer_loss_scale(r->T));
-  return st;
+static nt_status micro_step(nt_ctx *ctx, nt_model *m, const nt_model_batch *b,
+                            const float *loss_scale, const nt_unit_hooks *hooks) {
+  gpt_run *r = m->impl;
+  return nt_gpt_train_step(ctx, r->g, &b->inputs, &b->targets, loss_scale, hooks);
+}
+
+static const nt_tensor *loss(const nt_model *m) {
+  const gpt_run *r = m->impl;
+  return nt_gpt_loss(r->g);
 }
 
 /* Fills the host batch with b windows of length t from [lo, hi) and copies it to the device. */
@@ -101,8 +107,10 @@ static nt_status load_data(nt_ctx *ctx, const nt_train_options *o, gpt_run *r,
   return st;
 }
 
-static nt_status estimate_loss(nt_trainer *T, gpt_run *r, double *train, double *val) {
-  const nt_train_options *o = T->o;
+/* Mean loss over eval_iters batches of each split (train, val), windows from their own stream. */
+static nt_status evaluate(nt_ctx *ctx, nt_model *m, nt_eval_result *e) {
+  gpt_run *r = m->impl;
+  const nt_train_options *o = r->o;
   int64_t B = o->batch_size, S = r->g ? nt_gpt_get_config(r->g)->block_size : 0;
   int64_t iters = o->eval_iters > 0 ? o->eval_iters : 1;
   double out[2];
@@ -114,30 +122,19 @@ static nt_status estimate_loss(nt_trainer *T, gpt_run *r, double *train, double 
       int64_t shape[2] = {B, S};
       nt_tensor x = nt_prefix_view(&r->tokens, 2, shape), y = nt_prefix_view(&r->targets, 2, shape);
       float l;
-      nt_status st = load_batch(T->ctx, r, B, S, lo, hi, r->data_seed ^ 0x5eed5eedULL, ctr);
-      if (!st) st = nt_gpt_eval_loss(T->ctx, r->g, &x, &y);
-      if (!st) st = nt_trainer_read_scalar(T, nt_gpt_loss(r->g), &l);
+      nt_status st = load_batch(ctx, r, B, S, lo, hi, r->data_seed ^ 0x5eed5eedULL, ctr);
+      if (!st) st = nt_gpt_eval_loss(ctx, r->g, &x, &y);
+      if (!st) st = nt_model_read_scalar(ctx, nt_gpt_loss(r->g), &l);
       if (st) return st;
       sum += l;
     }
     out[split] = sum / (double)iters;
   }
   r->eval_round++;
-  *train = out[0];
-  *val = out[1];
+  e->train_loss = out[0];
+  e->val_loss = out[1];
+  e->has_val = true;
   return NT_OK;
-}
-
-/* estimate_loss, logged and recorded in the result (NaN after a failure); *val gets the
- * validation loss. */
-static nt_status evaluate(nt_trainer *T, gpt_run *r, double *val) {
-  double tl = NAN;
-  *val = NAN;
-  nt_status st = estimate_loss(T, r, &tl, val);
-  if (!st) st = nt_trainer_log_eval(T, tl, *val, NAN);
-  T->res->train_loss = tl;
-  T->res->val_loss = *val;
-  return st;
 }
 
 static int desc(const void *a, const void *b) {
@@ -145,8 +142,7 @@ static int desc(const void *a, const void *b) {
   return x < y ? 1 : x > y ? -1 : 0;
 }
 
-static nt_status sample_text(nt_trainer *T, gpt_run *r, int n, char **text) {
-  nt_ctx *ctx = T->ctx;
+static nt_status sample_text(nt_ctx *ctx, gpt_run *r, int n, char **text) {
   const nt_gpt_config *c = nt_gpt_get_config(r->g);
   int V = c->vocab_size, Vp = nt_gpt_padded_vocab(c);
   int64_t S = c->block_size;
@@ -156,9 +152,9 @@ static nt_status sample_text(nt_trainer *T, gpt_run *r, int n, char **text) {
   char *out = malloc((size_t)n * 8 + 1);
   nt_status st = NT_OK;
   if (!ids || !probs || !sorted || !row || !out) st = NT_ERROR(ctx, NT_ERR_OOM, "out of host memory");
-  int len = 1, k = T->o->top_k > 0 && T->o->top_k < V ? T->o->top_k : V;
+  int len = 1, k = r->o->top_k > 0 && r->o->top_k < V ? r->o->top_k : V;
   ids[0] = r->have_vocab && r->vocab.ids['\n'] >= 0 ? r->vocab.ids['\n'] : 0;
-  float temp = T->o->temperature > 0 ? T->o->temperature : 1.0f;
+  float temp = r->o->temperature > 0 ? r->o->temperature : 1.0f;
   size_t olen = 0;
   for (int i = 0; i < n && !st; i++) {
     int64_t t = len < S ? len : S;
@@ -188,7 +184,7 @@ static nt_status sample_text(nt_trainer *T, gpt_run *r, int n, char **text) {
     }
     double sum = 0;
     for (int v = 0; v < V; v++) sum += probs[v] >= kth ? exp((double)(probs[v] - mx)) : 0.0;
-    double u = nt_rng_u32_to_uniform(nt_rng_u32(T->o->seed + 3, (uint64_t)i)) * sum, acc = 0;
+    double u = nt_rng_u32_to_uniform(nt_rng_u32(r->o->seed + 3, (uint64_t)i)) * sum, acc = 0;
     int pick = V - 1;
     for (int v = 0; v < V; v++) {
       if (probs[v] < kth) continue;
@@ -215,8 +211,39 @@ static nt_status sample_text(nt_trainer *T, gpt_run *r, int n, char **text) {
   return NT_OK;
 }
 
-static void write_config(nt_jw *w, const void *arg) {
-  const nt_gpt_config *c = arg;
+static nt_status after_training(nt_ctx *ctx, nt_model *m, nt_train_result *res, FILE *out) {
+  gpt_run *r = m->impl;
+  if (r->o->sample_tokens <= 0) return NT_OK;
+  nt_status st = sample_text(ctx, r, r->o->sample_tokens, &res->sample);
+  if (!st && out) fprintf(out, "---- sample ----\n%s\n----------------\n", res->sample);
+  return st;
+}
+
+static nt_status start_epoch(nt_ctx *ctx, nt_model *m, uint64_t epoch, int64_t skip) {
+  (void)ctx;
+  (void)m;
+  (void)epoch;
+  (void)skip;
+  return NT_OK;   /* windows are keyed by the iteration: there is no position to restore */
+}
+
+static nt_status next_batch(nt_ctx *ctx, nt_model *m, int64_t iter, nt_model_batch *b,
+                            bool *end, double *wait_s) {
+  gpt_run *r = m->impl;
+  int64_t B = r->tokens.shape[0], S = r->tokens.shape[1];
+  double t0 = nt_now_s();
+  nt_status st = load_batch(ctx, r, B, S, 0, r->split, r->data_seed, (uint64_t)iter * (uint64_t)B);
+  *wait_s = nt_now_s() - t0;
+  *end = false;
+  b->inputs = r->tokens;
+  b->targets = r->targets;
+  b->size = B;
+  return st;
+}
+
+static void write_config(nt_jw *w, const nt_model *m) {
+  const gpt_run *r = m->impl;
+  const nt_gpt_config *c = nt_gpt_get_config(r->g);
   nt_jw_key(w, "n_layer");
   nt_jw_i64(w, c->n_layer);
   nt_jw_key(w, "n_head");
@@ -232,101 +259,69 @@ static void write_config(nt_jw *w, const void *arg) {
 }
 
 
-nt_status nt_train_gpt(nt_ctx *ctx, const nt_train_options *o, const nt_policy *pol,
-                       nt_train_result *res) {
+static void gpt_free(nt_ctx *ctx, nt_model *m) {
+  gpt_run *r = m->impl;
+  nt_tensor_free(ctx, &r->tokens);
+  nt_tensor_free(ctx, &r->targets);
+  nt_gpt_free(ctx, r->g);
+  free(r->hx);
+  free(r->hy);
+  free(r->data);
+  free(r);
+}
+
+static const nt_model_ops gpt_ops = {"gpt",        "tokens",       micro_step,  loss,
+                                     evaluate,     start_epoch,    next_batch,  write_config,
+                                     after_training, gpt_free};
+
+nt_status nt_model_gpt_create(nt_ctx *ctx, const nt_train_options *o, const nt_policy *pol,
+                              const nt_json *config, nt_model **out) {
+  *out = NULL;
+  gpt_run *r = calloc(1, sizeof *r);
+  if (!r) return NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for the GPT run");
+  r->base.ops = &gpt_ops;
+  r->base.impl = r;
+  r->o = o;
   nt_gpt_config cfg = o->gpt;
-  gpt_run r;
-  nt_trainer T;
-  nt_json side;
-  memset(&r, 0, sizeof r);
-  memset(&T, 0, sizeof T);
-  memset(&side, 0, sizeof side);
-  nt_status st = NT_OK;
-  if (o->resume) {
-    st = nt_trainer_read_sidecar(ctx, o->resume, &side);
-    const nt_json *c = nt_json_get(&side, "config");
-    if (!st && c) {
-      cfg.n_layer = (int)nt_json_get_i64(c, "n_layer", cfg.n_layer);
-      cfg.n_head = (int)nt_json_get_i64(c, "n_head", cfg.n_head);
-      cfg.n_embd = (int)nt_json_get_i64(c, "n_embd", cfg.n_embd);
-      cfg.block_size = (int)nt_json_get_i64(c, "block_size", cfg.block_size);
-      cfg.vocab_size = (int)nt_json_get_i64(c, "vocab_size", cfg.vocab_size);
-    }
+  if (config) {
+    cfg.n_layer = (int)nt_json_get_i64(config, "n_layer", cfg.n_layer);
+    cfg.n_head = (int)nt_json_get_i64(config, "n_head", cfg.n_head);
+    cfg.n_embd = (int)nt_json_get_i64(config, "n_embd", cfg.n_embd);
+    cfg.block_size = (int)nt_json_get_i64(config, "block_size", cfg.block_size);
+    cfg.vocab_size = (int)nt_json_get_i64(config, "vocab_size", cfg.vocab_size);
   }
-  if (!st) st = load_data(ctx, o, &r, &cfg);
+  nt_status st = load_data(ctx, o, r, &cfg);
   nt_dtype dt = pol->compute_dtype;
   int64_t B = o->batch_size, S = cfg.block_size;
-  if (!st) st = nt_gpt_create(ctx, &cfg, dt, (int)B, (int)S, &r.g);
-  if (!st) st = nt_params_init(ctx, nt_gpt_params(r.g), o->seed);
-  if (!st && pol->fp8) st = nt_gpt_enable_fp8(ctx, r.g, false);
+  if (!st) st = nt_gpt_create(ctx, &cfg, dt, (int)B, (int)S, &r->g);
+  if (!st) st = nt_params_init(ctx, nt_gpt_params(r->g), o->seed);
+  if (!st && pol->fp8) st = nt_gpt_enable_fp8(ctx, r->g, false);
   int64_t bt[2] = {B, S};
-  if (!st) st = nt_tensor_alloc(ctx, &r.tokens, NT_I32, 2, bt);
-  if (!st) st = nt_tensor_alloc(ctx, &r.targets, NT_I32, 2, bt);
-  r.hx = malloc((size_t)(B * S) * sizeof(int32_t));
-  r.hy = malloc((size_t)(B * S) * sizeof(int32_t));
-  if (!st && (!r.hx || !r.hy)) st = NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for batches");
-  r.data_seed = o->seed + 1;
-  nt_ctx_manual_seed(ctx, o->seed + 2);   /* dropout */
-  nt_ctx_set_rng_offset(ctx, 0);
-  if (!st) st = nt_trainer_init(&T, ctx, o, res, nt_gpt_params(r.g), "gpt", "tokens");
-  r.T = &T;
-  T.body = body;
-  T.body_arg = &r;
-  T.total_iters = o->max_iters;
-  T.items_per_step = B * S;
-  if (r.g) T.flops_per_item = nt_gpt_flops_per_token(r.g, (int)S);
-  if (!st && o->resume) st = nt_trainer_restore(&T, &side);
+  if (!st) st = nt_tensor_alloc(ctx, &r->tokens, NT_I32, 2, bt);
+  if (!st) st = nt_tensor_alloc(ctx, &r->targets, NT_I32, 2, bt);
+  r->hx = malloc((size_t)(B * S) * sizeof(int32_t));
+  r->hy = malloc((size_t)(B * S) * sizeof(int32_t));
+  if (!st && (!r->hx || !r->hy)) st = NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for batches");
+  r->data_seed = o->seed + 1;
+  nt_model *m = &r->base;
   nt_model_sizes sizes;
-  nt_mem_estimate est;
-  memset(&est, 0, sizeof est);
   if (!st) st = nt_gpt_estimate(ctx, &cfg, dt, (int)B, (int)S, &sizes);
-  if (!st) nt_memest_compute(&sizes, dt, B, S, S * cfg.vocab_size, NT_SHARD_NO_SHARD, 1,
-                      nt_ctx_is_cuda(ctx) ? NT_MEMEST_WORKSPACE_BYTES : 0, &est);
-  if (!st)
-    nt_trainer_print(&T, "gpt: %d layers, %d heads, %d wide, block %d, vocab %d, %.2fM "
-                     "parameters, %s on %s, batch %lld, %lld iterations\n",
-                     cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.block_size, cfg.vocab_size,
-                     (double)nt_gpt_num_params(r.g, true) / 1e6, nt_precision_name(pol->precision),
-                     nt_ctx_is_cuda(ctx) ? "cuda" : "cpu", (long long)B, (long long)o->max_iters);
-  while (!st && T.iter < o->max_iters) {
-    bool eval_now = o->eval_interval > 0 && T.iter % o->eval_interval == 0;
-    if (eval_now) {
-      double vl;
-      st = evaluate(&T, &r, &vl);
-      if (!st && T.iter > 0 && vl < T.best_val) {
-        T.best_val = vl;
-        st = nt_trainer_save(&T, write_config, &cfg);
-      }
-      T.t_last = nt_now_s();   /* evaluation time is not step time */
-    }
-    if (st) break;
-    double t0 = nt_now_s();
-    st = load_batch(ctx, &r, B, S, 0, r.split, r.data_seed, (uint64_t)T.iter * (uint64_t)B);
-    T.wait_s += nt_now_s() - t0;
-    if (!st) st = nt_trainer_step(&T, nt_gpt_loss(r.g));
-    if (!st && o->checkpoint_interval > 0 && T.iter % o->checkpoint_interval == 0 &&
-        T.iter < o->max_iters)
-      st = nt_trainer_save(&T, write_config, &cfg);
+  if (st) {
+    gpt_free(ctx, m);
+    return st;
   }
-  if (!st && o->eval_interval > 0) {
-    double vl;
-    st = evaluate(&T, &r, &vl);
-    if (!st && vl < T.best_val) T.best_val = vl;
-  }
-  res->best_val_loss = T.best_val < 1e30 ? T.best_val : NAN;
-  if (!st) st = nt_trainer_save(&T, write_config, &cfg);
-  if (!st) nt_trainer_finish(&T, &est);
-  if (!st && o->sample_tokens > 0) {
-    st = sample_text(&T, &r, o->sample_tokens, &res->sample);
-    if (!st && !o->quiet) fprintf(T.out, "---- sample ----\n%s\n----------------\n", res->sample);
-  }
-  nt_trainer_free(&T);
-  nt_json_free(&side);
-  nt_tensor_free(ctx, &r.tokens);
-  nt_tensor_free(ctx, &r.targets);
-  nt_gpt_free(ctx, r.g);
-  free(r.hx);
-  free(r.hy);
-  free(r.data);
-  return st;
+  nt_memest_compute(&sizes, dt, B, S, S * cfg.vocab_size, NT_SHARD_NO_SHARD, 1,
+                    nt_ctx_is_cuda(ctx) ? NT_MEMEST_WORKSPACE_BYTES : 0, &m->estimate);
+  m->params = nt_gpt_params(r->g);
+  m->compute = dt;
+  m->items_per_step = B * S;
+  m->flops_per_item = nt_gpt_flops_per_token(r->g, (int)S);
+  snprintf(m->summary, sizeof m->summary,
+           "gpt: %d layers, %d heads, %d wide, block %d, vocab %d, %.2fM parameters, %s on %s, "
+           "batch %lld, %lld iterations", cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.block_size,
+           cfg.vocab_size, (double)nt_gpt_num_params(r->g, true) / 1e6,
+           nt_precision_name(pol->precision), nt_ctx_is_cuda(ctx) ? "cuda" : "cpu",
+           (long long)B, (long long)o->max_iters);
+  *out = m;
+  return NT_OK;
 }
