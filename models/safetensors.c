@@ -175,7 +175,8 @@ static nt_status save(nt_ctx *ctx, const char *path, const nt_named_tensor *ts, 
   for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
   st = write_all(ctx, fd, len8, 8, tmp);
   if (!st) st = write_all(ctx, fd, header, hlen, tmp);
-  if (!st && (!(host = malloc(maxbytes ? maxbytes : 1)) || !(conv = malloc(maxbytes ? maxbytes : 1))))
+  size_t buf_bytes = maxbytes ? maxbytes : 1;
+  if (!st && (!(host = malloc(buf_bytes)) || !(conv = malloc(buf_bytes))))
     st = NT_ERROR(ctx, NT_ERR_OOM, "%s: out of host memory for a %zu-byte tensor", path, maxbytes);
   for (int i = 0; i < n && !st; i++) {
     const nt_tensor *t = &ts[i].t;
@@ -207,8 +208,9 @@ nt_status nt_safetensors_save(nt_ctx *ctx, const char *path, const nt_named_tens
 nt_status nt_safetensors_save_as(nt_ctx *ctx, const char *path, const nt_named_tensor *ts, int n,
                                  const char *const *metadata, nt_dtype float_dtype) {
   if (!is_f32_f16_bf16(float_dtype))
-    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "%s: tensors can be stored as F32, F16 or BF16, not %s",
-                    path, nt_dtype_name(float_dtype));
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG,
+                    "%s: tensors can be stored as F32, F16 or BF16, not %s", path,
+                    nt_dtype_name(float_dtype));
   return save(ctx, path, ts, n, metadata, float_dtype);
 }
 
@@ -288,7 +290,8 @@ static nt_status parse_entry(nt_ctx *ctx, const char *path, const char *name, co
       return NT_ERROR(ctx, NT_ERR_FORMAT, "%s: tensor '%s': shape entry %d is not a non-negative "
                       "integer", path, name, d);
     if (v && numel > (uint64_t)INT64_MAX / esz / v)
-      return NT_ERROR(ctx, NT_ERR_FORMAT, "%s: tensor '%s': its shape's size overflows", path, name);
+      return NT_ERROR(ctx, NT_ERR_FORMAT, "%s: tensor '%s': its shape's size overflows", path,
+                      name);
     numel *= v;
     e->info.shape[d] = (int64_t)v;
   }
@@ -544,7 +547,8 @@ nt_status nt_safetensors_load(nt_ctx *ctx, nt_safetensors *f, const char *name, 
     return NT_ERROR(ctx, NT_ERR_SHAPE, "%s: tensor '%s' %s%s%s%s does not fit %s", f->path,
                     name, shape_str(in->shape, nd, a, sizeof a), same ? "" : ", read as ",
                     same ? "" : shape_str(want, nd, b, sizeof b),
-                    o.pad_rows ? " (rows padded)" : "", nt_tensor_describe(dst, d_str, sizeof d_str));
+                    o.pad_rows ? " (rows padded)" : "",
+                    nt_tensor_describe(dst, d_str, sizeof d_str));
   }
   const char *src = f->raw + f->data_start + e->begin;
   size_t esz = nt_dtype_size(sd), dsz = nt_dtype_size(dst->dtype);
