@@ -40,13 +40,22 @@ if(NOT config OR NOT pc)
   message(FATAL_ERROR "package files missing: config '${config}', pc '${pc}'")
 endif()
 
-# every installed header compiles on its own from the installed include directory
+# every installed header compiles on its own with the package's flags (pkg-config's when it
+# is installed: they carry the build's definitions, e.g. NT_HAVE_CUDA and CUDA's include path)
+find_program(PKG_CONFIG pkg-config)
+get_filename_component(pcdir ${pc} DIRECTORY)
+set(ENV{PKG_CONFIG_PATH} ${pcdir})
+set(cflags -I${prefix}/include/nanotrain)
+if(PKG_CONFIG)
+  run(${PKG_CONFIG} --cflags nanotrain)
+  string(STRIP "${last_output}" cflags)
+  separate_arguments(cflags UNIX_COMMAND "${cflags}")
+endif()
 file(GLOB_RECURSE hdrs RELATIVE ${prefix}/include/nanotrain ${prefix}/include/nanotrain/*.h)
 foreach(h ${hdrs})
   string(MAKE_C_IDENTIFIER ${h} id)
   file(WRITE ${WORK}/hdr/${id}.c "#include \"${h}\"\n")
-  run(${C_COMPILER} -std=c11 -Wall -Wextra -Werror -fsyntax-only
-      -I${prefix}/include/nanotrain ${WORK}/hdr/${id}.c)
+  run(${C_COMPILER} -std=c11 -Wall -Wextra -Werror -fsyntax-only ${cflags} ${WORK}/hdr/${id}.c)
 endforeach()
 
 # a program outside the tree, built with CMake against the package
@@ -61,10 +70,7 @@ run(${WORK}/build/mlp --steps 300 --expect-loss 0.1)
 message(STATUS "CMake consumer:\n${last_output}")
 
 # the same with pkg-config
-find_program(PKG_CONFIG pkg-config)
 if(PKG_CONFIG)
-  get_filename_component(pcdir ${pc} DIRECTORY)
-  set(ENV{PKG_CONFIG_PATH} ${pcdir})
   run(${PKG_CONFIG} --cflags --libs nanotrain)
   string(STRIP "${last_output}" flags)
   separate_arguments(flags UNIX_COMMAND "${flags}")
