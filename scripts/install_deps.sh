@@ -2,7 +2,8 @@
 # Installs what the build needs on a Debian-like machine (as root, or through sudo).
 # The CUDA toolkit is optional: without nvcc the CPU backend alone is built.
 set -euo pipefail
-pkgs="cmake ninja-build gcc g++ pkg-config libopenblas-dev zlib1g-dev dataset-fashion-mnist python3 python3-numpy"
+# openmpi: the MPI backend of dist/ and the multi-rank CPU tests (mpirun).
+pkgs="cmake ninja-build gcc g++ pkg-config libopenblas-dev zlib1g-dev dataset-fashion-mnist python3 python3-numpy openmpi-bin libopenmpi-dev"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -15,11 +15,9 @@
 #include <stdio.h>
 #include "core/nt.h"
 #include "models/module.h"
+#include "dist/shard.h"
 NT_EXTERN_C_BEGIN
 
-typedef enum { NT_SHARD_NO_SHARD = 0, NT_SHARD_GRAD_OP, NT_SHARD_FULL } nt_sharding;
-bool nt_sharding_parse(const char *s, nt_sharding *out);
-const char *nt_sharding_name(nt_sharding s);
 
 /* The GPU's allowance for the cuBLASLt workspace and op scratch (0 on the CPU). */
 #define NT_MEMEST_WORKSPACE_BYTES (64.0 * 1024 * 1024)
