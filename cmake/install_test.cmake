@@ -66,7 +66,7 @@ file(COPY ${SOURCE_DIR}/examples/mlp.c ${SOURCE_DIR}/tests/install_consumer/CMak
 run(${CMAKE_COMMAND} -S ${src} -B ${WORK}/build -G ${GENERATOR}
     -DCMAKE_C_COMPILER=${C_COMPILER} -DCMAKE_PREFIX_PATH=${prefix})
 run(${CMAKE_COMMAND} --build ${WORK}/build -j 2)
-run(${WORK}/build/mlp --steps 300 --expect-loss 0.1)
+run(${WORK}/build/mlp --steps 200 --expect-loss 0.1)
 message(STATUS "CMake consumer:\n${last_output}")
 
 # the same with pkg-config
@@ -75,7 +75,7 @@ if(PKG_CONFIG)
   string(STRIP "${last_output}" flags)
   separate_arguments(flags UNIX_COMMAND "${flags}")
   run(${C_COMPILER} -std=c11 ${src}/mlp.c -o ${WORK}/mlp_pc ${flags})
-  run(${WORK}/mlp_pc --steps 300 --expect-loss 0.1)
+  run(${WORK}/mlp_pc --steps 200 --expect-loss 0.1)
   message(STATUS "pkg-config consumer:\n${last_output}")
 else()
   message(STATUS "pkg-config not found: the .pc file was not tried")
