@@ -250,18 +250,10 @@ struct nt_safetensors {
   bool *loaded;
 };
 
-/* A JSON number that is a plain non-negative integer <= max (no sign, fraction or exponent). */
-static bool json_uint(const nt_json *j, uint64_t max, uint64_t *out) {
-  if (!j || j->type != NT_JSON_NUM || !j->str[0]) return false;
-  uint64_t v = 0;
-  for (const char *c = j->str; *c; c++) {
-    if (*c < '0' || *c > '9') return false;
-    uint64_t d = (uint64_t)(*c - '0');
-    if (v > (max - d) / 10) return false;
-    v = v * 10 + d;
-  }
-  *out = v;
-  return true;
+/* A JSON number that is a plain non-negative integer <= max (models/json.h's range-checked
+ * getter; its message is replaced by the caller's, which names the tensor). */
+static bool json_uint(nt_ctx *ctx, const nt_json *j, uint64_t max, uint64_t *out) {
+  return nt_json_uint_in(ctx, j, "safetensors header", 0, max, out) == NT_OK;
 }
 
 /* Checks header entry `name` and fills e. */
@@ -286,7 +278,7 @@ static nt_status parse_entry(nt_ctx *ctx, const char *path, const char *name, co
   uint64_t numel = 1;
   for (int d = 0; d < sh->n; d++) {
     uint64_t v;
-    if (!json_uint(&sh->items[d], (uint64_t)INT64_MAX, &v))
+    if (!json_uint(ctx, &sh->items[d], (uint64_t)INT64_MAX, &v))
       return NT_ERROR(ctx, NT_ERR_FORMAT, "%s: tensor '%s': shape entry %d is not a non-negative "
                       "integer", path, name, d);
     if (v && numel > (uint64_t)INT64_MAX / esz / v)
@@ -296,8 +288,9 @@ static nt_status parse_entry(nt_ctx *ctx, const char *path, const char *name, co
     e->info.shape[d] = (int64_t)v;
   }
   uint64_t b, en;
-  if (!of || of->type != NT_JSON_ARR || of->n != 2 || !json_uint(&of->items[0], UINT64_MAX, &b) ||
-      !json_uint(&of->items[1], UINT64_MAX, &en))
+  if (!of || of->type != NT_JSON_ARR || of->n != 2 ||
+      !json_uint(ctx, &of->items[0], UINT64_MAX, &b) ||
+      !json_uint(ctx, &of->items[1], UINT64_MAX, &en))
     return NT_ERROR(ctx, NT_ERR_FORMAT, "%s: tensor '%s': data_offsets is not a pair of "
                     "non-negative integers", path, name);
   if (b > en || en > data_len)

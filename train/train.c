@@ -30,6 +30,7 @@ nt_train_options nt_train_defaults(nt_model_kind model) {
   o.growth_interval = 2000;
   o.seed = 1337;
   o.num_workers = 2;
+  o.world_size = 1;
   o.cuda_graph = -1;
   o.progress = -1;
   o.temperature = 0.8f;
@@ -465,6 +466,8 @@ nt_status nt_train_run(nt_ctx *ctx, const nt_train_options *o, nt_train_result *
                     "(0, 1), growth_interval %d >= 1 required",
                     (double)o->init_scale, (double)o->growth_factor, (double)o->backoff_factor,
                     o->growth_interval);
+  if (o->world_size < 1 || o->rank < 0 || o->rank >= o->world_size)
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "rank %d of world size %d", o->rank, o->world_size);
   nt_model_create_fn create = NULL;
   for (size_t i = 0; i < sizeof model_table / sizeof model_table[0]; i++)
     if (model_table[i].kind == o->model) create = model_table[i].create;
@@ -483,8 +486,8 @@ nt_status nt_train_run(nt_ctx *ctx, const nt_train_options *o, nt_train_result *
   memset(&side, 0, sizeof side);
   if (o->resume) st = nt_trainer_read_sidecar(ctx, o->resume, &side);
   if (!st) st = create(ctx, o, &T.pol, o->resume ? nt_json_get(&side, "config") : NULL, &T.model);
-  /* the context's stream drives dropout */
-  nt_ctx_manual_seed(ctx, o->seed + 2);
+  /* the context's stream drives dropout: its own per rank (rank 0: seed + 2) */
+  nt_ctx_manual_seed(ctx, o->seed + 2 + (uint64_t)o->rank * 0x9E3779B97F4A7C15ULL);
   nt_ctx_set_rng_offset(ctx, 0);
   if (!st) st = trainer_init(&T);
   if (!st && o->resume) st = nt_trainer_restore(&T, &side);

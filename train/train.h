@@ -37,13 +37,21 @@ typedef struct {
   int growth_interval;
   uint64_t seed;
   int64_t eval_interval, eval_iters, log_interval, metrics_interval;
-  int num_workers;
+  int num_workers;              /* loader threads (0: load synchronously) */
+  int rank, world_size;        /* data parallel: this process's share of the data (default 0
+                                * of 1); each rank draws its own batches and dropout masks,
+                                * rank 0 of 1 the single-process ones */
   bool augment;                /* CNN: random crop (pad 2) + horizontal flip */
   int64_t train_subset, test_subset;   /* CNN: use the first N images (0 = all) */
   const char *data_dir;        /* tiny shakespeare's dir (NT_DATA_DIR) / Fashion-MNIST's */
   const char *out_dir;         /* checkpoints, metrics.jsonl, metrics.prom; NULL = none */
   const char *resume;          /* a checkpoint directory (or .safetensors/.json path) */
   int64_t checkpoint_interval; /* also save every N iterations (0: at evals and the end) */
+  int keep_checkpoints;        /* checkpoints kept in out_dir, newest first (0: all) */
+  /* the options given on the command line (long names, e.g. "lr", "n-layer"): on resume the
+   * checkpoint's configuration wins and these must agree with it (models/state.h) */
+  const char *const *given;
+  int n_given;
   int sample_tokens;           /* GPT: generate this many characters after training */
   float temperature;
   int top_k;
