@@ -1,4 +1,4 @@
-/* FP8 delayed scaling, as Transformer Engine's DelayedScaling (../shared/SEMANTICS.md):
+/* FP8 delayed scaling, as Transformer Engine's DelayedScaling (docs/semantics.md):
  * every FP8 tensor (a linear layer's input, weight, output gradient) keeps an amax history
  * (default length 1024) and a scale:
  *   ops record the current amax into the tensor's amax slot (nt_fp8_amax_tensor, the newest

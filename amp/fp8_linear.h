@@ -1,5 +1,5 @@
 /* Linear layer with FP8 GEMMs (Transformer Engine's "HYBRID" delayed-scaling recipe, see
- * amp/fp8.h and ../shared/SEMANTICS.md): the semantics of nt_linear_forward/backward
+ * amp/fp8.h and docs/semantics.md): the semantics of nt_linear_forward/backward
  * (ops/linear.h), same arguments plus the FP8 configuration:
  *   y = act(x W^T + b)        W [out, in], x [.., in], y [.., out]   (act: see the forward)
  *   dx += dy W,  dW += dy^T x,  db += sum over rows of dy        (each may be NULL to skip)

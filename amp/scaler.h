@@ -1,5 +1,5 @@
 /* Dynamic loss scaler, the same options, defaults, update rule, misuse errors and state as
- * torch.amp.GradScaler (../shared/SEMANTICS.md), plus opt-in extras (min/max scale, hysteresis).
+ * torch.amp.GradScaler (docs/semantics.md), plus opt-in extras (min/max scale, hysteresis).
  *
  * The state (scale, inv_scale, found_inf, growth_tracker, counters) lives where the context
  * computes: device memory for a CUDA context (updated by a one-thread kernel), host memory for a

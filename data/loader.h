@@ -1,5 +1,5 @@
 /* The data loader: torch.utils.data.DataLoader + DistributedSampler semantics and names
- * (SEMANTICS.md), with worker threads filling pinned host slots and, for a CUDA context, the
+ * (docs/semantics.md), with worker threads filling pinned host slots and, for a CUDA context, the
  * copy stream moving each batch to the device without host synchronization.
  *
  * Data path for a CUDA context:

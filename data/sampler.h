@@ -1,4 +1,4 @@
-/* DistributedSampler (torch.utils.data.distributed) arithmetic, as SEMANTICS.md states it:
+/* DistributedSampler (torch.utils.data.distributed) arithmetic, as docs/semantics.md states it:
  *   num_samples = ceil(len / R); with drop_last and len % R != 0: ceil((len - R) / R)
  *   total = num_samples * R
  *   the index list 0..len-1, shuffled (when shuffle) by a generator seeded seed + epoch, the

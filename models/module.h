@@ -1,6 +1,6 @@
 /* Model parameters in flat buffers, one per unit (a transformer block, the embeddings, a CNN
- * stage), as DESIGN.md says: the same buffers that the optimizer updates in one launch and that
- * sharding splits. Each unit has
+ * stage), as docs/architecture.md says: the same buffers that the optimizer updates in one
+ * launch and that sharding splits. Each unit has
  *   master  F32 [numel]  the parameters (fp32 master weights under mixed precision)
  *   grad    F32 [numel]  their gradients (backward accumulates into views of it)
  *   compute [numel] in the policy's compute dtype (aliases master for fp32/tf32)

@@ -1,4 +1,4 @@
-/* Adam and AdamW exactly as torch.optim (../shared/SEMANTICS.md), fused: one launch per unit
+/* Adam and AdamW exactly as torch.optim (docs/semantics.md), fused: one launch per unit
  * updates every parameter of the unit's flat buffer (all groups), applies the clip coefficient,
  * skips on the device when found_inf != 0, and writes the F16/BF16 compute copy of the weights.
  * See optim/optimizer.h for units, groups and step arguments.
@@ -6,7 +6,7 @@
  * Arithmetic: fp32 per element in torch's order (m.lerp_(g, 1-beta1), v = fma(1-beta2, g*g,
  * v*beta2), p += (-step_size * m) / (sqrt(v) / bc2_sqrt + eps)), with bc1 = (float)(1 - beta1^t),
  * bc2_sqrt = sqrtf((float)(1 - beta2^t)), step_size = (float)lr / bc1, from the device step
- * counter: SEMANTICS.md's Adam and AdamW vectors come out bit for bit. CPU and GPU give the
+ * counter: docs/semantics.md's Adam and AdamW vectors come out bit for bit. CPU and GPU give the
  * same bits. */
 #ifndef NT_OPTIM_ADAMW_H
 #define NT_OPTIM_ADAMW_H

@@ -127,7 +127,7 @@ static inline NT_HD void nt_optim_prepare_rule(nt_optim_record *r, const float *
     r->clip_coef = c;
     r->total_norm = total;
   }
-  /* torch's arithmetic (it reproduces SEMANTICS.md's vectors bit for bit): the corrections
+  /* torch's arithmetic (it reproduces docs/semantics.md's vectors bit for bit): the corrections
    * rounded to fp32, the step size an fp32 division. */
   r->bias1 = (float)(1.0 - nt_optim_powi(beta1, r->step));
   r->bias2_sqrt = sqrtf((float)(1.0 - nt_optim_powi(beta2, r->step)));

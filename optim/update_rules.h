@@ -2,7 +2,7 @@
  * kernels. Every multiply/add/divide is an explicitly rounded fp32 operation (no contraction
  * into FMA on the device; the one FMA is explicit on both sides), so the CPU and the GPU
  * produce the same bits. The order of operations is torch.optim's: it reproduces the Adam and
- * AdamW vectors of SEMANTICS.md bit for bit. Private. */
+ * AdamW vectors of docs/semantics.md bit for bit. Private. */
 #ifndef NT_OPTIM_UPDATE_RULES_H
 #define NT_OPTIM_UPDATE_RULES_H
 #include <math.h>

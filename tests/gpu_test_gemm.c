@@ -2,7 +2,7 @@
  * dtype (F32, TF32, F16, BF16, FP8 where the GPU has it), every epilogue (fused and split
  * paths), transposes by flag and by view, padded leading dims, batches, alpha/beta, fp16
  * values near the range limit, the plan cache and autotuning. Tolerances ||gpu-cpu||/||cpu||:
- * fp32 1e-5, tf32 1e-3, fp16 2e-3, bf16 1e-2 (DESIGN.md); fp8 2e-2: both sides multiply the
+ * fp32 1e-5, tf32 1e-3, fp16 2e-3, bf16 1e-2 (docs/semantics.md); fp8 2e-2: both sides multiply the
  * same quantised values and accumulate in fp32, so what is left is the order of accumulation,
  * Hopper's FP8 accumulator (partial sums held with fewer mantissa bits between promotions) and
  * the rounding of D, each well under 1e-2. */

@@ -2,7 +2,7 @@
  * backward (dx, dW, db; fused bias gradient, db alone, bf16 db), both called twice so the
  * accumulation (+=) is compared too; nt_linear_backward_ex with dx overwritten (NaN-filled
  * before) and with the GELU backward fused into dx (odd sizes: the split epilogue; aligned
- * ones: cuBLASLt's DGELU). Tolerances from DESIGN.md. */
+ * ones: cuBLASLt's DGELU). Tolerances: docs/semantics.md#test-tolerances. */
 #include "tests/testutil.h"
 #include "ops/linear.h"
 #include <math.h>

@@ -1,7 +1,7 @@
-/* Optimizers: the Adam/AdamW vectors of SEMANTICS.md, Adam/AdamW/SGD against a double-precision
- * reference on odd sizes with parameter groups and clipping, the device skip on found_inf
- * (bitwise untouched state), the F16/BF16 compute copy written by the kernel, save/load resuming
- * bit-identically, standalone clipping, LR schedules and argument errors.
+/* Optimizers: the Adam/AdamW vectors of docs/semantics.md, Adam/AdamW/SGD against a
+ * double-precision reference on odd sizes with parameter groups and clipping, the device skip
+ * on found_inf (bitwise untouched state), the F16/BF16 compute copy written by the kernel,
+ * save/load resuming bit-identically, standalone clipping, LR schedules and argument errors.
  * Compiled twice: the CPU test, and with NT_TEST_GPU (gpu_test_optim.c), where every scenario
  * also runs on the GPU and must give the CPU's bits. */
 #include "testutil.h"
@@ -194,7 +194,7 @@ done:
   return ok;
 }
 
-/* The same run in double precision, straight from SEMANTICS.md's formulas. */
+/* The same run in double precision, straight from docs/semantics.md's formulas. */
 static void reference(const scenario *sc, int steps, double *p[2], double *s1[2], double *s2[2]) {
   float *h = malloc(sizeof(float) * N1);
   float *g[2] = {malloc(sizeof(float) * N0), malloc(sizeof(float) * N1)};

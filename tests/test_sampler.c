@@ -1,4 +1,4 @@
-/* DistributedSampler arithmetic (SEMANTICS.md): vectors, padding / drop_last layouts, the
+/* DistributedSampler arithmetic (docs/semantics.md): vectors, padding / drop_last layouts, the
  * seeded shuffle and argument errors. */
 #include <stdlib.h>
 #include <string.h>

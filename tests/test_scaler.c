@@ -1,4 +1,4 @@
-/* Loss scaler: SEMANTICS.md's vectors A-E bit-exact, the misuse errors, the extras (min/max
+/* Loss scaler: docs/semantics.md's vectors A-E bit-exact, the misuse errors, the extras (min/max
  * scale, hysteresis), presets, state save/load, disabled scaler, unscale arithmetic.
  * Compiled twice: as the CPU test, and with NT_TEST_GPU (gpu_test_scaler.c) on the GPU. */
 #include "testutil.h"

@@ -64,7 +64,7 @@ void nt_test_fill_uniform(nt_test_rng *r, float *x, int64_t n, float lo, float h
 double nt_test_rel_err(const float *a, const float *b, int64_t n);
 double nt_test_rel_err_d(const double *a, const double *b, int64_t n);
 
-/* The DESIGN tolerance ||out - ref|| / ||ref|| of a storage dtype: fp32 1e-5, fp16 2e-3,
+/* The docs/semantics.md tolerance ||out - ref|| / ||ref|| of a storage dtype: fp32 1e-5, fp16 2e-3,
  * bf16 1e-2. */
 double nt_test_tol(nt_dtype dt);
 /* A malloc'd host buffer of dtype dt holding x[0..n) rounded to dt; x is replaced by the

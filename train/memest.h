@@ -6,7 +6,7 @@
  *   optimizer      AdamW's two fp32 moments
  *   activations    everything the model allocates at create (saved activations + scratch)
  *   workspace      cuBLASLt workspace and op scratch (a fixed allowance)
- * under NO_SHARD / SHARD_GRAD_OP / FULL_SHARD for a world size (SEMANTICS.md: ZeRO-2 shards
+ * under NO_SHARD / SHARD_GRAD_OP / FULL_SHARD for a world size (docs/semantics.md: ZeRO-2 shards
  * gradients, master weights and optimizer state; ZeRO-3 the parameters too, with at most two
  * units gathered at once), next to the ZeRO paper's formula for mixed-precision Adam (K = 12)
  * and the rule of thumb "parameters x 4 + batch x (input + output) x 4". */
