@@ -167,7 +167,7 @@ static void test_hooks(nt_ctx *ctx) {
   nt_optimizer_options oo = fp16_options();
   if (!CHECK_OK(ctx, nt_optimizer_for_params(ctx, p, &oo, &opt))) goto done;
   nt_unit_hooks uh = {&log, on_fwd, on_bwd, on_ready};
-  nt_step_hooks sh = {&log, &uh, on_reduce, on_updated};
+  nt_step_hooks sh = {&log, &uh, on_reduce, on_updated, NULL};
   nt_step_options so = {0};
   so.params = p;
   so.body = body;

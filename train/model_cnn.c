@@ -211,7 +211,11 @@ nt_status nt_model_cnn_create(nt_ctx *ctx, const nt_train_options *o, const nt_p
   lo.seed = o->seed;
   lo.drop_last = true;           /* fixed shapes: one CUDA graph for every step */
   lo.num_workers = o->num_workers;
+  lo.rank = nt_train_rank(o);          /* DistributedSampler's share of every epoch */
+  lo.world_size = nt_train_world(o);
   st = nt_loader_create(ctx, &tr_ds, &lo, &r->train);
+  lo.rank = 0;                         /* every rank evaluates on the whole test set */
+  lo.world_size = 1;
   lo.shuffle = false;
   lo.drop_last = false;
   if (!st) st = nt_loader_create(ctx, &te_ds, &lo, &r->test);
@@ -226,7 +230,7 @@ nt_status nt_model_cnn_create(nt_ctx *ctx, const nt_train_options *o, const nt_p
   if (!st) st = nt_cnn_estimate(ctx, &cfg, dt, (int)B, &sizes);
   if (st) goto fail;
   nt_memest_compute(&sizes, dt, B, (int64_t)cfg.in_channels * cfg.height * cfg.width,
-                    cfg.classes, NT_SHARD_NO_SHARD, 1,
+                    cfg.classes, o->dist.fsdp.strategy, nt_train_world(o),
                     nt_ctx_is_cuda(ctx) ? NT_MEMEST_WORKSPACE_BYTES : 0, &md->estimate);
   md->params = nt_cnn_params(r->m);
   md->compute = dt;

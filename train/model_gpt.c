@@ -232,7 +232,10 @@ static nt_status next_batch(nt_ctx *ctx, nt_model *m, int64_t iter, nt_model_bat
   gpt_run *r = m->impl;
   int64_t B = r->tokens.shape[0], S = r->tokens.shape[1];
   double t0 = nt_now_s();
-  nt_status st = load_batch(ctx, r, B, S, 0, r->split, r->data_seed, (uint64_t)iter * (uint64_t)B);
+  /* rank r of N draws rows [r*B, (r+1)*B) of the batch one process with batch N*B would */
+  uint64_t world = (uint64_t)nt_train_world(r->o), rank = (uint64_t)nt_train_rank(r->o);
+  uint64_t first = ((uint64_t)iter * world + rank) * (uint64_t)B;
+  nt_status st = load_batch(ctx, r, B, S, 0, r->split, r->data_seed, first);
   *wait_s = nt_now_s() - t0;
   *end = false;
   b->inputs = r->tokens;
@@ -310,7 +313,8 @@ nt_status nt_model_gpt_create(nt_ctx *ctx, const nt_train_options *o, const nt_p
     gpt_free(ctx, m);
     return st;
   }
-  nt_memest_compute(&sizes, dt, B, S, S * cfg.vocab_size, NT_SHARD_NO_SHARD, 1,
+  nt_memest_compute(&sizes, dt, B, S, S * cfg.vocab_size, o->dist.fsdp.strategy,
+                    nt_train_world(o),
                     nt_ctx_is_cuda(ctx) ? NT_MEMEST_WORKSPACE_BYTES : 0, &m->estimate);
   m->params = nt_gpt_params(r->g);
   m->compute = dt;
