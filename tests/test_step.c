@@ -178,8 +178,9 @@ static void test_hooks(nt_ctx *ctx) {
   if (!CHECK_OK(ctx, nt_step_create(ctx, &so, &s)) || !CHECK_OK(ctx, nt_step_run(ctx, s, 1e-3)))
     goto done;
   /* units: 0 embeddings, 1-2 blocks, 3 ln_f */
-  const int fwd[] = {0, 1, 2, 3}, bwd[] = {0, 3, 2, 1}, ready[] = {3, 2, 1, 0};
-  CHECK(same_order(log.fwd, log.n_fwd, fwd, 4), "before_forward: embeddings, blocks, ln_f (%d calls)",
+  const int fwd[] = {0, 1, 2, 3, 0}, bwd[] = {0, 3, 2, 1}, ready[] = {3, 2, 1, 0};
+  CHECK(same_order(log.fwd, log.n_fwd, fwd, 5),
+        "before_forward: embeddings, blocks, ln_f, the tied head's embeddings (%d calls)",
         log.n_fwd);
   CHECK(same_order(log.bwd, log.n_bwd, bwd, 4),
         "before_backward: the tied head's embeddings, ln_f, blocks last first (%d calls)",
