@@ -26,6 +26,14 @@ if(TARGET nanotrain AND MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
       endforeach()
     endforeach()
   endforeach()
+  # Gradient accumulation: 2 ranks x 2 micro-steps against one process with batch 16.
+  foreach(model gpt cnn)
+    foreach(s NO_SHARD FULL_SHARD)
+      nt_dn_test(dist_nt_${model}_${s}_2_accum2 compare ${nt_dn_args} ${model} 2 ${s} 2)
+      set_tests_properties(dist_nt_${model}_${s}_2_accum2 PROPERTIES
+                           FIXTURES_REQUIRED dist_nt_ref_${model}_4)
+    endforeach()
+  endforeach()
   # Resharded resume through consolidated checkpoints: 4 -> 2 -> 1 -> 3 ranks, 5 steps each,
   # global batch 12, against one process with batch 12 (dist_nt_ref_gpt_3).
   set(stages "4 FULL_SHARD 5" "2 SHARD_GRAD_OP 10" "1 NO_SHARD 15" "3 FULL_SHARD 20")

@@ -2,8 +2,9 @@
 # Multi-rank runs of the nanotrain program against one process (tests/dist_nanotrain.cmake
 # lists the cases). Usage: dist_nanotrain.sh MODE NANOTRAIN MPIEXEC WORKDIR ARGS...
 #   ref     MODEL N                 one process, batch N x 4 (the reference of N ranks)
-#   compare MODEL N STRATEGY        N ranks, batch 4 each, against `ref MODEL N`: every
-#                                   training loss and every tensor of the final checkpoint
+#   compare MODEL N STRATEGY [K]    N ranks, batch 4 each (K micro-steps per step: gradient
+#                                   accumulation), against `ref MODEL N*K`: every training
+#                                   loss and every tensor of the final checkpoint
 #   resume  STAGE N STRATEGY STEPS [last]   GPT, global batch 12: resumes stage STAGE-1's
 #                                   checkpoint (none for stage 1) with N ranks up to STEPS and
 #                                   compares the stage's losses (the last stage also the
@@ -44,12 +45,13 @@ ref)
   exec "$nt" "${args[@]}" --batch-size $((4 * n)) --out-dir "$work/ref_${model}_$n"
   ;;
 compare)
-  model=$1 n=$2 strategy=$3
-  if [ "$model" = gpt ]; then args=("${gpt[@]}" --max-iters 20); else read -ra args <<<"$(cnn_args "$n")"; fi
-  out="$work/${model}_${strategy}_$n"
+  model=$1 n=$2 strategy=$3 k=${4:-1}
+  if [ "$model" = gpt ]; then args=("${gpt[@]}" --max-iters 20); else read -ra args <<<"$(cnn_args $((n * k)))"; fi
+  out="$work/${model}_${strategy}_${n}x$k"
   rm -rf "$out"
-  mpi "$n" "$nt" "${args[@]}" --batch-size 4 --sharding-strategy "$strategy" --out-dir "$out" || exit 1
-  exec $compare "$out" "$work/ref_${model}_$n"
+  mpi "$n" "$nt" "${args[@]}" --batch-size 4 --sharding-strategy "$strategy" \
+      --grad-accum-steps "$k" --out-dir "$out" || exit 1
+  exec $compare "$out" "$work/ref_${model}_$((n * k))"
   ;;
 resume)
   stage=$1 n=$2 strategy=$3 steps=$4 last=${5:-}

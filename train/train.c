@@ -431,11 +431,28 @@ static nt_status log_eval(nt_trainer *T, const nt_eval_result *e) {
   return st;
 }
 
+/* Data parallel: the whole parameters an evaluation gathers (FULL_SHARD) and a consolidated
+ * checkpoint are not training memory. The training peak so far is kept and the pool's peak
+ * restarts after them, so the report compares training with memest's formula. */
+static void keep_train_peak(nt_trainer *T) {
+  nt_mem_stats ms;
+  nt_mem_get_stats(T->ctx, &ms);
+  if (ms.peak_allocated > T->train_peak) T->train_peak = ms.peak_allocated;
+}
+
+static nt_status save(nt_trainer *T) {
+  if (T->fsdp) keep_train_peak(T);
+  nt_status st = nt_trainer_save(T);
+  if (T->fsdp) nt_mem_reset_peak(T->ctx);
+  return st;
+}
+
 /* The model's evaluation, recorded in the result and logged; the best held-out loss is kept
  * (not at step 0, as nanoGPT) and a checkpoint written when the model wants one after every
  * evaluation or the loss improved. final: the end-of-run evaluation (the run saves after it). */
 static nt_status evaluate(nt_trainer *T, bool final) {
   nt_eval_result e = {NAN, NAN, NAN, NAN, false};
+  if (T->fsdp) keep_train_peak(T);
   nt_status st = nt_trainer_unshard(T);   /* FULL_SHARD: whole parameters while evaluating */
   if (!st) st = T->model->ops->evaluate(T->ctx, T->model, &e);
   nt_trainer_reshard(T);
@@ -450,7 +467,8 @@ static nt_status evaluate(nt_trainer *T, bool final) {
   double held = e.has_val ? e.val_loss : e.test_loss;
   bool improved = (final || T->iter > 0) && held < T->best_val;
   if (improved) T->best_val = held;
-  if (T->model->checkpoint_every_eval || (improved && !final)) st = nt_trainer_save(T);
+  if (T->fsdp) nt_mem_reset_peak(T->ctx);
+  if (T->model->checkpoint_every_eval || (improved && !final)) st = save(T);
   if (!st) st = window_start(T);   /* evaluation time is not step time */
   return st;
 }
@@ -493,7 +511,7 @@ static nt_status train_loop(nt_trainer *T) {
     st = train_step(T);
     if (!st && o->checkpoint_interval > 0 && T->iter % o->checkpoint_interval == 0 &&
         T->iter < T->total_iters)
-      st = nt_trainer_save(T);
+      st = save(T);
   }
   /* the run ended exactly at an epoch's end */
   if (!st && nb > 0 && T->batch_in_epoch + T->accum > nb) st = end_epoch(T);
@@ -502,7 +520,7 @@ static nt_status train_loop(nt_trainer *T) {
   if (!st && (o->eval_interval > 0 || nb > 0) && T->last_eval_iter != T->iter)
     st = evaluate(T, true);
   T->res->best_val_loss = T->best_val < 1e30 ? T->best_val : NAN;
-  if (!st && T->last_save_iter != T->iter) st = nt_trainer_save(T);
+  if (!st && T->last_save_iter != T->iter) st = save(T);
   return st;
 }
 
@@ -512,6 +530,7 @@ static nt_status train_loop(nt_trainer *T) {
 static nt_status report(nt_trainer *T) {
   nt_mem_stats ms;
   nt_mem_get_stats(T->ctx, &ms);
+  if (T->fsdp && T->train_peak > ms.peak_allocated) ms.peak_allocated = T->train_peak;
   const nt_mem_estimate *est = &T->model->estimate;
   T->res->peak_bytes = ms.peak_allocated;
   T->res->estimate_bytes = (size_t)est->total;

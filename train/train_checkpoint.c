@@ -146,7 +146,9 @@ nt_status nt_trainer_save(nt_trainer *T) {
   nt_jw_end(&w, '}');
   char *json = nt_jw_finish(&w);
   if (!json) st = NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for the checkpoint sidecar");
-  if (!st && sharded(T)) st = nt_checkpoint_save(ctx, o->out_dir, &whole.params, whole.adamw, json);
+  if (!st && sharded(T))
+    st = nt_trainer_host_error(T, nt_checkpoint_save(T->host, o->out_dir, &whole.params,
+                                                     whole.adamw, json));
   else if (!st) st = nt_checkpoint_save(ctx, o->out_dir, T->model->params, T->opt.adamw, json);
   free(json);
   nt_trainer_whole_free(T, &whole);
@@ -180,7 +182,9 @@ nt_status nt_trainer_restore(nt_trainer *T, const nt_json *root) {
   if (sharded(T)) {   /* the whole state, then this rank's shards of it */
     nt_trainer_whole whole;
     st = nt_trainer_consolidate(T, &whole, false);
-    if (!st) st = nt_checkpoint_load_tensors(ctx, where, &whole.params, whole.adamw);
+    if (!st)
+      st = nt_trainer_host_error(T, nt_checkpoint_load_tensors(T->host, where, &whole.params,
+                                                               whole.adamw));
     if (!st) st = nt_trainer_scatter(T, &whole);
     nt_trainer_whole_free(T, &whole);
   } else {

@@ -96,6 +96,8 @@ nt_status nt_trainer_dist_init(nt_trainer *T, const nt_optimizer_options *oo,
 
 void nt_trainer_dist_free(nt_trainer *T) {
   nt_trainer_reshard(T);
+  nt_ctx_free(T->host);
+  T->host = NULL;
   nt_fsdp_free(T->ctx, T->fsdp);
   if (T->own_comm) nt_comm_free(T->ctx, T->comm);
   free(T->ranges);
@@ -181,8 +183,8 @@ void nt_trainer_reshard(nt_trainer *T) {
 /* ---- the whole fp32 state (consolidated checkpoints) ---- */
 
 void nt_trainer_whole_free(nt_trainer *T, nt_trainer_whole *w) {
-  nt_adamw_free(T->ctx, w->adamw);
-  for (int u = 0; w->whole && u < w->params.n_units; u++) nt_tensor_free(T->ctx, &w->whole[u]);
+  nt_adamw_free(T->host, w->adamw);
+  for (int u = 0; w->whole && u < w->params.n_units; u++) nt_tensor_free(T->host, &w->whole[u]);
   free(w->whole);
   free(w->params.units);   /* the parameter descriptions are the model's */
   memset(w, 0, sizeof *w);
@@ -190,11 +192,17 @@ void nt_trainer_whole_free(nt_trainer *T, nt_trainer_whole *w) {
 
 /* A parameter set shaped as the model's whose units are whole F32 buffers, and an AdamW over
  * it (its moments); gather: filled from every rank's shards (collective). */
+nt_status nt_trainer_host_error(nt_trainer *T, nt_status st) {
+  return st ? NT_ERROR(T->ctx, st, "%s", nt_last_error(T->host)) : NT_OK;
+}
+
 nt_status nt_trainer_consolidate(nt_trainer *T, nt_trainer_whole *w, bool gather) {
-  nt_ctx *ctx = T->ctx;
   const nt_params *p = T->model->params;
   int nu = p->n_units;
   memset(w, 0, sizeof *w);
+  if (!T->host && nt_ctx_create(&T->host, nt_cpu()))
+    return NT_ERROR(T->ctx, NT_ERR_OOM, "cannot create a CPU context for the checkpoint");
+  nt_ctx *ctx = T->host;
   w->params = *p;
   w->params.compute_dtype = NT_F32;
   w->params.units = calloc((size_t)nu, sizeof *w->params.units);
@@ -210,7 +218,7 @@ nt_status nt_trainer_consolidate(nt_trainer *T, nt_trainer_whole *w, bool gather
     st = nt_tensor_alloc(ctx, &w->whole[u], NT_F32, 1, &un->numel);
     if (!st) st = nt_tensor_zero(ctx, &w->whole[u]);
     un->master = un->compute = un->grad =
-        nt_tensor_view(w->whole[u].data, NT_F32, nt_ctx_device(ctx), 1, &un->numel);
+        nt_tensor_view(w->whole[u].data, NT_F32, nt_cpu(), 1, &un->numel);
     units[u] = (nt_param_unit){un->master, un->master, NULL};
     all[u] = (nt_param_range){u, 0, un->numel};
   }
@@ -223,10 +231,16 @@ nt_status nt_trainer_consolidate(nt_trainer *T, nt_trainer_whole *w, bool gather
     nt_tensor src[3], dst[3];
     st = nt_adamw_state_views(T->opt.adamw, u, &src[0], &src[1], &src[2]);
     if (!st) st = nt_adamw_state_views(w->adamw, u, &dst[0], &dst[1], &dst[2]);
-    for (int k = 0; k < 3 && !st; k++) st = nt_fsdp_gather_unit(ctx, T->fsdp, u, &src[k], &dst[k]);
+    for (int k = 0; k < 3 && !st; k++) {
+      st = nt_fsdp_gather_unit(T->ctx, T->fsdp, u, &src[k], &dst[k]);
+      if (st) {   /* T->ctx holds the error */
+        nt_trainer_whole_free(T, w);
+        return st;
+      }
+    }
   }
   if (st) nt_trainer_whole_free(T, w);
-  return st;
+  return nt_trainer_host_error(T, st);
 }
 
 nt_status nt_trainer_scatter(nt_trainer *T, nt_trainer_whole *w) {

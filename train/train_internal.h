@@ -48,6 +48,8 @@ typedef struct {
   nt_step_hooks step_hooks;
   nt_grad_range *ranges;
   nt_tensor *unsharded;         /* FULL_SHARD: whole compute units while evaluating */
+  nt_ctx *host;                 /* a CPU context: the consolidated state lives in host memory */
+  size_t train_peak;            /* the peak allocated by training (evaluations excluded) */
 } nt_trainer;
 
 /* The dropout stream's seed of a rank (rank 0: base itself, as one process). */
@@ -72,9 +74,10 @@ nt_status nt_trainer_gather(nt_trainer *T, double x, double *all);
  * otherwise). */
 nt_status nt_trainer_unshard(nt_trainer *T);
 void nt_trainer_reshard(nt_trainer *T);
-/* The whole fp32 state for a consolidated checkpoint: a parameter set with whole master
- * buffers and an AdamW over them holding the moments (built on every rank: the gathers are
- * collective); nt_trainer_consolidated_scatter puts such a state back into the shards. */
+/* The whole fp32 state for a consolidated checkpoint, in host memory (T->host's tensors): a
+ * parameter set with whole master buffers and an AdamW over them holding the moments (built on
+ * every rank: the gathers are collective); nt_trainer_scatter puts such a state back into this
+ * rank's shards. Errors of T->host are carried over to T->ctx. */
 typedef struct {
   nt_params params;
   nt_adamw *adamw;
@@ -83,6 +86,8 @@ typedef struct {
 nt_status nt_trainer_consolidate(nt_trainer *T, nt_trainer_whole *w, bool gather);
 nt_status nt_trainer_scatter(nt_trainer *T, nt_trainer_whole *w);
 void nt_trainer_whole_free(nt_trainer *T, nt_trainer_whole *w);
+/* st (a failure on T->host) with T->host's message moved to T->ctx. */
+nt_status nt_trainer_host_error(nt_trainer *T, nt_status st);
 
 /* Checkpoints (train/train_checkpoint.c). */
 nt_status nt_trainer_save(nt_trainer *T);
