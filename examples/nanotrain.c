@@ -130,6 +130,9 @@ static nt_status make_comm(nt_ctx *ctx, const nt_dist_launch *l, const nt_train_
   else if (!strcmp(d->backend, "local")) co.backend = NT_COMM_LOCAL;
   else if (!cuda) co.backend = l->world > 1 ? NT_COMM_MPI : NT_COMM_LOCAL;
   else co.backend = NT_COMM_NCCL;
+  if (co.backend == NT_COMM_MPI && l->kind != NT_LAUNCH_MPI && l->world > 1)
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "the MPI backend needs ranks started by mpirun "
+                    "(this launch is %s: NCCL on GPUs only)", nt_launch_kind_name(l->kind));
   if (!strcmp(d->backend, "auto") && cuda && l->kind == NT_LAUNCH_MPI && l->world > 1) {
     nt_comm_options mo = co;
     mo.backend = NT_COMM_MPI;
