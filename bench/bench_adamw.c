@@ -12,6 +12,7 @@
  * Lines: "RESULT name params units ms GBps copy_GBps pct_of_copy"; ms is the median per step
  * over repeats of `steps` steps between CUDA events, after warm-up. */
 #include "core/nt.h"
+#include "tools/ctx_env.h"
 #include "optim/adamw.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,7 +146,7 @@ int main(int argc, char **argv) {
   return 1;
 #else
   nt_ctx *ctx = NULL;
-  if (nt_ctx_create(&ctx, nt_cuda(0)) != NT_OK) {
+  if (nt_ctx_create_env(&ctx, nt_cuda(0)) != NT_OK) {
     fprintf(stderr, "bench_adamw: %s\n", nt_last_error(ctx));
     nt_ctx_free(ctx);
     return 1;

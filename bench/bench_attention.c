@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/nt.h"
+#include "tools/ctx_env.h"
 #include "ops/attention.h"
 
 typedef struct {
@@ -93,11 +94,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_attention: no GPU\n");
     return 1;
   }
-  if (nt_ctx_create(&ctx, nt_cuda(0))) die(ctx, "context");
-  const char *simple = getenv("NT_ATTN_SIMPLE");
+  if (nt_ctx_create_env(&ctx, nt_cuda(0))) die(ctx, "context");
   const char *accumulate = getenv("NT_ATTN_BENCH_ACCUMULATE");
   printf("nanotrain causal attention, bf16, %s kernels, median of %d samples of %d call%s\n",
-         simple && *simple && strcmp(simple, "0") ? "simple" : "tensor-core", reps, calls,
+         nt_ctx_opts(ctx)->attn_simple ? "simple" : "tensor-core", reps, calls,
          calls > 1 ? "s each" : "");
   printf("%-26s %10s %10s %10s %12s\n", "B,H,T,D", "fwd ms", "bwd ms", "fwd+bwd ms", "TFLOP/s");
   for (int s = 0; s < nshapes; s++) {

@@ -15,6 +15,7 @@
  * forward and backward, gradients zeroed where the model zeroes them), model fwd_bwd_unfused
  * (conv, then separate ReLU forward; zero + ReLU backward, then conv backward). */
 #include "core/nt.h"
+#include "tools/ctx_env.h"
 #include "ops/conv2d.h"
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
@@ -349,7 +350,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   nt_ctx *ctx = NULL;
-  if (nt_ctx_create(&ctx, nt_cuda(0))) {
+  if (nt_ctx_create_env(&ctx, nt_cuda(0))) {
     fprintf(stderr, "bench_cnn_ops: no CUDA context: %s\n", ctx ? nt_last_error(ctx) : "");
     nt_ctx_free(ctx);
     return 1;

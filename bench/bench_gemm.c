@@ -16,6 +16,7 @@
  * call reads from HBM. bench_gemm.py runs this per shape and times torch right after with the
  * same inner, rot and repeats. --list prints the shape names. */
 #include "core/nt.h"
+#include "tools/ctx_env.h"
 #include "ops/gemm.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -239,7 +240,7 @@ int main(int argc, char **argv) {
   }
   if (repeats < 1) repeats = 1;
   nt_ctx *ctx;
-  if (nt_ctx_create(&ctx, nt_cuda(0))) {
+  if (nt_ctx_create_env(&ctx, nt_cuda(0))) {
     fprintf(stderr, "bench_gemm: %s\n", nt_last_error(ctx));
     nt_ctx_free(ctx);
     return 1;
@@ -257,10 +258,9 @@ int main(int argc, char **argv) {
     nt_ctx_free(ctx);
     return 2;
   }
-  const char *at = getenv("NT_GEMM_AUTOTUNE"), *search = getenv("NT_GEMM_SEARCH");
-  printf("# nt_gemm %s, median of %d repeats, autotune %s, NT_GEMM_SEARCH %s, L2 %zu MiB\n",
-         dtype, repeats, (at && at[0] == '0') ? "off" : "on", search && search[0] ? search : "1",
-         l2 >> 20);
+  const nt_ctx_options *opt = nt_ctx_opts(ctx);
+  printf("# nt_gemm %s, median of %d repeats, autotune %s, gemm_search %d, L2 %zu MiB\n",
+         dtype, repeats, opt->gemm_autotune ? "on" : "off", opt->gemm_search, l2 >> 20);
   printf("%-22s %6s %6s %6s %3s %3s %10s %9s %5s %3s %5s\n", "# shape", "M", "N", "K", "ta",
          "tb", "ms", "TFLOP/s", "inner", "rot", "graph");
   int rc = 0;

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 #include "core/nt.h"
+#include "tools/ctx_env.h"
 #include "data/datasets.h"
 #include "data/idx.h"
 #include "data/loader.h"
@@ -106,7 +107,7 @@ static int cnn(nt_ctx *ctx, int steps, bool *synthetic, double *compute_ms, doub
                double *wait_pct, double *host_wait_ms, int *memsets) {
   nt_image_set set;
   *synthetic = false;
-  if (nt_fashion_mnist_load(ctx, NULL, true, &set)) {
+  if (nt_fashion_mnist_load(ctx, getenv("NT_FASHION_DIR"), true, &set)) {
     *synthetic = true;
     memset(&set, 0, sizeof set);
     set.n = 60000; set.h = 28; set.w = 28; set.num_classes = 10;
@@ -200,7 +201,7 @@ int main(int argc, char **argv) {
   for (int i = 1; i + 1 < argc; i++)
     if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
   nt_ctx *ctx = NULL;
-  if (nt_ctx_create(&ctx, nt_cuda(0))) {
+  if (nt_ctx_create_env(&ctx, nt_cuda(0))) {
     fprintf(stderr, "bench_loader: %s\n", nt_last_error(ctx));
     nt_ctx_free(ctx);
     return 77;

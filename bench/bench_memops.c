@@ -13,6 +13,7 @@
  * events; us is the median per call after warm-up. Calls rotate over copies of the tensors when
  * one call's data fits in 4x a 60 MB L2 bound, so every call reads from HBM. */
 #include "core/nt.h"
+#include "tools/ctx_env.h"
 #include "ops/cross_entropy.h"
 #include "ops/elementwise.h"
 #include "ops/layernorm.h"
@@ -211,7 +212,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   nt_ctx *ctx;
-  if (nt_ctx_create(&ctx, nt_cuda(0))) {
+  if (nt_ctx_create_env(&ctx, nt_cuda(0))) {
     fprintf(stderr, "bench_memops needs a GPU: %s\n", nt_last_error(ctx));
     nt_ctx_free(ctx);
     return 1;

@@ -26,6 +26,7 @@
  * Inputs are random normal, one copy (small shapes may sit in L2, for both sides alike). Tile
  * ids are cublasLtMatmulTile_t values (run_gemm_probe.sh appends their names). */
 #include "core/nt.h"
+#include "tools/ctx_env.h"
 #include "core/convert.h"
 #include "core/rng.h"
 #include <cublasLt.h>
@@ -419,7 +420,7 @@ int main(int argc, char **argv) {
     return 77;
   }
   nt_ctx *ctx = NULL;
-  if (nt_ctx_create(&ctx, nt_cuda(0))) {
+  if (nt_ctx_create_env(&ctx, nt_cuda(0))) {
     fprintf(stderr, "gemm_probe: %s\n", nt_last_error(ctx));
     return 1;
   }

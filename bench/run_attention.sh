@@ -49,10 +49,11 @@ done
 
 echo
 echo "variants, ms:                                  fwd      bwd  fwd+bwd"
-# NT_ATTN_WGMMA=0: the mma.sync kernels (the default before the Hopper wgmma ones for D = 64);
-# the wgmma forward's 128-key tiles; the backward adding into the old gradients (+=) instead of
-# writing fresh ones (the tables above, like torch.autograd.grad).
-for var in NT_ATTN_WGMMA=0 NT_ATTN_WG_KEYS=128 NT_ATTN_BENCH_ACCUMULATE=1; do
+# NT_ATTN_WGMMA=0 (the context option attn_wgmma, which bench_attention maps from the
+# environment): the mma.sync kernels (the default before the Hopper wgmma ones for D = 64);
+# NT_ATTN_TMA=0: the wgmma kernels' cp.async loads; the backward adding into the old gradients
+# (+=) instead of writing fresh ones (the tables above, like torch.autograd.grad).
+for var in NT_ATTN_WGMMA=0 NT_ATTN_TMA=0 NT_ATTN_BENCH_ACCUMULATE=1; do
   for row in 0 1; do   # the plain shapes (dropout runs the default kernels only)
     env "$var" "$bin" "$reps" "$row" | awk -v var="$var" '$1 == "RESULT" {
       printf "  %-22s %-18s %8s %8s %8s\n", var, $3, $4, $5, $6 }'

@@ -2,6 +2,7 @@
 #include "core/memory.h"
 #include "core/cuda_util.h"
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,31 +11,123 @@
 #endif
 
 /* cuBLASLt workspace: 32 MiB, cuBLAS's recommendation for Hopper (it covers the heuristics'
- * largest choices there), unless NT_CUBLASLT_WORKSPACE_MIB asks for another size. */
+ * largest choices there). */
 #define NT_WORKSPACE_BYTES ((size_t)32 << 20)
 #define NT_WORKSPACE_MAX_MIB 4096.0
 
-static nt_status workspace_from_env(nt_ctx *ctx, size_t *bytes) {
-  *bytes = NT_WORKSPACE_BYTES;
-  const char *s = getenv("NT_CUBLASLT_WORKSPACE_MIB");
-  if (!s || !*s) return NT_OK;
-  char *end = NULL;
-  const double mib = strtod(s, &end);
-  if (end == s || *end || !(mib >= 0.0 && mib <= NT_WORKSPACE_MAX_MIB))
-    return NT_ERROR(ctx, NT_ERR_INVALID_ARG,
-                    "NT_CUBLASLT_WORKSPACE_MIB=\"%s\": expected a size in MiB from 0 to %.0f", s,
-                    NT_WORKSPACE_MAX_MIB);
-  *bytes = (size_t)(mib * 1048576.0 + 0.5);
-  return NT_OK;
+nt_ctx_options nt_ctx_options_default(void) {
+  nt_ctx_options o;
+  memset(&o, 0, sizeof o);
+  o.log = NT_LOG_INFO;
+  o.cublaslt_workspace_bytes = NT_WORKSPACE_BYTES;
+  o.gemm_autotune = true;
+  o.gemm_search = 1;
+  o.gemm_untuned_gflop = 100.0;
+  o.conv_l2_mb = -1.0;
+  o.pdl = true;
+  o.attn_wgmma = true;
+  o.attn_tma = true;
+  o.attn_bwd_group = 32;
+  o.attn_dq_pair = true;
+  return o;
 }
 
-static nt_log_level log_level_from_env(void) {
-  const char *s = getenv("NT_LOG");
-  if (!s) return NT_LOG_INFO;
-  if (!strcmp(s, "error")) return NT_LOG_ERROR;
-  if (!strcmp(s, "warn")) return NT_LOG_WARN;
-  if (!strcmp(s, "debug")) return NT_LOG_DEBUG;
-  return NT_LOG_INFO;
+/* How each option's text maps onto its field. */
+typedef enum { K_BOOL, K_INT, K_NUM, K_LOG, K_MIB, K_AUTO_NUM } opt_kind;
+typedef struct {
+  nt_ctx_option_name name;
+  opt_kind kind;
+  size_t offset;
+  double lo, hi;  /* K_INT, K_NUM, K_MIB, K_AUTO_NUM ("auto" is -1) */
+} opt_spec;
+
+#define OPT(key, env, kind, field, lo, hi) \
+  {{key, env}, kind, offsetof(nt_ctx_options, field), lo, hi}
+static const opt_spec specs[] = {
+    OPT("log", "NT_LOG", K_LOG, log, 0, 0),
+    OPT("cublaslt_workspace_mib", "NT_CUBLASLT_WORKSPACE_MIB", K_MIB, cublaslt_workspace_bytes,
+        0, NT_WORKSPACE_MAX_MIB),
+    OPT("gemm_autotune", "NT_GEMM_AUTOTUNE", K_BOOL, gemm_autotune, 0, 0),
+    OPT("gemm_search", "NT_GEMM_SEARCH", K_INT, gemm_search, 0, 2),
+    OPT("gemm_search_verify", "NT_GEMM_SEARCH_VERIFY", K_BOOL, gemm_search_verify, 0, 0),
+    OPT("gemm_untuned_gflop", "NT_GEMM_UNTUNED_GFLOP", K_NUM, gemm_untuned_gflop, 1e-300, 1e300),
+    OPT("conv_l2_mb", "NT_CONV_L2_MB", K_AUTO_NUM, conv_l2_mb, 0, 1e12),
+    OPT("pdl", "NT_PDL", K_BOOL, pdl, 0, 0),
+    OPT("attn_simple", "NT_ATTN_SIMPLE", K_BOOL, attn_simple, 0, 0),
+    OPT("attn_wgmma", "NT_ATTN_WGMMA", K_BOOL, attn_wgmma, 0, 0),
+    OPT("attn_tma", "NT_ATTN_TMA", K_BOOL, attn_tma, 0, 0),
+    OPT("attn_bwd_keys", "NT_ATTN_BWD_KEYS", K_INT, attn_bwd_keys, 0, 128),
+    OPT("attn_bwd_group", "NT_ATTN_BWD_GROUP", K_INT, attn_bwd_group, 0, 1 << 30),
+    OPT("attn_dq_pair", "NT_ATTN_DQ_PAIR", K_BOOL, attn_dq_pair, 0, 0),
+};
+#undef OPT
+enum { NSPECS = sizeof specs / sizeof specs[0] };
+
+const nt_ctx_option_name *nt_ctx_option_name_at(int i) {
+  return i >= 0 && i < NSPECS ? &specs[i].name : NULL;
+}
+
+/* Ranges and sets beyond what the text parsers check; also checked at context creation. */
+static const char *option_invalid(const nt_ctx_options *o) {
+  if (o->log < NT_LOG_ERROR || o->log > NT_LOG_DEBUG) return "log";
+  if ((double)o->cublaslt_workspace_bytes > NT_WORKSPACE_MAX_MIB * 1048576.0)
+    return "cublaslt_workspace_mib";
+  if (o->gemm_search < 0 || o->gemm_search > 2) return "gemm_search";
+  if (!(o->gemm_untuned_gflop > 0.0)) return "gemm_untuned_gflop";
+  if (o->attn_bwd_keys != 0 && o->attn_bwd_keys != 64 && o->attn_bwd_keys != 128)
+    return "attn_bwd_keys";
+  if (o->attn_bwd_group < 0) return "attn_bwd_group";
+  return NULL;
+}
+
+static bool parse_field(const opt_spec *sp, const char *v, nt_ctx_options *o) {
+  static const char *const words[2][4] = {{"0", "false", "off", "no"}, {"1", "true", "on", "yes"}};
+  static const char *const levels[] = {"error", "warn", "info", "debug"};
+  void *field = (char *)o + sp->offset;
+  char *end = NULL;
+  double x = 0.0;
+  switch (sp->kind) {
+    case K_BOOL:
+      for (int b = 0; b < 2; b++)
+        for (int i = 0; i < 4; i++)
+          if (!strcmp(v, words[b][i])) return *(bool *)field = b, true;
+      return false;
+    case K_LOG:
+      for (int i = 0; i < 4; i++)
+        if (!strcmp(v, levels[i])) return *(nt_log_level *)field = (nt_log_level)i, true;
+      return false;
+    case K_AUTO_NUM:
+      if (!strcmp(v, "auto")) return *(double *)field = -1.0, true;
+      break;
+    default: break;
+  }
+  x = sp->kind == K_INT ? (double)strtol(v, &end, 10) : strtod(v, &end);
+  if (end == v || *end || !(x >= sp->lo && x <= sp->hi)) return false;
+  if (sp->kind == K_INT) *(int *)field = (int)x;
+  else if (sp->kind == K_MIB) *(size_t *)field = (size_t)(x * 1048576.0 + 0.5);
+  else *(double *)field = x;
+  return true;
+}
+
+nt_status nt_ctx_options_set(nt_ctx_options *opts, const char *key, const char *value) {
+  if (!key || !value)
+    return NT_ERROR(NULL, NT_ERR_INVALID_ARG, "context option: NULL key or value");
+  for (int i = 0; i < NSPECS; i++) {
+    if (strcmp(key, specs[i].name.key)) continue;
+    nt_ctx_options o = *opts;
+    const char *bad = NULL;
+    if (!parse_field(&specs[i], value, &o) || ((bad = option_invalid(&o)) && !strcmp(bad, key)))
+      return NT_ERROR(NULL, NT_ERR_INVALID_ARG,
+                      "context option %s: bad value '%s' (see core/ctx.h)", key, value);
+    *opts = o;
+    return NT_OK;
+  }
+  char list[512];
+  size_t n = 0;
+  for (int i = 0; i < NSPECS && n < sizeof list; i++)
+    n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "", specs[i].name.key);
+  return NT_ERROR(NULL, NT_ERR_INVALID_ARG, "unknown context option '%s' (known: %s)", key,
+                  list);
 }
 
 int nt_cuda_device_count(void) {
@@ -92,7 +185,9 @@ static nt_status cuda_ctx_init(nt_ctx *ctx) {
 }
 #endif
 
-nt_status nt_ctx_create(nt_ctx **out, nt_device dev) {
+nt_status nt_ctx_create(nt_ctx **out, nt_device dev) { return nt_ctx_create_with(out, dev, NULL); }
+
+nt_status nt_ctx_create_with(nt_ctx **out, nt_device dev, const nt_ctx_options *opts) {
   *out = NULL;
   nt_ctx *ctx = calloc(1, sizeof *ctx);
   if (!ctx) {
@@ -101,10 +196,17 @@ nt_status nt_ctx_create(nt_ctx **out, nt_device dev) {
   }
   pthread_mutex_init(&ctx->err_lock, NULL);
   ctx->device = dev;
-  ctx->log_level = log_level_from_env();
+  ctx->opts = opts ? *opts : nt_ctx_options_default();
   ctx->seed = 1337;
   *out = ctx;
   nt_status st = NT_OK;
+  const char *bad = option_invalid(&ctx->opts);
+  if (bad) {
+    const nt_ctx_options def = nt_ctx_options_default();
+    ctx->opts.log = def.log;  /* a usable level for the message below */
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "context option %s out of range (see core/ctx.h)",
+                    bad);
+  }
   if (dev.type == NT_DEV_CUDA) {
 #ifdef NT_HAVE_CUDA
     st = cuda_ctx_init(ctx);
@@ -118,8 +220,7 @@ nt_status nt_ctx_create(nt_ctx **out, nt_device dev) {
   if (st) return st;
   if ((st = nt_pool_create(ctx, &ctx->pool))) return st;
   if (dev.type == NT_DEV_CUDA) {
-    size_t ws;
-    if ((st = workspace_from_env(ctx, &ws))) return st;
+    const size_t ws = ctx->opts.cublaslt_workspace_bytes;
     if (ws && (st = nt_alloc(ctx, ws, &ctx->workspace))) return st;
     ctx->workspace_bytes = ws;
   }
@@ -152,6 +253,7 @@ void nt_ctx_free(nt_ctx *ctx) {
 }
 
 nt_device nt_ctx_device(const nt_ctx *ctx) { return ctx->device; }
+const nt_ctx_options *nt_ctx_opts(const nt_ctx *ctx) { return &ctx->opts; }
 bool nt_ctx_is_cuda(const nt_ctx *ctx) { return ctx->device.type == NT_DEV_CUDA; }
 void *nt_ctx_stream(nt_ctx *ctx) { return ctx->stream; }
 void *nt_ctx_copy_stream(nt_ctx *ctx) { return ctx->copy_stream; }
@@ -236,7 +338,7 @@ nt_status nt_ctx_set_error(nt_ctx *ctx, nt_status st, const char *file, int line
   ctx->last_status = st;
   memcpy(ctx->last_error, msg, sizeof msg);
   pthread_mutex_unlock(&ctx->err_lock);
-  if (ctx->log_level >= NT_LOG_DEBUG) fprintf(stderr, "nanotrain: error: %s\n", msg);
+  if (ctx->opts.log >= NT_LOG_DEBUG) fprintf(stderr, "nanotrain: error: %s\n", msg);
   return st;
 }
 
@@ -393,7 +495,7 @@ void nt_ctx_set_allow_tf32(nt_ctx *ctx, bool allow) { ctx->allow_tf32 = allow; }
 bool nt_ctx_allow_tf32(const nt_ctx *ctx) { return ctx->allow_tf32; }
 
 void nt_log(nt_ctx *ctx, nt_log_level level, const char *fmt, ...) {
-  nt_log_level max = ctx ? ctx->log_level : log_level_from_env();
+  nt_log_level max = ctx ? ctx->opts.log : NT_LOG_INFO;
   if (level > max) return;
   static const char *tags[] = {"error", "warn", "info", "debug"};
   char msg[1024];

@@ -12,9 +12,78 @@ NT_EXTERN_C_BEGIN
 
 typedef struct nt_ctx nt_ctx;
 
-/* Creates a context for `dev`. On failure (no GPU, no driver, CUDA not compiled in) *out is
- * still a valid context that holds the error message (nt_last_error) and must be freed. */
+/* Logging levels (nt_log below). */
+typedef enum { NT_LOG_ERROR = 0, NT_LOG_WARN, NT_LOG_INFO, NT_LOG_DEBUG } nt_log_level;
+
+/* Every kernel and algorithm choice of the library, fixed when the context is created (the
+ * library reads no environment variable). Start from nt_ctx_options_default() and change
+ * fields, or set them by name with nt_ctx_options_set (the key in quotes below). Programs may
+ * map flags (`nanotrain --kernel-opt key=value`) and environment variables (each option's
+ * name in nt_ctx_option_name_at, "NT_" + the key in capitals) onto them once at start.
+ * Defaults are what the library picks on its own; the others exist for fallbacks, tests,
+ * benchmarks and tuning on other GPUs (bench/RESULTS.md has the measurements). */
+typedef struct {
+  nt_log_level log;               /* "log": error, warn, info (default), debug */
+  /* "cublaslt_workspace_mib" (MiB, fractions allowed, 0 to 4096): the cuBLASLt workspace
+   * allocated at creation; default 32 MiB (see nt_ctx_set_workspace_bytes). */
+  size_t cublaslt_workspace_bytes;
+  /* GEMM (ops/gemm.h). "gemm_autotune": time cuBLASLt's candidates on a shape's first use
+   * (default true; false keeps the heuristic's first choice). "gemm_search": 0 heuristic
+   * list only, 1 (default) also a widened search for products of 1 GFLOP or more, 2 the
+   * widened search on every shape (diagnosis). "gemm_search_verify": check every searched
+   * candidate's result, not only the finalists' (tests; default false).
+   * "gemm_untuned_gflop": products this large keep cuBLASLt's first choice untimed
+   * (default 100). */
+  bool gemm_autotune;
+  int gemm_search;
+  bool gemm_search_verify;
+  double gemm_untuned_gflop;
+  /* "conv_l2_mb": conv2d's im2col scratch per batch chunk, MiB; < 0 (default, "auto"): about
+   * 8 MiB or 16k GEMM rows, at most 16 MiB; 0: the whole batch at once (ops/conv2d.h). */
+  double conv_l2_mb;
+  /* "pdl": programmatic dependent launch for the Hopper attention kernels (ops/pdl.cuh);
+   * default true. */
+  bool pdl;
+  /* Attention (ops/attention.h). "attn_simple": the simple kernels (no tensor cores) for
+   * every case, as where the tensor-core ones do not apply (default false). "attn_wgmma":
+   * the Hopper wgmma kernels for D = 64 where the build and the GPU have them; false: the
+   * mma.sync ones (default true). "attn_tma": the wgmma kernels load by the TMA where a
+   * tensor map can be made; false: cp.async, as they do where none can (default true).
+   * "attn_bwd_keys": the wgmma backward's block, 64 keys (one warpgroup) or 128 (two);
+   * 0 (default): 64 with dropout up to T = 512, else 128. "attn_bwd_group": the wgmma
+   * backward runs its blocks this many heads at a time (default 32; 0: all at once; tune for
+   * another L2 size). "attn_dq_pair": the wgmma backward keeps two dQ accumulators in the
+   * context and zeroes the next one in its kernel; false: a transient one zeroed before each
+   * call (less memory held between calls; default true). */
+  bool attn_simple;
+  bool attn_wgmma;
+  bool attn_tma;
+  int attn_bwd_keys;
+  int attn_bwd_group;
+  bool attn_dq_pair;
+} nt_ctx_options;
+
+nt_ctx_options nt_ctx_options_default(void);
+/* Sets the option named `key` from its text form: booleans 0/1/true/false/on/off/yes/no,
+ * numbers as above, log levels by name, "auto" for conv_l2_mb's default. NT_ERR_INVALID_ARG, with a
+ * message on stderr naming the key or the value, for an unknown key or a bad value
+ * (*opts is then unchanged). */
+nt_status nt_ctx_options_set(nt_ctx_options *opts, const char *key, const char *value);
+/* Option i's key and the environment variable a program may map onto it, i from 0; NULL past
+ * the last option. */
+typedef struct {
+  const char *key, *env;
+} nt_ctx_option_name;
+const nt_ctx_option_name *nt_ctx_option_name_at(int i);
+
+/* Creates a context for `dev` with the default options. On failure (no GPU, no driver, CUDA
+ * not compiled in) *out is still a valid context that holds the error message (nt_last_error)
+ * and must be freed. */
 nt_status nt_ctx_create(nt_ctx **out, nt_device dev);
+/* The same with options (NULL: the defaults); out-of-range values are NT_ERR_INVALID_ARG. */
+nt_status nt_ctx_create_with(nt_ctx **out, nt_device dev, const nt_ctx_options *opts);
+/* The options the context was created with. */
+const nt_ctx_options *nt_ctx_opts(const nt_ctx *ctx);
 void nt_ctx_free(nt_ctx *ctx);                     /* NULL is a no-op */
 
 nt_device nt_ctx_device(const nt_ctx *ctx);
@@ -30,13 +99,13 @@ void *nt_ctx_cublaslt(nt_ctx *ctx);
 void *nt_ctx_workspace(nt_ctx *ctx, size_t *bytes);  /* cuBLASLt workspace */
 /* The cuBLASLt workspace: the most scratch a GEMM algorithm may use (cuBLASLt's heuristics
  * only offer algorithms that fit, so a smaller one can mean slower kernels for some shapes).
- * Default 32 MiB, cuBLAS's recommendation for Hopper (PyTorch's choice there too), or
- * NT_CUBLASLT_WORKSPACE_MIB (a number >= 0, fractions allowed) at context creation. Setting it
- * releases the old buffer (stream-ordered), allocates the new one and drops the cached GEMM
- * plans, which were chosen for the old size (the next GEMM of each shape plans and autotunes
- * again). Call it outside stream capture and before capturing CUDA graphs: a graph keeps the
- * buffer it was captured with. 0: no workspace. If the allocation fails the context is left
- * with none (and the error). A CPU context has no workspace: a no-op, the size stays 0. */
+ * Default 32 MiB, cuBLAS's recommendation for Hopper (PyTorch's choice there too), or the
+ * option cublaslt_workspace_bytes at context creation. Setting it releases the old buffer
+ * (stream-ordered), allocates the new one and drops the cached GEMM plans, which were chosen
+ * for the old size (the next GEMM of each shape plans and autotunes again). Call it outside
+ * stream capture and before capturing CUDA graphs: a graph keeps the buffer it was captured
+ * with. 0: no workspace. If the allocation fails the context is left with none (and the
+ * error). A CPU context has no workspace: a no-op, the size stays 0. */
 nt_status nt_ctx_set_workspace_bytes(nt_ctx *ctx, size_t bytes);
 size_t nt_ctx_workspace_bytes(const nt_ctx *ctx);
 /* Blocks until all work queued on the context's streams has finished. */
@@ -98,12 +167,13 @@ const uint64_t *nt_ctx_rng_base(const nt_ctx *ctx);
  * NT_ERR_STATE before the first step. */
 nt_status nt_ctx_rng_base_read(nt_ctx *ctx, uint64_t *out);
 
-/* TF32 for fp32 GEMMs (the "tf32" precision policy). Off by default. */
+/* The default for fp32 GEMMs that leave their option tf32 at NT_TF32_DEFAULT (ops/gemm.h):
+ * the precision policy's choice, set by nt_policy_apply (amp/policy.h). Off at creation. An
+ * op that needs one behaviour sets it on its own GEMMs instead of changing this. */
 void nt_ctx_set_allow_tf32(nt_ctx *ctx, bool allow);
 bool nt_ctx_allow_tf32(const nt_ctx *ctx);
 
-/* Logging: level from NT_LOG (error, warn, info, debug; default info), to stderr. */
-typedef enum { NT_LOG_ERROR = 0, NT_LOG_WARN, NT_LOG_INFO, NT_LOG_DEBUG } nt_log_level;
+/* Logging to stderr, up to the context's option `log` (info without a context). */
 void nt_log(nt_ctx *ctx, nt_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

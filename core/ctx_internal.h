@@ -11,7 +11,7 @@ struct nt_ctx {
   pthread_mutex_t err_lock;       /* errors may be recorded from loader threads */
   nt_status last_status;
   char last_error[1024];
-  nt_log_level log_level;
+  nt_ctx_options opts;            /* fixed at creation */
   uint64_t seed;
   uint64_t rng_offset;             /* absolute; during a step, the step's base */
   /* The per-step RNG base (nt_ctx_rng_step_begin/end). */

@@ -146,13 +146,8 @@ nt_tensor nt_image_set_labels(const nt_image_set *s) {
   return nt_tensor_view(s->labels, NT_I32, nt_cpu(), 1, shape);
 }
 
-const char *nt_fashion_mnist_dir(void) {
-  const char *env = getenv("NT_FASHION_DIR");
-  return env && *env ? env : NT_FASHION_DEFAULT_DIR;
-}
-
 nt_status nt_fashion_mnist_load(nt_ctx *ctx, const char *dir, bool train, nt_image_set *out) {
-  if (!dir) dir = nt_fashion_mnist_dir();
+  if (!dir) dir = NT_FASHION_DEFAULT_DIR;
   const char *split = train ? "train" : "t10k";
   char img[4096], lab[4096];
   snprintf(img, sizeof img, "%s/%s-images-idx3-ubyte.gz", dir, split);

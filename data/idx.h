@@ -43,12 +43,10 @@ nt_tensor nt_image_set_images(const nt_image_set *s);
 nt_tensor nt_image_set_labels(const nt_image_set *s);
 
 /* Fashion-MNIST from `dir` ({train,t10k}-{images-idx3,labels-idx1}-ubyte.gz): dir NULL means
- * $NT_FASHION_DIR, else /usr/share/datasets/fashion-mnist. 60000 train / 10000 test images,
- * 28x28, 10 classes. */
+ * NT_FASHION_DEFAULT_DIR (the programs take dir from --data-dir or NT_FASHION_DIR). 60000
+ * train / 10000 test images, 28x28, 10 classes. */
 #define NT_FASHION_DEFAULT_DIR "/usr/share/datasets/fashion-mnist"
 nt_status nt_fashion_mnist_load(nt_ctx *ctx, const char *dir, bool train, nt_image_set *out);
-/* The directory nt_fashion_mnist_load(…, NULL, …) uses. */
-const char *nt_fashion_mnist_dir(void);
 
 NT_EXTERN_C_END
 #endif

@@ -95,8 +95,7 @@ int64_t nt_text_split_point(int64_t n) {
   return n * 9 / 10;  /* floor(0.9 n), as nanoGPT int(n * 0.9) */
 }
 
-const char *nt_tinyshakespeare_path(char *buf, size_t len) {
-  const char *dir = getenv("NT_DATA_DIR");
+const char *nt_tinyshakespeare_path(const char *dir, char *buf, size_t len) {
   if (!dir || !*dir) return NULL;
   snprintf(buf, len, "%s/tinyshakespeare.txt", dir);
   return buf;

@@ -38,9 +38,9 @@ nt_status nt_vocab_decode(nt_ctx *ctx, const nt_vocab *v, const int32_t *ids, in
 /* The train / validation split of n tokens: train [0, split), val [split, n). */
 int64_t nt_text_split_point(int64_t n);
 
-/* The path of tiny shakespeare: $NT_DATA_DIR/tinyshakespeare.txt, or NULL when NT_DATA_DIR is
- * unset (written into buf). */
-const char *nt_tinyshakespeare_path(char *buf, size_t len);
+/* The path of tiny shakespeare in `dir`: dir/tinyshakespeare.txt written into buf, or NULL
+ * when dir is NULL or empty. (The programs take dir from --data-dir or NT_DATA_DIR.) */
+const char *nt_tinyshakespeare_path(const char *dir, char *buf, size_t len);
 
 NT_EXTERN_C_END
 #endif

@@ -2,7 +2,7 @@
  * unique id from rank 0 to the others.
  *
  * Three launchers are understood (the library reads no environment variable: a program fills
- * the strings, e.g. with dist/launch_env.h, which only programs include):
+ * the strings, e.g. with tools/launch_env.h, which only programs include):
  *   mpirun / mpiexec   rank and size come from MPI itself (nt_dist_mpi_init); NCCL's id is
  *                      broadcast with MPI.
  *   torchrun-style     RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT; NCCL's id goes

@@ -5,7 +5,7 @@
  * Run `train --help` for every option. Exit status: 0 success, 1 a failure during the run,
  * 2 a bad command line. */
 #include "train/train.h"
-#include "dist/launch_env.h"
+#include "tools/launch_env.h"
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "tools/ctx_env.h"
 
 enum {
   O_MODEL = 256, O_DEVICE, O_DTYPE, O_BATCH, O_LR, O_MIN_LR, O_WD, O_BETA1, O_BETA2, O_EPS,
@@ -271,6 +272,9 @@ static void usage(FILE *f) {
 "  --trace                    print every step's AMP events: the loss scale, found_inf,\n"
 "                             whether the optimizer step was skipped, the growth tracker\n"
 "                             (reads the GPU every step: slower, for learning and debugging)\n"
+"  --kernel-opt KEY=VALUE     a kernel or algorithm option of the context (core/ctx.h; also\n"
+"                             from the environment, NT_ + KEY in capitals), e.g.\n"
+"                             gemm_search=0, attn_wgmma=0, log=debug\n"
 "  --help                     this text\n" DIST_USAGE);
 }
 
@@ -310,6 +314,27 @@ int main(int argc, char **argv) {
     else if (m && strcmp(m, "gpt")) return bad("model", m, "expected gpt or cnn");
   }
   nt_train_options o = nt_train_defaults(model);
+  /* Settings the library takes from the program: the context options (core/ctx.h) from the
+   * environment's NT_* names, then from each --kernel-opt key=value (taken out of argv here,
+   * before the other options are parsed); the data folder from NT_DATA_DIR (gpt) or
+   * NT_FASHION_DIR (cnn) unless --data-dir gives one. */
+  nt_ctx_options ctx_opts = nt_ctx_options_default();
+  if (nt_ctx_options_from_env(&ctx_opts)) return 2;
+  int kept_args = 1;
+  for (int i = 1; i < argc; i++) {
+    const char *kv = !strncmp(argv[i], "--kernel-opt=", 13) ? argv[i] + 13 : NULL;
+    if (!strcmp(argv[i], "--kernel-opt")) {
+      if (i + 1 == argc) return bad("kernel-opt", "", "expected key=value");
+      kv = argv[++i];
+    }
+    if (!kv) argv[kept_args++] = argv[i];
+    else if (nt_ctx_options_set_pair(&ctx_opts, kv))
+      return bad("kernel-opt", kv, "expected key=value with a key and value of core/ctx.h");
+  }
+  argc = kept_args;
+  argv[argc] = NULL;
+  const char *data_env = getenv(model == NT_MODEL_GPT ? "NT_DATA_DIR" : "NT_FASHION_DIR");
+  if (data_env && *data_env) o.data_dir = data_env;
   bool dtype_given = false, device_given = false, gpt2 = false, data_given = false;
   int device_index = 0;
   bool want_cuda = nt_cuda_device_count() > 0;
@@ -506,7 +531,7 @@ int main(int argc, char **argv) {
   if (launch.rank != 0) o.quiet = true;
   o.device = want_cuda ? nt_cuda(device_index) : nt_cpu();
   nt_ctx *ctx = NULL;
-  if (nt_ctx_create(&ctx, o.device)) {
+  if (nt_ctx_create_with(&ctx, o.device, &ctx_opts)) {
     fprintf(stderr, "nanotrain: cannot create the %s context: %s\n",
             want_cuda ? "CUDA" : "CPU", nt_last_error(ctx));
     nt_ctx_free(ctx);
@@ -517,8 +542,7 @@ int main(int argc, char **argv) {
   o.dist.comm = comm;
   nt_train_result res;
   memset(&res, 0, sizeof res);
-  if (st) fprintf(stderr, "nanotrain: rank %d: %s\n", launch.rank, nt_last_error(ctx));
-  else st = nt_train_run(ctx, &o, &res);
+  if (!st) st = nt_train_run(ctx, &o, &res);
   int rc = 0;
   if (st) {
     fprintf(stderr, "nanotrain: rank %d: %s: %s\n", launch.rank, nt_status_str(st),

@@ -3,7 +3,7 @@
 #include "ops/cross_entropy.h"
 #include "ops/dropout.h"
 #include "ops/elementwise.h"
-#include "ops/fp8_linear.h"
+#include "amp/fp8_linear.h"
 #include "ops/linear.h"
 #include "ops/reduce.h"
 #include <math.h>

@@ -5,7 +5,7 @@
 #include "ops/dropout.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
-#include "ops/fp8_linear.h"
+#include "amp/fp8_linear.h"
 #include "ops/gemm.h"
 #include "ops/layernorm.h"
 #include "ops/linear.h"

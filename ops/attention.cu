@@ -1,9 +1,9 @@
 /* Causal attention on CUDA: dispatch between the tensor-core kernels (attention_fwd.cu,
  * attention_bwd.cu: F16/BF16 with D 32 or 64 and 16-byte aligned rows) and the simple kernels
- * below (every dtype, D <= 128, any strides; also chosen with NT_ATTN_SIMPLE=1 so a fast-path
- * bug can be isolated). The simple kernels give one warp per row and walk the other side's
- * rows with an online softmax: no T x T matrix, fp32 math, each output row owned by one warp
- * (no atomics). With dropout (kDrop instantiations) they read the keep bits of a row's
+ * below (every dtype, D <= 128, any strides; also chosen with the option attn_simple so a
+ * fast-path bug can be isolated). The simple kernels give one warp per row and walk the other
+ * side's rows with an online softmax: no T x T matrix, fp32 math, each output row owned by
+ * one warp (no atomics). With dropout (kDrop instantiations) they read the keep bits of a row's
  * consecutive keys 128 at a time: one Philox block per lane and four ballots. */
 #include <stdlib.h>
 #include <string.h>
@@ -322,22 +322,19 @@ bool rows_aligned16(const nt_tensor *t) {
 }
 
 /* The tensor-core kernels move 16-byte pieces: they need aligned rows as well as a
- * supported dtype and D. */
-bool use_mma(const nt_tensor *const *ts, int n) {
+ * supported dtype and D, and the context's option attn_simple off. */
+bool use_mma(nt_ctx *ctx, const nt_tensor *const *ts, int n) {
   const nt_tensor *q = ts[0];
   if (!nt_attention_mma_supported(q->dtype, (int)q->shape[3])) return false;
   for (int i = 0; i < n; i++)
     if (!rows_aligned16(ts[i])) return false;
-  const char *e = getenv("NT_ATTN_SIMPLE");
-  return !(e && *e && strcmp(e, "0") != 0);
+  return !nt_ctx_opts(ctx)->attn_simple;
 }
 
 /* On top of use_mma: the Hopper (wgmma) kernels for D = 64 where the build and the device
- * have them, unless NT_ATTN_WGMMA=0 asks for the mma.sync ones. */
+ * have them, unless the option attn_wgmma asks for the mma.sync ones. */
 bool use_wgmma(nt_ctx *ctx, int D) {
-  if (D != 64) return false;
-  const char *e = getenv("NT_ATTN_WGMMA");
-  if (e && strcmp(e, "0") == 0) return false;
+  if (D != 64 || !nt_ctx_opts(ctx)->attn_wgmma) return false;
   return nt_wgmma_usable(nt_cuda_stream(ctx));
 }
 
@@ -397,9 +394,9 @@ nt_status prep_rows(nt_ctx *ctx, const nt_tensor *dout, const nt_tensor *out, fl
   auto kernel = nt_tensor_is_contiguous(dout) && nt_tensor_is_contiguous(out)
                     ? prep_rows_vec<T, D, true>
                     : prep_rows_vec<T, D, false>;
-  return NT_CUDA(ctx, pdl_launch(pdl, kernel, dim3(grid), dim3(256), 0, nt_cuda_stream(ctx),
-                                 view_of(dout), view_of(out), d_rows, dq_acc, acc_floats, rows,
-                                 pb.H, pb.T));
+  return NT_CUDA(ctx, pdl_launch(pdl && nt_ctx_opts(ctx)->pdl, kernel, dim3(grid), dim3(256), 0,
+                                 nt_cuda_stream(ctx), view_of(dout), view_of(out), d_rows,
+                                 dq_acc, acc_floats, rows, pb.H, pb.T));
 }
 
 /* After the mma.sync backward: its row-ordered dQ accumulator folded into dq. */
@@ -522,11 +519,12 @@ extern "C" nt_status nt_attention_forward_cuda(nt_ctx *ctx, const nt_tensor *q,
   if (st) return st;
   const problem pb = problem_of(ctx, q, o);
   const nt_tensor *ts[4] = {q, k, v, out};
-  if (use_mma(ts, 4) && use_wgmma(ctx, pb.D))
+  const bool mma = use_mma(ctx, ts, 4);
+  if (mma && use_wgmma(ctx, pb.D))
     return nt_attention_forward_wg(ctx, q->dtype, view_of(q), view_of(k), view_of(v),
                                    view_of(out), (float *)lse->data, pb.BH, pb.H, pb.T,
                                    pb.drop ? &pb.dr : NULL);
-  if (use_mma(ts, 4))
+  if (mma)
     return nt_attention_forward_mma(ctx, q->dtype, view_of(q), view_of(k), view_of(v),
                                     view_of(out), (float *)lse->data, pb.BH, pb.H, pb.T, pb.D,
                                     pb.drop ? &pb.dr : NULL);
@@ -548,7 +546,7 @@ extern "C" nt_status nt_attention_backward_cuda(nt_ctx *ctx, const nt_tensor *do
   if (st) return st;
   const problem pb = problem_of(ctx, q, o);
   const nt_tensor *ts[8] = {q, k, v, out, dout, dq, dk, dv};
-  const bool mma = use_mma(ts, 8);
+  const bool mma = use_mma(ctx, ts, 8);
   switch (q->dtype) {
     case NT_F32: return backward_all<float>(ctx, dout, q, k, v, out, lse, dq, dk, dv, false, pb);
     case NT_F16: return backward_all<__half>(ctx, dout, q, k, v, out, lse, dq, dk, dv, mma, pb);

@@ -31,21 +31,16 @@
  * pointer and every B, H, T stride a multiple of 16 bytes, the T stride below 2^31) run
  * tensor-core FlashAttention-2
  * kernels (mma.sync m16n8k16, fp32 accumulation; backward recomputes P from lse and adds dQ
- * with fp32 atomics into pool scratch of B*H*T*D floats); everything else, or any call while
- * the environment has NT_ATTN_SIMPLE=1, runs simple fp32 kernels (one warp per row, online
- * softmax) — the fallback that isolates a fast-path problem. Backward also takes B*H*T
- * floats of scratch for rowsum(dO * O). On Hopper, with an sm_90a pass in the build, D = 64
- * runs the same algorithm on warpgroup MMA (wgmma, ops/attention_{fwd,bwd}_wg.cu) instead;
- * NT_ATTN_WGMMA=0 keeps the mma.sync kernels, NT_ATTN_WG_KEYS=128 selects the wgmma forward
- * with 128-key tiles (benchmarks and tests); the wgmma backward's dQ scratch is
- * B*H*ceil(T/64)*64*D floats. NT_ATTN_BWD_KEYS=64|128 forces the wgmma backward's block shape
- * (by default 64 keys with dropout up to T = 512, else 128); NT_ATTN_BWD_GROUP=n runs its
- * blocks n heads at a time (default 32; 0: all heads at once), a knob for GPUs whose L2
- * differs from the H200's.
- * NT_ATTN_BWD_WARPS=4|8 forces the tensor-core backward's block shape (64 or 128 keys; by
- * default 128 from T = 512 on); NT_ATTN_FWD_BLOCKS=3 builds the forward for 3 blocks per SM
- * instead of 2 and NT_ATTN_FWD_KEYS=128 gives it 128-key tiles instead of 64: variants for
- * benchmarks and tests, without dropout (with dropout the default shapes run). */
+ * with fp32 atomics into pool scratch of B*H*T*D floats); everything else, or any call on a
+ * context created with the option attn_simple (core/ctx.h), runs simple fp32 kernels (one
+ * warp per row, online softmax) — the fallback that isolates a fast-path problem. Backward
+ * also takes B*H*T floats of scratch for rowsum(dO * O). The mma.sync backward runs blocks of
+ * 64 keys (4 warps) below T = 512 and of 128 keys (8 warps) from there on. On Hopper, with an
+ * sm_90a pass in the build, D = 64 runs the same algorithm on warpgroup MMA (wgmma,
+ * ops/attention_{fwd,bwd}_wg.cu) instead; the option attn_wgmma = false keeps the mma.sync
+ * kernels; the wgmma backward's dQ scratch is B*H*ceil(T/64)*64*D floats. The options
+ * attn_tma, attn_bwd_keys, attn_bwd_group and attn_dq_pair choose among the wgmma kernels'
+ * variants (core/ctx.h says which is the default where). */
 #ifndef NT_OPS_ATTENTION_H
 #define NT_OPS_ATTENTION_H
 #include "core/nt.h"

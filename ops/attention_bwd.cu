@@ -4,22 +4,19 @@
  * saved lse, then
  *   dV += P^T dO,  dP^T = V dO^T,  dS^T = P^T * (dP^T - D),  dK += dS^T Q
  * in registers (fp32 accumulators), and dQ += dS K is reduced across key blocks with fp32
- * reductions into dq_acc (scaled and added into dq by the caller). The default kernel runs
- * one barrier per query tile (tile i's dQ product after the barrier of tile i + 1, two dS^T
- * buffers) and reduces dQ four floats at a time; the older one (two barriers per tile, two
- * floats per reduction) stays selectable with NT_ATTN_BWD_PIPE=0. Operands are strided views
- * with 16-byte aligned rows.
+ * reductions into dq_acc (scaled and added into dq by the caller). The kernel runs one
+ * barrier per query tile (tile i's dQ product after the barrier of tile i + 1, two dS^T
+ * buffers) and reduces dQ four floats at a time (a kernel with two barriers per tile lost
+ * to it and was removed). Operands are strided views with 16-byte aligned rows.
  *
- * Dropout (kDrop, a separate instantiation of the default kernel: the kernels without it are
- * unchanged): with mr = keep ? 1 / (1 - p) : 0 per probability,
+ * Dropout (kDrop, a separate instantiation: the kernels without it are unchanged): with
+ * mr = keep ? 1 / (1 - p) : 0 per probability,
  *   dV += (P^T * mr) dO,  dS^T = P^T * (dP^T * mr - D),
  * D = rowsum(dO * O) of the dropped output (ops/attention.c derives it). The keep bits are
  * regenerated from the Philox stream: per query tile, lane L draws the 16 keep bits of the
  * warp's 16 keys (16 consecutive stream numbers, 4 Philox blocks) for queries 2L and 2L + 1
  * into one word, and a thread holding queries 8 nt + 2 (L % 4) + {0, 1} of keys L / 4 (+ 8)
  * fetches word 4 nt + L % 4 with one shuffle per nt. */
-#include <stdlib.h>
-#include <string.h>
 #include "ops/attention_cuda.cuh"
 #include "ops/attention_mma.cuh"
 #include "ops/attention_bwd_common.cuh"
@@ -32,10 +29,10 @@ using namespace nt_attn;
 constexpr int kBr = 64;      /* queries per tile */
 constexpr int kLongT = 512;  /* from this T on, 8-warp blocks */
 
-/* A block of W warps owns 16 * W keys (16 per warp); kPipe keeps two dS^T buffers. */
-template <int D, int W, bool kPipe> constexpr int smem_bytes() {
-  return (2 * 16 * W + 4 * kBr) * (D + kLdPad) * 2 +
-         (kPipe ? 2 : 1) * 16 * W * (kBr + kLdPad) * 2 + 4 * kBr * 4;
+/* A block of W warps owns 16 * W keys (16 per warp); two dS^T buffers. */
+template <int D, int W> constexpr int smem_bytes() {
+  return (2 * 16 * W + 4 * kBr) * (D + kLdPad) * 2 + 2 * 16 * W * (kBr + kLdPad) * 2 +
+         4 * kBr * 4;
 }
 
 /* One warp's share of a query tile: its 16 keys against the tile's 64 queries (S^T, dP^T,
@@ -143,10 +140,10 @@ __device__ __forceinline__ void key_tile(const uint32_t (&kf)[D / 16][4],
 
 /* dQ[16 queries, D / (W / 4) columns of this warp] += dS K over the block's keys, added into
  * dq_h (one head's fp32 accumulator) with reductions: the W warps split the tile's 64
- * queries in 4 blocks of 16 and D in W / 4. kV4: lane pairs swap halves first so that each
- * lane owns four adjacent floats of one row, one 16-byte reduction instead of two 8-byte
- * ones (half the reduction requests reaching L2). */
-template <typename T, int D, int W, bool kV4>
+ * queries in 4 blocks of 16 and D in W / 4. Lane pairs swap halves first so that each lane
+ * owns four adjacent floats of one row, one 16-byte reduction instead of two 8-byte ones
+ * (half the reduction requests reaching L2). */
+template <typename T, int D, int W>
 __device__ __forceinline__ void dq_tile(const T *dss, const T *ks, float *dq_h, int q_first,
                                         int T_, int warp, int lane) {
   constexpr int kLd = D + kLdPad, kLdS = kBr + kLdPad, kBc = 16 * W;
@@ -177,26 +174,12 @@ __device__ __forceinline__ void dq_tile(const T *dss, const T *ks, float *dq_h, 
   for (int i = 0; i < kDw / 8; i++)
 #pragma unroll
     for (int e = 0; e < 4; e++) gq[i][e] += gq2[i][e];
-  if constexpr (kV4) {
-    red_dq_rows_v4<kDw / 8>(gq, dq_h, D, q_first + mq, d0, T_, lane);
-  } else {
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-      const int row = q_first + mq + (lane >> 2) + h * 8;
-      if (row < T_) {
-        float *dst = dq_h + (long)row * D + d0 + 2 * (lane & 3);
-#pragma unroll
-        for (int dt = 0; dt < kDw / 8; dt++)
-          red_add_f32x2(dst + dt * 8, gq[dt][2 * h], gq[dt][2 * h + 1]);
-      }
-    }
-  }
+  red_dq_rows_v4<kDw / 8>(gq, dq_h, D, q_first + mq, d0, T_, lane);
 }
 
-/* kPipe: one barrier per query tile, the dQ product of tile i running after that barrier
- * together with the key-side work of tile i + 1 (two dS^T buffers); otherwise two barriers
- * per tile (key-side work, barrier, dQ). */
-template <typename T, int D, int W, bool kPipe, bool kDrop>
+/* One barrier per query tile, the dQ product of tile i running after that barrier together
+ * with the key-side work of tile i + 1 (two dS^T buffers). */
+template <typename T, int D, int W, bool kDrop>
 __global__ void __launch_bounds__(32 * W)
     bwd_kernel(nt_attn_view dov, nt_attn_view qv, nt_attn_view kv, nt_attn_view vv,
                const float *__restrict__ lse, const float *__restrict__ d_rows,
@@ -209,8 +192,8 @@ __global__ void __launch_bounds__(32 * W)
   T *vs = ks + kBc * kLd;
   T *qs = vs + kBc * kLd;       /* two buffers */
   T *dos = qs + 2 * kBr * kLd;  /* two buffers */
-  T *dss = dos + 2 * kBr * kLd; /* dS^T [key][query] (two buffers with kPipe) */
-  float *lse_s = reinterpret_cast<float *>(dss + (kPipe ? 2 : 1) * kBc * kLdS); /* 2, *log2e */
+  T *dss = dos + 2 * kBr * kLd; /* dS^T [key][query], two buffers */
+  float *lse_s = reinterpret_cast<float *>(dss + 2 * kBc * kLdS); /* two buffers, * log2e */
   float *dr_s = lse_s + 2 * kBr;                                 /* two buffers */
 
   const int n_t = (T_ + kBr - 1) / kBr;
@@ -249,90 +232,45 @@ __global__ void __launch_bounds__(32 * W)
     for (int e = 0; e < 4; e++) gk[i][e] = gv[i][e] = 0.f;
   const int key_a = k0 + warp * 16 + (lane >> 2);   /* this thread's keys: key_a, key_a + 8 */
 
-  if constexpr (kPipe) {
-    /* Iteration i's barrier publishes tile i's Q/dO (waited for just before it), its lse/D
-     * (stored at the end of i - 1) and the dS^T of tile i - 1; past it every warp is done
-     * with tile i - 1's Q/dO and lse/D buffers (refilled below for tile i + 1) and with the
-     * dS^T of tile i - 2 (the buffer tile i writes). One more iteration runs the last dQ. */
-    for (int qt = qt0; qt <= n_t; qt++) {
-      const int buf = (qt - qt0) & 1;
-      cp_async_wait<0>();
-      __syncthreads();
-      if (qt == qt0) {
+  /* Iteration i's barrier publishes tile i's Q/dO (waited for just before it), its lse/D
+   * (stored at the end of i - 1) and the dS^T of tile i - 1; past it every warp is done
+   * with tile i - 1's Q/dO and lse/D buffers (refilled below for tile i + 1) and with the
+   * dS^T of tile i - 2 (the buffer tile i writes). One more iteration runs the last dQ. */
+  for (int qt = qt0; qt <= n_t; qt++) {
+    const int buf = (qt - qt0) & 1;
+    cp_async_wait<0>();
+    __syncthreads();
+    if (qt == qt0) {
 #pragma unroll
-        for (int kk = 0; kk < kKs; kk++) {
-          ldsm_x4(kf[kk], a_frag_addr(ks, kLd, warp * 16, kk * 16, lane));
-          ldsm_x4(vf[kk], a_frag_addr(vs, kLd, warp * 16, kk * 16, lane));
-        }
-      }
-      /* The next tile's lse and D: past-the-end queries get lse = +inf, so their P is 0. */
-      float next_lse = INFINITY, next_dr = 0.f;
-      if (qt + 1 < n_t) {
-        const int nb = buf ^ 1, r0 = (qt + 1) * kBr;
-        load_tile<T, kBr, D, kThreads>(qs + nb * kBr * kLd, q, (int)qv.st, r0, T_, tid);
-        load_tile<T, kBr, D, kThreads>(dos + nb * kBr * kLd, dout, (int)dov.st, r0, T_, tid);
-        cp_async_commit();
-        if (tid < kBr && r0 + tid < T_) {   /* in flight during this tile */
-          next_lse = lse[bh * T_ + r0 + tid];
-          next_dr = d_rows[bh * T_ + r0 + tid];
-        }
-      }
-      if (qt > qt0)
-        dq_tile<T, D, W, true>(dss + (buf ^ 1) * kBc * kLdS, ks, dq_acc + head, (qt - 1) * kBr,
-                               T_, warp, lane);
-      if (qt < n_t) {
-        const T *qb = qs + buf * kBr * kLd, *db = dos + buf * kBr * kLd;
-        const float *lb = lse_s + buf * kBr, *drb = dr_s + buf * kBr;
-        key_tile<T, D, W, kDrop>(kf, vf, gk, gv, qb, db, lb, drb, dss + buf * kBc * kLdS, warp,
-                                 lane, sl2, qt, k0, key_a, dr, head_first, T_);
-      }
-      if (qt + 1 < n_t && tid < kBr) {
-        lse_s[(buf ^ 1) * kBr + tid] = next_lse * kLog2e;
-        dr_s[(buf ^ 1) * kBr + tid] = next_dr;
+      for (int kk = 0; kk < kKs; kk++) {
+        ldsm_x4(kf[kk], a_frag_addr(ks, kLd, warp * 16, kk * 16, lane));
+        ldsm_x4(vf[kk], a_frag_addr(vs, kLd, warp * 16, kk * 16, lane));
       }
     }
-  } else {
-    for (int qt = qt0; qt < n_t; qt++) {
-      const int buf = (qt - qt0) & 1;
-      /* The next tile's lse and D: past-the-end queries get lse = +inf, so their P is 0. */
-      float next_lse = INFINITY, next_dr = 0.f;
-      if (qt + 1 < n_t) {
-        const int nb = buf ^ 1, r0 = (qt + 1) * kBr;
-        load_tile<T, kBr, D, kThreads>(qs + nb * kBr * kLd, q, (int)qv.st, r0, T_, tid);
-        load_tile<T, kBr, D, kThreads>(dos + nb * kBr * kLd, dout, (int)dov.st, r0, T_, tid);
-        cp_async_commit();
-        if (tid < kBr && r0 + tid < T_) {   /* in flight during this tile; stored at its end */
-          next_lse = lse[bh * T_ + r0 + tid];
-          next_dr = d_rows[bh * T_ + r0 + tid];
-        }
-        cp_async_wait<1>();
-      } else {
-        cp_async_wait<0>();
+    /* The next tile's lse and D: past-the-end queries get lse = +inf, so their P is 0. */
+    float next_lse = INFINITY, next_dr = 0.f;
+    if (qt + 1 < n_t) {
+      const int nb = buf ^ 1, r0 = (qt + 1) * kBr;
+      load_tile<T, kBr, D, kThreads>(qs + nb * kBr * kLd, q, (int)qv.st, r0, T_, tid);
+      load_tile<T, kBr, D, kThreads>(dos + nb * kBr * kLd, dout, (int)dov.st, r0, T_, tid);
+      cp_async_commit();
+      if (tid < kBr && r0 + tid < T_) {   /* in flight during this tile */
+        next_lse = lse[bh * T_ + r0 + tid];
+        next_dr = d_rows[bh * T_ + r0 + tid];
       }
-      __syncthreads();
-      if (qt == qt0) {
-#pragma unroll
-        for (int kk = 0; kk < kKs; kk++) {
-          ldsm_x4(kf[kk], a_frag_addr(ks, kLd, warp * 16, kk * 16, lane));
-          ldsm_x4(vf[kk], a_frag_addr(vs, kLd, warp * 16, kk * 16, lane));
-        }
-      }
+    }
+    if (qt > qt0)
+      dq_tile<T, D, W>(dss + (buf ^ 1) * kBc * kLdS, ks, dq_acc + head, (qt - 1) * kBr, T_,
+                       warp, lane);
+    if (qt < n_t) {
       const T *qb = qs + buf * kBr * kLd, *db = dos + buf * kBr * kLd;
       const float *lb = lse_s + buf * kBr, *drb = dr_s + buf * kBr;
-      key_tile<T, D, W, kDrop>(kf, vf, gk, gv, qb, db, lb, drb, dss, warp, lane, sl2, qt, k0,
-                               key_a, dr, head_first, T_);
-      __syncthreads();   /* all of dS^T is in shared memory */
-
-      dq_tile<T, D, W, false>(dss, ks, dq_acc + head, qt * kBr, T_, warp, lane);
-      /* The other lse/D buffer was last read before the barrier above; the next iteration's
-       * top barrier publishes it. */
-      if (qt + 1 < n_t && tid < kBr) {
-        lse_s[(buf ^ 1) * kBr + tid] = next_lse * kLog2e;
-        dr_s[(buf ^ 1) * kBr + tid] = next_dr;
-      }
-      /* No barrier here: the next iteration's prefetch only touches this tile's Q/dO
-       * buffers, read before the barrier above, and its dS^T writes come after its own top
-       * barrier, which every warp reaches only once done with this tile's dQ. */
+      key_tile<T, D, W, kDrop>(kf, vf, gk, gv, qb, db, lb, drb, dss + buf * kBc * kLdS, warp,
+                               lane, sl2, qt, k0, key_a, dr, head_first, T_);
+    }
+    if (qt + 1 < n_t && tid < kBr) {
+      lse_s[(buf ^ 1) * kBr + tid] = next_lse * kLog2e;
+      dr_s[(buf ^ 1) * kBr + tid] = next_dr;
     }
   }
   write_dkv<T, D>(gk, gv, static_cast<T *>(dkv.p) + head_off(dkv, bh, H), dkv.st,
@@ -340,10 +278,10 @@ __global__ void __launch_bounds__(32 * W)
                   overwrite);
 }
 
-template <typename T, int D, int W, bool kPipe, bool kDrop>
+template <typename T, int D, int W, bool kDrop>
 nt_status launch(nt_ctx *ctx, const bwd_args &a) {
-  constexpr int bytes = smem_bytes<D, W, kPipe>(), kBc = 16 * W;
-  auto kernel = bwd_kernel<T, D, W, kPipe, kDrop>;
+  constexpr int bytes = smem_bytes<D, W>(), kBc = 16 * W;
+  auto kernel = bwd_kernel<T, D, W, kDrop>;
   nt_status st = NT_CUDA(
       ctx, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   if (st) return st;
@@ -357,22 +295,14 @@ nt_status launch(nt_ctx *ctx, const bwd_args &a) {
 
 /* Long sequences take 128-key blocks of 8 warps (half the Q/dO traffic and dQ atomics per
  * key); short ones keep 64-key blocks of 4 warps, which balance the causal work better.
- * NT_ATTN_BWD_WARPS=4 or 8 forces one (benchmarks and tests compare the two).
- * NT_ATTN_BWD_PIPE=0 selects the two-barrier kernel (the default before the pipelined one);
- * dropout always runs the pipelined one. */
+ * The tests reach both shapes through T on either side of kLongT. */
 template <typename T, int D>
 nt_status launch_w(nt_ctx *ctx, const bwd_args &a, bool drop) {
-  const char *e = getenv("NT_ATTN_BWD_WARPS");
-  const int forced = e ? atoi(e) : 0;
-  const bool eight = forced == 8 || (forced != 4 && a.T >= kLongT);
-  e = getenv("NT_ATTN_BWD_PIPE");
-  const bool pipe = !(e && strcmp(e, "0") == 0);
-  if (drop && eight) return launch<T, D, 8, true, true>(ctx, a);
-  if (drop) return launch<T, D, 4, true, true>(ctx, a);
-  if (eight && pipe) return launch<T, D, 8, true, false>(ctx, a);
-  if (eight) return launch<T, D, 8, false, false>(ctx, a);
-  if (pipe) return launch<T, D, 4, true, false>(ctx, a);
-  return launch<T, D, 4, false, false>(ctx, a);
+  const bool eight = a.T >= kLongT;
+  if (drop && eight) return launch<T, D, 8, true>(ctx, a);
+  if (drop) return launch<T, D, 4, true>(ctx, a);
+  if (eight) return launch<T, D, 8, false>(ctx, a);
+  return launch<T, D, 4, false>(ctx, a);
 }
 
 template <typename T>

@@ -44,7 +44,7 @@ template <int kWG> struct shape {
  * issuing the copies and the others waiting on the buffer's barrier, instead of cp.async by
  * every thread: backward 0.2924 against 0.2971 ms for (16, 12, 1024, 64) on the H200. The
  * cp.async kernel runs where a map cannot be made (T below a tile or not a multiple of 4), or
- * with NT_ATTN_BWD_TMA=0. */
+ * with the option attn_tma off. */
 struct bwd_maps {
   nt_attn_map q, dout, k, v;
   CUtensorMap lse, d_rows;
@@ -396,11 +396,11 @@ nt_status launch(nt_ctx *ctx, const bwd_args &a, nt_attn_view dq, float *zero_ne
                  size_t zero_floats) {
   using S = shape<kWG>;
   constexpr bool kBf16 = nt_wg::ab<T>::kBf16;
-  const char *e = getenv("NT_ATTN_BWD_TMA");
+  const nt_ctx_options *opt = nt_ctx_opts(ctx);
   const int B = a.BH / a.H;
   bwd_maps bm;
   memset(&bm, 0, sizeof bm);
-  const bool tma = !(e && atoi(e) == 0) && nt_attn_map_view(&bm.q, a.q, kBf16, B, a.H, a.T, kBr) &&
+  const bool tma = opt->attn_tma && nt_attn_map_view(&bm.q, a.q, kBf16, B, a.H, a.T, kBr) &&
                    nt_attn_map_view(&bm.dout, a.dout, kBf16, B, a.H, a.T, kBr) &&
                    nt_attn_map_view(&bm.k, a.k, kBf16, B, a.H, a.T, S::kBc) &&
                    nt_attn_map_view(&bm.v, a.v, kBf16, B, a.H, a.T, S::kBc) &&
@@ -416,17 +416,16 @@ nt_status launch(nt_ctx *ctx, const bwd_args &a, nt_attn_view dq, float *zero_ne
   if (blocks > 0x7fffffffL || n_t * a.BH > 0x7fffffffL)
     return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "attention: grid too large");
   const float scale = 1.f / sqrtf((float)kD);
-  const char *eg = getenv("NT_ATTN_BWD_GROUP");   /* heads per group; 0: all */
-  int group = eg ? atoi(eg) : 32;
+  int group = opt->attn_bwd_group;   /* heads per group; 0: all */
   if (group <= 0 || group > a.BH) group = a.BH;
   cudaStream_t s = nt_cuda_stream(ctx);
-  st = NT_CUDA(ctx, pdl_launch(true, kernel, dim3((unsigned)blocks), dim3(S::kThreads),
+  st = NT_CUDA(ctx, pdl_launch(opt->pdl, kernel, dim3((unsigned)blocks), dim3(S::kThreads),
                                S::kSmemBytes, s, a.dout, a.q, a.k, a.v, a.lse, a.d_rows, a.dq_acc,
                                reinterpret_cast<float4 *>(zero_next), (long)(zero_floats / 4),
                                a.dk, a.dv, a.BH, a.H, a.T, group, scale, a.dr, a.overwrite,
                                bm));
   if (st) return st;
-  return NT_CUDA(ctx, pdl_launch(true, dq_tiles_finish<T>, dim3((unsigned)(n_t * a.BH)),
+  return NT_CUDA(ctx, pdl_launch(opt->pdl, dq_tiles_finish<T>, dim3((unsigned)(n_t * a.BH)),
                                  dim3(kFinishThreads), 0, s, a.dq_acc, dq, a.H, a.T, scale,
                                  a.overwrite));
 }
@@ -436,12 +435,12 @@ nt_status launch(nt_ctx *ctx, const bwd_args &a, nt_attn_view dq, float *zero_ne
  * 0.1101-0.1105 ms at (64, 6, 256, 64) with dropout 0.2 on the H200; at T = 1024 no gain (the
  * dQ reductions nearly double), and without dropout it loses: 0.3766 against 0.2923 ms at
  * (16, 12, 1024, 64), 0.0914 against 0.0900 at T = 256 (bench/RESULTS.md, session 10).
- * NT_ATTN_BWD_KEYS = 64 or 128 forces either shape. */
+ * The option attn_bwd_keys = 64 or 128 forces either shape. */
 template <typename T, bool kDrop>
 nt_status launch_k(nt_ctx *ctx, const bwd_args &a, nt_attn_view dq, float *zero_next,
                    size_t zero_floats) {
-  const char *e = getenv("NT_ATTN_BWD_KEYS");
-  const int keys = e ? atoi(e) : kDrop && a.T <= 512 ? 64 : 128;
+  const int forced = nt_ctx_opts(ctx)->attn_bwd_keys;
+  const int keys = forced ? forced : kDrop && a.T <= 512 ? 64 : 128;
   if (keys == 64) return launch<T, 1, kDrop>(ctx, a, dq, zero_next, zero_floats);
   return launch<T, 2, kDrop>(ctx, a, dq, zero_next, zero_floats);
 }

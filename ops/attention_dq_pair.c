@@ -9,7 +9,7 @@
  * While the compute stream is being captured into a CUDA graph the pair is not used (callers
  * take a transient accumulator and zero it in prep_rows): a replay repeats the captured
  * buffers, so after an odd number of calls the first one would find its accumulator dirty.
- * NT_ATTN_DQ_PAIR=0 turns the pair off. */
+ * The context option attn_dq_pair (core/ctx.h) turns the pair off. */
 #ifdef NT_HAVE_CUDA
 #include <stdlib.h>
 #include "core/ctx_internal.h"
@@ -40,8 +40,7 @@ static void pair_free(nt_ctx *ctx, void *state) {
 }
 
 static bool pair_wanted(nt_ctx *ctx, nt_status *st) {
-  const char *e = getenv("NT_ATTN_DQ_PAIR");
-  if (e && atoi(e) == 0) return false;
+  if (!nt_ctx_opts(ctx)->attn_dq_pair) return false;
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   *st = NT_CUDA(ctx, cudaStreamIsCapturing(nt_cuda_stream(ctx), &cap));
   return !*st && cap == cudaStreamCaptureStatusNone;

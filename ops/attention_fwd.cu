@@ -1,6 +1,6 @@
 /* Tensor-core causal attention forward (FlashAttention-2): a block owns 128 query rows (four
- * warps of 2 x 16 by default, eight warps of 16 in a variant) and walks the key/value tiles of
- * 64 rows (128 in a variant) up to the diagonal, double-buffered with cp.async. S = Q K^T and
+ * warps of 2 x 16) and walks the key/value tiles of 64 rows up to the diagonal,
+ * double-buffered with cp.async. S = Q K^T and
  * O += P V run on mma.sync m16n8k16 with fp32 accumulation; the softmax keeps a running max
  * and sum per row in fp32 (base-2 exponentials with log2(e) folded into the scale). Rows and
  * keys past T are zero-filled on load and masked. Q stays in shared memory (its fragments are
@@ -15,7 +15,6 @@
  * and the lanes of the MMA fragment layout fetch theirs with one shuffle per row and word:
  * a thread holds keys 8 nt + 2 (L % 4) + {0, 1}, bits 8 (nt % 4) + {0, 1} of the word shifted
  * right by 2 (L % 4). */
-#include <stdlib.h>
 #include "ops/attention_cuda.cuh"
 #include "ops/attention_mma.cuh"
 #include "ops/attention_softmax.cuh"
@@ -26,12 +25,13 @@ namespace {
 using namespace nt_attn;
 
 /* A block covers kBr = 128 query rows: 8 / kM warps each own kM blocks of 16 rows, so every
- * K/V fragment read from shared memory feeds kM tensor-core products. Default kM = 2 (4 warps,
- * about 240 registers, 2 blocks per SM); kM = 1 (8 warps of 16 rows, 128 registers, 2 blocks:
- * twice the warps per SM to hide latency, twice the K/V fragment reads) is a variant. */
+ * K/V fragment read from shared memory feeds kM tensor-core products. The launcher runs
+ * kM = 2 (4 warps, about 240 registers, 2 blocks per SM); kM = 1, 3 blocks per SM and
+ * 128-key tiles landed within 5% of it (bench/RESULTS.md, session 2) and are no longer
+ * built. */
 constexpr int kBr = 128;
 
-/* KB keys per tile: 64 by default, 128 as a variant (NT_ATTN_FWD_KEYS=128). */
+/* KB keys per tile (64). */
 template <int D, int KB> constexpr int smem_bytes() { return (kBr + 4 * KB) * (D + kLdPad) * 2; }
 
 /* One key/value tile for one warp: S = Q K^T, online softmax, [dropout,] O += P V. kDiag:
@@ -223,22 +223,12 @@ nt_status launch_b(nt_ctx *ctx, const nt_attn_view *ops, float *lse, int BH, int
   return NT_CUDA_LAUNCHED(ctx);
 }
 
-/* Default: 64-key tiles, 4 warps of 32 rows, 2 blocks per SM. Variants for benchmarks and
- * tests: NT_ATTN_FWD_BLOCKS=3 (3 blocks per SM), NT_ATTN_FWD_KEYS=128 (128-key tiles: half
- * the barriers and softmax rescales per key, twice the S registers) and NT_ATTN_FWD_WARPS=8
- * (8 warps of 16 rows, 2 blocks per SM: 16 warps per SM instead of 8). With dropout the
- * default shape runs (the variants are not built with it). */
+/* 64-key tiles, 4 warps of 32 rows, 2 blocks per SM. */
 template <typename T, int D>
 nt_status launch(nt_ctx *ctx, const nt_attn_view *ops, float *lse, int BH, int H, int T_,
                  const nt_attn_drop *drop) {
   if (drop) return launch_b<T, D, 2, 64, 2, true>(ctx, ops, lse, BH, H, T_, *drop);
   const nt_attn_drop none = {0ull, 0ull, nullptr, 0u, 1.f};
-  const char *e = getenv("NT_ATTN_FWD_KEYS");
-  if (e && atoi(e) == 128) return launch_b<T, D, 2, 128, 2, false>(ctx, ops, lse, BH, H, T_, none);
-  e = getenv("NT_ATTN_FWD_BLOCKS");
-  if (e && atoi(e) == 3) return launch_b<T, D, 3, 64, 2, false>(ctx, ops, lse, BH, H, T_, none);
-  e = getenv("NT_ATTN_FWD_WARPS");
-  if (e && atoi(e) == 8) return launch_b<T, D, 2, 64, 1, false>(ctx, ops, lse, BH, H, T_, none);
   return launch_b<T, D, 2, 64, 2, false>(ctx, ops, lse, BH, H, T_, none);
 }
 

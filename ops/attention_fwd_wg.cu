@@ -33,7 +33,7 @@ template <int KB> constexpr int smem_bytes() { return (kBr + 4 * KB) * kRowBytes
 /* Q, K and V tiles are loaded by the TMA (attention_tma.cuh), one thread issuing each tile's
  * copies and the others waiting on the tile's barrier, instead of 16-byte cp.async by every
  * thread: 0.089 against 0.098 ms for (16, 12, 1024, 64) on the H200. The cp.async kernel
- * runs where a map cannot be made, or with NT_ATTN_FWD_TMA=0. */
+ * runs where a map cannot be made, or with the option attn_tma off. */
 struct fwd_maps {
   nt_attn_map m[3];   /* q, k, v */
 };
@@ -210,10 +210,9 @@ nt_status launch(nt_ctx *ctx, const nt_attn_view *ops, float *lse, int BH, int H
                  const nt_attn_drop &dr) {
   constexpr int bytes = smem_bytes<KB>();
   constexpr bool kBf16 = nt_wg::ab<T>::kBf16;
-  const char *e = getenv("NT_ATTN_FWD_TMA");
   fwd_maps fm;
   memset(&fm, 0, sizeof fm);
-  const bool tma = !(e && atoi(e) == 0) &&
+  const bool tma = nt_ctx_opts(ctx)->attn_tma &&
                    nt_attn_map_view(&fm.m[0], ops[0], kBf16, BH / H, H, T_, kBr) &&
                    nt_attn_map_view(&fm.m[1], ops[1], kBf16, BH / H, H, T_, KB) &&
                    nt_attn_map_view(&fm.m[2], ops[2], kBf16, BH / H, H, T_, KB);
@@ -224,30 +223,22 @@ nt_status launch(nt_ctx *ctx, const nt_attn_view *ops, float *lse, int BH, int H
   if (st) return st;
   const long blocks = (long)((T_ + kBr - 1) / kBr) * BH;
   if (blocks > 0x7fffffffL) return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "attention: grid too large");
-  return NT_CUDA(ctx, pdl_launch(true, kernel, dim3((unsigned)blocks), dim3(kThreads), bytes,
-                                 nt_cuda_stream(ctx), ops[0], ops[1], ops[2], ops[3], lse, BH, H,
-                                 T_, 1.f / sqrtf((float)kD), dr, fm));
+  return NT_CUDA(ctx, pdl_launch(nt_ctx_opts(ctx)->pdl, kernel, dim3((unsigned)blocks),
+                                 dim3(kThreads), bytes, nt_cuda_stream(ctx), ops[0], ops[1],
+                                 ops[2], ops[3], lse, BH, H, T_, 1.f / sqrtf((float)kD), dr, fm));
 }
 
-/* Blocks of one warpgroup: with 64-key tiles four fit an SM, and each refills its buffers as
+/* Blocks of one warpgroup with 64-key tiles: four fit an SM, and each refills its buffers as
  * soon as its own products are done. Against blocks of two warpgroups (128 rows, two per SM):
  * forward 0.0860 against 0.0874 ms at (16, 12, 1024, 64) and 0.0221 against 0.0233 ms at
- * (64, 6, 256, 64) on the H200 (bench/RESULTS.md, session 9). NT_ATTN_WG_KEYS=128: 128-key
- * tiles, three blocks per SM. */
-template <typename T, bool kDrop>
-nt_status launch_d(nt_ctx *ctx, const nt_attn_view *ops, float *lse, int BH, int H, int T_,
-                   const nt_attn_drop &dr) {
-  const char *e = getenv("NT_ATTN_WG_KEYS");
-  if (e && atoi(e) == 128) return launch<T, 128, 3, kDrop>(ctx, ops, lse, BH, H, T_, dr);
-  return launch<T, 64, 4, kDrop>(ctx, ops, lse, BH, H, T_, dr);
-}
-
+ * (64, 6, 256, 64) on the H200; 128-key tiles (three blocks per SM) took 0.0941 ms at
+ * T = 1024 (bench/RESULTS.md, session 9). The kernel keeps KB a parameter. */
 template <typename T>
 nt_status launch_t(nt_ctx *ctx, const nt_attn_view *ops, float *lse, int BH, int H, int T_,
                    const nt_attn_drop *drop) {
-  if (drop) return launch_d<T, true>(ctx, ops, lse, BH, H, T_, *drop);
+  if (drop) return launch<T, 64, 4, true>(ctx, ops, lse, BH, H, T_, *drop);
   const nt_attn_drop none = {0ull, 0ull, nullptr, 0u, 1.f};
-  return launch_d<T, false>(ctx, ops, lse, BH, H, T_, none);
+  return launch<T, 64, 4, false>(ctx, ops, lse, BH, H, T_, none);
 }
 
 }  // namespace

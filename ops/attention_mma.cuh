@@ -57,18 +57,6 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t r[4], const void *p) {
                : "r"(smem_addr(p)));
 }
 
-/* Two adjacent floats added to global memory in one reduction (sm_90: red.v2.f32): a warp's
- * accumulator rows land as whole 32-byte sectors, half the instructions of scalar atomics
- * (older GPUs: two scalar atomics). p must be 8-byte aligned. */
-__device__ __forceinline__ void red_add_f32x2(float *p, float a, float b) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
-#else
-  atomicAdd(p, a);
-  atomicAdd(p + 1, b);
-#endif
-}
-
 /* Four adjacent floats added in one reduction (sm_90: red.v4.f32); p 16-byte aligned. */
 __device__ __forceinline__ void red_add_f32x4(float *p, float a, float b, float c, float d) {
 #if __CUDA_ARCH__ >= 900

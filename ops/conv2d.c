@@ -16,10 +16,8 @@ nt_status nt_conv2d_backward_cuda(nt_ctx *ctx, const nt_tensor *dy, const nt_ten
 
 typedef struct { int64_t N, Cin, H, W, Cout, KH, KW, OH, OW; } conv_dims;
 
-int nt_conv2d_chunk_images(int n, int64_t rows, double bytes) {
+int nt_conv2d_chunk_images(int n, int64_t rows, double bytes, double mb) {
   if (n < 1) return 1;
-  const char *e = getenv("NT_CONV_L2_MB");
-  const double mb = e && *e ? atof(e) : -1.0;
   if (mb == 0.0) return n;
   double k;  /* images per chunk before balancing */
   if (mb > 0.0) {

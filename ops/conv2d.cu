@@ -15,7 +15,7 @@
  *   relu backward: relu'(y) masks dy as the permute (dyp), the dx unfold and the db-only sum
  *             read it, so dz is never stored.
  * Every product works through the batch in chunks of n images (nt_conv2d_chunk_images: about
- * 8 MiB of scratch or 16k GEMM rows, at most 16 MiB; NT_CONV_L2_MB overrides): one im2col /
+ * 8 MiB of scratch or 16k GEMM rows, at most 16 MiB; the option conv_l2_mb overrides): one im2col /
  * permute and one GEMM per chunk into scratch reused by the next chunk, dWp accumulating over
  * the chunks (beta 1), so the scratch no longer grows with the batch (the CNN's 32->32 conv at
  * batch 128 took a 58 MB col buffer). Scratch comes from the context's pool and is released
@@ -285,7 +285,8 @@ nt_status batched_conv_gemm(nt_ctx *ctx, const nt_tensor *wp, void *col, void *D
 template <typename T>
 nt_status conv_chunks(nt_ctx *ctx, const nt_tensor *wp, const T *in, const T *mask, T *out,
                       const geom &g, float beta, bool relu) {
-  const int nc = nt_conv2d_chunk_images(g.N, g.P(), (double)g.P() * g.Kp * sizeof(T));
+  const int nc = nt_conv2d_chunk_images(g.N, g.P(), (double)g.P() * g.Kp * sizeof(T),
+                                        nt_ctx_opts(ctx)->conv_l2_mb);
   const long in_img = (long)g.C * g.H * g.W, out_img = (long)wp->shape[0] * g.P();
   nt_tensor col = {};
   nt_status st = alloc(ctx, &col, wp->dtype, 2, (long)nc * g.P(), g.Kp);
@@ -355,7 +356,8 @@ nt_status grad_chunks(nt_ctx *ctx, const nt_tensor *dy, const T *mask, const nt_
   const double col_img = dw ? (double)P * f.Kp * sizeof(T) : 0.0,
                dcol_img = dx_col2im ? (double)P * f.K * sizeof(float) : 0.0;
   const double buf_img = col_img > dcol_img ? col_img : dcol_img;
-  const int nc = nt_conv2d_chunk_images(f.N, P, (double)out_img * sizeof(T) + buf_img);
+  const int nc = nt_conv2d_chunk_images(f.N, P, (double)out_img * sizeof(T) + buf_img,
+                                        nt_ctx_opts(ctx)->conv_l2_mb);
   const size_t buf_bytes = (size_t)(buf_img * nc);
   nt_tensor dyp = {}, buf = {}, dwp = {}, w2;
   nt_status st = alloc(ctx, &dyp, x->dtype, 2, Cout, (long)nc * P);

@@ -16,10 +16,10 @@ NT_EXTERN_C_BEGIN
 #define NT_CONV_CHUNK_MAX_BYTES ((double)(16 << 20))
 
 /* Images per chunk for a batch of n images, each adding `rows` GEMM rows and `bytes` of
- * scratch. NT_CONV_L2_MB=m overrides the default: m > 0 bounds a chunk's scratch to m MiB
- * (down to one image per chunk), m = 0 takes the whole batch in one chunk (no bound). Always
- * in 1..n (1 when n < 1). */
-int nt_conv2d_chunk_images(int n, int64_t rows, double bytes);
+ * scratch. l2_mb (the context option conv_l2_mb) < 0: the default above; l2_mb > 0 bounds a
+ * chunk's scratch to that many MiB (down to one image per chunk); 0 takes the whole batch in
+ * one chunk (no bound). Always in 1..n (1 when n < 1). */
+int nt_conv2d_chunk_images(int n, int64_t rows, double bytes, double l2_mb);
 
 NT_EXTERN_C_END
 #endif

@@ -4,7 +4,7 @@
  * op(B) is [K, N] (B is [N, K] when trans_b); D is [M, N]. 3-D tensors [batch, ., .] are a
  * batched strided product (A or B may have batch 1 to broadcast). Inputs F32, F16, BF16, or
  * FP8 (E4M3/E5M2, Hopper only; CPU emulates); D is F32, F16 or BF16. Accumulation in fp32;
- * F32 inputs use TF32 when nt_ctx_allow_tf32(ctx). A plan per (shape, dtypes, epilogue) is
+ * F32 inputs use TF32 per the call's option tf32 (below). A plan per (shape, dtypes, epilogue) is
  * cached in the context: the hot path creates no descriptors. */
 #ifndef NT_OPS_GEMM_H
 #define NT_OPS_GEMM_H
@@ -21,6 +21,12 @@ typedef enum {
                          gradient of dW = dY^T @ X (A = dY, trans_a) in the same launch */
 } nt_gemm_epilogue;
 
+/* TF32 tensor ops for F32 inputs on the GPU (10-bit mantissa products, fp32 accumulation):
+ * DEFAULT follows the context's default, which the precision policy sets (nt_policy_apply:
+ * on under "tf32", off otherwise); OFF and ON decide for this product alone. Other input
+ * dtypes and the CPU ignore it. */
+typedef enum { NT_TF32_DEFAULT = 0, NT_TF32_OFF, NT_TF32_ON } nt_gemm_tf32;
+
 typedef struct {
   bool trans_a, trans_b;
   float alpha;                 /* 0 is read as 1 unless alpha_set (zero-init convenience) */
@@ -34,9 +40,10 @@ typedef struct {
    * multiplied back by scale_inv_a * scale_inv_b. Pointers that are not 16-byte aligned
    * (cuBLASLt refuses them at launch) are staged into aligned slots on the stream. */
   const float *scale_inv_a, *scale_inv_b;
+  nt_gemm_tf32 tf32;
 } nt_gemm_opts;
 
-/* Defaults: no transposes, alpha 1, beta 0, no epilogue. */
+/* Defaults: no transposes, alpha 1, beta 0, no epilogue, TF32 as the context's default. */
 nt_gemm_opts nt_gemm_defaults(void);
 
 /* Rules (the same on the CPU and the GPU, so a CPU run rejects what a GPU run would):
@@ -54,11 +61,12 @@ nt_gemm_opts nt_gemm_defaults(void);
  * product followed by a small kernel (same results within rounding). BGRADA's fused bias
  * gradient is written by cuBLASLt into a per-plan scratch vector and then added to bias_grad.
  * Plans (descriptors, layouts and the chosen algorithm) are cached per context; with
- * autotuning (default on for CUDA contexts, NT_GEMM_AUTOTUNE=0 turns it off) the first call of
- * a new shape times candidate algorithms once each, then those within 1.3x of the fastest
- * (3 samples of 5 runs each, taken round-robin, median), and keeps the fastest. That call
- * waits for the GPU: a one-time cost per shape. While the stream is being captured into a CUDA
- * graph the heuristic's first choice is used instead. The candidates (NT_GEMM_SEARCH):
+ * autotuning (default on for CUDA contexts; the context option gemm_autotune, core/ctx.h) the
+ * first call of a new shape times candidate algorithms once each, then those within 1.3x of
+ * the fastest (3 samples of 5 runs each, taken round-robin, median), and keeps the fastest.
+ * That call waits for the GPU: a one-time cost per shape. While the stream is being captured
+ * into a CUDA graph the heuristic's first choice is used instead. The candidates (option
+ * gemm_search):
  *   0  cuBLASLt's top 32 heuristic candidates only;
  *   1  (default) the same for products under 1 GFLOP; at or above, a widened search: the
  *      heuristic's top 128, its best configurations per algorithm id, every tile x stages
@@ -69,11 +77,11 @@ nt_gemm_opts nt_gemm_defaults(void);
  *      configuration from outside the heuristic's list is first checked against the heuristic's
  *      kernel on the same inputs (rejected beyond the dtype's tolerance);
  *   2  the widened search on every shape, with larger limits (diagnosis; can take minutes).
- * NT_GEMM_SEARCH_VERIFY=1 checks every searched candidate's result, not only the kept one;
- * NT_GEMM_SEARCH_PICK=splitk keeps the fastest split-K configuration when one runs (tests).
- * NT_LOG=debug logs each new plan: the candidates' times, the configuration kept (algo id,
- * tile, stages, split-K, reduction, swizzle, custom option, cluster) and its time against the
- * heuristic's best.
+ * Option gemm_search_verify checks every searched candidate's result, not only the kept one.
+ * Products of gemm_untuned_gflop (default 100) GFLOP or more keep the heuristic's first choice
+ * untimed. Log level debug (option log) logs each new plan: the candidates' times, the
+ * configuration kept (algo id, tile, stages, split-K, reduction, swizzle, custom option,
+ * cluster) and its time against the heuristic's best.
  * FP8 with beta 0 passes C as NULL (CUDA 13's cuBLASLt refuses FP8 with C aliasing D); FP8
  * with beta != 0 runs in place, or reads C from a copy of D where cuBLASLt refuses that. */
 nt_status nt_gemm(nt_ctx *ctx, const nt_tensor *A, const nt_tensor *B, nt_tensor *D,
@@ -86,7 +94,7 @@ typedef struct {
   uint64_t hits, misses;      /* lookups */
   uint64_t autotuned;         /* plans whose algorithm was picked by timing */
   uint64_t split_epilogues;   /* plans that run the epilogue as a separate kernel */
-  uint64_t searched;          /* plans tuned with the widened search (NT_GEMM_SEARCH) */
+  uint64_t searched;          /* plans tuned with the widened search (gemm_search) */
   uint64_t search_won;        /* of those, plans keeping a configuration outside the heuristic's
                                  top 32 */
   uint64_t search_timed;      /* configurations timed by the widened search, all plans */

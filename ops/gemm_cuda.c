@@ -8,11 +8,7 @@
  * A plan holds the matmul descriptor, the three layouts and the algorithm; it is keyed by
  * everything that shapes those (sizes, strides, transposes, dtypes, epilogue, alpha/beta
  * special values, TF32, pointer alignments), so a cache hit only sets the per-call pointers
- * (bias, aux, FP8 scales) on the cached descriptor and launches.
- *
- * NT_GEMM_ROWORDER=1 also times the same product posed in other layouts (ORDER_ROW, the other
- * orientation; gemm_lt.h's NT_GEMM_FORM_*), for plans without a cuBLASLt epilogue; a plan keeps
- * whichever formulation's kernel is fastest (checked against its own heuristic's result). */
+ * (bias, aux, FP8 scales) on the cached descriptor and launches. */
 #ifdef NT_HAVE_CUDA
 #include "core/ctx_internal.h"
 #include "core/cuda_util.h"
@@ -35,13 +31,6 @@ static void plan_free(nt_ctx *ctx, plan *p) {
   if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
   if (p->ld) cublasLtMatrixLayoutDestroy(p->ld);
   if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
-  for (int f = 0; f < NT_GEMM_NFORMS; f++) {
-    lt_form *F = &p->forms[f];
-    if (F->desc) cublasLtMatmulDescDestroy(F->desc);
-    if (F->la) cublasLtMatrixLayoutDestroy(F->la);
-    if (F->lb) cublasLtMatrixLayoutDestroy(F->lb);
-    if (F->ld) cublasLtMatrixLayoutDestroy(F->ld);
-  }
   nt_free(ctx, p->bgrad);
   free(p);
 }
@@ -68,27 +57,11 @@ static nt_status get_cache(nt_ctx *ctx, gemm_cache **out) {
     free(c);
     return NT_ERROR(ctx, NT_ERR_OOM, "gemm: out of host memory for the plan cache");
   }
-  const char *env = getenv("NT_GEMM_AUTOTUNE");
-  c->autotune = !(env && env[0] == '0');
-  if (!nt_gemm_search_parse(getenv("NT_GEMM_SEARCH"), &c->search))
-    nt_log(ctx, NT_LOG_WARN, "gemm: NT_GEMM_SEARCH=%s is not 0, 1 or 2; using %d",
-           getenv("NT_GEMM_SEARCH"), c->search);
-  env = getenv("NT_GEMM_SEARCH_VERIFY");
-  c->verify_all = env && env[0] == '1';
-  env = getenv("NT_GEMM_SEARCH_PICK");
-  c->pick_splitk = env && !strcmp(env, "splitk");
-  c->untuned_flop = NT_GEMM_UNTUNED_FLOP;
-  if ((env = getenv("NT_GEMM_UNTUNED_GFLOP")) && env[0]) {
-    char *end = NULL;
-    double v = strtod(env, &end);
-    if (end && !*end && v > 0)
-      c->untuned_flop = v * 1e9;
-    else
-      nt_log(ctx, NT_LOG_WARN, "gemm: NT_GEMM_UNTUNED_GFLOP=%s is not a positive number; using "
-             "%g", env, NT_GEMM_UNTUNED_FLOP * 1e-9);
-  }
-  env = getenv("NT_GEMM_ROWORDER");
-  c->roworder = env && (env[0] == '1' || env[0] == '2') && !env[1] ? env[0] - '0' : 0;
+  const nt_ctx_options *o = nt_ctx_opts(ctx);
+  c->autotune = o->gemm_autotune;
+  c->search = o->gemm_search;
+  c->verify_all = o->gemm_search_verify;
+  c->untuned_flop = o->gemm_untuned_gflop * 1e9;
   int major = 0, minor = 0;
   nt_status st = NT_CUDA(ctx, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
                                                      ctx->device.index));
@@ -212,7 +185,7 @@ static void describe_plan(nt_ctx *ctx, const plan *pl, const nt_gemm_problem *p,
            "cuBLASLt m %lld n %lld k %lld batch %lld; A (our B) %s op %s ld %lld align %d; "
            "B (our A) %s op %s ld %lld align %d; C %s; D %s ld %lld align %d; epilogue %d%s, "
            "bias %s; scale pointers A %s B %s; alpha %g beta %g; heuristic %s, %d candidate(s)%s%s;"
-           " workspace %zu bytes; formulation %s",
+           " workspace %zu bytes",
            (long long)k->m, (long long)k->n, (long long)k->k, (long long)k->batch,
            lt_type_name(k->ta), k->opa == CUBLAS_OP_T ? "T" : "N", (long long)k->lda, k->align_a,
            lt_type_name(k->tb), k->opb == CUBLAS_OP_T ? "T" : "N", (long long)k->ldb, k->align_b,
@@ -225,7 +198,7 @@ static void describe_plan(nt_ctx *ctx, const plan *pl, const nt_gemm_problem *p,
            pl->n_algos, pl->launch_status != CUBLAS_STATUS_SUCCESS ? ", autotune launch: " : "",
            pl->launch_status != CUBLAS_STATUS_SUCCESS ? cublasLtGetStatusString(pl->launch_status)
                                                       : "",
-           ctx->workspace_bytes, nt_gemm_form_name[pl->form]);
+           ctx->workspace_bytes);
 }
 
 static const void *bias_ptr(const nt_gemm_problem *p) {
@@ -260,7 +233,9 @@ static nt_status make_key(nt_ctx *ctx, const gemm_cache *c, const nt_gemm_proble
   k->epi = p->o->epilogue;
   k->beta_zero = p->o->beta == 0.0f;
   k->alpha_one = p->alpha == 1.0f;
-  k->tf32 = p->A->dtype == NT_F32 && nt_ctx_allow_tf32(ctx);
+  const nt_gemm_tf32 tf = p->o->tf32;
+  k->tf32 = p->A->dtype == NT_F32 &&
+            (tf == NT_TF32_ON || (tf == NT_TF32_DEFAULT && nt_ctx_allow_tf32(ctx)));
   const void *bias = bias_ptr(p);
   k->has_bias = bias != NULL;
   k->tbias = bias ? (int32_t)p->o->bias->dtype : -1;
@@ -295,22 +270,17 @@ static nt_status make_key(nt_ctx *ctx, const gemm_cache *c, const nt_gemm_proble
   return NT_OK;
 }
 
-/* A stored matrix: r x c column-major, or (row) the same memory read as ORDER_ROW, which is
- * its transpose: c x r with the same leading dim. */
-static nt_status layout_stored(nt_ctx *ctx, gemm_cache *c, cublasLtMatrixLayout_t *l,
-                               nt_dtype dt, bool row, int64_t r, int64_t cc, int64_t ld,
-                               int64_t batch, int64_t stride) {
-  cudaDataType_t t = nt_gemm_lt_type(dt);
-  nt_status st = LT(ctx, cublasLtMatrixLayoutCreate(l, t, (uint64_t)(row ? cc : r),
-                                                    (uint64_t)(row ? r : cc), ld));
+/* The stored matrix is rows x cols column-major for op N, cols x rows for op T. */
+static nt_status make_layout(nt_ctx *ctx, gemm_cache *c, cublasLtMatrixLayout_t *l,
+                             nt_dtype dt, int32_t op, int64_t rows, int64_t cols, int64_t ld,
+                             int64_t batch, int64_t stride) {
+  nt_status st = LT(ctx, cublasLtMatrixLayoutCreate(l, nt_gemm_lt_type(dt),
+                                                    (uint64_t)(op == CUBLAS_OP_N ? rows : cols),
+                                                    (uint64_t)(op == CUBLAS_OP_N ? cols : rows),
+                                                    ld));
   if (st) return st;
   c->stats.descriptors++;
-  if (row) {
-    int32_t order = CUBLASLT_ORDER_ROW;
-    st = LT(ctx, cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_ORDER, &order,
-                                                  sizeof order));
-  }
-  if (!st && batch > 1) {
+  if (batch > 1) {
     int32_t n = (int32_t)batch;
     st = LT(ctx, cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &n,
                                                   sizeof n));
@@ -319,14 +289,6 @@ static nt_status layout_stored(nt_ctx *ctx, gemm_cache *c, cublasLtMatrixLayout_
                               sizeof stride));
   }
   return st;
-}
-
-static nt_status make_layout(nt_ctx *ctx, gemm_cache *c, cublasLtMatrixLayout_t *l,
-                             nt_dtype dt, int32_t op, int64_t rows, int64_t cols, int64_t ld,
-                             int64_t batch, int64_t stride) {
-  /* The stored matrix is rows x cols for op N, cols x rows for op T. */
-  return layout_stored(ctx, c, l, dt, false, op == CUBLAS_OP_N ? rows : cols,
-                       op == CUBLAS_OP_N ? cols : rows, ld, batch, stride);
 }
 
 nt_status nt_gemm_lt_pref(nt_ctx *ctx, gemm_cache *c, const plan_key *k,
@@ -417,103 +379,9 @@ fail:
   return st;
 }
 
-const char *const nt_gemm_form_name[NT_GEMM_NFORMS] = {"T.col", "T.row", "D.row", "D.col"};
-
-static bool form_swaps(int form) { return form == NT_GEMM_FORM_DROW || form == NT_GEMM_FORM_DCOL; }
-
-bool nt_gemm_lt_forms_ok(const plan *pl) {
-  return pl->desc && pl->lt_epi == CUBLASLT_EPILOGUE_DEFAULT && !pl->lc && !pl->key.has_scale &&
-         !is_fp8((nt_dtype)pl->key.ta) && !is_fp8((nt_dtype)pl->key.tb);
-}
-
-/* Formulation f's descriptor and layouts, from the plan's own (column-major, cuBLASLt's A our
- * op(B)^T, its B our op(A)^T, its D our D^T). Reading a matrix as ORDER_ROW transposes it, so
- * its op flips; the other orientation computes (D^T)^T = op(A) op(B): cuBLASLt's A and B swap
- * roles, both ops flip, and D is read as ORDER_ROW. */
-static nt_status form_build(nt_ctx *ctx, gemm_cache *c, plan *pl, const nt_gemm_problem *p,
-                            int f) {
-  const plan_key *k = &pl->key;
-  lt_form *F = &pl->forms[f];
-  bool swap = form_swaps(f), row = f == NT_GEMM_FORM_TROW || f == NT_GEMM_FORM_DROW;
-  struct {
-    nt_dtype dt;
-    int32_t op;
-    int64_t r, c, ld, stride;  /* the plan's stored (column-major) matrix */
-  } X[2] = {{p->B->dtype, k->opa, k->opa == CUBLAS_OP_N ? k->m : k->k,
-             k->opa == CUBLAS_OP_N ? k->k : k->m, k->lda, k->sa},
-            {p->A->dtype, k->opb, k->opb == CUBLAS_OP_N ? k->k : k->n,
-             k->opb == CUBLAS_OP_N ? k->n : k->k, k->ldb, k->sb}};
-  cublasOperation_t op[2];
-  cublasLtMatrixLayout_t *l[2] = {&F->la, &F->lb};
-  nt_status st = NT_OK;
-  for (int i = 0; i < 2 && !st; i++) {
-    int j = swap ? 1 - i : i;  /* the plan's operand that becomes this form's A (0) or B (1) */
-    bool flip = swap != row;
-    op[i] = (cublasOperation_t)(flip ? (X[j].op == CUBLAS_OP_N ? CUBLAS_OP_T : CUBLAS_OP_N)
-                                     : X[j].op);
-    st = layout_stored(ctx, c, l[i], X[j].dt, row, X[j].r, X[j].c, X[j].ld, k->batch,
-                       X[j].stride);
-  }
-  if (!st) st = layout_stored(ctx, c, &F->ld, p->D->dtype, swap, k->m, k->n, k->ldd, k->batch,
-                              k->sd);
-  if (!st) st = LT(ctx, cublasLtMatmulDescCreate(&F->desc, nt_gemm_lt_compute(k), CUDA_R_32F));
-  if (!st) c->stats.descriptors++;
-  if (!st) st = SET(ctx, F->desc, CUBLASLT_MATMUL_DESC_TRANSA, op[0]);
-  if (!st) st = SET(ctx, F->desc, CUBLASLT_MATMUL_DESC_TRANSB, op[1]);
-  return st;
-}
-
-nt_status nt_gemm_lt_form_heuristic(nt_ctx *ctx, gemm_cache *c, plan *pl,
-                                    const nt_gemm_problem *p, int form,
-                                    cublasLtMatmulHeuristicResult_t *res, int max, int *n) {
-  *n = 0;
-  if (form <= NT_GEMM_FORM_TCOL || form >= NT_GEMM_NFORMS || !nt_gemm_lt_forms_ok(pl))
-    return NT_OK;
-  lt_form *F = &pl->forms[form];
-  nt_status st = NT_OK;
-  /* Layouts cuBLASLt refuses to create leave nothing usable: no candidates, no error. */
-  if (!F->desc && (st = form_build(ctx, c, pl, p, form))) {
-    nt_log(ctx, NT_LOG_DEBUG, "gemm: formulation %s not built: %s", nt_gemm_form_name[form],
-           nt_last_error(ctx));
-    nt_clear_error(ctx);
-    return NT_OK;
-  }
-  plan_key k = pl->key;  /* the preference's alignments follow the operands */
-  if (form_swaps(form)) {
-    k.align_a = pl->key.align_b;
-    k.align_b = pl->key.align_a;
-  }
-  cublasLtMatmulPreference_t pref = NULL;
-  if ((st = nt_gemm_lt_pref(ctx, c, &k, &pref))) return st;
-  cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)ctx->cublaslt, F->desc,
-                                                     F->la, F->lb, F->ld, F->ld, pref, max, res,
-                                                     n);
-  cublasLtMatmulPreferenceDestroy(pref);
-  nt_log(ctx, NT_LOG_DEBUG, "gemm M %lld N %lld K %lld: formulation %s: heuristic %s, %d "
-         "candidate(s)", (long long)p->M, (long long)p->N, (long long)p->K,
-         nt_gemm_form_name[form], cublasLtGetStatusString(hs), hs ? 0 : *n);
-  if (hs != CUBLAS_STATUS_SUCCESS) *n = 0;
-  return NT_OK;
-}
-
-int nt_gemm_lt_plans_in_other_forms(nt_ctx *ctx) {
-  gemm_cache *c = ctx->gemm_cache;
-  int n = 0;
-  for (size_t i = 0; c && i < c->cap; i++) n += c->slots[i] && c->slots[i]->form != 0;
-  return n;
-}
-
-cublasStatus_t nt_gemm_lt_launch(nt_ctx *ctx, const plan *pl, const nt_gemm_problem *p, int form,
+cublasStatus_t nt_gemm_lt_launch(nt_ctx *ctx, const plan *pl, const nt_gemm_problem *p,
                                  const cublasLtMatmulAlgo_t *algo, void *d_out, const void *c_in) {
   float alpha = p->alpha, beta = p->o->beta;
-  if (form != NT_GEMM_FORM_TCOL) {  /* no C layout of its own here (nt_gemm_lt_forms_ok) */
-    const lt_form *F = &pl->forms[form];
-    bool swap = form_swaps(form);
-    return cublasLtMatmul((cublasLtHandle_t)ctx->cublaslt, F->desc, &alpha,
-                          swap ? p->A->data : p->B->data, F->la, swap ? p->B->data : p->A->data,
-                          F->lb, &beta, d_out, F->ld, d_out, F->ld, algo, ctx->workspace,
-                          ctx->workspace_bytes, nt_cuda_stream(ctx));
-  }
   return cublasLtMatmul((cublasLtHandle_t)ctx->cublaslt, pl->desc, &alpha, p->B->data, pl->la,
                         p->A->data, pl->lb, &beta, pl->lc ? c_in : d_out,
                         nt_gemm_lt_c_layout(pl), d_out, pl->ld, algo, ctx->workspace,
@@ -563,7 +431,7 @@ static nt_status run_matmul(nt_ctx *ctx, gemm_cache *c, plan *pl, const nt_gemm_
                                         nt_cuda_stream(ctx)));
       if (st) break;
     }
-    s = nt_gemm_lt_launch(ctx, pl, p, pl->form, &pl->algo, p->D->data, copy);
+    s = nt_gemm_lt_launch(ctx, pl, p, &pl->algo, p->D->data, copy);
     if (!may_copy_c(pl, s)) break;
     if ((st = use_c_copy(ctx, c, pl))) break;
   }
@@ -572,10 +440,10 @@ static nt_status run_matmul(nt_ctx *ctx, gemm_cache *c, plan *pl, const nt_gemm_
   return s == CUBLAS_STATUS_SUCCESS ? NT_OK : launch_error(ctx, pl, p, s);
 }
 
-/* NT_LOG=debug: each new plan with the kernel configuration it runs (to compare with what
+/* Log level debug: each new plan with the kernel configuration it runs (to compare with what
  * CUBLASLT_LOG_LEVEL shows for torch). */
 static void log_plan(nt_ctx *ctx, const plan *pl, const nt_gemm_problem *p) {
-  if (ctx->log_level < NT_LOG_DEBUG) return;
+  if (ctx->opts.log < NT_LOG_DEBUG) return;
   char desc[640], algo[160];
   describe_plan(ctx, pl, p, desc, sizeof desc);
   nt_gemm_lt_describe_algo(&pl->algo, algo, sizeof algo);

@@ -25,13 +25,8 @@ void nt_gemm_tanh_gelu(float x, float *gelu, float *dgelu);
 
 /* ---- The autotuner's widened search (gemm_search.c); these parts are plain C, CPU-tested. */
 
-/* NT_GEMM_SEARCH: unset or empty -> 1; "0", "1", "2" -> that mode; else 1 and false. */
-bool nt_gemm_search_parse(const char *env, int *mode);
 /* Products of at least this many floating-point operations get the widened search in mode 1. */
 #define NT_GEMM_SEARCH_MIN_FLOP 1e9
-/* From here up (100 GFLOP, ~130 us on an H200) the autotuner keeps the heuristic's first
- * choice without timing (gemm_tune.c says why). */
-#define NT_GEMM_UNTUNED_FLOP 1e11
 bool nt_gemm_search_wide(int mode, double flop);
 /* How far two cuBLASLt kernels' results may differ (relative norm) for inputs `in`, D `out`. */
 double nt_gemm_search_tol(nt_dtype in, nt_dtype out, bool tf32);

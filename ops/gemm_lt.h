@@ -10,22 +10,6 @@
  * the widened search asks for more (gemm_search.c). */
 #define NT_GEMM_HEURISTIC_CANDIDATES 32
 
-/* The same product posed to cuBLASLt in other layouts (NT_GEMM_ROWORDER; bench/gemm_probe.c
- * times them all). TCOL is the plan's own (top of gemm_cuda.c: D^T = op(B)^T op(A)^T, every
- * matrix column-major). TROW: the same with cuBLASLt's A and B described as CUBLASLT_ORDER_ROW
- * (a column-major matrix's memory read row-major is its transpose, so the op flips). DROW:
- * D = op(A) op(B) directly, cuBLASLt's A our A, every matrix ORDER_ROW. DCOL: D = op(A) op(B),
- * A and B column-major (ops flipped), C and D ORDER_ROW. Only plans with no cuBLASLt epilogue
- * and no FP8 (nt_gemm_lt_forms_ok): bias and aux vectors would change orientation. */
-enum { NT_GEMM_FORM_TCOL, NT_GEMM_FORM_TROW, NT_GEMM_FORM_DROW, NT_GEMM_FORM_DCOL,
-       NT_GEMM_NFORMS };
-extern const char *const nt_gemm_form_name[NT_GEMM_NFORMS];
-
-typedef struct {
-  cublasLtMatmulDesc_t desc;
-  cublasLtMatrixLayout_t la, lb, ld;  /* C is D (in place) */
-} lt_form;
-
 typedef struct {
   int64_t m, n, k, batch;          /* cuBLASLt's: m = our N, n = our M */
   int64_t lda, ldb, ldd, ldx;
@@ -57,8 +41,6 @@ typedef struct {
   nt_dtype bgrad_dt;
   cublasStatus_t heuristic_status;   /* of the last heuristic query, for error messages */
   cublasLtEpilogue_t lt_epi;         /* the epilogue on desc */
-  int form;                          /* the formulation algo belongs to (NT_GEMM_FORM_*) */
-  lt_form forms[NT_GEMM_NFORMS];     /* built on demand; [TCOL] unused (desc, la, lb, ld) */
 } plan;
 
 typedef struct {
@@ -66,13 +48,11 @@ typedef struct {
   size_t cap, n;
   nt_gemm_stats stats;
   bool autotune;
-  int search;          /* NT_GEMM_SEARCH: 0 heuristic list only, 1 widened for big shapes, 2 all */
-  bool verify_all;     /* NT_GEMM_SEARCH_VERIFY=1: check every searched candidate's result */
-  bool pick_splitk;    /* NT_GEMM_SEARCH_PICK=splitk: keep the fastest split-K candidate */
-  double untuned_flop; /* NT_GEMM_UNTUNED_GFLOP: products this large keep the heuristic's
-                          first choice untimed (default NT_GEMM_UNTUNED_FLOP) */
-  int roworder;        /* NT_GEMM_ROWORDER: 1 the other formulations' heuristic lists are
-                          timed too, 2 (tests) one of them is kept whenever one verifies */
+  /* From the context's options (core/ctx.h): */
+  int search;          /* gemm_search: 0 heuristic list only, 1 widened for big shapes, 2 all */
+  bool verify_all;     /* gemm_search_verify: check every searched candidate's result */
+  double untuned_flop; /* gemm_untuned_gflop: products this large keep the heuristic's first
+                          choice untimed (gemm_tune.c says why) */
   int cc;              /* compute capability, major * 10 + minor */
   float *fp8_scales;   /* 16-byte aligned device slots for misaligned FP8 scale pointers */
 } gemm_cache;
@@ -103,31 +83,18 @@ cudaDataType_t nt_gemm_lt_type(nt_dtype t);
 nt_status nt_gemm_lt_pref(nt_ctx *ctx, gemm_cache *c, const plan_key *k,
                           cublasLtMatmulPreference_t *out);
 
-/* One product with `algo` (of formulation `form`, built) into d_out; c_in is C when the plan
- * has a C layout of its own (NULL at beta 0, a copy of D for c_copy), otherwise C is d_out,
- * in place. */
-cublasStatus_t nt_gemm_lt_launch(nt_ctx *ctx, const plan *pl, const nt_gemm_problem *p, int form,
+/* One product with `algo` into d_out; c_in is C when the plan has a C layout of its own (NULL
+ * at beta 0, a copy of D for c_copy), otherwise C is d_out, in place. */
+cublasStatus_t nt_gemm_lt_launch(nt_ctx *ctx, const plan *pl, const nt_gemm_problem *p,
                                  const cublasLtMatmulAlgo_t *algo, void *d_out, const void *c_in);
 
-/* Whether the plan's product may run in another formulation (no cuBLASLt epilogue, no FP8). */
-bool nt_gemm_lt_forms_ok(const plan *pl);
-
-/* Builds formulation `form` of the plan (once) and asks its heuristic for up to `max`
- * candidates into res; *n 0 when cuBLASLt offers none or rejects the layouts. */
-nt_status nt_gemm_lt_form_heuristic(nt_ctx *ctx, gemm_cache *c, plan *pl,
-                                    const nt_gemm_problem *p, int form,
-                                    cublasLtMatmulHeuristicResult_t *res, int max, int *n);
-
-/* Tests: how many cached plans run a formulation other than the plan's own. */
-int nt_gemm_lt_plans_in_other_forms(nt_ctx *ctx);
-
-/* Times the heuristic's candidates res[0..n) (and, per NT_GEMM_SEARCH, a widened set of
+/* Times the heuristic's candidates res[0..n) (and, per option gemm_search, a widened set of
  * configurations) and keeps the fastest in pl->algo / pl->ws_needed; *ran tells whether any
  * candidate launched. No-op while the stream is being captured (timing needs a host sync). */
 nt_status nt_gemm_lt_autotune(nt_ctx *ctx, plan *pl, const nt_gemm_problem *p,
                               const cublasLtMatmulHeuristicResult_t *res, int n, bool *ran);
 
-/* NT_LOG=debug: the algorithm's configuration in words ("algo 66 tile 24 stages 35 ..."). */
+/* Log level debug: the algorithm's configuration in words ("algo 66 tile 24 stages 35 ..."). */
 void nt_gemm_lt_describe_algo(const cublasLtMatmulAlgo_t *algo, char *buf, size_t n);
 
 #endif

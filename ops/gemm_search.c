@@ -1,7 +1,7 @@
 /* The GEMM autotuner's candidates: which cuBLASLt configurations a new plan times (gemm_tune.c
  * times them, checks results and keeps the fastest).
  *
- * Candidates, in the order they are timed (NT_GEMM_SEARCH, see gemm.h):
+ * Candidates, in the order they are timed (option gemm_search, see gemm.h):
  *   heur   cuBLASLt's heuristic list: the top 32 (the plan's), then up to 128 / 512 when widened
  *   algo   per algorithm id (cublasLtMatmulAlgoGetIds), the heuristic limited to that id
  *          (CUBLASLT_SEARCH_LIMITED_BY_ALGO_ID): the library's own best configurations of
@@ -12,8 +12,6 @@
  *          CTA swizzle, cluster shape (sm_90+), custom option and stages variants, one attribute
  *          at a time
  *   combo  per base, the best value of every attribute that helped, combined
- *   row    NT_GEMM_ROWORDER: the heuristic lists of the same product in other layouts
- *          (gemm_lt.h's NT_GEMM_FORM_*), timed with the plan's own list; not widened further
  * Every built configuration must pass cublasLtMatmulAlgoCheck with a workspace need within the
  * context's workspace (and, below mode 2, a wave count within WAVES_MAX x the heuristic first
  * choice's). Each is run once untimed (lazy module loading; whether it launches at
@@ -39,16 +37,6 @@
 #include "ops/gemm_internal.h"
 #include <math.h>
 #include <string.h>
-
-bool nt_gemm_search_parse(const char *env, int *mode) {
-  *mode = 1;
-  if (!env || !env[0]) return true;
-  if ((env[0] == '0' || env[0] == '1' || env[0] == '2') && env[1] == '\0') {
-    *mode = env[0] - '0';
-    return true;
-  }
-  return false;
-}
 
 bool nt_gemm_search_wide(int mode, double flop) {
   return mode == 2 || (mode == 1 && flop >= NT_GEMM_SEARCH_MIN_FLOP);
@@ -91,11 +79,11 @@ double nt_gemm_checksum_rel_diff(const double *cand, const double *ref) {
 #include "core/ctx_internal.h"
 #include <stdlib.h>
 
-const char *const nt_gemm_src_name[NSRC] = {"heur", "algo", "enum", "var", "combo", "row"};
+const char *const nt_gemm_src_name[NSRC] = {"heur", "algo", "enum", "var", "combo"};
 
 #define WAVES_MAX 8.0f
 
-/* NT_GEMM_SEARCH 0 (and 1 under 1 GFLOP): the heuristic's 32, as before the search existed. */
+/* gemm_search 0 (and 1 under 1 GFLOP): the heuristic's 32, as before the search existed. */
 static const limits LIM_HEUR = {NT_GEMM_HEURISTIC_CANDIDATES, 0, 0, 0, 0, 0, 0,
                                 NT_GEMM_HEURISTIC_CANDIDATES, NT_GEMM_HEURISTIC_CANDIDATES, 0, 1e30};
 static const limits LIM_WIDE = {128, 8, 160, 3, 192, 4, 3, 640, 8, 20000, 6000.0};
@@ -233,25 +221,6 @@ void nt_gemm_search_add_list(tuner *T, const cublasLtMatmulHeuristicResult_t *re
     if (x) (void)seen_add(T, fnv(&x->cfg, sizeof x->cfg, 2));
     if (T->ref_waves <= 0) T->ref_waves = res[i].wavesCount;
   }
-}
-
-nt_status nt_gemm_search_add_forms(tuner *T) {
-  cublasLtMatmulHeuristicResult_t res[NT_GEMM_HEURISTIC_CANDIDATES];
-  for (int f = NT_GEMM_FORM_TCOL + 1; f < NT_GEMM_NFORMS; f++) {
-    int n = 0;
-    nt_status st = nt_gemm_lt_form_heuristic(T->ctx, T->c, T->pl, T->p, f, res,
-                                             NT_GEMM_HEURISTIC_CANDIDATES, &n);
-    if (st) return st;
-    for (int i = 0; i < n; i++) {
-      if (res[i].state != CUBLAS_STATUS_SUCCESS ||
-          res[i].workspaceSize > T->ctx->workspace_bytes)
-        continue;
-      /* Not entered in `seen`: equal configuration bytes are another kernel in other layouts. */
-      cand *x = push(T, &res[i].algo, res[i].workspaceSize, res[i].wavesCount, SRC_ROW, i);
-      if (x) x->form = (uint8_t)f;
-    }
-  }
-  return NT_OK;
 }
 
 /* A configuration built from attributes: validated by AlgoCheck, new unless its attributes were
@@ -549,8 +518,6 @@ nt_status nt_gemm_search_widen(tuner *T) {
   int *ix = nt_gemm_tune_by_speed(T, &cnt);
   int *bases = malloc((size_t)(T->L->var_bases > 0 ? T->L->var_bases : 1) * sizeof *bases);
   for (int i = 0; ix && bases && i < cnt && nb < T->L->var_bases; i++) {
-    if (T->v[ix[i]].form != NT_GEMM_FORM_TCOL) continue;  /* variants are AlgoCheck'd on the
-                                                             plan's own layouts */
     bool dup = false;
     for (int j = 0; j < nb; j++)
       dup = dup || !memcmp(&T->v[bases[j]].cfg, &T->v[ix[i]].cfg, sizeof(lt_cfg));

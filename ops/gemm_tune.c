@@ -17,7 +17,7 @@
 #define FIRST_MARGIN 0.03f  /* how much faster than the heuristic's first choice a kept one is */
 
 static cublasStatus_t run(tuner *T, const cand *x) {
-  return nt_gemm_lt_launch(T->ctx, T->pl, T->p, x->form, &x->algo, T->dout, T->c_in);
+  return nt_gemm_lt_launch(T->ctx, T->pl, T->p, &x->algo, T->dout, T->c_in);
 }
 
 /* Checksums of one run of x (D, and the fused bias gradient) into host `sums`. */
@@ -116,8 +116,7 @@ nt_status nt_gemm_tune_quick_round(tuner *T) {
     cand *x = &T->v[i];
     if (x->state != ST_NEW) continue;
     /* The heuristic's own top 32 always run; the rest within the count and GPU-time caps. */
-    bool core = (x->src == SRC_HEUR && x->rank < NT_GEMM_HEURISTIC_CANDIDATES) ||
-                x->src == SRC_ROW;
+    bool core = x->src == SRC_HEUR && x->rank < NT_GEMM_HEURISTIC_CANDIDATES;
     bool counted_out = T->timed >= T->L->total_max && x->src != SRC_COMBO;  /* combos: few */
     if (!core && (counted_out || T->gpu_ms > T->L->budget_ms)) {
       x->state = ST_SKIPPED;
@@ -218,11 +217,11 @@ static double now_us(void) {
   return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
 }
 
-/* NT_LOG=debug: the heuristic list's times (as before the search), then the search's summary
- * and its fastest configurations. */
+/* Log level debug: the heuristic list's times (as before the search), then the search's
+ * summary and its fastest configurations. */
 static void log_result(tuner *T, int kept, int heur_best, double us) {
   nt_ctx *ctx = T->ctx;
-  if (ctx->log_level < NT_LOG_DEBUG) return;
+  if (ctx->opts.log < NT_LOG_DEBUG) return;
   const nt_gemm_problem *p = T->p;
   char times[NT_GEMM_HEURISTIC_CANDIDATES * 14 + 1] = "";
   size_t tl = 0;
@@ -238,31 +237,17 @@ static void log_result(tuner *T, int kept, int heur_best, double us) {
     if (w > 0 && (size_t)w < sizeof times - tl) tl += (size_t)w;
   }
   nt_log(ctx, NT_LOG_DEBUG,
-         "gemm autotune: ms per call of the heuristic's %d candidates:%s; kept %s #%d (%s); "
+         "gemm autotune: ms per call of the heuristic's %d candidates:%s; kept %s #%d; "
          "first choice kept unless another is %.0f%% faster", nh, times,
          kept >= 0 ? nt_gemm_src_name[T->v[kept].src] : "none",
-         kept >= 0 ? T->v[kept].rank : -1,
-         nt_gemm_form_name[kept >= 0 ? T->v[kept].form : 0], 100.0 * FIRST_MARGIN);
-  if (T->added[SRC_ROW]) {  /* NT_GEMM_ROWORDER: the other formulations' candidates */
-    char rt[NT_GEMM_HEURISTIC_CANDIDATES * 3 * 20 + 1] = "";
-    size_t rl = 0;
-    for (int i = 0; i < T->n; i++) {
-      const cand *x = &T->v[i];
-      if (x->src != SRC_ROW) continue;
-      int w = snprintf(rt + rl, sizeof rt - rl, " %s#%d:%s%.4f%s", nt_gemm_form_name[x->form],
-                       x->rank, x->tm >= 0 ? "" : "(", (double)(x->tm >= 0 ? x->tm : x->t1),
-                       x->tm >= 0 ? "" : ")");
-      if (w > 0 && (size_t)w < sizeof rt - rl) rl += (size_t)w;
-    }
-    nt_log(ctx, NT_LOG_DEBUG, "gemm autotune: other formulations' candidates (ms):%s", rt);
-  }
+         kept >= 0 ? T->v[kept].rank : -1, 100.0 * FIRST_MARGIN);
   if (!T->wide || kept < 0) return;
   char gk[160], gh[160] = "none";
   nt_gemm_search_cfg_str(&T->v[kept].cfg, gk, sizeof gk);
   float tk = speed_of(&T->v[kept]), th = heur_best >= 0 ? speed_of(&T->v[heur_best]) : 0.0f;
   if (heur_best >= 0) nt_gemm_search_cfg_str(&T->v[heur_best].cfg, gh, sizeof gh);
   nt_log(ctx, NT_LOG_DEBUG,
-         "gemm search M %lld N %lld K %lld batch %lld (NT_GEMM_SEARCH=%d): kept %s #%d [%s] "
+         "gemm search M %lld N %lld K %lld batch %lld (gemm_search %d): kept %s #%d [%s] "
          "%.4f ms, workspace %zu; heuristic best #%d [%s] %.4f ms; speedup %.3fx; configurations "
          "heur %d algo %d enum %d var %d combo %d: timed %d, failed %d, skipped %d, verified %d, "
          "rejected %d; algorithm ids %d, AlgoCheck %ld, pruned by waves %d; quick-round GPU %.0f ms; "
@@ -327,28 +312,6 @@ static nt_status choose(tuner *T, int *kept, int *heur_best) {
   if (!st && first >= 0 && *kept >= 0 && *kept != first &&
       T->v[*kept].tm * (1.0f + FIRST_MARGIN) > T->v[first].tm)
     *kept = first;
-  /* NT_GEMM_SEARCH_PICK=splitk (tests): the fastest split-K configuration that verifies. */
-  for (int i = 0; i < cnt && !st && T->c->pick_splitk; i++) {
-    cand *x = &T->v[ix[i]];
-    if (x->cfg.splitk <= 1 || x->state != ST_TIMED) continue;
-    bool pass = true;
-    if (!x->verified && (st = verify(T, x, &pass))) break;
-    if (pass && x->state == ST_TIMED) {
-      *kept = ix[i];
-      break;
-    }
-  }
-  /* NT_GEMM_ROWORDER=2 (tests): the fastest other-formulation candidate that verifies. */
-  for (int i = 0; i < cnt && !st && T->c->roworder == 2; i++) {
-    cand *x = &T->v[ix[i]];
-    if (x->src != SRC_ROW || x->state != ST_TIMED) continue;
-    bool pass = true;
-    if (!x->verified && (st = verify(T, x, &pass))) break;
-    if (pass && x->state == ST_TIMED) {
-      *kept = ix[i];
-      break;
-    }
-  }
   /* A kept configuration from outside the heuristic's list must match the heuristic's kernel. */
   if (!st && *kept >= 0 && T->v[*kept].src != SRC_HEUR && !T->v[*kept].verified) {
     bool pass = true;
@@ -373,9 +336,8 @@ nt_status nt_gemm_lt_autotune(nt_ctx *ctx, plan *pl, const nt_gemm_problem *p,
   /* A product this large runs at the GPU's power limit, where a short timing does not predict
    * its speed in a training step (bench/gemm_probe.c: the same kernel sustained 1.53 or 1.65 ms
    * from one timing to the next): the heuristic's first choice, cuBLAS's own, is kept. The
-   * exhaustive search (mode 2) and the test modes still time. */
-  if (flop >= c->untuned_flop && c->search != 2 && !c->verify_all && !c->pick_splitk &&
-      c->roworder != 2) {
+   * exhaustive search (mode 2) and the verifying test mode still time. */
+  if (flop >= c->untuned_flop && c->search != 2 && !c->verify_all) {
     nt_log(ctx, NT_LOG_DEBUG, "gemm autotune: M %lld N %lld K %lld (%.3g GFLOP) keeps the "
            "heuristic's first choice untimed", (long long)p->M, (long long)p->N,
            (long long)p->K, flop * 1e-9);
@@ -435,12 +397,10 @@ nt_status nt_gemm_lt_autotune(nt_ctx *ctx, plan *pl, const nt_gemm_problem *p,
   }
   if ((st = NT_CUDA(ctx, cudaEventCreate(&T.e0))) || (st = NT_CUDA(ctx, cudaEventCreate(&T.e1))))
     goto done;
-  bool forms = c->roworder && nt_gemm_lt_forms_ok(pl);
-  if ((T.wide || c->verify_all || c->pick_splitk || forms) &&
+  if ((T.wide || c->verify_all) &&
       (st = nt_alloc(ctx, 2 * NT_GEMM_NSUMS * sizeof(double), (void **)&T.sums_dev)))
     goto done;
   nt_gemm_search_add_list(&T, res, n);
-  if (forms && (st = nt_gemm_search_add_forms(&T))) goto done;
   for (int i = 0; i < n; i++)  /* an offered candidate the heuristic marks unusable */
     if (res[i].state != CUBLAS_STATUS_SUCCESS && pl->launch_status == CUBLAS_STATUS_SUCCESS)
       pl->launch_status = res[i].state;
@@ -468,7 +428,6 @@ nt_status nt_gemm_lt_autotune(nt_ctx *ctx, plan *pl, const nt_gemm_problem *p,
   if (kept >= 0) {
     const cand *x = &T.v[kept];
     pl->algo = x->algo;
-    pl->form = x->form;
     pl->ws_needed = x->ws;
     pl->chosen = x->src == SRC_HEUR ? x->rank : -1;
     if (n_launched > 1) c->stats.autotuned++;  /* picked by timing among several */

@@ -5,8 +5,7 @@
 #ifdef NT_HAVE_CUDA
 #include "ops/gemm_lt.h"
 
-/* row: another formulation's heuristic list (NT_GEMM_ROWORDER, gemm_lt.h) */
-enum { SRC_HEUR, SRC_ALGO, SRC_ENUM, SRC_VAR, SRC_COMBO, SRC_ROW, NSRC };
+enum { SRC_HEUR, SRC_ALGO, SRC_ENUM, SRC_VAR, SRC_COMBO, NSRC };
 extern const char *const nt_gemm_src_name[NSRC];
 enum { ST_NEW, ST_TIMED, ST_FAILED, ST_SKIPPED, ST_REJECTED };
 /* The attribute a variant changes (combos merge the best of each). */
@@ -29,7 +28,6 @@ typedef struct {
   int rank;       /* position in the heuristic's list (heur), else -1 */
   int base;       /* var: the candidate it varies; else -1 */
   uint8_t src, state, group, verified;
-  uint8_t form;   /* NT_GEMM_FORM_*: the layouts algo was chosen for (TCOL but for src row) */
 } cand;
 
 typedef struct {
@@ -83,8 +81,6 @@ const limits *nt_gemm_search_limits(bool wide, bool all);
 
 /* Candidates (gemm_search.c). The plan's own heuristic list, as returned. */
 void nt_gemm_search_add_list(tuner *T, const cublasLtMatmulHeuristicResult_t *res, int n);
-/* NT_GEMM_ROWORDER: the other formulations' heuristic lists (src row). */
-nt_status nt_gemm_search_add_forms(tuner *T);
 /* The widened search: more heuristic results, per-algorithm results, enumerated
  * configurations and variants, each batch timed by nt_gemm_tune_quick_round. */
 nt_status nt_gemm_search_widen(tuner *T);

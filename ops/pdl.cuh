@@ -4,12 +4,12 @@
  * pdl_wait() in every block before it touches global memory (the wait returns once the grids
  * before it have completed and their writes are visible), and may call pdl_trigger() to let the
  * kernel after it be scheduled before it completes itself. Both are no-ops below sm_90 and in
- * a kernel launched the ordinary way. NT_PDL=0 launches every kernel the ordinary way.
+ * a kernel launched the ordinary way. Callers pass the context's option pdl (core/ctx.h):
+ * false launches every kernel the ordinary way.
  * Attention forward+backward on the H200, 10 queued calls: 0.3798 against 0.3852 ms at
  * (16, 12, 1024, 64), 0.1124 against 0.1175 ms at (64, 6, 256, 64). */
 #ifndef NT_OPS_PDL_CUH
 #define NT_OPS_PDL_CUH
-#include <stdlib.h>
 #include <utility>
 #include <cuda_runtime.h>
 
@@ -25,11 +25,10 @@ __device__ __forceinline__ void pdl_trigger() {
 }
 
 /* kernel<<<grid, block, smem, s>>>(args...), with the programmatic-serialisation attribute
- * when `allowed` (the caller knows the device is sm_90 or newer) and NT_PDL is not 0. */
+ * when `allowed` (the caller knows the device is sm_90 or newer and the option is on). */
 template <typename... KArgs, typename... Args>
 cudaError_t pdl_launch(bool allowed, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
                        cudaStream_t s, Args &&...args) {
-  const char *e = getenv("NT_PDL");
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
@@ -39,7 +38,7 @@ cudaError_t pdl_launch(bool allowed, void (*kernel)(KArgs...), dim3 grid, dim3 b
   cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
   cfg.attrs = attr;
-  cfg.numAttrs = allowed && !(e && atoi(e) == 0) ? 1 : 0;
+  cfg.numAttrs = allowed ? 1 : 0;
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 

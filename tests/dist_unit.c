@@ -7,7 +7,7 @@
 #include "dist/comm.h"
 #include "dist/fsdp.h"
 #include "dist/launch.h"
-#include "dist/launch_env.h"
+#include "tools/launch_env.h"
 #include "dist/shard.h"
 #include "testutil.h"
 

@@ -1,4 +1,5 @@
-# gpu_test_gemm once more with autotuning off: every plan runs the heuristic's first choice.
+# gpu_test_gemm once more with autotuning off (the tests' helper maps NT_GEMM_AUTOTUNE onto
+# the option gemm_autotune): every plan runs the heuristic's first choice.
 if(TARGET gpu_test_gemm)
   add_test(NAME gpu_test_gemm_heuristic COMMAND gpu_test_gemm)
   set_tests_properties(gpu_test_gemm_heuristic PROPERTIES ENVIRONMENT NT_GEMM_AUTOTUNE=0
@@ -13,9 +14,10 @@ if(TARGET gpu_test_gemm)
                        LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 300)
 endif()
 
-# The autotuner's widened search (NT_GEMM_SEARCH=2 with every candidate verified, a split-K
-# plan kept on purpose, then modes 1 and 0; the test sets those knobs itself), each kept plan
-# against the CPU. NT_LOG=debug: each plan's search summary and fastest configurations.
+# The autotuner's widened search (gemm_search 2 with every candidate verified, then modes 1 and
+# 0; the test makes contexts with those options itself), each kept plan against the CPU.
+# NT_LOG=debug (mapped by the tests' helper onto the option log): each plan's search summary
+# and fastest configurations.
 if(TARGET gpu_test_gemm)
   add_test(NAME gpu_test_gemm_search COMMAND gpu_test_gemm search)
   set_tests_properties(gpu_test_gemm_search PROPERTIES ENVIRONMENT NT_LOG=debug

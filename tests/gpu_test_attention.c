@@ -1,12 +1,9 @@
 /* CUDA causal attention vs the CPU reference, F32 / F16 / BF16, for both the tensor-core path
- * (F16/BF16, D 32 and 64: on Hopper the wgmma kernels for D = 64, the mma.sync ones with
- * NT_ATTN_WGMMA=0) and the simple kernels (NT_ATTN_SIMPLE=1, other D, unaligned views).
- * Odd T (1, 37, 65, 100, 257, 513, 700), several tiles of T (64, 128, 1024; from
- * T = 512 the backward uses 8-warp blocks; both block shapes are also forced on the other
- * side with NT_ATTN_BWD_WARPS; the forward's 128-key tiles and 3-blocks-per-SM build with
- * NT_ATTN_FWD_KEYS / NT_ATTN_FWD_BLOCKS / NT_ATTN_FWD_WARPS; the two-barrier backward with
- * NT_ATTN_BWD_PIPE=0 in both block shapes),
- * B and H > 1,
+ * (F16/BF16, D 32 and 64: on Hopper the wgmma kernels for D = 64, the mma.sync ones with the
+ * context option attn_wgmma off) and the simple kernels (option attn_simple, other D,
+ * unaligned views); each variant the defaults do not pick runs on a context created with the
+ * options that select it (core/ctx.h). Odd T (1, 37, 65, 100, 257, 513, 700), several tiles
+ * of T (64, 128, 1024; from T = 512 the mma.sync backward uses 8-warp blocks), B and H > 1,
  * large-magnitude scores. Gradients are checked once from zero and again after a second
  * backward call (must be exactly twice: accumulation; with overwrite, the same again, into
  * NaN-filled gradients). Dropout 0.2 (and 0.5) on every path, with offsets past 2^32;
@@ -359,10 +356,60 @@ static void test_mask_exact(nt_ctx *g, nt_ctx *c, nt_dtype dt, int BH, int T, in
   free(lse);
 }
 
+/* A GPU context for one kernel variant: the test's options (environment included) with `set`
+ * applied; NULL (with a failed check) when it cannot be made. */
+typedef void (*opt_fn)(nt_ctx_options *o);
+static nt_ctx *variant_ctx(opt_fn set) {
+  nt_ctx_options o = nt_test_ctx_options();
+  if (set) set(&o);
+  nt_ctx *v = nt_test_cuda_ctx_with(&o);
+  CHECK(v != NULL, "a GPU context for a kernel variant");
+  return v;
+}
+static void simple_opts(nt_ctx_options *o) { o->attn_simple = true; }
+static void mma_opts(nt_ctx_options *o) { o->attn_wgmma = false; }
+/* The wgmma backward's one-warpgroup blocks (the default only with dropout up to T = 512),
+ * heads in groups of 5 (the last one smaller). */
+static void wg_keys64_opts(nt_ctx_options *o) {
+  o->attn_bwd_keys = 64;
+  o->attn_bwd_group = 5;
+}
+/* Two-warpgroup blocks at every T, heads in groups of 2. */
+static void wg_keys128_opts(nt_ctx_options *o) {
+  o->attn_bwd_keys = 128;
+  o->attn_bwd_group = 2;
+}
+/* The wgmma kernels' cp.async loads (as where no tensor map can be made), a transient dQ
+ * accumulator instead of the context's pair, and plain launches instead of PDL. */
+static void wg_fallbacks_opts(nt_ctx_options *o) {
+  o->attn_tma = false;
+  o->attn_dq_pair = false;
+  o->pdl = false;
+}
+
+/* Three variants (a context each), every case with D = 64 in BF16 and F16, as mode m runs
+ * them under the variant's name. */
+static void run_variants(nt_ctx *c, const opt_fn opts[3], const char *const names[3],
+                         const acase *cs, int n, const rmode *m, uint64_t seed) {
+  for (int pass = 0; pass < 3; pass++) {
+    nt_ctx *v = variant_ctx(opts[pass]);
+    if (!v) continue;
+    const nt_dtype dts[2] = {NT_BF16, NT_F16};
+    for (int d = 0; d < 2; d++)
+      for (int i = 0; i < n; i++) {
+        if (cs[i].D != 64) continue;
+        rmode rm = *m;
+        rm.name = names[pass];
+        run_case(v, c, dts[d], cs[i], &rm, seed + (uint64_t)i);
+      }
+    nt_ctx_free(v);
+  }
+}
+
 int main(void) {
   nt_ctx *g = nt_test_cuda_ctx();
   if (!g) return nt_test_skip("no GPU");
-  nt_ctx *c;
+  nt_ctx *c, *v;
   if (nt_ctx_create(&c, nt_cpu())) return 1;
   const acase cases[] = {
       {2, 3, 37, 64, 2.f},   {1, 2, 100, 32, 2.f}, {2, 2, 257, 64, 2.f}, {1, 1, 1, 64, 2.f},
@@ -374,62 +421,30 @@ int main(void) {
   const rmode plain = {"auto", false, 0, 0.f, 0, 0, false};
   for (int mode = 0; mode < 2; mode++) {
     /* mode 0: whatever the dispatch picks (tensor cores for F16/BF16 with D 32/64);
-     * mode 1: NT_ATTN_SIMPLE=1, the fallback kernels for everything. */
+     * mode 1: the option attn_simple, the fallback kernels for everything. */
     rmode rm = plain;
+    v = g;
     if (mode == 1) {
-      setenv("NT_ATTN_SIMPLE", "1", 1);
+      if (!(v = variant_ctx(simple_opts))) continue;
       rm.name = "simple";
     }
     for (int d = 0; d < 3; d++)
       for (int i = 0; i < ncases; i++) {
         if (mode == 1 && cases[i].T > 300) continue; /* the simple kernels are slow */
-        run_case(g, c, dts[d], cases[i], &rm, 100 + (uint64_t)i);
+        run_case(v, c, dts[d], cases[i], &rm, 100 + (uint64_t)i);
       }
-    unsetenv("NT_ATTN_SIMPLE");
+    if (v != g) nt_ctx_free(v);
   }
-  /* The kernel variants the defaults do not pick, on every tensor-core case: pass 0 forces
-   * the forward's 128-key tiles and each backward block shape on the side of T = 512 the
-   * default does not give it (128-key blocks with T below one block, 64-key blocks at long
-   * T); pass 1 the forward's 3-blocks-per-SM build with the two-barrier backward
-   * (NT_ATTN_BWD_PIPE=0) in its default block shape; pass 2 the forward's 8 warps of 16 rows
-   * (NT_ATTN_FWD_WARPS=8) with the two-barrier backward in the other block shape. These
-   * passes run the mma.sync kernels for D = 64 too (NT_ATTN_WGMMA=0: on Hopper the default
-   * for D = 64 is the wgmma pair); pass 3 runs the wgmma variants (128-key forward tiles;
-   * backward blocks of one warpgroup, which the default takes only with dropout, and the heads
-   * in groups of 5, the last one smaller). */
-  const char *fwd_var[4][2] = {{"NT_ATTN_FWD_KEYS", "128"},
-                               {"NT_ATTN_FWD_BLOCKS", "3"},
-                               {"NT_ATTN_FWD_WARPS", "8"},
-                               {"NT_ATTN_WG_KEYS", "128"}};
-  for (int pass = 0; pass < 4; pass++) {
-    setenv(fwd_var[pass][0], fwd_var[pass][1], 1);
-    if (pass < 3) setenv("NT_ATTN_WGMMA", "0", 1);
-    if (pass >= 1) setenv("NT_ATTN_BWD_PIPE", "0", 1);
-    if (pass == 3) {
-      setenv("NT_ATTN_BWD_KEYS", "64", 1);
-      setenv("NT_ATTN_BWD_GROUP", "5", 1);
-    }
-    for (int d = 0; d < 2; d++)
-      for (int i = 0; i < ncases; i++) {
-        if (cases[i].D != 32 && cases[i].D != 64) continue;
-        if (pass == 3 && cases[i].D != 64) continue;
-        const bool long_t = cases[i].T >= 512;
-        if (pass != 1) setenv("NT_ATTN_BWD_WARPS", long_t ? "4" : "8", 1);
-        rmode rm = plain;
-        rm.name = pass == 3   ? "wgmma fwd 128 keys, bwd 64 keys, groups of 5"
-                  : pass == 1 ? "fwd 3 blocks/SM, bwd 2 barriers"
-                  : pass == 2 ? "fwd 8 warps, bwd other shape, 2 barriers"
-                  : long_t    ? "fwd 128 keys, bwd 4 warps"
-                              : "fwd 128 keys, bwd 8 warps";
-        run_case(g, c, dts[d], cases[i], &rm, 200 + (uint64_t)i);
-      }
-    unsetenv("NT_ATTN_BWD_WARPS");
-    unsetenv("NT_ATTN_BWD_PIPE");
-    unsetenv("NT_ATTN_WGMMA");
-    unsetenv("NT_ATTN_BWD_KEYS");
-    unsetenv("NT_ATTN_BWD_GROUP");
-    unsetenv(fwd_var[pass][0]);
-  }
+  /* The kernel variants the defaults do not pick on this GPU, on every tensor-core case with
+   * D = 64 (D = 32 always runs the mma.sync kernels): pass 0 the mma.sync pair (attn_wgmma
+   * off; on Hopper the default for D = 64 is the wgmma pair; both backward block shapes run,
+   * on either side of T = 512), pass 1 the wgmma backward's one-warpgroup blocks with the
+   * heads in groups of 5, pass 2 the wgmma kernels' fallbacks (cp.async loads, a transient
+   * dQ accumulator, no PDL). */
+  const opt_fn var_opts[3] = {mma_opts, wg_keys64_opts, wg_fallbacks_opts};
+  const char *var_name[3] = {"mma.sync pair", "wgmma bwd 64 keys, groups of 5",
+                             "wgmma cp.async, transient dQ, no PDL"};
+  run_variants(c, var_opts, var_name, cases, ncases, &plain, 200);
   /* Unaligned views must fall back to the simple kernels and still be right. */
   rmode un = plain;
   un.unaligned = true;
@@ -453,7 +468,8 @@ int main(void) {
       {"strided overwrite", false, 3, 0.f, 0, 0, true},
       {"dropout unaligned", true, 0, 0.2f, 8, 12, false}};
   for (int mode = 0; mode < 2; mode++) {
-    if (mode == 1) setenv("NT_ATTN_SIMPLE", "1", 1);
+    v = g;
+    if (mode == 1 && !(v = variant_ctx(simple_opts))) continue;
     for (size_t r = 0; r < sizeof dmodes / sizeof dmodes[0]; r++)
       for (int d = 0; d < 3; d++)
         for (int i = 0; i < ndc; i++) {
@@ -462,66 +478,53 @@ int main(void) {
           char name[64];
           snprintf(name, sizeof name, "%s%s", mode ? "simple " : "", rm.name);
           rm.name = name;
-          run_case(g, c, dts[d], dcases[i], &rm, 400 + (uint64_t)i);
+          run_case(v, c, dts[d], dcases[i], &rm, 400 + (uint64_t)i);
         }
-    unsetenv("NT_ATTN_SIMPLE");
+    if (v != g) nt_ctx_free(v);
   }
-  /* Dropout on the kernels the defaults do not pick: the mma.sync pair for D = 64 (and the
-   * backward's other block shape on each side of T = 512), then the wgmma variants (128-key
-   * forward tiles, two-warpgroup backward blocks at every T, heads in groups of 2). */
-  for (int pass = 0; pass < 2; pass++)
-    for (int d = 0; d < 2; d++)
-      for (int i = 0; i < ndc; i++) {
-        if (dcases[i].D != 32 && dcases[i].D != 64) continue;
-        if (pass == 1 && dcases[i].D != 64) continue;
-        rmode rm = dmodes[4];
-        if (pass == 0) {
-          setenv("NT_ATTN_WGMMA", "0", 1);
-          setenv("NT_ATTN_BWD_WARPS", dcases[i].T >= 512 ? "4" : "8", 1);
-          rm.name = dcases[i].T >= 512 ? "dropout mma bwd 4 warps" : "dropout mma bwd 8 warps";
-        } else {
-          setenv("NT_ATTN_WG_KEYS", "128", 1);
-          setenv("NT_ATTN_BWD_KEYS", "128", 1);
-          setenv("NT_ATTN_BWD_GROUP", "2", 1);
-          rm.name = "dropout wgmma fwd 128 keys, bwd 128 keys, groups of 2";
-        }
-        run_case(g, c, dts[d], dcases[i], &rm, 500 + (uint64_t)i);
-        unsetenv("NT_ATTN_WGMMA");
-        unsetenv("NT_ATTN_BWD_WARPS");
-        unsetenv("NT_ATTN_WG_KEYS");
-        unsetenv("NT_ATTN_BWD_KEYS");
-        unsetenv("NT_ATTN_BWD_GROUP");
-      }
+  /* Dropout on the kernels the defaults do not pick, D = 64: the mma.sync pair, then the
+   * wgmma backward's two-warpgroup blocks at every T with the heads in groups of 2, then the
+   * wgmma fallbacks. */
+  const opt_fn drop_opts[3] = {mma_opts, wg_keys128_opts, wg_fallbacks_opts};
+  const char *drop_name[3] = {"dropout mma.sync pair", "dropout wgmma bwd 128 keys, groups of 2",
+                              "dropout wgmma cp.async, transient dQ, no PDL"};
+  run_variants(c, drop_opts, drop_name, dcases, ndc, &dmodes[4], 500);
   /* The mask bit for bit, on the tensor-core and the simple path. */
   for (int mode = 0; mode < 2; mode++) {
-    if (mode == 1) setenv("NT_ATTN_SIMPLE", "1", 1);
+    v = g;
+    if (mode == 1 && !(v = variant_ctx(simple_opts))) continue;
     const char *mname = mode ? "simple" : "auto";
     for (int d = 0; d < 3; d++) {
-      test_mask_exact(g, c, dts[d], 3, 37, 64, mname, 0.2f, 0, MASK_PLAIN);
-      test_mask_exact(g, c, dts[d], 2, 200, 64, mname, 0.2f, (5ull << 32) + 4, MASK_PLAIN);
-      test_mask_exact(g, c, dts[d], 1, 256, 64, mname, 0.5f, 20, MASK_PLAIN);
-      test_mask_exact(g, c, dts[d], 2, 97, 32, mname, 0.2f, 8, MASK_PLAIN);
-      test_mask_exact(g, c, dts[d], 1, 128, 32, mname, 0.3f, 0, MASK_PLAIN);
+      test_mask_exact(v, c, dts[d], 3, 37, 64, mname, 0.2f, 0, MASK_PLAIN);
+      test_mask_exact(v, c, dts[d], 2, 200, 64, mname, 0.2f, (5ull << 32) + 4, MASK_PLAIN);
+      test_mask_exact(v, c, dts[d], 1, 256, 64, mname, 0.5f, 20, MASK_PLAIN);
+      test_mask_exact(v, c, dts[d], 2, 97, 32, mname, 0.2f, 8, MASK_PLAIN);
+      test_mask_exact(v, c, dts[d], 1, 128, 32, mname, 0.3f, 0, MASK_PLAIN);
     }
-    unsetenv("NT_ATTN_SIMPLE");
+    if (v != g) nt_ctx_free(v);
   }
   /* Inside an RNG step and as a replayed CUDA graph of the step (the step base read from
    * device memory): tensor-core and simple kernels, T not a multiple of 4. */
   for (int mode = 0; mode < 2; mode++) {
-    if (mode == 1) setenv("NT_ATTN_SIMPLE", "1", 1);
+    v = g;
+    if (mode == 1 && !(v = variant_ctx(simple_opts))) continue;
     const char *mname = mode ? "simple" : "auto";
     for (int step = MASK_STEP; step <= MASK_GRAPH; step++) {
-      test_mask_exact(g, c, NT_BF16, 3, 37, 64, mname, 0.2f, (7ull << 32) + 8, step);
-      test_mask_exact(g, c, NT_F16, 2, 97, 32, mname, 0.2f, 4104, step);
-      test_mask_exact(g, c, NT_F32, 2, 65, 64, mname, 0.3f, 16, step);
+      test_mask_exact(v, c, NT_BF16, 3, 37, 64, mname, 0.2f, (7ull << 32) + 8, step);
+      test_mask_exact(v, c, NT_F16, 2, 97, 32, mname, 0.2f, 4104, step);
+      test_mask_exact(v, c, NT_F32, 2, 65, 64, mname, 0.3f, 16, step);
     }
-    unsetenv("NT_ATTN_SIMPLE");
+    if (v != g) nt_ctx_free(v);
   }
-  setenv("NT_ATTN_BWD_WARPS", "8", 1);
-  test_mask_exact(g, c, NT_BF16, 2, 200, 64, "bwd 8 warps", 0.2f, 16, MASK_PLAIN);
-  test_mask_exact(g, c, NT_BF16, 2, 200, 64, "bwd 8 warps", 0.2f, 16, MASK_GRAPH);
-  test_mask_exact(g, c, NT_F16, 1, 128, 32, "bwd 8 warps", 0.2f, 16, MASK_PLAIN);
-  unsetenv("NT_ATTN_BWD_WARPS");
+  /* The mma.sync backward's 8-warp blocks (T >= 512) with dropout, D = 32 and 64 (the exact
+   * mask decoding above needs T <= 256). */
+  if ((v = variant_ctx(mma_opts))) {
+    for (int d = 0; d < 2; d++) {
+      run_case(v, c, dts[d], (acase){1, 2, 520, 32, 1.f}, &dmodes[0], 600);
+      run_case(v, c, dts[d], (acase){1, 2, 520, 64, 1.f}, &dmodes[4], 601);
+    }
+    nt_ctx_free(v);
+  }
 
   /* Mixed devices are a clear error. */
   {

@@ -1,10 +1,10 @@
 /* GPU memory of the CNN training step and the cuBLASLt workspace setting:
- *  - the context's workspace: 32 MiB by default, NT_CUBLASLT_WORKSPACE_MIB at creation (bad
- *    values are a clear error), nt_ctx_set_workspace_bytes (frees/allocates in the pool,
- *    refused during stream capture, a no-op on the CPU);
+ *  - the context's workspace: 32 MiB by default, the option cublaslt_workspace_bytes at
+ *    creation (bad values are a clear error), nt_ctx_set_workspace_bytes (frees/allocates in
+ *    the pool, refused during stream capture, a no-op on the CPU);
  *  - the CNN step at batch 128 (fp16): the scratch it takes beyond the model's buffers is
  *    bounded (the conv im2col works through the batch in chunks) and far below the
- *    whole-batch im2col's (NT_CONV_L2_MB=0); gradients agree with the whole-batch ones, and
+ *    whole-batch im2col's (option conv_l2_mb 0); gradients agree with the whole-batch ones, and
  *    with workspaces of 0 and 4 MiB (replanned GEMMs). Prints each variant's step time, which
  *    tells whether the CNN's GEMMs gain anything from a large workspace. */
 #include "tests/testutil.h"
@@ -23,36 +23,40 @@ static void test_workspace_api(nt_ctx *g) {
   CHECK(nt_ctx_workspace_bytes(g) == (size_t)32 << 20, "default workspace %zu bytes",
         nt_ctx_workspace_bytes(g));
   nt_ctx *c = NULL;
-  setenv("NT_CUBLASLT_WORKSPACE_MIB", "1.5", 1);
-  nt_status st = nt_ctx_create(&c, nt_cuda(0));
+  nt_ctx_options o = nt_ctx_options_default();
+  CHECK_OK(NULL, nt_ctx_options_set(&o, "cublaslt_workspace_mib", "1.5"));
+  nt_status st = nt_ctx_create_with(&c, nt_cuda(0), &o);
   CHECK(st == NT_OK, "create: %s", nt_last_error(c));
   if (!st) {
     size_t b = 0;
     void *p = nt_ctx_workspace(c, &b);
     CHECK(b == 1572864 && p && nt_ctx_workspace_bytes(c) == b,
-          "NT_CUBLASLT_WORKSPACE_MIB=1.5: %zu bytes at %p", b, p);
+          "cublaslt_workspace_mib 1.5: %zu bytes at %p", b, p);
   }
   nt_ctx_free(c);
-  setenv("NT_CUBLASLT_WORKSPACE_MIB", "0", 1);
+  o.cublaslt_workspace_bytes = 0;
   c = NULL;
-  st = nt_ctx_create(&c, nt_cuda(0));
+  st = nt_ctx_create_with(&c, nt_cuda(0), &o);
   CHECK(st == NT_OK, "create: %s", nt_last_error(c));
   if (!st) {
     size_t b = 1;
-    CHECK(!nt_ctx_workspace(c, &b) && b == 0, "NT_CUBLASLT_WORKSPACE_MIB=0: no workspace");
+    CHECK(!nt_ctx_workspace(c, &b) && b == 0, "workspace 0: no workspace");
   }
   nt_ctx_free(c);
   const char *bad[] = {"abc", "-1", "1e9", "4x", "nan"};
   for (int i = 0; i < 5; i++) {
-    setenv("NT_CUBLASLT_WORKSPACE_MIB", bad[i], 1);
-    c = NULL;
-    st = nt_ctx_create(&c, nt_cuda(0));
-    CHECK(st == NT_ERR_INVALID_ARG && strstr(nt_last_error(c), "NT_CUBLASLT_WORKSPACE_MIB"),
-          "NT_CUBLASLT_WORKSPACE_MIB=%s: status %d, \"%s\"", bad[i], (int)st, nt_last_error(c));
-    if (i == 0) printf("  expected error: %s\n", nt_last_error(c));
-    nt_ctx_free(c);
+    nt_ctx_options b = nt_ctx_options_default();
+    CHECK(nt_ctx_options_set(&b, "cublaslt_workspace_mib", bad[i]) == NT_ERR_INVALID_ARG &&
+              b.cublaslt_workspace_bytes == nt_ctx_options_default().cublaslt_workspace_bytes,
+          "cublaslt_workspace_mib %s refused, value kept", bad[i]);
   }
-  unsetenv("NT_CUBLASLT_WORKSPACE_MIB");
+  /* Out of range in the struct itself: refused at creation, naming the option. */
+  o.cublaslt_workspace_bytes = (size_t)5000 << 20;
+  c = NULL;
+  st = nt_ctx_create_with(&c, nt_cuda(0), &o);
+  CHECK(st == NT_ERR_INVALID_ARG && strstr(nt_last_error(c), "cublaslt_workspace_mib"),
+        "a 5000 MiB workspace: status %d, \"%s\"", (int)st, nt_last_error(c));
+  nt_ctx_free(c);
   /* The setter moves the bytes in the pool: 32 MiB out, 4 MiB in (a reused block may keep up
    * to 1 MiB of slack), then back. */
   nt_mem_stats m0, m1, m2;
@@ -151,42 +155,60 @@ static bool variant(nt_ctx *g, cnn_run *r, float **ref, const char *what, double
   return ok;
 }
 
-static void test_cnn_memory(nt_ctx *g) {
-  enum { N = 128 };
+enum { N = 128 };
+
+/* The CNN (fp16, batch N, weights from seed 5) and one batch on g; false on failure. */
+static bool run_make(nt_ctx *g, cnn_run *r, const float *x, const int32_t *y) {
   nt_cnn_config c = nt_cnn_config_default();
-  cnn_run r;
-  memset(&r, 0, sizeof r);
-  if (!CHECK_OK(g, nt_cnn_create(g, &c, NT_F16, N, &r.m))) return;
-  CHECK_OK(g, nt_params_init(g, nt_cnn_params(r.m), 5));
+  memset(r, 0, sizeof *r);
+  if (!CHECK_OK(g, nt_cnn_create(g, &c, NT_F16, N, &r->m))) return false;
+  CHECK_OK(g, nt_params_init(g, nt_cnn_params(r->m), 5));
   for (int u = 0; u < 3; u++) {
-    r.n[u] = nt_tensor_numel(&nt_cnn_params(r.m)->units[u].grad);
-    r.grads[u] = malloc((size_t)r.n[u] * sizeof(float));
+    r->n[u] = nt_tensor_numel(&nt_cnn_params(r->m)->units[u].grad);
+    r->grads[u] = malloc((size_t)r->n[u] * sizeof(float));
   }
-  nt_test_rng rng = {17};
-  int64_t n = N * 28 * 28, xs[4] = {N, 1, 28, 28}, ys[1] = {N};
-  float *x = malloc((size_t)n * sizeof *x);
-  nt_test_fill_uniform(&rng, x, n, -1, 2);
-  int32_t y[N];
-  for (int i = 0; i < N; i++) y[i] = (i * 7) % 10;
-  nt_tensor hx = nt_tensor_view(x, NT_F32, nt_cpu(), 4, xs);
-  nt_tensor hy = nt_tensor_view(y, NT_I32, nt_cpu(), 1, ys);
+  int64_t xs[4] = {N, 1, 28, 28}, ys[1] = {N};
+  nt_tensor hx = nt_tensor_view((void *)x, NT_F32, nt_cpu(), 4, xs);
+  nt_tensor hy = nt_tensor_view((void *)y, NT_I32, nt_cpu(), 1, ys);
   nt_tensor x32 = {0};
   float scale = 1024.0f;
   nt_tensor hs = nt_tensor_view(&scale, NT_F32, nt_cpu(), 0, NULL);
   bool ok = CHECK_OK(g, nt_tensor_alloc(g, &x32, NT_F32, 4, xs)) &&
-            CHECK_OK(g, nt_tensor_alloc(g, &r.scale, NT_F32, 0, NULL)) &&
-            CHECK_OK(g, nt_tensor_copy(g, &r.scale, &hs)) &&
-            CHECK_OK(g, nt_tensor_alloc(g, &r.x, NT_F16, 4, xs)) &&
-            CHECK_OK(g, nt_tensor_alloc(g, &r.y, NT_I32, 1, ys)) &&
+            CHECK_OK(g, nt_tensor_alloc(g, &r->scale, NT_F32, 0, NULL)) &&
+            CHECK_OK(g, nt_tensor_copy(g, &r->scale, &hs)) &&
+            CHECK_OK(g, nt_tensor_alloc(g, &r->x, NT_F16, 4, xs)) &&
+            CHECK_OK(g, nt_tensor_alloc(g, &r->y, NT_I32, 1, ys)) &&
             CHECK_OK(g, nt_tensor_copy(g, &x32, &hx)) &&
-            CHECK_OK(g, nt_convert(g, &r.x, &x32)) && CHECK_OK(g, nt_tensor_copy(g, &r.y, &hy));
+            CHECK_OK(g, nt_convert(g, &r->x, &x32)) && CHECK_OK(g, nt_tensor_copy(g, &r->y, &hy));
   nt_tensor_free(g, &x32);
-  const char *saved = getenv("NT_CONV_L2_MB");
-  char *keep = saved ? strdup(saved) : NULL;
+  return ok;
+}
+
+static void run_free(nt_ctx *g, cnn_run *r) {
+  for (int u = 0; u < 3; u++) free(r->grads[u]);
+  nt_tensor_free(g, &r->x);
+  nt_tensor_free(g, &r->y);
+  nt_tensor_free(g, &r->scale);
+  nt_cnn_free(g, r->m);
+}
+
+/* g: default options; whole_ctx: conv_l2_mb 0 (the whole batch in one im2col). */
+static void test_cnn_memory(nt_ctx *g, nt_ctx *whole_ctx) {
+  nt_test_rng rng = {17};
+  const int64_t n = N * 28 * 28;
+  float *x = malloc((size_t)n * sizeof *x);
+  nt_test_fill_uniform(&rng, x, n, -1, 2);
+  int32_t y[N];
+  for (int i = 0; i < N; i++) y[i] = (i * 7) % 10;
+  cnn_run w, r;
   double whole, chunked, e, ms_whole, ms_chunked, ms;
-  setenv("NT_CONV_L2_MB", "0", 1);
-  ok = ok && variant(g, &r, NULL, "whole-batch im2col (L2_MB=0):", &whole, &e, &ms_whole);
-  unsetenv("NT_CONV_L2_MB");
+  bool ok = run_make(whole_ctx, &w, x, y) &&
+            variant(whole_ctx, &w, NULL, "whole-batch im2col (conv_l2_mb 0):", &whole, &e,
+                    &ms_whole);
+  ok = run_make(g, &r, x, y) && ok;
+  for (int u = 0; ok && u < 3; u++)
+    memcpy(r.grads[u], w.grads[u], (size_t)r.n[u] * sizeof(float));
+  run_free(whole_ctx, &w);
   ok = ok && variant(g, &r, r.grads, "chunked im2col (default):", &chunked, &e, &ms_chunked);
   if (ok) {
     /* The largest conv scratch is one 16 MiB chunk plus the permuted dy and small buffers;
@@ -205,22 +227,21 @@ static void test_cnn_memory(nt_ctx *g) {
     CHECK(!ok || e < 1e-2, "%s gradients vs whole-batch: %.3g", what, e);
   }
   CHECK_OK(g, nt_ctx_set_workspace_bytes(g, (size_t)32 << 20));
-  if (keep) setenv("NT_CONV_L2_MB", keep, 1);
-  free(keep);
   free(x);
-  for (int u = 0; u < 3; u++) free(r.grads[u]);
-  nt_tensor_free(g, &r.x);
-  nt_tensor_free(g, &r.y);
-  nt_tensor_free(g, &r.scale);
-  nt_cnn_free(g, r.m);
+  run_free(g, &r);
 }
 
 int main(void) {
-  unsetenv("NT_CUBLASLT_WORKSPACE_MIB");
-  nt_ctx *g = nt_test_cuda_ctx();
+  nt_ctx_options o = nt_test_ctx_options();
+  o.cublaslt_workspace_bytes = nt_ctx_options_default().cublaslt_workspace_bytes;
+  nt_ctx *g = nt_test_cuda_ctx_with(&o);
   if (!g) return nt_test_skip("no GPU");
   test_workspace_api(g);
-  test_cnn_memory(g);
+  o.conv_l2_mb = 0.0;
+  nt_ctx *whole = nt_test_cuda_ctx_with(&o);
+  CHECK(whole != NULL, "a context with conv_l2_mb 0");
+  if (whole) test_cnn_memory(g, whole);
+  nt_ctx_free(whole);
   nt_ctx_free(g);
   return nt_test_finish();
 }

@@ -2,7 +2,7 @@
  * sizes (28x28, 13x13, 7x9, 5x7, 11x10), stride 1..3, padding 0..3 (both dx paths), with and
  * without bias (f32 or the dtype), fused ReLU, F32 dw, the CNN's four convolutions (also at
  * the training batch of 128, where the default policy splits the batch into chunks), batches
- * split into several chunks with a shorter last one (default policy and NT_CONV_L2_MB);
+ * split into several chunks with a shorter last one (default policy and option conv_l2_mb);
  * gradients accumulated twice into zeroed buffers. Tolerances ||gpu - ref|| / ||ref||: F32 1e-5, F16 2e-3,
  * BF16 1e-2. MaxPool must match exactly (values and argmax). */
 #include "tests/testutil.h"
@@ -237,21 +237,25 @@ int main(void) {
         conv_case(g, c, dts[d], cnn[i], true, true, true, true, 70 + (uint64_t)i);
       if (i > 0) conv_case(g, c, dts[d], cnn[i], true, d == 0, false, false, 80 + (uint64_t)i);
     }
-  /* The batch in chunks bounded by NT_CONV_L2_MB (each chunk's scratch: im2col columns, plus
-   * the permuted dy in backward). Images per chunk, f32 / 16-bit:
+  /* The batch in chunks bounded by the option conv_l2_mb (each chunk's scratch: im2col
+   * columns, plus the permuted dy in backward). Images per chunk, f32 / 16-bit:
    *   cases[0] at 0.05 MiB: 1 / 1 (4 chunks)
    *   cases[3] at 0.08 MiB: 1 / forward 2, 2, 1, backward 1
    *   cnn[2]   at 1 MiB:    1 / 2 (16 / 8 chunks)
    *   seven 28x28 images at 0.3 MiB: forward 3, 3, 1, backward 2, 2, 2, 1 / 4, 3 */
-  const char *mbs[4] = {"0.05", "0.08", "1", "0.3"};
+  const double mbs[4] = {0.05, 0.08, 1, 0.3};
   const ccase seven = {7, 3, 28, 28, 5, 3, 3, 1, 1};
   const ccase chunked[4] = {cases[0], cases[3], cnn[2], seven};
-  for (int d = 0; d < 3; d++)
-    for (int i = 0; i < 4; i++) {
-      setenv("NT_CONV_L2_MB", mbs[i], 1);
-      conv_case(g, c, dts[d], chunked[i], true, i != 1, i == 2, i == 0, 90 + (uint64_t)i);
-      unsetenv("NT_CONV_L2_MB");
-    }
+  for (int i = 0; i < 4; i++) {
+    nt_ctx_options o = nt_test_ctx_options();
+    o.conv_l2_mb = mbs[i];
+    nt_ctx *v = nt_test_cuda_ctx_with(&o);
+    CHECK(v != NULL, "a context with conv_l2_mb %g", mbs[i]);
+    if (!v) continue;
+    for (int d = 0; d < 3; d++)
+      conv_case(v, c, dts[d], chunked[i], true, i != 1, i == 2, i == 0, 90 + (uint64_t)i);
+    nt_ctx_free(v);
+  }
   /* The default policy's chunks (ops/conv2d_internal.h), 16-bit only (fp32 sums this long
    * exceed the 1e-5 bound): the CNN's conv2 at batch 128 (7 chunks: 6 x 19 + 14; its dx conv
    * alike) and conv4 (2 x 64), as the model calls them; a stride-2 conv (the col2im dx path) of

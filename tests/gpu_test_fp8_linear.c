@@ -13,7 +13,7 @@
  *   - a timing line at a GPT-2 MLP shape (fp8 vs bf16 linear), printed only.
  * Prints what it compares; skips (77) without a GPU. */
 #include "tests/testutil.h"
-#include "ops/fp8_linear.h"
+#include "amp/fp8_linear.h"
 #include "ops/quantize.h"
 #include "ops/linear.h"
 #include "ops/elementwise.h"

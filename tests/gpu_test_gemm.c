@@ -29,6 +29,8 @@ typedef struct {
   nt_dtype bias_dt;
   float lo, hi;              /* input range */
   bool tf32_exact;           /* inputs representable in TF32 (10-bit mantissa) */
+  bool tf32_default_on;      /* the context's TF32 default is on during the call */
+  bool tf32_via_default;     /* the call leaves tf32 at NT_TF32_DEFAULT (else ON / OFF per tf32) */
   double tol;                /* 0: the dtype's tolerance */
   int scale_b_at;            /* FP8: B's scale at this float index of the scale buffer (0: 4,
                                 16-byte aligned; 1 puts it 4 bytes after A's, as views into one
@@ -167,7 +169,8 @@ static double run_case(ctxs *c, const gcase *g, const char *name) {
   o.aux = &dX;
   o.bias_grad = &dBG;
   if (fp8) { o.scale_inv_a = (float *)S.d; o.scale_inv_b = (float *)S.d + sb; }
-  nt_ctx_set_allow_tf32(c->gpu, g->tf32);
+  o.tf32 = g->tf32_via_default ? NT_TF32_DEFAULT : g->tf32 ? NT_TF32_ON : NT_TF32_OFF;
+  nt_ctx_set_allow_tf32(c->gpu, g->tf32_default_on);
   nt_status st = nt_gemm(c->gpu, &dA, &dB, &dD, &o);
   nt_ctx_set_allow_tf32(c->gpu, false);
   if (!CHECK_OK(c->gpu, st)) {
@@ -249,6 +252,15 @@ static void test_transposes(ctxs *c) {
   g.tol = 2e-3;
   double e = run_case(c, &g, "tf32 on full-precision inputs");
   CHECK(e > 1e-5, "tf32 differs from fp32 (%.3g): TF32 is in effect", e);
+  /* The same through the context's default (the precision policy's path), and a call that
+   * turns TF32 off while the default is on: fp32's tolerance. */
+  g.tf32_via_default = g.tf32_default_on = true;
+  e = run_case(c, &g, "tf32 from the context's default");
+  CHECK(e > 1e-5, "the context's TF32 default is in effect (%.3g)", e);
+  g.tf32_via_default = g.tf32 = false;
+  g.tol = 0;
+  e = run_case(c, &g, "fp32: TF32 off for the call, the context's default on");
+  CHECK(e <= 1e-5, "a call's NT_TF32_OFF wins over the context's default (%.3g)", e);
 }
 
 static void test_epilogues(ctxs *c) {
@@ -408,8 +420,7 @@ static void test_plan_cache(ctxs *c) {
          (unsigned long long)s2.plans, (unsigned long long)s2.descriptors,
          (unsigned long long)s2.hits, (unsigned long long)s2.misses,
          (unsigned long long)s2.autotuned, (unsigned long long)s2.split_epilogues);
-  const char *env = getenv("NT_GEMM_AUTOTUNE");
-  if (!(env && env[0] == '0'))
+  if (nt_ctx_opts(c->gpu)->gemm_autotune)
     CHECK(s2.autotuned > 0, "autotuning picked some algorithms by timing");
 }
 
@@ -483,20 +494,17 @@ static void print_stats(const char *what, nt_ctx *ctx, nt_gemm_stats *s) {
          (unsigned long long)s->workspace_needed);
 }
 
-/* A context whose GEMM knobs are set before its first product (they are read then). */
-static nt_ctx *ctx_with(const char *search, const char *verify, const char *pick) {
-  const char *names[3] = {"NT_GEMM_SEARCH", "NT_GEMM_SEARCH_VERIFY", "NT_GEMM_SEARCH_PICK"};
-  const char *vals[3] = {search, verify, pick};
-  for (int i = 0; i < 3; i++) {
-    if (vals[i]) setenv(names[i], vals[i], 1);
-    else unsetenv(names[i]);
-  }
-  return nt_test_cuda_ctx();
+/* A context with the given GEMM search options (the rest from the environment). */
+static nt_ctx *ctx_with(int search, bool verify) {
+  nt_ctx_options o = nt_test_ctx_options();
+  o.gemm_search = search;
+  o.gemm_search_verify = verify;
+  return nt_test_cuda_ctx_with(&o);
 }
 
 /* Odd shapes, long K (split-K territory), every dtype, beta != 0 (timing on scratch), batches,
  * fused epilogues and the fused bias gradient; each searched plan's result against the CPU. */
-static void search_cases(ctxs *c, int cc, bool long_k_only) {
+static void search_cases(ctxs *c, int cc) {
   gcase g = base(NT_BF16, NT_BF16);
   g.M = 72; g.N = 40; g.K = 8200; g.pad = 8;
   run_case(c, &g, "search bf16 72x40x8200, padded ld");
@@ -506,7 +514,6 @@ static void search_cases(ctxs *c, int cc, bool long_k_only) {
   g = base(NT_F32, NT_F32);
   g.M = 45; g.N = 51; g.K = 3001; g.tb = true;
   run_case(c, &g, "search f32 tb 45x51x3001");
-  if (long_k_only) return;
   g = base(NT_F32, NT_F32);
   g.tf32 = g.tf32_exact = true;
   g.M = 40; g.N = 24; g.K = 2048;
@@ -532,15 +539,14 @@ static void search_cases(ctxs *c, int cc, bool long_k_only) {
 }
 
 /* "gpu_test_gemm search": the widened autotuning search. Every candidate is compared with the
- * heuristic's kernel (NT_GEMM_SEARCH_VERIFY=1) and every kept plan with the CPU; split-K
- * candidates must be among those verified, and a split-K plan (NT_GEMM_SEARCH_PICK=splitk)
- * must match the CPU too. Then mode 1's threshold and mode 0. */
+ * heuristic's kernel (option gemm_search_verify) and every kept plan with the CPU; split-K
+ * candidates must be among those verified. Then mode 1's threshold and mode 0. */
 static void test_search(ctxs *c, int cc) {
   nt_gemm_stats s;
   nt_ctx *gpu0 = c->gpu;
-  printf("NT_GEMM_SEARCH=2, every candidate verified:\n");
-  if ((c->gpu = ctx_with("2", "1", NULL))) {
-    search_cases(c, cc, false);
+  printf("gemm_search 2, every candidate verified:\n");
+  if ((c->gpu = ctx_with(2, true))) {
+    search_cases(c, cc);
     print_stats("search 2", c->gpu, &s);
     CHECK(s.searched >= s.plans && s.plans > 0, "every plan searched in mode 2");
     CHECK(s.search_timed > s.plans * 32, "the search timed more than the heuristic's lists");
@@ -552,18 +558,10 @@ static void test_search(ctxs *c, int cc) {
              "(see the WARN lines)\n", (unsigned long long)s.search_rejected);
     nt_ctx_free(c->gpu);
   }
-  printf("NT_GEMM_SEARCH=2, the fastest split-K configuration kept:\n");
-  if ((c->gpu = ctx_with("2", NULL, "splitk"))) {
-    search_cases(c, cc, true);
-    print_stats("split-K picks", c->gpu, &s);
-    CHECK(s.splitk_plans > 0, "some plans run split-K (%llu of %llu) and matched the CPU",
-          (unsigned long long)s.splitk_plans, (unsigned long long)s.plans);
-    nt_ctx_free(c->gpu);
-  }
   /* Mode 1: 1024 x 1024 x 512 is 1.07 GFLOP (searched), 37 x 53 x 29 is not. */
   for (int mode = 1; mode >= 0; mode--) {
-    printf("NT_GEMM_SEARCH=%d:\n", mode);
-    if (!(c->gpu = ctx_with(mode ? "1" : "0", NULL, NULL))) continue;
+    printf("gemm_search %d:\n", mode);
+    if (!(c->gpu = ctx_with(mode, false))) continue;
     gcase g = base(NT_BF16, NT_BF16);
     g.M = 1024; g.N = 1024; g.K = 512;
     run_case(c, &g, "bf16 1024x1024x512 (1.07 GFLOP)");
@@ -576,65 +574,7 @@ static void test_search(ctxs *c, int cc) {
     CHECK(s.searched == (uint64_t)mode && s.plans == 2, "a small product is not searched");
     nt_ctx_free(c->gpu);
   }
-  unsetenv("NT_GEMM_SEARCH");
   c->gpu = gpu0;
-}
-
-/* NT_GEMM_ROWORDER=2: every plan without a cuBLASLt epilogue keeps a kernel of another
- * formulation (ORDER_ROW layouts, the other orientation; gemm_lt.h) when cuBLASLt offers one
- * that matches the plan's own kernel, so each product below runs that way and must match the
- * CPU: transposes, padded leading dims, beta (timed on scratch), batches, f16/f32/tf32, a split
- * epilogue, and a product over 1 GFLOP (the widened search's candidates too). */
-static void test_roworder(ctxs *c) {
-#ifdef NT_HAVE_CUDA
-  nt_ctx *gpu0 = c->gpu;
-  setenv("NT_GEMM_ROWORDER", "2", 1);
-  printf("NT_GEMM_ROWORDER=2 (another formulation kept whenever one verifies):\n");
-  if ((c->gpu = ctx_with("0", NULL, NULL))) {
-    char name[96];
-    for (int t = 0; t < 4; t++)
-      for (int pad = 0; pad < 2; pad++) {
-        gcase g = base(NT_BF16, NT_BF16);
-        g.M = 96; g.N = 80; g.K = 72;
-        g.ta = t & 1; g.tb = t >> 1; g.pad = pad ? 8 : 0;
-        snprintf(name, sizeof name, "roworder bf16 ta%d tb%d%s", g.ta, g.tb, pad ? " padded" : "");
-        run_case(c, &g, name);
-      }
-    gcase g = base(NT_F16, NT_F16);
-    g.M = 64; g.N = 48; g.K = 256; g.ta = true; g.alpha = 2.0f; g.beta = 0.5f;
-    run_case(c, &g, "roworder f16 ta alpha 2 beta 0.5");
-    g = base(NT_F32, NT_F32);
-    g.M = 33; g.N = 40; g.K = 64; g.tb = true;
-    run_case(c, &g, "roworder f32 tb");
-    g = base(NT_F32, NT_F32);
-    g.M = 40; g.N = 24; g.K = 128; g.tf32 = g.tf32_exact = true;
-    run_case(c, &g, "roworder tf32");
-    g = base(NT_BF16, NT_F32);
-    g.M = 19; g.N = 24; g.K = 40; g.ta = true;
-    g.batch_a = g.batch_b = g.batch_d = 3;
-    run_case(c, &g, "roworder bf16->f32 batched 3, ta");
-    g = base(NT_BF16, NT_BF16);
-    g.M = 64; g.N = 96; g.K = 128; g.epi = NT_EPI_BGRADA; g.ta = true; g.alpha = 0.5f;
-    run_case(c, &g, "roworder bf16 BGRADA alpha 0.5 (split)");
-    g = base(NT_BF16, NT_BF16);
-    g.M = 1024; g.N = 1024; g.K = 512; g.tb = true;
-    run_case(c, &g, "roworder bf16 tb 1024x1024x512 (widened)");
-    int other = nt_gemm_lt_plans_in_other_forms(c->gpu);
-    nt_gemm_stats s;
-    print_stats("roworder", c->gpu, &s);
-    printf("  plans running another formulation: %d of %llu\n", other,
-           (unsigned long long)s.plans);
-    if (other == 0)
-      printf("  NOTE: cuBLASLt offered no verified kernel in another formulation: nothing of "
-             "NT_GEMM_ROWORDER was exercised\n");
-    nt_ctx_free(c->gpu);
-  }
-  unsetenv("NT_GEMM_ROWORDER");
-  unsetenv("NT_GEMM_SEARCH");
-  c->gpu = gpu0;
-#else
-  (void)c;
-#endif
 }
 
 static int compute_capability(void) {
@@ -649,8 +589,8 @@ static int compute_capability(void) {
 
 /* "gpu_test_gemm fp8" runs the FP8 cases only (tests/gemm.cmake runs it with NT_LOG=debug, so
  * the log shows each FP8 plan: layouts, types, heuristic status and count, kernel kept).
- * "gpu_test_gemm search" runs the autotuner's search tests (test_search, then test_roworder;
- * they set the knobs). */
+ * "gpu_test_gemm search" runs the autotuner's search tests (test_search; it makes contexts
+ * with the search options it needs). */
 int main(int argc, char **argv) {
   ctxs c;
   bool fp8_only = argc > 1 && !strcmp(argv[1], "fp8");
@@ -663,7 +603,6 @@ int main(int argc, char **argv) {
     if (search) {
       test_checksum_kernel(&c);
       test_search(&c, compute_capability());
-      test_roworder(&c);
     }
     nt_ctx_free(c.cpu);
     nt_ctx_free(c.gpu);

@@ -148,6 +148,7 @@ static void cnn_vs_cpu(nt_ctx *gctx, nt_ctx *cctx, nt_dtype dt, double tol) {
 
 static nt_train_options small_gpt(void) {
   nt_train_options o = nt_train_defaults(NT_MODEL_GPT);
+  o.data_dir = nt_test_data_dir();
   o.gpt.n_layer = 4;
   o.gpt.n_head = 4;
   o.gpt.n_embd = 128;
@@ -229,6 +230,7 @@ static void gpt_runs(nt_ctx *gctx, nt_ctx *cctx) {
 
 static void cnn_run(nt_ctx *gctx) {
   nt_train_options o = nt_train_defaults(NT_MODEL_CNN);
+  o.data_dir = nt_test_fashion_dir();
   o.precision = NT_PREC_FP16;
   o.epochs = 2;  /* one epoch of 10k images reached 78% on the H200; two pass 80% */
   o.train_subset = 10000;
@@ -377,12 +379,12 @@ int main(void) {
   gpt2_run(gctx);
   gpt_dropout_graph(gctx, cctx, NT_PREC_BF16);
   gpt_dropout_graph(gctx, cctx, NT_PREC_FP32);
-  const char *d = getenv("NT_DATA_DIR");
+  const char *d = nt_test_data_dir();
   char p[4096];
   snprintf(p, sizeof p, "%s/tinyshakespeare.txt", d ? d : "");
   if (d && access(p, R_OK) == 0) gpt_runs(gctx, cctx);
   else printf("  GPT runs skipped: NT_DATA_DIR/tinyshakespeare.txt not found\n");
-  snprintf(p, sizeof p, "%s/train-images-idx3-ubyte.gz", nt_fashion_mnist_dir());
+  snprintf(p, sizeof p, "%s/train-images-idx3-ubyte.gz", nt_test_fashion_dir());
   if (access(p, R_OK) == 0) cnn_run(gctx);
   else printf("  CNN run skipped: Fashion-MNIST not found\n");
   nt_ctx_free(cctx);

@@ -315,29 +315,30 @@ static void test_errors(nt_ctx *ctx) {
 }
 
 /* nt_conv2d_chunk_images: the CNN's convolutions at batch 128 (f16), edge cases, the
- * NT_CONV_L2_MB override, and invariants over a sweep. */
+ * option conv_l2_mb (its default "auto" is < 0), and invariants over a sweep. */
 static void test_chunk_policy(void) {
-  const char *saved = getenv("NT_CONV_L2_MB");
-  char *keep = saved ? strdup(saved) : NULL;
-  unsetenv("NT_CONV_L2_MB");
+  const double dflt = nt_ctx_options_default().conv_l2_mb;
+  CHECK(dflt < 0, "conv_l2_mb defaults to the policy (%g)", dflt);
   /* conv1 forward: 784 rows x Kp 16 x 2 B = 25 KB per image: the batch fits in 8 MiB */
-  CHECK(nt_conv2d_chunk_images(128, 784, 784 * 16 * 2) == 128, "conv1: one chunk");
+  CHECK(nt_conv2d_chunk_images(128, 784, 784 * 16 * 2, dflt) == 128, "conv1: one chunk");
   /* conv2 forward: 464 KB per image; 16384 rows need 21 images -> 7 chunks of 19 (14 last) */
-  int k = nt_conv2d_chunk_images(128, 784, 784 * 296 * 2);
+  int k = nt_conv2d_chunk_images(128, 784, 784 * 296 * 2, dflt);
   CHECK(k == 19, "conv2: %d images per chunk, expected 19", k);
   /* conv4 forward: 229 KB per image; 84 images for 16384 rows would take 19 MB > 16 MiB: 73
    * at most -> 2 chunks of 64 */
-  k = nt_conv2d_chunk_images(128, 196, 196 * 584 * 2);
+  k = nt_conv2d_chunk_images(128, 196, 196 * 584 * 2, dflt);
   CHECK(k == 64, "conv4: %d images per chunk, expected 64", k);
-  CHECK(nt_conv2d_chunk_images(4, 784, 784 * 296 * 2) == 4, "a small batch is one chunk");
-  CHECK(nt_conv2d_chunk_images(0, 784, 1e6) == 1 && nt_conv2d_chunk_images(-3, 1, 1) == 1,
+  CHECK(nt_conv2d_chunk_images(4, 784, 784 * 296 * 2, dflt) == 4, "a small batch is one chunk");
+  CHECK(nt_conv2d_chunk_images(0, 784, 1e6, dflt) == 1 &&
+            nt_conv2d_chunk_images(-3, 1, 1, dflt) == 1,
         "no images: 1");
-  CHECK(nt_conv2d_chunk_images(64, 10000, 20.0 * 1048576) == 1, "an image over 16 MiB: 1");
+  CHECK(nt_conv2d_chunk_images(64, 10000, 20.0 * 1048576, dflt) == 1,
+        "an image over 16 MiB: 1");
   int bad = 0;
   for (int n = 1; n <= 300; n += 7)
     for (int64_t rows = 1; rows <= 1 << 16; rows *= 4)
       for (double bytes = 256; bytes <= 64.0 * 1048576; bytes *= 8) {
-        k = nt_conv2d_chunk_images(n, rows, bytes);
+        k = nt_conv2d_chunk_images(n, rows, bytes, dflt);
         const int chunks = (n + k - 1) / k;
         bool ok = k >= 1 && k <= n && (k == 1 || k * bytes <= NT_CONV_CHUNK_MAX_BYTES) &&
                   (n * bytes > NT_CONV_CHUNK_BYTES || k == n);
@@ -348,16 +349,17 @@ static void test_chunk_policy(void) {
                  (long long)rows, bytes, k);
       }
   CHECK(bad == 0, "chunk policy invariants: %d cases fail", bad);
-  setenv("NT_CONV_L2_MB", "0", 1);
-  CHECK(nt_conv2d_chunk_images(128, 784, 784 * 296 * 2) == 128, "NT_CONV_L2_MB=0: whole batch");
-  setenv("NT_CONV_L2_MB", "1", 1);  /* 3 images of 300 kB per MiB: 10 -> 3, 3, 3, 1 */
-  k = nt_conv2d_chunk_images(10, 1 << 20, 300000);
-  CHECK(k == 3, "NT_CONV_L2_MB=1: %d images per chunk, expected 3", k);
-  setenv("NT_CONV_L2_MB", "0.05", 1);
-  CHECK(nt_conv2d_chunk_images(10, 1, 784 * 32 * 2) == 1, "NT_CONV_L2_MB=0.05: one image");
-  if (keep) setenv("NT_CONV_L2_MB", keep, 1);
-  else unsetenv("NT_CONV_L2_MB");
-  free(keep);
+  CHECK(nt_conv2d_chunk_images(128, 784, 784 * 296 * 2, 0.0) == 128,
+        "conv_l2_mb 0: whole batch");
+  /* 3 images of 300 kB per MiB: 10 -> 3, 3, 3, 1 */
+  k = nt_conv2d_chunk_images(10, 1 << 20, 300000, 1.0);
+  CHECK(k == 3, "conv_l2_mb 1: %d images per chunk, expected 3", k);
+  CHECK(nt_conv2d_chunk_images(10, 1, 784 * 32 * 2, 0.05) == 1, "conv_l2_mb 0.05: one image");
+  nt_ctx_options o = nt_ctx_options_default();
+  CHECK(nt_ctx_options_set(&o, "conv_l2_mb", "1.5") == NT_OK && o.conv_l2_mb == 1.5 &&
+            nt_ctx_options_set(&o, "conv_l2_mb", "auto") == NT_OK && o.conv_l2_mb < 0 &&
+            nt_ctx_options_set(&o, "conv_l2_mb", "-2") == NT_ERR_INVALID_ARG,
+        "conv_l2_mb from text: 1.5, auto, -2 refused");
 }
 
 int main(void) {

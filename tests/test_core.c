@@ -87,9 +87,67 @@ static void test_ctx(void) {
   }
 }
 
+/* The context options: defaults, the text setter (every key, bad keys and values leave the
+ * options alone), the environment names, and the range check at creation. */
+static void test_options(void) {
+  const nt_ctx_options d = nt_ctx_options_default();
+  CHECK(d.log == NT_LOG_INFO && d.cublaslt_workspace_bytes == (size_t)32 << 20 &&
+            d.gemm_autotune && d.gemm_search == 1 && !d.gemm_search_verify &&
+            d.gemm_untuned_gflop == 100.0 && d.conv_l2_mb < 0 && d.pdl && !d.attn_simple &&
+            d.attn_wgmma && d.attn_tma && d.attn_bwd_keys == 0 && d.attn_bwd_group == 32 &&
+            d.attn_dq_pair,
+        "documented defaults");
+  nt_ctx_options o = d;
+  const struct { const char *key, *value; } good[] = {
+      {"log", "debug"}, {"cublaslt_workspace_mib", "0.5"}, {"gemm_autotune", "off"},
+      {"gemm_search", "2"}, {"gemm_search_verify", "1"}, {"gemm_untuned_gflop", "1e3"},
+      {"conv_l2_mb", "0"}, {"pdl", "false"}, {"attn_simple", "yes"}, {"attn_wgmma", "0"},
+      {"attn_tma", "0"}, {"attn_bwd_keys", "64"}, {"attn_bwd_group", "0"},
+      {"attn_dq_pair", "no"}};
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
+    CHECK(nt_ctx_options_set(&o, good[i].key, good[i].value) == NT_OK, "%s=%s", good[i].key,
+          good[i].value);
+  CHECK(o.log == NT_LOG_DEBUG && o.cublaslt_workspace_bytes == (size_t)1 << 19 &&
+            !o.gemm_autotune && o.gemm_search == 2 && o.gemm_search_verify &&
+            o.gemm_untuned_gflop == 1e3 && o.conv_l2_mb == 0 && !o.pdl && o.attn_simple &&
+            !o.attn_wgmma && !o.attn_tma && o.attn_bwd_keys == 64 && o.attn_bwd_group == 0 &&
+            !o.attn_dq_pair,
+        "every field set from text");
+  const nt_ctx_options before = o;
+  const struct { const char *key, *value; } bad[] = {
+      {"log", "loud"},          {"gemm_autotune", "2"},   {"gemm_search", "3"},
+      {"gemm_search", "1x"},    {"attn_bwd_keys", "96"},  {"attn_bwd_group", "-1"},
+      {"gemm_untuned_gflop", "0"}, {"cublaslt_workspace_mib", "5000"}, {"conv_l2_mb", "-1"},
+      {"no_such_option", "1"},  {"NT_LOG", "info"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    CHECK(nt_ctx_options_set(&o, bad[i].key, bad[i].value) == NT_ERR_INVALID_ARG, "%s=%s refused",
+          bad[i].key, bad[i].value);
+  CHECK(!memcmp(&o, &before, sizeof o), "refused values leave the options alone");
+  int n = 0;
+  for (const nt_ctx_option_name *nm; (nm = nt_ctx_option_name_at(n)); n++) {
+    char env[64] = "NT_";
+    for (size_t j = 0; nm->key[j] && j + 4 < sizeof env; j++)
+      env[3 + j] = (char)(nm->key[j] >= 'a' && nm->key[j] <= 'z' ? nm->key[j] - 32 : nm->key[j]);
+    CHECK(!strcmp(env, nm->env), "option %s's environment name %s is NT_ + its key", nm->key,
+          nm->env);
+  }
+  CHECK(n == (int)(sizeof good / sizeof good[0]) && !nt_ctx_option_name_at(-1),
+        "%d names, one per option", n);
+  nt_ctx *c = NULL;
+  CHECK(nt_ctx_create_with(&c, nt_cpu(), &o) == NT_OK && nt_ctx_opts(c)->gemm_search == 2,
+        "a context keeps its options");
+  nt_ctx_free(c);
+  o.attn_bwd_keys = 32;
+  CHECK(nt_ctx_create_with(&c, nt_cpu(), &o) == NT_ERR_INVALID_ARG &&
+            strstr(nt_last_error(c), "attn_bwd_keys"),
+        "an out-of-range field is refused at creation, named: %s", nt_last_error(c));
+  nt_ctx_free(c);
+}
+
 int main(void) {
   nt_ctx *ctx;
   if (nt_ctx_create(&ctx, nt_cpu())) return 1;
+  test_options();
   test_tensor_views(ctx);
   test_dtypes();
   test_memory_stats(ctx);

@@ -11,7 +11,7 @@
  * values (recomputed here per element with core/convert.h), only fp32 accumulation is left:
  * 1e-5. The bias gradient never sees FP8: 1e-6 against fp64. */
 #include "tests/testutil.h"
-#include "ops/fp8_linear.h"
+#include "amp/fp8_linear.h"
 #include "ops/quantize.h"
 #include "ops/linear.h"
 #include "ops/elementwise.h"

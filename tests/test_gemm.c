@@ -368,13 +368,16 @@ static void test_errors(nt_ctx *ctx) {
 }
 
 static void test_search_knobs(void) {
-  int m = -1;
-  CHECK(nt_gemm_search_parse(NULL, &m) && m == 1, "unset -> 1 (%d)", m);
-  CHECK(nt_gemm_search_parse("", &m) && m == 1, "empty -> 1 (%d)", m);
-  CHECK(nt_gemm_search_parse("0", &m) && m == 0, "0 (%d)", m);
-  CHECK(nt_gemm_search_parse("2", &m) && m == 2, "2 (%d)", m);
-  CHECK(!nt_gemm_search_parse("3", &m) && m == 1, "3 refused, default kept (%d)", m);
-  CHECK(!nt_gemm_search_parse("1x", &m) && m == 1, "1x refused (%d)", m);
+  nt_ctx_options o = nt_ctx_options_default();
+  CHECK(o.gemm_search == 1 && o.gemm_autotune && o.gemm_untuned_gflop == 100.0,
+        "GEMM defaults: search 1, autotune on, untuned from 100 GFLOP");
+  CHECK(nt_ctx_options_set(&o, "gemm_search", "0") == NT_OK && o.gemm_search == 0, "0 (%d)",
+        o.gemm_search);
+  CHECK(nt_ctx_options_set(&o, "gemm_search", "2") == NT_OK && o.gemm_search == 2, "2 (%d)",
+        o.gemm_search);
+  CHECK(nt_ctx_options_set(&o, "gemm_search", "3") == NT_ERR_INVALID_ARG && o.gemm_search == 2,
+        "3 refused, value kept (%d)", o.gemm_search);
+  CHECK(nt_ctx_options_set(&o, "gemm_search", "1x") == NT_ERR_INVALID_ARG, "1x refused");
   /* 16384 x 384 x 384 (the small GPT's projection, 4.8 GFLOP) is searched by default; a
    * 64-row product is not; mode 2 searches everything, mode 0 nothing. */
   double big = 2.0 * 16384 * 384 * 384, small = 2.0 * 64 * 384 * 384;

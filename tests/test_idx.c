@@ -142,7 +142,7 @@ static void cleanup(void) {
 }
 
 static int fashion(nt_ctx *ctx) {
-  const char *d = nt_fashion_mnist_dir();
+  const char *d = nt_test_fashion_dir();
   char probe[4096];
   snprintf(probe, sizeof probe, "%s/train-images-idx3-ubyte.gz", d);
   if (access(probe, R_OK) != 0) {
@@ -151,7 +151,7 @@ static int fashion(nt_ctx *ctx) {
     return nt_test_skip("no Fashion-MNIST data");
   }
   nt_image_set tr, te;
-  if (CHECK_OK(ctx, nt_fashion_mnist_load(ctx, NULL, true, &tr))) {
+  if (CHECK_OK(ctx, nt_fashion_mnist_load(ctx, d, true, &tr))) {
     CHECK(tr.n == 60000 && tr.h == 28 && tr.w == 28, "train: %lld x %lld x %lld", (long long)tr.n,
           (long long)tr.h, (long long)tr.w);
     const int32_t first[10] = {9, 0, 0, 3, 0, 2, 7, 2, 5, 5};
@@ -168,7 +168,7 @@ static int fashion(nt_ctx *ctx) {
     CHECK(mean > 0.2855 && mean < 0.2865, "pixel mean %.5f (Fashion-MNIST's is 0.2860)", mean);
     nt_image_set_free(&tr);
   }
-  if (CHECK_OK(ctx, nt_fashion_mnist_load(ctx, NULL, false, &te))) {
+  if (CHECK_OK(ctx, nt_fashion_mnist_load(ctx, d, false, &te))) {
     CHECK(te.n == 10000 && te.num_classes == 10, "test: %lld images", (long long)te.n);
     CHECK(te.labels[0] == 9 && te.labels[1] == 2, "first test labels %d %d", te.labels[0],
           te.labels[1]);

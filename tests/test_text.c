@@ -55,11 +55,12 @@ static void test_small(nt_ctx *ctx, const char *dir) {
 
 static int shakespeare(nt_ctx *ctx) {
   char buf[4096];
-  const char *path = nt_tinyshakespeare_path(buf, sizeof buf);
+  const char *dir = nt_test_data_dir();
+  const char *path = nt_tinyshakespeare_path(dir, buf, sizeof buf);
   if (!path || access(path, R_OK) != 0) {
     fprintf(stderr, "tinyshakespeare.txt not found (NT_DATA_DIR=%s): set NT_DATA_DIR at "
                     "configure time or -DNT_DATA_DIR=<folder>\n",
-            getenv("NT_DATA_DIR") ? getenv("NT_DATA_DIR") : "(unset)");
+            dir ? dir : "(unset)");
     return nt_test_skip("no tiny shakespeare");
   }
   nt_text t;

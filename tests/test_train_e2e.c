@@ -20,8 +20,8 @@
 static char tmpdir[256];
 
 static bool have_shakespeare(void) {
-  const char *d = getenv("NT_DATA_DIR");
-  if (!d || !*d) return false;
+  const char *d = nt_test_data_dir();
+  if (!d) return false;
   char p[4096];
   snprintf(p, sizeof p, "%s/tinyshakespeare.txt", d);
   return access(p, R_OK) == 0;
@@ -29,12 +29,13 @@ static bool have_shakespeare(void) {
 
 static bool have_fashion(void) {
   char p[4096];
-  snprintf(p, sizeof p, "%s/train-images-idx3-ubyte.gz", nt_fashion_mnist_dir());
+  snprintf(p, sizeof p, "%s/train-images-idx3-ubyte.gz", nt_test_fashion_dir());
   return access(p, R_OK) == 0;
 }
 
 static nt_train_options tiny_gpt(void) {
   nt_train_options o = nt_train_defaults(NT_MODEL_GPT);
+  o.data_dir = nt_test_data_dir();
   o.gpt.n_layer = 2;
   o.gpt.n_head = 2;
   o.gpt.n_embd = 32;
@@ -118,6 +119,7 @@ static void check_files(void) {
 
 static void learn_gpt(nt_ctx *ctx) {
   nt_train_options o = nt_train_defaults(NT_MODEL_GPT);
+  o.data_dir = nt_test_data_dir();
   o.gpt.n_layer = 2;
   o.gpt.n_head = 4;
   o.gpt.n_embd = 64;
@@ -143,6 +145,7 @@ static void learn_gpt(nt_ctx *ctx) {
 
 static void learn_cnn(nt_ctx *ctx) {
   nt_train_options o = nt_train_defaults(NT_MODEL_CNN);
+  o.data_dir = nt_test_fashion_dir();
   o.cnn.c1 = 4;
   o.cnn.c2 = 8;
   o.cnn.hidden = 128;
@@ -183,6 +186,7 @@ int main(void) {
   }
   if (fashion) {
     nt_train_options o = nt_train_defaults(NT_MODEL_CNN);
+    o.data_dir = nt_test_fashion_dir();
     o.cnn.c1 = 2;
     o.cnn.c2 = 4;
     o.cnn.hidden = 16;
@@ -199,7 +203,7 @@ int main(void) {
     check_resume(ctx, o, 13, 4, "cnn-sync");
     learn_cnn(ctx);
   } else {
-    printf("  skipping the CNN parts: Fashion-MNIST not found in %s\n", nt_fashion_mnist_dir());
+    printf("  skipping the CNN parts: Fashion-MNIST not found in %s\n", nt_test_fashion_dir());
   }
   nt_ctx_free(ctx);
   char cmd[300];

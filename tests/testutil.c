@@ -1,4 +1,6 @@
 #include "tests/testutil.h"
+#include "data/idx.h"
+#include "tools/ctx_env.h"
 #include <math.h>
 #include <stdlib.h>
 
@@ -33,10 +35,31 @@ int nt_test_finish(void) {
   return nt_test_failed ? 1 : 0;
 }
 
+nt_ctx_options nt_test_ctx_options(void) {
+  nt_ctx_options o = nt_ctx_options_default();
+  if (nt_ctx_options_from_env(&o)) exit(2);
+  return o;
+}
+
+const char *nt_test_data_dir(void) {
+  const char *d = getenv("NT_DATA_DIR");
+  return d && *d ? d : NULL;
+}
+
+const char *nt_test_fashion_dir(void) {
+  const char *d = getenv("NT_FASHION_DIR");
+  return d && *d ? d : NT_FASHION_DEFAULT_DIR;
+}
+
 nt_ctx *nt_test_cuda_ctx(void) {
+  const nt_ctx_options o = nt_test_ctx_options();
+  return nt_test_cuda_ctx_with(&o);
+}
+
+nt_ctx *nt_test_cuda_ctx_with(const nt_ctx_options *opts) {
   if (nt_cuda_device_count() == 0) return NULL;
   nt_ctx *ctx;
-  if (nt_ctx_create(&ctx, nt_cuda(0))) {
+  if (nt_ctx_create_with(&ctx, nt_cuda(0), opts)) {
     fprintf(stderr, "CUDA context: %s\n", nt_last_error(ctx));
     nt_ctx_free(ctx);
     return NULL;

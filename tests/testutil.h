@@ -38,9 +38,17 @@ int nt_test_check_err(nt_ctx *ctx, nt_status expected, nt_status st, const char 
 /* Prints "N passed, N failed" and returns the exit code. */
 int nt_test_finish(void);
 
-/* A CUDA context on device 0, or NULL when there is no GPU (the test should then
- * `return nt_test_skip("reason")`). */
+/* The context options a test starts from: the defaults with the environment's NT_* names
+ * mapped on top (tools/ctx_env.h), so ctest's ENVIRONMENT can set them. Exits on a bad value. */
+nt_ctx_options nt_test_ctx_options(void);
+/* A CUDA context on device 0 with nt_test_ctx_options() (or `opts`), or NULL when there is no
+ * GPU (the test should then `return nt_test_skip("reason")`). */
 nt_ctx *nt_test_cuda_ctx(void);
+nt_ctx *nt_test_cuda_ctx_with(const nt_ctx_options *opts);
+/* Data folders for tests: NT_DATA_DIR (NULL when unset) and NT_FASHION_DIR (else
+ * NT_FASHION_DEFAULT_DIR). */
+const char *nt_test_data_dir(void);
+const char *nt_test_fashion_dir(void);
 int nt_test_skip(const char *why);
 
 /* Deterministic uniform numbers in [lo, hi) (splitmix64 on a test-local state). */

@@ -12,6 +12,7 @@
  * works); 1 when a GPU is present but unusable (a driver older than the runtime, a failing
  * device); 2 on a bad option. */
 #include "core/nt.h"
+#include "tools/ctx_env.h"
 #include "core/cuda_util.h"
 #include <cblas.h>
 #include <stdio.h>
@@ -123,7 +124,7 @@ static void measure_bandwidth(gpu_info *g, size_t bytes) {
   nt_ctx *ctx = NULL;
   void *dev = NULL, *pinned = NULL;
   char *pageable = NULL;
-  nt_status st = nt_ctx_create(&ctx, nt_cuda(g->index));
+  nt_status st = nt_ctx_create_env(&ctx, nt_cuda(g->index));
   if (st) goto fail;
   if ((st = nt_alloc(ctx, bytes, &dev))) goto fail;
   if ((st = nt_pinned_alloc(ctx, bytes, &pinned))) goto fail;

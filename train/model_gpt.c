@@ -83,8 +83,7 @@ static nt_status load_data(nt_ctx *ctx, const nt_train_options *o, gpt_run *r,
     nt_shard_free(&sh);
   } else {
     char path[4096];
-    if (o->data_dir) snprintf(path, sizeof path, "%s/tinyshakespeare.txt", o->data_dir);
-    else if (!nt_tinyshakespeare_path(path, sizeof path))
+    if (!nt_tinyshakespeare_path(o->data_dir, path, sizeof path))
       return NT_ERROR(ctx, NT_ERR_INVALID_ARG,
                       "tiny shakespeare: pass --data-dir or set NT_DATA_DIR to the directory "
                       "holding tinyshakespeare.txt");

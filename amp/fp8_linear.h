@@ -28,8 +28,8 @@
  * the dequantized values (fp8 value * scale_inv): the numbers FP8 would give up to the order of
  * fp32 accumulation, so the recipe is testable without Hopper. (The precision policy,
  * amp/policy.h, chooses bf16 instead of fp8 below 9.0; the emulation is for tests and CI.) */
-#ifndef NT_OPS_FP8_LINEAR_H
-#define NT_OPS_FP8_LINEAR_H
+#ifndef NT_AMP_FP8_LINEAR_H
+#define NT_AMP_FP8_LINEAR_H
 #include "core/nt.h"
 #include "amp/fp8.h"
 #include "ops/linear.h"

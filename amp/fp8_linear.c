@@ -2,7 +2,7 @@
  * with the fp32 emulation of the GEMMs where FP8 GEMMs are not available. Also the two small
  * helpers around the GEMMs: adding an fp32 GEMM result (and bias) into an output of any float
  * dtype, and the bias gradient as fp32 column sums of dy. */
-#include "ops/fp8_linear.h"
+#include "amp/fp8_linear.h"
 #include "ops/gemm.h"
 #include "ops/quantize.h"
 #include "ops/elementwise.h"
@@ -193,7 +193,7 @@ static void job_free(job *j) {
 
 /* D = beta D + (A B^T) * sa * sb (+ bias), A [M, K] and B [N, K] FP8, sa and sb the device
  * scale_inv scalars. Emulation: both operands dequantized to fp32 (value * scale_inv), then an
- * fp32 GEMM (never TF32: the context's TF32 flag is the caller's, so it is turned off here). */
+ * fp32 GEMM, never TF32 whatever the context's default. */
 static nt_status mm(job *j, const nt_tensor *A, const nt_tensor *sa, const nt_tensor *B,
                     const nt_tensor *sb, nt_tensor *D, float beta, const nt_tensor *bias) {
   nt_gemm_opts o = nt_gemm_defaults();
@@ -212,10 +212,8 @@ static nt_status mm(job *j, const nt_tensor *A, const nt_tensor *sa, const nt_te
       (st = job_alloc(j, NT_F32, B->shape[0], B->shape[1], &Bf)) ||
       (st = nt_fp8_dequantize(j->ctx, A, sa, &Af)) || (st = nt_fp8_dequantize(j->ctx, B, sb, &Bf)))
     return st;
-  bool tf32 = nt_ctx_allow_tf32(j->ctx);
-  nt_ctx_set_allow_tf32(j->ctx, false);
+  o.tf32 = NT_TF32_OFF;
   st = nt_gemm(j->ctx, &Af, &Bf, D, &o);
-  nt_ctx_set_allow_tf32(j->ctx, tf32);
   job_release(j, Af.data);
   job_release(j, Bf.data);
   return st;
