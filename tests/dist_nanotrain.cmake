@@ -54,6 +54,9 @@ if(TARGET nanotrain AND MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
     set_tests_properties(dist_nt_resume_${k} PROPERTIES FIXTURES_REQUIRED "${req}"
                          FIXTURES_SETUP dist_nt_resume_${k}_done)
   endforeach()
+  # The CNN resumed mid-epoch at another world size (the position is kept in samples).
+  nt_dn_test(dist_nt_cnn_resume_2_to_1 cnn_resume ${nt_dn_args})
+  set_tests_properties(dist_nt_cnn_resume_2_to_1 PROPERTIES FIXTURES_REQUIRED dist_nt_ref_cnn_2)
   nt_dn_test(dist_nt_killed_rank killed ${nt_dn_args} 3)
   set_tests_properties(dist_nt_killed_rank PROPERTIES TIMEOUT 60)
   nt_dn_test(dist_nt_config_mismatch mismatch ${nt_dn_args})

@@ -9,6 +9,8 @@
 #                                   checkpoint (none for stage 1) with N ranks up to STEPS and
 #                                   compares the stage's losses (the last stage also the
 #                                   weights) with `ref gpt 3` (one process, batch 12)
+#   cnn_resume                      the CNN stopped mid-epoch by 2 ranks (FULL_SHARD), resumed
+#                                   by one process: the rest of the epoch as `ref cnn 2`
 #   killed  N                       kills rank 1 mid-run: mpirun must end non-zero in time
 #   mismatch                        two ranks with different --lr: a clear error
 # Exit 77 (skipped) without mpirun, numpy or the data.
@@ -66,6 +68,15 @@ resume)
     exec $compare "$out" "$work/ref_gpt_3" --first-step "$first"
   fi
   exec $compare "$out" "$work/ref_gpt_3" --first-step "$first" --losses-only
+  ;;
+cnn_resume)
+  read -ra args <<<"$(cnn_args 2)"
+  rm -rf "$work/cnn_resume_a" "$work/cnn_resume_b"
+  mpi 2 "$nt" "${args[@]}" --batch-size 4 --max-iters 10 --sharding-strategy FULL_SHARD \
+      --out-dir "$work/cnn_resume_a" || exit 1
+  "$nt" "${args[@]}" --batch-size 8 --resume "$work/cnn_resume_a" \
+      --out-dir "$work/cnn_resume_b" || exit 1
+  exec $compare "$work/cnn_resume_b" "$work/ref_cnn_2" --first-step 11
   ;;
 killed)
   n=$1

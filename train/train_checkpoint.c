@@ -117,6 +117,8 @@ nt_status nt_trainer_save(nt_trainer *T) {
   nt_jw_u64(&w, T->epoch);
   nt_jw_key(&w, "batch");
   nt_jw_i64(&w, T->batch_in_epoch);
+  nt_jw_key(&w, "samples");   /* of the epoch over every rank: a resume at another N */
+  nt_jw_i64(&w, T->batch_in_epoch * o->batch_size * T->world);
   nt_jw_key(&w, "seed");
   nt_jw_u64(&w, o->seed);
   nt_jw_end(&w, '}');
@@ -220,6 +222,16 @@ nt_status nt_trainer_restore(nt_trainer *T, const nt_json *root) {
   T->iter = T->iter_last = nt_json_get_i64(root, "iter", 0);
   T->epoch = nt_json_u64(nt_json_get(ld, "epoch"), 0);
   T->batch_in_epoch = nt_json_get_i64(ld, "batch", 0);
+  /* another world size: the same position in samples (DistributedSampler's global batches
+   * are the same sets when batch x N is) */
+  int64_t samples = nt_json_get_i64(ld, "samples", -1), per_batch = T->o->batch_size * T->world;
+  if (samples >= 0) {
+    if (samples % per_batch)
+      return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "%s: resuming %lld samples into the epoch with "
+                      "%d rank(s) of batch %lld: not a whole number of batches", where,
+                      (long long)samples, T->world, (long long)T->o->batch_size);
+    T->batch_in_epoch = samples / per_batch;
+  }
   T->best_val = nt_json_get_num(root, "best_val_loss", 1e30);
   T->res->steps = T->iter;
   nt_trainer_print(T, "resumed from %s at step %lld (epoch %llu, batch %lld)\n", where,
