@@ -60,8 +60,8 @@ typedef struct {
   } profile_iters;
   FILE *out;                   /* where progress goes (stdout when NULL) */
   /* Sharded data parallel (dist/, docs/sharding.md). comm NULL: one process, and with
-   * NO_SHARD and no accumulation the run is exactly the one-process path (no FSDP runtime,
-   * the CUDA graph). Otherwise every rank of comm runs nt_train_run with the same options:
+   * NO_SHARD the run is exactly the one-process path (no FSDP runtime; the CUDA graph unless
+   * accumulating). Otherwise every rank of comm runs nt_train_run with the same options:
    * the batch is per rank (global batch = batch_size x world x grad_accum_steps); the GPT's
    * rank r draws rows [r*B, (r+1)*B) of the global batch a single process with batch N*B
    * would draw, the CNN's loader takes DistributedSampler's share; dropout streams differ per

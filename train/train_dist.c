@@ -63,7 +63,8 @@ nt_status nt_trainer_dist_init(nt_trainer *T, const nt_optimizer_options *oo,
                     nt_dtype_name(T->model->compute));
   fo.param_dtype = T->model->compute;
   so->grad_divisor = T->world * T->accum;
-  if (T->world == 1 && fo.strategy == NT_SHARD_NO_SHARD) return NT_OK;   /* one process */
+  /* one process: no communicator (a program passes one at world 1 only when asked to) */
+  if (!T->comm && fo.strategy == NT_SHARD_NO_SHARD) return NT_OK;
   nt_status st = NT_OK;
   if (!T->comm) {
     nt_comm_options co = {NT_COMM_LOCAL, NULL, NT_DIST_DEFAULT_TIMEOUT_S, false};
