@@ -69,13 +69,30 @@ nt_status nt_idx_read(nt_ctx *ctx, const char *path, int expect_ndim, nt_idx *ou
     st = NT_ERROR(ctx, NT_ERR_FORMAT, "%s: empty dataset (zero items)", path);
     goto fail;
   }
-  out->data = malloc((size_t)out->numel);
-  if (!out->data) {
-    st = NT_ERROR(ctx, NT_ERR_OOM, "%s: out of memory for %lld bytes", path,
-                  (long long)out->numel);
-    goto fail;
+  /* The header's size is untrusted (and a gzip stream's length unknown before reading): the
+   * buffer grows with the data that actually arrives, so a short file claiming terabytes
+   * fails as truncated instead of allocating them. */
+  size_t want = (size_t)out->numel, have = 0, cap = 0;
+  while (have < want) {
+    if (have == cap) {
+      size_t grown = cap ? (cap > want / 2 ? want : 2 * cap) : (want < (1u << 20) ? want : 1u << 20);
+      unsigned char *p = realloc(out->data, grown);
+      if (!p) {
+        st = NT_ERROR(ctx, NT_ERR_OOM, "%s: out of memory for %zu bytes", path, grown);
+        goto fail;
+      }
+      out->data = p;
+      cap = grown;
+    }
+    if ((st = read_exact(ctx, f, path, out->data + have, cap - have, "data"))) {
+      if (st == NT_ERR_FORMAT && strstr(nt_last_error(ctx), "bytes missing"))
+        st = NT_ERROR(ctx, NT_ERR_FORMAT,
+                      "%s: truncated file: the header declares %zu data bytes, fewer are present",
+                      path, want);
+      goto fail;
+    }
+    have = cap;
   }
-  if ((st = read_exact(ctx, f, path, out->data, (size_t)out->numel, "data"))) goto fail;
   gzclose(f);
   return NT_OK;
 fail:

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* The format is little-endian; decode byte by byte so a big-endian host reads it too. */
 static int32_t le32(const unsigned char *p) {
@@ -36,6 +37,19 @@ nt_status nt_shard_read(nt_ctx *ctx, const char *path, nt_shard *out) {
   if (count <= 0) {
     st = NT_ERROR(ctx, NT_ERR_FORMAT, "%s: empty dataset (header declares %d tokens)", path,
                   count);
+    goto done;
+  }
+  /* the file must hold exactly the declared tokens: checked before allocating for them */
+  struct stat sb;
+  if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) &&
+      (uint64_t)sb.st_size != NT_SHARD_HEADER_BYTES + 2 * (uint64_t)count) {
+    st = (uint64_t)sb.st_size < NT_SHARD_HEADER_BYTES + 2 * (uint64_t)count
+             ? NT_ERROR(ctx, NT_ERR_FORMAT,
+                        "%s: truncated file: the header declares %d tokens but only %lld are "
+                        "present", path, count,
+                        (long long)((sb.st_size - NT_SHARD_HEADER_BYTES) / 2))
+             : NT_ERROR(ctx, NT_ERR_FORMAT, "%s: more data than the %d tokens the header declares",
+                        path, count);
     goto done;
   }
   unsigned char *raw = malloc((size_t)count * 2);

@@ -35,6 +35,8 @@ struct nt_fsdp {
   int n_gathered, peak_gathered;
   double live_param, peak_param, live_grad, peak_grad, opt_elems, master_elems;
   double t0;   /* trace clock origin */
+  struct { nt_tensor t; double *live; int64_t seq; } *deferred;   /* 2 per unit at most */
+  int n_deferred;
 };
 
 static void trace(nt_fsdp *f, const char *event, int unit, double bytes, bool comm) {
@@ -67,6 +69,8 @@ bool nt_backward_prefetch_parse(const char *s, nt_backward_prefetch *out) {
 
 const nt_shard_layout *nt_fsdp_layout(const nt_fsdp *f, int unit) { return &f->u[unit].lay; }
 int nt_fsdp_grad_divisor(const nt_fsdp *f) { return f->W; }
+nt_params *nt_fsdp_params(const nt_fsdp *f) { return f->p; }
+nt_sharding nt_fsdp_strategy(const nt_fsdp *f) { return f->opt.strategy; }
 void nt_fsdp_set_sync(nt_fsdp *f, bool sync) { f->sync = sync; }
 
 static bool sharded(const nt_fsdp *f) { return f->opt.strategy != NT_SHARD_NO_SHARD; }
@@ -85,14 +89,43 @@ static nt_status alloc_flat(nt_ctx *ctx, nt_tensor *t, nt_dtype dt, int64_t n, d
   return st;
 }
 
-/* Frees a buffer that the communication stream may still be reading. */
-static void free_flat(nt_ctx *ctx, nt_fsdp *f, nt_tensor *t, double *live) {
+/* Frees a buffer in the compute stream's order: only for buffers the communication stream no
+ * longer touches once the compute stream has reached this point (it waited for them). */
+static void free_flat(nt_ctx *ctx, nt_tensor *t, double *live) {
   if (!t->owner) return;
-  void *stream = nt_comm_stream(f->comm);
-  if (stream) nt_alloc_record_stream(ctx, t->owner, stream);
   *live -= (double)nt_tensor_nbytes(t);
   nt_tensor_free(ctx, t);
   t->data = NULL;
+}
+
+/* A buffer a collective still reads on the communication stream (a whole gradient being
+ * reduce-scattered): with host collectives it is free at once; with a communication stream it
+ * waits in f->deferred until the compute stream has waited for that collective (the next
+ * unit's grads_ready, or the join). This keeps every wait inside the step's own stream order
+ * (no events queried by the pool, which a CUDA graph capture would not allow), at the cost of
+ * up to two whole gradients alive instead of one. */
+static void free_after_collective(nt_ctx *ctx, nt_fsdp *f, nt_tensor *t, double *live) {
+  if (!t->owner) return;
+  if (!nt_comm_stream(f->comm)) {
+    free_flat(ctx, t, live);
+    return;
+  }
+  f->deferred[f->n_deferred].t = *t;
+  f->deferred[f->n_deferred].live = live;
+  f->deferred[f->n_deferred].seq = nt_comm_seq(f->comm);
+  f->n_deferred++;
+  t->data = NULL;
+  t->owner = NULL;
+}
+
+static nt_status free_deferred(nt_ctx *ctx, nt_fsdp *f) {
+  if (!f->n_deferred) return NT_OK;
+  int64_t seq = 0;
+  for (int i = 0; i < f->n_deferred; i++) seq = f->deferred[i].seq > seq ? f->deferred[i].seq : seq;
+  nt_status st = nt_comm_wait_seq(f->comm, ctx, seq);
+  for (int i = 0; i < f->n_deferred; i++) free_flat(ctx, &f->deferred[i].t, f->deferred[i].live);
+  f->n_deferred = 0;
+  return st;
 }
 
 static nt_status copy_or_convert(nt_ctx *ctx, nt_tensor *dst, const nt_tensor *src) {
@@ -151,6 +184,45 @@ static nt_status adopt_unit(nt_ctx *ctx, nt_fsdp *f, int j) {
   return NT_OK;
 }
 
+/* stable_buffers: the model's whole buffers stay; the runtime adds the kept shards. */
+static nt_status adopt_stable(nt_ctx *ctx, nt_fsdp *f, int j) {
+  nt_unit *un = &f->p->units[j];
+  fsdp_unit *u = &f->u[j];
+  if (u->lay.padded != u->lay.numel)
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG,
+                    "fsdp: stable_buffers needs unit sizes that are multiples of the world size: "
+                    "unit '%s' has %lld elements at world %d", un->name, (long long)u->lay.numel,
+                    f->W);
+  size_t cs = nt_dtype_size(f->p->compute_dtype);
+  u->full = nt_tensor_view(un->compute.data, f->p->compute_dtype, f->dev, 1, &u->lay.numel);
+  u->gfull = nt_tensor_view(un->grad.data, NT_F32, f->dev, 1, &u->lay.numel);
+  count(&f->live_param, &f->peak_param, (double)u->lay.numel * (double)cs);
+  count(&f->live_grad, &f->peak_grad, (double)u->lay.numel * 4.0);
+  nt_tensor mine = nt_flat_view(&u->full, u->lay.lo, u->lay.shard);
+  nt_status st = NT_OK;
+  if (f->opt.strategy == NT_SHARD_GRAD_OP) {
+    u->shard = mine;
+  } else {
+    st = alloc_flat(ctx, &u->shard, f->p->compute_dtype, u->lay.shard, &f->live_param,
+                    &f->peak_param);
+    if (!st) st = nt_tensor_copy(ctx, &u->shard, &mine);
+  }
+  if (!st && f->p->compute_dtype != NT_F32) {
+    double none = 0, none_peak = 0;
+    nt_tensor m = nt_flat_view(&un->master, u->lay.lo, u->lay.shard);
+    st = alloc_flat(ctx, &u->master0, NT_F32, u->lay.shard, &none, &none_peak);
+    if (!st) st = nt_tensor_copy(ctx, &u->master0, &m);
+  }
+  if (!st) st = alloc_flat(ctx, &u->gshard, NT_F32, u->lay.shard, &f->live_grad, &f->peak_grad);
+  if (!st) st = nt_tensor_zero(ctx, &u->gshard);
+  if (!st) st = nt_ctx_synchronize(ctx);
+  if (!st && un->compute.owner) {   /* a 16-bit copy: the fp32 master lives in the shards now */
+    nt_tensor_free(ctx, &un->master);
+    un->master = nt_tensor_view(NULL, NT_F32, f->dev, 1, &u->lay.numel);
+  }
+  return st;
+}
+
 nt_status nt_fsdp_create(nt_ctx *ctx, nt_comm *comm, nt_params *p, const nt_fsdp_options *opt,
                          nt_fsdp **out) {
   *out = NULL;
@@ -165,7 +237,8 @@ nt_status nt_fsdp_create(nt_ctx *ctx, nt_comm *comm, nt_params *p, const nt_fsdp
   if (f) f->u = calloc((size_t)(p->n_units ? p->n_units : 1), sizeof *f->u);
   if (f && f->u) f->fwd = calloc((size_t)(p->n_units ? p->n_units : 1), sizeof(int));
   if (f && f->fwd) f->bwd = calloc((size_t)(p->n_units ? p->n_units : 1), sizeof(int));
-  if (!f || !f->bwd) {
+  if (f && f->bwd) f->deferred = calloc((size_t)(2 * p->n_units + 2), sizeof *f->deferred);
+  if (!f || !f->deferred) {
     nt_fsdp_free(ctx, f);
     return NT_ERROR(ctx, NT_ERR_OOM, "fsdp: out of host memory");
   }
@@ -188,7 +261,7 @@ nt_status nt_fsdp_create(nt_ctx *ctx, nt_comm *comm, nt_params *p, const nt_fsdp
     f->opt_elems += (double)elems;
     if (p->compute_dtype != NT_F32) f->master_elems += (double)elems;
     if (sharded(f)) {
-      st = adopt_unit(ctx, f, j);
+      st = opt->stable_buffers ? adopt_stable(ctx, f, j) : adopt_unit(ctx, f, j);
     } else {
       count(&f->live_param, &f->peak_param, (double)u->lay.numel * (double)cs);
       count(&f->live_grad, &f->peak_grad, (double)u->lay.numel * 4.0);
@@ -209,11 +282,13 @@ void nt_fsdp_free(nt_ctx *ctx, nt_fsdp *f) {
     nt_tensor *own[] = {&u->full, &u->master0, &u->gfull, &u->gshard, &u->red, &u->red_shard};
     for (size_t k = 0; k < sizeof own / sizeof own[0]; k++) nt_tensor_free(ctx, own[k]);
     if (f->opt.strategy == NT_SHARD_FULL) nt_tensor_free(ctx, &u->shard);
-    if (sharded(f)) {
+    if (sharded(f) && !f->opt.stable_buffers) {
       f->p->units[j].compute.data = f->p->units[j].grad.data = NULL;
       f->p->units[j].master.data = NULL;
     }
   }
+  for (int i = 0; i < f->n_deferred; i++) nt_tensor_free(ctx, &f->deferred[i].t);
+  free(f->deferred);
   free(f->u);
   free(f->fwd);
   free(f->bwd);
@@ -225,8 +300,10 @@ void nt_fsdp_free(nt_ctx *ctx, nt_fsdp *f) {
 static nt_status gather(nt_ctx *ctx, nt_fsdp *f, int j) {
   fsdp_unit *u = &f->u[j];
   if (u->gathered) return NT_OK;
-  nt_status st = alloc_flat(ctx, &u->full, f->p->compute_dtype, u->lay.padded, &f->live_param,
-                            &f->peak_param);
+  nt_status st = NT_OK;
+  if (!f->opt.stable_buffers)
+    st = alloc_flat(ctx, &u->full, f->p->compute_dtype, u->lay.padded, &f->live_param,
+                    &f->peak_param);
   if (!st) st = nt_comm_all_gather(f->comm, ctx, &u->shard, &u->full);
   if (st) return st;
   u->gather_seq = nt_comm_seq(f->comm);
@@ -234,17 +311,18 @@ static nt_status gather(nt_ctx *ctx, nt_fsdp *f, int j) {
   u->gathered = true;
   u->used = false;
   if (++f->n_gathered > f->peak_gathered) f->peak_gathered = f->n_gathered;
-  bind_compute(f, j);
+  if (!f->opt.stable_buffers) bind_compute(f, j);
   return NT_OK;
 }
 
 static void release(nt_ctx *ctx, nt_fsdp *f, int j) {
   fsdp_unit *u = &f->u[j];
   if (!u->gathered) return;
-  trace(f, "free-params", j, (double)nt_tensor_nbytes(&u->full), false);
-  free_flat(ctx, f, &u->full, &f->live_param);
   u->gathered = u->used = false;
   f->n_gathered--;
+  if (f->opt.stable_buffers) return;   /* the whole buffer stays (its contents go stale) */
+  trace(f, "free-params", j, (double)nt_tensor_nbytes(&u->full), false);
+  free_flat(ctx, &u->full, &f->live_param);
   bind_compute(f, j);
 }
 
@@ -337,10 +415,11 @@ static nt_status reduce_unit(nt_ctx *ctx, nt_fsdp *f, int j) {
     if (!st) st = alloc_flat(ctx, &u->red_shard, rd, u->lay.shard, &f->live_grad, &f->peak_grad);
     if (!st) st = nt_convert(ctx, &u->red, &u->gfull);
     if (!st) st = nt_comm_reduce_scatter(f->comm, ctx, &u->red, &u->red_shard);
-    free_flat(ctx, f, &u->red, &f->live_grad);
+    free_after_collective(ctx, f, &u->red, &f->live_grad);
   }
   trace(f, "reduce_scatter-grad", j, (double)nt_tensor_nbytes(&u->gfull), true);
-  free_flat(ctx, f, &u->gfull, &f->live_grad);
+  if (f->opt.stable_buffers) return st;
+  free_after_collective(ctx, f, &u->gfull, &f->live_grad);
   trace(f, "free-grad", j, (double)u->lay.padded * 4, false);
   bind_grad(f, j);
   return st;
@@ -352,15 +431,16 @@ static nt_status join(nt_ctx *ctx, nt_fsdp *f) {
   if (f->sync && f->n_reported > 0) {
     trace(f, "join (compute waits)", -1, 0, false);
     st = nt_comm_wait_seq(f->comm, ctx, nt_comm_seq(f->comm));
+    if (!st) st = free_deferred(ctx, f);
     for (int j = 0; j < f->n && !st; j++) {
       fsdp_unit *u = &f->u[j];
       if (u->red.data && !sharded(f)) {
         st = nt_convert(ctx, &f->p->units[j].grad, &u->red);
-        free_flat(ctx, f, &u->red, &f->live_grad);
+        free_flat(ctx, &u->red, &f->live_grad);
       }
       if (!st && u->red_shard.data) {
         st = nt_convert(ctx, &u->gshard, &u->red_shard);
-        free_flat(ctx, f, &u->red_shard, &f->live_grad);
+        free_flat(ctx, &u->red_shard, &f->live_grad);
       }
     }
   }
@@ -377,7 +457,9 @@ nt_status nt_fsdp_grads_ready(nt_ctx *ctx, void *arg, int j) {
   if (!u->reported) {
     u->reported = true;
     f->n_reported++;
-    if (f->sync) st = reduce_unit(ctx, f, j);
+    /* The previous unit's reduction ran beside this unit's backward; its buffers go now. */
+    st = free_deferred(ctx, f);
+    if (!st && f->sync) st = reduce_unit(ctx, f, j);
   }
   if (!st && f->opt.strategy == NT_SHARD_FULL) {
     release(ctx, f, j);

@@ -62,6 +62,14 @@ typedef struct {
   bool limit_all_gathers;                  /* true: at most two units gathered at once */
   nt_backward_prefetch backward_prefetch;  /* BACKWARD_PRE */
   bool forward_prefetch;                   /* false */
+  /* false (default): the runtime frees the model's whole buffers and allocates whole ones
+   * only while needed (the memory the strategy promises; the model must take its views after
+   * the hooks). true: the model's whole compute and gradient buffers stay allocated at their
+   * addresses (for models that keep views taken at creation): the same collectives and
+   * results, but parameters and gradients cost whole-model memory plus the shards. Needs every
+   * unit's size to be a multiple of the world size (unit sizes are multiples of 16, so any
+   * world size dividing 16). */
+  bool stable_buffers;
   FILE *trace;                             /* non-NULL: one line per runtime event (below) */
 } nt_fsdp_options;
 
@@ -83,6 +91,8 @@ nt_status nt_fsdp_create(nt_ctx *ctx, nt_comm *comm, nt_params *p, const nt_fsdp
 void nt_fsdp_free(nt_ctx *ctx, nt_fsdp *f);     /* NULL is a no-op */
 
 const nt_shard_layout *nt_fsdp_layout(const nt_fsdp *f, int unit);
+nt_params *nt_fsdp_params(const nt_fsdp *f);
+nt_sharding nt_fsdp_strategy(const nt_fsdp *f);
 int nt_fsdp_grad_divisor(const nt_fsdp *f);      /* the world size */
 
 /* The hooks of train/model.h and train/step.h (arg = the nt_fsdp). */

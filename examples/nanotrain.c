@@ -3,9 +3,15 @@
  *   train gpt --device cuda --dtype bf16 --out-dir runs/gpt --sample 500
  *   train cnn --device cuda --dtype fp16 --epochs 10 --out-dir runs/cnn
  * Run `train --help` for every option. Exit status: 0 success, 1 a failure during the run,
- * 2 a bad command line. */
+ * 2 a bad command line, 130 / 143 stopped by SIGINT / SIGTERM (a second signal exits at once).
+ * Every numeric option is range-checked (models/limits.h) with a message naming it. Built with
+ * NT_CLI_NO_MAIN it provides parse_cli alone (the option parser's fuzz target). */
 #include "train/train.h"
 #include "tools/launch_env.h"
+#include "tools/ctx_env.h"
+#include "core/stop.h"
+#include "models/checkpoint.h"
+#include "models/limits.h"
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -21,7 +27,8 @@ enum {
   O_MAX_ITERS, O_EPOCHS, O_WARMUP, O_DECAY_ITERS, O_NO_DECAY, O_INIT_SCALE, O_GROWTH_INTERVAL,
   O_GROWTH_FACTOR, O_BACKOFF, O_CLIP, O_DROPOUT, O_NLAYER, O_NHEAD, O_NEMBD, O_BLOCK, O_VOCAB,
   O_PRESET, O_DATA, O_WIDTHS, O_SEED, O_EVAL_INTERVAL, O_EVAL_ITERS, O_LOG_INTERVAL,
-  O_METRICS_INTERVAL, O_WORKERS, O_DATA_DIR, O_OUT_DIR, O_RESUME, O_CKPT_INTERVAL, O_SAMPLE,
+  O_METRICS_INTERVAL, O_WORKERS, O_DATA_DIR, O_OUT_DIR, O_RESUME, O_CKPT_INTERVAL, O_KEEP_CKPT,
+  O_SAMPLE,
   O_TEMP, O_TOPK, O_GRAPH, O_NO_GRAPH, O_PROGRESS, O_NO_PROGRESS, O_AUGMENT, O_TRAIN_SUBSET,
   O_TEST_SUBSET, O_QUIET, O_TRACE, O_HELP
 };
@@ -198,6 +205,7 @@ static const struct option long_opts[] = {
     {"out-dir", required_argument, 0, O_OUT_DIR},
     {"resume", required_argument, 0, O_RESUME},
     {"checkpoint-interval", required_argument, 0, O_CKPT_INTERVAL},
+    {"keep-checkpoints", required_argument, 0, O_KEEP_CKPT},
     {"sample", required_argument, 0, O_SAMPLE},
     {"temperature", required_argument, 0, O_TEMP},
     {"top-k", required_argument, 0, O_TOPK},
@@ -258,11 +266,14 @@ static void usage(FILE *f) {
 "  --num-workers N            cnn loader threads (4)\n"
 "  --data-dir DIR             tiny shakespeare's dir (default $NT_DATA_DIR) or\n"
 "                             Fashion-MNIST's (default $NT_FASHION_DIR or the system copy)\n"
-"  --out-dir DIR              checkpoints (ckpt.safetensors + ckpt.json), metrics.jsonl,\n"
-"                             metrics.prom\n"
-"  --resume DIR               continue from a checkpoint (bit-identical on one device);\n"
-"                             without --out-dir the run keeps writing into DIR\n"
+"  --out-dir DIR              checkpoints (DIR/ckpt-<step>/: ckpt.safetensors, ckpt.json and\n"
+"                             a SHA-256 manifest; DIR/latest names the newest),\n"
+"                             metrics.jsonl, metrics.prom; one run at a time (DIR/.lock)\n"
+"  --resume DIR               continue from a checkpoint: an out-dir (its newest) or one\n"
+"                             ckpt-<step> directory (bit-identical on one device); without\n"
+"                             --out-dir the run keeps writing into DIR\n"
 "  --checkpoint-interval N    also save every N iterations\n"
+"  --keep-checkpoints K       keep the newest K checkpoints (3; 0 keeps all)\n"
 "  --sample N                 gpt: generate N characters after training\n"
 "  --temperature X --top-k N  sampling (0.8, 200)\n"
 "  --cuda-graph / --no-cuda-graph   capture the step as a CUDA graph (default on a GPU;\n"
@@ -284,42 +295,130 @@ static int bad(const char *opt, const char *val, const char *why) {
   return 2;
 }
 
-static bool parse_double(const char *s, double *out) {
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (errno || end == s || *end || !isfinite(v)) return false;
-  *out = v;
-  return true;
+/* The accepted range of every numeric option: integers in [imin, imax]; numbers in [dmin, dmax]
+ * with the bounds excluded where lo_open / hi_open. */
+typedef struct {
+  int id;
+  bool integer;
+  int64_t imin, imax;
+  double dmin, dmax;
+  bool lo_open, hi_open;
+} opt_range;
+
+#define IRANGE(id, lo, hi) {id, true, lo, hi, 0, 0, false, false}
+#define DRANGE(id, lo, hi, lo_open, hi_open) {id, false, 0, 0, lo, hi, lo_open, hi_open}
+static const opt_range ranges[] = {
+    IRANGE(O_BATCH, 1, NT_MAX_BATCH_SIZE),
+    DRANGE(O_LR, 0, 10, false, false),
+    DRANGE(O_MIN_LR, 0, 10, false, false),
+    DRANGE(O_WD, 0, 10, false, false),
+    DRANGE(O_BETA1, 0, 1, false, true),
+    DRANGE(O_BETA2, 0, 1, false, true),
+    DRANGE(O_EPS, 0, 1, true, false),
+    IRANGE(O_MAX_ITERS, 0, NT_MAX_ITERS),
+    IRANGE(O_EPOCHS, 0, NT_MAX_EPOCHS),
+    IRANGE(O_WARMUP, 0, NT_MAX_ITERS),
+    IRANGE(O_DECAY_ITERS, 0, NT_MAX_ITERS),
+    DRANGE(O_INIT_SCALE, 0, 3.0e38, true, false),
+    IRANGE(O_GROWTH_INTERVAL, 1, INT32_MAX),
+    DRANGE(O_GROWTH_FACTOR, 1, 1e6, true, false),
+    DRANGE(O_BACKOFF, 0, 1, true, true),
+    DRANGE(O_CLIP, 0, 1e9, false, false),
+    DRANGE(O_DROPOUT, 0, 1, false, true),
+    IRANGE(O_NLAYER, 1, NT_MAX_N_LAYER),
+    IRANGE(O_NHEAD, 1, NT_MAX_N_HEAD),
+    IRANGE(O_NEMBD, 1, NT_MAX_N_EMBD),
+    IRANGE(O_BLOCK, 1, NT_MAX_BLOCK_SIZE),
+    IRANGE(O_VOCAB, 1, NT_MAX_VOCAB_SIZE),
+    IRANGE(O_SEED, 0, INT64_MAX),
+    IRANGE(O_EVAL_INTERVAL, 0, NT_MAX_ITERS),
+    IRANGE(O_EVAL_ITERS, 1, NT_MAX_ITERS),
+    IRANGE(O_LOG_INTERVAL, 0, NT_MAX_ITERS),
+    IRANGE(O_METRICS_INTERVAL, 0, NT_MAX_ITERS),
+    IRANGE(O_WORKERS, 0, NT_MAX_WORKERS),
+    IRANGE(O_CKPT_INTERVAL, 0, NT_MAX_ITERS),
+    IRANGE(O_KEEP_CKPT, 0, 1000000),
+    IRANGE(O_SAMPLE, 0, NT_MAX_SAMPLE_TOKENS),
+    DRANGE(O_TEMP, 0, 100, true, false),
+    IRANGE(O_TOPK, 0, NT_MAX_VOCAB_SIZE),
+    IRANGE(O_TRAIN_SUBSET, 0, INT32_MAX),
+    IRANGE(O_TEST_SUBSET, 0, INT32_MAX),
+};
+
+static const opt_range *range_of(int id) {
+  for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++)
+    if (ranges[i].id == id) return &ranges[i];
+  return NULL;
 }
 
-static bool parse_i64(const char *s, int64_t *out) {
-  char *end;
+/* Parses optarg by r into *n or *d; returns 0, or 2 after a message naming the option. */
+static int parse_ranged(const opt_range *r, const char *name, const char *val, int64_t *n,
+                        double *d) {
+  char *end, why[160];
   errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || end == s || *end) return false;
-  *out = v;
-  return true;
+  if (r->integer) {
+    long long v = strtoll(val, &end, 10);
+    if (end == val || *end || strchr(val, ' ') || !*val)
+      return bad(name, val, "expected an integer");
+    if (errno == ERANGE || v < r->imin || v > r->imax) {
+      snprintf(why, sizeof why, "must be an integer in [%lld, %lld]", (long long)r->imin,
+               (long long)r->imax);
+      return bad(name, val, why);
+    }
+    *n = v;
+    return 0;
+  }
+  double v = strtod(val, &end);
+  if (end == val || *end || !*val || isnan(v)) return bad(name, val, "expected a number");
+  if (!isfinite(v) || (r->lo_open ? !(v > r->dmin) : !(v >= r->dmin)) ||
+      (r->hi_open ? !(v < r->dmax) : !(v <= r->dmax))) {
+    snprintf(why, sizeof why, "must be in %c%g, %g%c", r->lo_open ? '(' : '[', r->dmin, r->dmax,
+             r->hi_open ? ')' : ']');
+    return bad(name, val, why);
+  }
+  *d = v;
+  return 0;
 }
 
-int main(int argc, char **argv) {
-  nt_model_kind model = NT_MODEL_GPT;
+static const char *opt_name(int id) {
+  for (const struct option *lo = long_opts; lo->name; lo++)
+    if (lo->val == id) return lo->name;
+  return "?";
+}
+
+typedef struct {
+  nt_model_kind model;
+  nt_train_options o;
+  bool want_cuda, device_given, device_index_given;
+  dist_cli dist;              /* data parallel: backend, timeout, fingerprint */
+  int device_index;
+  const char *given[sizeof long_opts / sizeof long_opts[0]];   /* options given, once each */
+  int n_given;
+  char resume_parent[4200];   /* the out-dir of a ckpt-<step> directory given to --resume */
+  nt_ctx_options ctx_opts;    /* the context options: environment, then --kernel-opt */
+} cli;
+
+/* Parses the command line into c. Returns -1 to go on, else the exit status (0 after --help,
+ * 2 after a message for a bad command line). */
+static int parse_cli(int argc, char **argv, cli *c) {
+  c->model = NT_MODEL_GPT;
   /* the model picks the defaults, so find it first */
   for (int i = 1; i < argc; i++) {
     const char *m = NULL;
     if (!strcmp(argv[i], "--model") && i + 1 < argc) m = argv[i + 1];
     else if (!strncmp(argv[i], "--model=", 8)) m = argv[i] + 8;
     else if (i == 1 && argv[i][0] != '-') m = argv[i];
-    if (m && !strcmp(m, "cnn")) model = NT_MODEL_CNN;
+    if (m && !strcmp(m, "cnn")) c->model = NT_MODEL_CNN;
     else if (m && strcmp(m, "gpt")) return bad("model", m, "expected gpt or cnn");
   }
-  nt_train_options o = nt_train_defaults(model);
+  nt_train_options o = nt_train_defaults(c->model);
+  o.keep_checkpoints = NT_CHECKPOINT_KEEP_DEFAULT;
   /* Settings the library takes from the program: the context options (core/ctx.h) from the
    * environment's NT_* names, then from each --kernel-opt key=value (taken out of argv here,
    * before the other options are parsed); the data folder from NT_DATA_DIR (gpt) or
    * NT_FASHION_DIR (cnn) unless --data-dir gives one. */
-  nt_ctx_options ctx_opts = nt_ctx_options_default();
-  if (nt_ctx_options_from_env(&ctx_opts)) return 2;
+  c->ctx_opts = nt_ctx_options_default();
+  if (nt_ctx_options_from_env(&c->ctx_opts)) return 2;
   int kept_args = 1;
   for (int i = 1; i < argc; i++) {
     const char *kv = !strncmp(argv[i], "--kernel-opt=", 13) ? argv[i] + 13 : NULL;
@@ -328,58 +427,46 @@ int main(int argc, char **argv) {
       kv = argv[++i];
     }
     if (!kv) argv[kept_args++] = argv[i];
-    else if (nt_ctx_options_set_pair(&ctx_opts, kv))
+    else if (nt_ctx_options_set_pair(&c->ctx_opts, kv))
       return bad("kernel-opt", kv, "expected key=value with a key and value of core/ctx.h");
   }
   argc = kept_args;
   argv[argc] = NULL;
-  const char *data_env = getenv(model == NT_MODEL_GPT ? "NT_DATA_DIR" : "NT_FASHION_DIR");
+  const char *data_env = getenv(c->model == NT_MODEL_GPT ? "NT_DATA_DIR" : "NT_FASHION_DIR");
   if (data_env && *data_env) o.data_dir = data_env;
-  bool dtype_given = false, device_given = false, gpt2 = false, data_given = false;
-  int device_index = 0;
-  bool want_cuda = nt_cuda_device_count() > 0;
-  dist_cli dist = {"auto", NT_DIST_DEFAULT_TIMEOUT_S, false};
-  bool device_index_given = false;
-  int c;
+  bool dtype_given = false, gpt2 = false, data_given = false;
+  c->device_index = 0;
+  c->device_given = false;
+  c->want_cuda = nt_cuda_device_count() > 0;
+  c->dist = (dist_cli){"auto", NT_DIST_DEFAULT_TIMEOUT_S, false};
+  int ch;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
-    const char *name = "";
-    for (const struct option *lo = long_opts; lo->name; lo++)
-      if (lo->val == c) name = lo->name;
+  optind = 0;   /* full re-initialisation (the parser may run more than once) */
+  c->n_given = 0;
+  while ((ch = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
+    const char *name = opt_name(ch);
+    bool seen = false;
+    for (int i = 0; i < c->n_given; i++) seen |= c->given[i] == name;
+    if (!seen && strcmp(name, "?") && c->n_given < (int)(sizeof c->given / sizeof c->given[0]))
+      c->given[c->n_given++] = name;
     double d = 0;
     int64_t n = 0;
-    bool is_d = false, is_n = false;
-    switch (c) {
-    case O_LR: case O_MIN_LR: case O_WD: case O_BETA1: case O_BETA2: case O_EPS:
-    case O_INIT_SCALE: case O_GROWTH_FACTOR: case O_BACKOFF: case O_CLIP: case O_DROPOUT:
-    case O_TEMP:
-      if (!parse_double(optarg, &d)) return bad(name, optarg, "expected a number");
-      is_d = true;
-      break;
-    case O_BATCH: case O_MAX_ITERS: case O_EPOCHS: case O_WARMUP: case O_DECAY_ITERS:
-    case O_GROWTH_INTERVAL: case O_NLAYER: case O_NHEAD: case O_NEMBD: case O_BLOCK:
-    case O_VOCAB: case O_SEED: case O_EVAL_INTERVAL: case O_EVAL_ITERS: case O_LOG_INTERVAL:
-    case O_METRICS_INTERVAL: case O_WORKERS: case O_CKPT_INTERVAL: case O_SAMPLE: case O_TOPK:
-    case O_TRAIN_SUBSET: case O_TEST_SUBSET:
-      if (!parse_i64(optarg, &n)) return bad(name, optarg, "expected an integer");
-      if (n < 0) return bad(name, optarg, "must not be negative");
-      is_n = true;
-      break;
-    default:
-      break;
+    const opt_range *r = range_of(ch);
+    if (r) {
+      int rc = parse_ranged(r, name, optarg, &n, &d);
+      if (rc) return rc;
     }
-    (void)is_d;
-    (void)is_n;
-    switch (c) {
+    switch (ch) {
     case O_MODEL: break;
     case O_DEVICE:
-      device_given = true;
-      if (!strcmp(optarg, "cpu")) want_cuda = false;
-      else if (!strcmp(optarg, "cuda")) want_cuda = true;
-      else if (!strncmp(optarg, "cuda:", 5) && parse_i64(optarg + 5, &n) && n >= 0) {
-        want_cuda = true;
-        device_index = (int)n;
-        device_index_given = true;
+      c->device_given = true;
+      if (!strcmp(optarg, "cpu")) c->want_cuda = false;
+      else if (!strcmp(optarg, "cuda")) c->want_cuda = true;
+      else if (!strncmp(optarg, "cuda:", 5) && optarg[5] >= '0' && optarg[5] <= '9' &&
+               strlen(optarg + 5) <= 4 && strspn(optarg + 5, "0123456789") == strlen(optarg + 5)) {
+        c->want_cuda = true;
+        c->device_index = atoi(optarg + 5);
+        c->device_index_given = true;
       } else return bad(name, optarg, "expected cpu, cuda or cuda:N");
       break;
     case O_DTYPE:
@@ -387,10 +474,7 @@ int main(int argc, char **argv) {
         return bad(name, optarg, "expected fp32, tf32, bf16, fp16 or fp8");
       dtype_given = true;
       break;
-    case O_BATCH:
-      if (n < 1) return bad(name, optarg, "must be >= 1");
-      o.batch_size = n;
-      break;
+    case O_BATCH: o.batch_size = n; break;
     case O_LR: o.lr = d; break;
     case O_MIN_LR: o.min_lr = d; break;
     case O_WD: o.weight_decay = d; break;
@@ -402,27 +486,12 @@ int main(int argc, char **argv) {
     case O_WARMUP: o.warmup_iters = n; break;
     case O_DECAY_ITERS: o.lr_decay_iters = n; break;
     case O_NO_DECAY: o.decay_lr = false; break;
-    case O_INIT_SCALE:
-      if (!(d > 0)) return bad(name, optarg, "must be > 0");
-      o.init_scale = (float)d;
-      break;
-    case O_GROWTH_INTERVAL:
-      if (n < 1) return bad(name, optarg, "must be >= 1");
-      o.growth_interval = (int)n;
-      break;
-    case O_GROWTH_FACTOR:
-      if (!(d > 1)) return bad(name, optarg, "must be > 1");
-      o.growth_factor = (float)d;
-      break;
-    case O_BACKOFF:
-      if (!(d > 0 && d < 1)) return bad(name, optarg, "must be in (0, 1)");
-      o.backoff_factor = (float)d;
-      break;
+    case O_INIT_SCALE: o.init_scale = (float)d; break;
+    case O_GROWTH_INTERVAL: o.growth_interval = (int)n; break;
+    case O_GROWTH_FACTOR: o.growth_factor = (float)d; break;
+    case O_BACKOFF: o.backoff_factor = (float)d; break;
     case O_CLIP: o.grad_clip = d; break;
-    case O_DROPOUT:
-      if (!(d >= 0 && d < 1)) return bad(name, optarg, "must be in [0, 1)");
-      o.gpt.dropout = o.cnn.dropout = (float)d;
-      break;
+    case O_DROPOUT: o.gpt.dropout = o.cnn.dropout = (float)d; break;
     case O_NLAYER: o.gpt.n_layer = (int)n; break;
     case O_NHEAD: o.gpt.n_head = (int)n; break;
     case O_NEMBD: o.gpt.n_embd = (int)n; break;
@@ -443,13 +512,12 @@ int main(int argc, char **argv) {
       data_given = true;
       break;
     case O_WIDTHS: {
-      int a, b, h;
-      char tail;
-      if (sscanf(optarg, "%d,%d,%d%c", &a, &b, &h, &tail) != 3 || a < 1 || b < 1 || h < 1)
-        return bad(name, optarg, "expected three positive integers C1,C2,HIDDEN");
-      o.cnn.c1 = a;
-      o.cnn.c2 = b;
-      o.cnn.hidden = h;
+      int w[3];
+      if (!nt_parse_int_list(optarg, 3, 1, NT_MAX_CNN_WIDTH, w))
+        return bad(name, optarg, "expected three integers C1,C2,HIDDEN in [1, 65536]");
+      o.cnn.c1 = w[0];
+      o.cnn.c2 = w[1];
+      o.cnn.hidden = w[2];
       break;
     }
     case O_SEED: o.seed = (uint64_t)n; break;
@@ -462,11 +530,9 @@ int main(int argc, char **argv) {
     case O_OUT_DIR: o.out_dir = optarg; break;
     case O_RESUME: o.resume = optarg; break;
     case O_CKPT_INTERVAL: o.checkpoint_interval = n; break;
+    case O_KEEP_CKPT: o.keep_checkpoints = (int)n; break;
     case O_SAMPLE: o.sample_tokens = (int)n; break;
-    case O_TEMP:
-      if (!(d > 0)) return bad(name, optarg, "must be > 0");
-      o.temperature = (float)d;
-      break;
+    case O_TEMP: o.temperature = (float)d; break;
     case O_TOPK: o.top_k = (int)n; break;
     case O_GRAPH: o.cuda_graph = 1; break;
     case O_NO_GRAPH: o.cuda_graph = 0; break;
@@ -480,13 +546,13 @@ int main(int argc, char **argv) {
     case O_SHARDING: case O_RESHARD: case O_LIMIT_GATHERS: case O_BWD_PREFETCH:
     case O_FWD_PREFETCH: case O_PARAM_DTYPE: case O_REDUCE_DTYPE: case O_ACCUM:
     case O_DIST_TIMEOUT: case O_DIST_BACKEND: case O_DIST_FINGERPRINT:
-      if (dist_option(c, name, optarg, &o, &dist)) return 2;
+      if (dist_option(ch, name, optarg, &o, &c->dist)) return 2;
       break;
     case 'h':
     case O_HELP: usage(stdout); return 0;
     case ':':
-      fprintf(stderr, "nanotrain: option '%s' needs a value\nTry 'nanotrain --help'.\n",
-              argv[optind - 1]);
+      fprintf(stderr, "nanotrain: --%s needs a value\nTry 'nanotrain --help'.\n",
+              opt_name(optopt));
       return 2;
     default:
       fprintf(stderr, "nanotrain: unknown option '%s'\nTry 'nanotrain --help'.\n",
@@ -495,10 +561,16 @@ int main(int argc, char **argv) {
     }
   }
   for (int i = optind; i < argc; i++) {
-    if (i == 1 && (!strcmp(argv[i], "gpt") || !strcmp(argv[i], "cnn"))) continue;
     if (!strcmp(argv[i], "gpt") || !strcmp(argv[i], "cnn")) continue;
     fprintf(stderr, "nanotrain: unexpected argument '%s'\nTry 'nanotrain --help'.\n", argv[i]);
     return 2;
+  }
+  if (c->model == NT_MODEL_GPT && o.gpt.n_embd % o.gpt.n_head) {
+    char why[96];
+    snprintf(why, sizeof why, "must divide --n-embd (%d)", o.gpt.n_embd);
+    char val[24];
+    snprintf(val, sizeof val, "%d", o.gpt.n_head);
+    return bad("n-head", val, why);
   }
   if (gpt2 && !data_given) o.gpt_data = "synthetic";
   /* NT_PROFILE_ITERS="a:b": iterations a..b-1 are the profiler's range (ncu/nsys started
@@ -509,41 +581,82 @@ int main(int argc, char **argv) {
     o.profile_iters.from = pa;
     o.profile_iters.to = pb;
   }
-  /* as nanoGPT: a resumed run keeps writing into the checkpoint's directory */
+  /* as nanoGPT: a resumed run keeps writing into the checkpoint's out-dir (the parent of a
+   * ckpt-<step> directory given directly) */
   struct stat sb;
-  if (o.resume && !o.out_dir && stat(o.resume, &sb) == 0 && S_ISDIR(sb.st_mode))
-    o.out_dir = o.resume;
-  if (model == NT_MODEL_GPT && gpt2) {
+  if (o.resume && !o.out_dir && stat(o.resume, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+    char manifest[4200];
+    snprintf(manifest, sizeof manifest, "%s/MANIFEST.json", o.resume);
+    if (stat(manifest, &sb) == 0) {
+      char *p = c->resume_parent;
+      snprintf(p, sizeof c->resume_parent, "%s", o.resume);
+      size_t n = strlen(p);
+      while (n > 1 && p[n - 1] == '/') p[--n] = 0;
+      char *slash = strrchr(p, '/');
+      if (!slash) snprintf(p, sizeof c->resume_parent, ".");
+      else if (slash == p) p[1] = 0;
+      else *slash = 0;
+      o.out_dir = p;
+    } else {
+      o.out_dir = o.resume;
+    }
+  }
+  if (c->model == NT_MODEL_GPT && gpt2) {
     if (o.lr_decay_iters == 5000 && o.max_iters != 5000) o.lr_decay_iters = o.max_iters;
   }
+  if (!dtype_given) o.precision = c->want_cuda ? NT_PREC_BF16 : NT_PREC_FP32;
+  o.given = c->given;
+  o.n_given = c->n_given;
+  c->o = o;
+  return -1;
+}
+
+#ifndef NT_CLI_NO_MAIN
+int main(int argc, char **argv) {
+  cli c;
+  memset(&c, 0, sizeof c);
+  int rc = parse_cli(argc, argv, &c);
+  if (rc >= 0) return rc;
+  nt_train_options o = c.o;
+  nt_model_kind model = c.model;
+  bool want_cuda = c.want_cuda, device_given = c.device_given;
+  int device_index = c.device_index;
   if (want_cuda && nt_cuda_device_count() == 0) {
     fprintf(stderr, "nanotrain: --device %s: no usable GPU (or built without CUDA)\n",
             device_given ? "cuda" : "auto");
     return 2;
   }
-  if (!dtype_given) o.precision = want_cuda ? NT_PREC_BF16 : NT_PREC_FP32;
   /* data parallel: who this process is (mpirun, torchrun-style or srun), before the context;
-   * the GPU is the local rank's unless --device cuda:K chose one */
+   * the GPU is the local rank's unless --device cuda:K chose one; rank 0 alone prints and
+   * writes (and locks the out-dir) */
   nt_dist_launch launch;
   if (nt_dist_launch_from_env(NULL, &launch)) return 2;
-  if (want_cuda && !device_index_given && nt_cuda_device_count() > 0)
-    device_index = launch.local_rank % nt_cuda_device_count();
+  if (want_cuda && !c.device_index_given) device_index = launch.local_rank % nt_cuda_device_count();
+  o.rank = launch.rank;
+  o.world_size = launch.world;
   if (launch.rank != 0) o.quiet = true;
   o.device = want_cuda ? nt_cuda(device_index) : nt_cpu();
   nt_ctx *ctx = NULL;
-  if (nt_ctx_create_with(&ctx, o.device, &ctx_opts)) {
+  if (nt_ctx_create_with(&ctx, o.device, &c.ctx_opts)) {
     fprintf(stderr, "nanotrain: cannot create the %s context: %s\n",
             want_cuda ? "CUDA" : "CPU", nt_last_error(ctx));
     nt_ctx_free(ctx);
     return 1;
   }
+  nt_outdir_lock *lock = NULL;
+  if (o.out_dir && launch.rank == 0 && nt_outdir_lock_take(ctx, o.out_dir, &lock)) {
+    fprintf(stderr, "nanotrain: %s\n", nt_last_error(ctx));
+    nt_ctx_free(ctx);
+    return 1;
+  }
+  if (nt_stop_install()) fprintf(stderr, "nanotrain: warning: cannot install signal handlers\n");
   nt_comm *comm = NULL;
-  nt_status st = make_comm(ctx, &launch, &o, &dist, want_cuda, &comm);
+  nt_status st = make_comm(ctx, &launch, &o, &c.dist, want_cuda, &comm);
   o.dist.comm = comm;
   nt_train_result res;
   memset(&res, 0, sizeof res);
   if (!st) st = nt_train_run(ctx, &o, &res);
-  int rc = 0;
+  rc = 0;
   if (st) {
     fprintf(stderr, "nanotrain: rank %d: %s: %s\n", launch.rank, nt_status_str(st),
             nt_last_error(ctx));
@@ -559,10 +672,12 @@ int main(int argc, char **argv) {
       printf(", %.0f %s/s", res.items_per_sec, model == NT_MODEL_GPT ? "tokens" : "images");
     printf("%s\n", res.used_cuda_graph ? " (CUDA graph)" : "");
     if (o.out_dir)
-      printf("logs: %s/metrics.jsonl, %s/metrics.prom; checkpoint: %s/ckpt.safetensors + "
-             "%s/ckpt.json\n", o.out_dir, o.out_dir, o.out_dir, o.out_dir);
+      printf("logs: %s/metrics.jsonl, %s/metrics.prom; checkpoints: %s/ckpt-<step>/ (newest: "
+             "%s/latest)\n", o.out_dir, o.out_dir, o.out_dir, o.out_dir);
   }
+  if (nt_stop_exit_code()) rc = nt_stop_exit_code();
   nt_train_result_free(&res);
+  nt_outdir_unlock(lock);
   if (st && comm && nt_comm_world(comm) > 1) {   /* the other ranks must not wait for us */
     fflush(stdout);
     fflush(stderr);
@@ -573,3 +688,4 @@ int main(int argc, char **argv) {
   nt_dist_mpi_finalize();
   return rc;
 }
+#endif

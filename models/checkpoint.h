@@ -1,9 +1,26 @@
-/* Training checkpoints: <dir>/ckpt.safetensors holds the model's fp32 parameters under their
- * names (loadable by numpy / torch's safetensors) and the AdamW moments of every unit
- * ("optimizer.<unit>.exp_avg" / ".exp_avg_sq", 1-D over the unit's flat buffer);
- * <dir>/ckpt.json (the sidecar) holds everything else: step, scaler, RNG, loader position,
- * config. Both files are written atomically (tmp + fsync + rename), the tensors first, so a
- * sidecar always refers to a complete tensor file. */
+/* Training checkpoints, each one unit on disk.
+ *
+ * Layout of an out-dir:
+ *   <out>/ckpt-<step>/ckpt.safetensors   the model's fp32 parameters under their names
+ *                                        (loadable by numpy / torch's safetensors) and the AdamW
+ *                                        moments ("optimizer.<unit>.exp_avg" / ".exp_avg_sq",
+ *                                        1-D over the unit's flat buffer)
+ *   <out>/ckpt-<step>/ckpt.json          the sidecar: step, scaler, RNG, loader position, config
+ *   <out>/ckpt-<step>/MANIFEST.json      written last: each file's size and SHA-256, the step and
+ *                                        a sequence number that orders the checkpoints
+ *   <out>/latest                         one line naming the newest checkpoint directory
+ *   <out>/.lock                          held (flock) by the run writing into <out>
+ * A save writes everything into a new directory <out>/.tmp-ckpt-<pid>-<random>, fsyncs the files
+ * and the directory, renames it to ckpt-<step> (an existing one of the same step is exchanged
+ * atomically), fsyncs <out>, then replaces `latest` atomically and prunes old checkpoints. A
+ * kill at any moment leaves either the previous checkpoint or the new one, never a mixed pair;
+ * the temporaries of dead processes are removed by the next save or lock.
+ *
+ * Readers accept a checkpoint directory, an out-dir (its `latest`, or when that is missing the
+ * checkpoint with the highest sequence number), or a path to a file inside a checkpoint
+ * directory; they verify the manifest and refuse a missing, partial, mismatched or tampered
+ * checkpoint with NT_ERR_FORMAT naming the file. Checkpoints without a manifest (older
+ * nanotrain) are refused. */
 #ifndef NT_MODELS_CHECKPOINT_H
 #define NT_MODELS_CHECKPOINT_H
 #include "core/nt.h"
@@ -11,23 +28,51 @@
 #include "optim/adamw.h"
 NT_EXTERN_C_BEGIN
 
+/* How many checkpoints nt_checkpoint_save keeps (the newest by sequence). */
+#define NT_CHECKPOINT_KEEP_DEFAULT 3
+
 /* Paths of the two files for a checkpoint directory (or a path ending in .safetensors/.json,
- * whose directory and stem are used). */
+ * whose directory and stem are used). Pure string work: no resolution of `latest`. */
 void nt_checkpoint_paths(const char *where, char *tensors, char *sidecar, size_t len);
 
 /* mkdir -p */
 nt_status nt_make_dirs(nt_ctx *ctx, const char *dir);
 
-/* Writes the parameters (master weights) and, when opt is given, its moments; then the sidecar
- * text (a JSON object) as given. Creates `dir` if needed. */
-nt_status nt_checkpoint_save(nt_ctx *ctx, const char *dir, const nt_params *p, nt_adamw *opt,
-                             const char *sidecar_json);
-/* Reads the sidecar's text (caller frees). */
+/* Writes the parameters (master weights) and, when opt is given, its moments, and the sidecar
+ * text (a JSON object; its integer "iter" names the directory, else the sequence number does)
+ * as one checkpoint under out_dir, then keeps the newest NT_CHECKPOINT_KEEP_DEFAULT. */
+nt_status nt_checkpoint_save(nt_ctx *ctx, const char *out_dir, const nt_params *p,
+                             nt_adamw *opt, const char *sidecar_json);
+/* The same with `keep` checkpoints kept (0 keeps all); `saved` (optional, PATH_MAX bytes) gets
+ * the new checkpoint's directory. */
+nt_status nt_checkpoint_save_keep(nt_ctx *ctx, const char *out_dir, const nt_params *p,
+                                  nt_adamw *opt, const char *sidecar_json, int keep,
+                                  char *saved);
+/* The checkpoint directory that `where` designates (see above), into dir[len]. */
+nt_status nt_checkpoint_resolve(nt_ctx *ctx, const char *where, char *dir, size_t len);
+/* Checks dir's manifest: every listed file has its size, and when `hash_all` its SHA-256
+ * (else only the sidecar's). */
+nt_status nt_checkpoint_verify(nt_ctx *ctx, const char *dir, bool hash_all);
+/* Reads the sidecar's text (caller frees) after resolving and verifying. */
 nt_status nt_checkpoint_read_sidecar(nt_ctx *ctx, const char *where, char **json);
 /* Loads the parameters into the master buffers (then refreshes the compute copies) and, when
- * opt is given, its moments. Every parameter must be present with its exact shape. */
+ * opt is given, its moments, after resolving and verifying every file's SHA-256. Every
+ * parameter must be present with its exact shape. */
 nt_status nt_checkpoint_load_tensors(nt_ctx *ctx, const char *where, nt_params *p,
                                      nt_adamw *opt);
+/* Removes all but the newest `keep` checkpoints (by sequence; `latest`'s target is always
+ * kept). keep <= 0 keeps all. */
+nt_status nt_checkpoint_prune(nt_ctx *ctx, const char *out_dir, int keep);
+/* Removes the save temporaries in out_dir: those of dead processes, or all when `all` (the
+ * caller holds the out-dir's lock). */
+void nt_checkpoint_clean_stale(const char *out_dir, bool all);
+
+/* The out-dir lock: a second run on the same out-dir fails at once (NT_ERR_STATE) with a
+ * message naming the other run's pid. Creates out_dir. Taking the lock also removes every
+ * save temporary left there. Released by nt_outdir_unlock or when the process dies. */
+typedef struct nt_outdir_lock nt_outdir_lock;
+nt_status nt_outdir_lock_take(nt_ctx *ctx, const char *out_dir, nt_outdir_lock **out);
+void nt_outdir_unlock(nt_outdir_lock *lk);          /* NULL is a no-op */
 
 NT_EXTERN_C_END
 #endif

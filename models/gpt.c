@@ -448,7 +448,7 @@ static nt_status forward(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, bool t
     if (p > 0.0f) {
       L->att_off = nt_ctx_rng_reserve(ctx, (uint64_t)N * (uint64_t)C);
       L->mlp_off = nt_ctx_rng_reserve(ctx, (uint64_t)N * (uint64_t)C);
-      L->attp_off = nt_ctx_rng_reserve(ctx, (uint64_t)(b * H) * (uint64_t)t * (uint64_t)t);
+      L->attp_off = nt_ctx_rng_reserve(ctx, nt_attention_rng_numbers(b, H, t));
     }
     nt_attention_opts ao = attention_opts(ctx, p, L->attp_off);
     st = unit_hook(ctx, g, hooks, L->unit, nt_unit_before_forward);

@@ -66,7 +66,8 @@ nt_status nt_gpt_enable_fp8(nt_ctx *ctx, nt_gpt *g, bool emulate);
  * loss scale. The mean loss lands in nt_gpt_loss (unscaled). hooks (NULL: none) are called
  * around the units (models/module.h): before_forward for the embeddings, each block, ln_f;
  * in backward, before_backward for the embeddings (the tied head reads wte), ln_f, each block
- * (last first), and grads_ready for ln_f, each block (last first), then the embeddings. */
+ * (last first), and grads_ready for ln_f, each block (last first), then the embeddings. The
+ * tied head reads the embeddings unit's wte again after ln_f in the forward. */
 nt_status nt_gpt_train_step(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
                             const nt_tensor *targets, const float *dloss_scale,
                             const nt_unit_hooks *hooks);

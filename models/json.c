@@ -1,5 +1,6 @@
 #include "models/json.h"
 #include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -26,6 +27,13 @@ static void skip_ws(parser *p) {
 
 static nt_status parse_value(parser *p, nt_json *out);
 
+/* Skips decimal digits; returns how many. */
+static size_t digits_at(parser *p) {
+  size_t start = p->i;
+  while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') p->i++;
+  return p->i - start;
+}
+
 static nt_status parse_string(parser *p, char **out) {
   p->i++;   /* opening quote */
   size_t start = p->i;
@@ -45,16 +53,24 @@ static nt_status parse_string(parser *p, char **out) {
       case 'f': c = '\f'; break;
       case 'u': {
         unsigned v = 0;
-        if (p->i + 4 > p->n) break;
         for (int j = 0; j < 4; j++) {
-          char h = p->s[p->i++];
-          v = v * 16 + (unsigned)(isdigit((unsigned char)h) ? h - '0' : (tolower(h) - 'a' + 10));
+          int h = p->i < p->n ? (unsigned char)p->s[p->i] : 0;
+          if (!isxdigit(h)) {
+            free(buf);
+            return fail(p, "bad \\u escape");
+          }
+          p->i++;
+          v = v * 16 + (unsigned)(isdigit(h) ? h - '0' : tolower(h) - 'a' + 10);
         }
         /* Only the Basic Latin range is needed here; others become '?'. */
         c = v < 0x80 ? (char)v : '?';
         break;
       }
-      default: c = e;
+      case '"': case '\\': case '/': c = e; break;
+      default:
+        free(buf);
+        p->i--;
+        return fail(p, "bad escape");
       }
     }
     buf[k++] = c;
@@ -153,9 +169,22 @@ static nt_status parse_value(parser *p, nt_json *out) {
       return NT_OK;
     }
   }
+  /* a number as JSON writes it: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
   size_t start = p->i;
-  while (p->i < p->n && strchr("+-0123456789.eE", p->s[p->i])) p->i++;
-  if (p->i == start) return fail(p, "unexpected character");
+  if (p->i < p->n && p->s[p->i] == '-') p->i++;
+  size_t int_start = p->i;
+  size_t digits = digits_at(p);
+  if (digits == 0) return fail(p, "unexpected character");
+  if (digits > 1 && p->s[int_start] == '0') return fail(p, "number with a leading zero");
+  if (p->i < p->n && p->s[p->i] == '.') {
+    p->i++;
+    if (!digits_at(p)) return fail(p, "number without digits after '.'");
+  }
+  if (p->i < p->n && (p->s[p->i] == 'e' || p->s[p->i] == 'E')) {
+    p->i++;
+    if (p->i < p->n && (p->s[p->i] == '+' || p->s[p->i] == '-')) p->i++;
+    if (!digits_at(p)) return fail(p, "number without exponent digits");
+  }
   out->type = NT_JSON_NUM;
   out->str = malloc(p->i - start + 1);
   if (!out->str) return NT_ERROR(p->ctx, NT_ERR_OOM, "%s: out of memory parsing JSON", p->what);
@@ -223,6 +252,96 @@ double nt_json_get_num(const nt_json *obj, const char *key, double dflt) {
 
 int64_t nt_json_get_i64(const nt_json *obj, const char *key, int64_t dflt) {
   return nt_json_i64(nt_json_get(obj, key), dflt);
+}
+
+/* ---- range-checked getters ---- */
+
+static const char *type_name(nt_json_type t) {
+  static const char *const names[] = {"null", "a boolean", "a number", "a string", "an array",
+                                      "an object"};
+  return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "?";
+}
+
+/* The number's text is a plain integer: an optional '-' (when signed) and 1..20 digits. */
+static nt_status integer_text(nt_ctx *ctx, const nt_json *j, const char *name, bool sign) {
+  if (!j) return NT_ERROR(ctx, NT_ERR_FORMAT, "field '%s' is missing", name);
+  if (j->type != NT_JSON_NUM)
+    return NT_ERROR(ctx, NT_ERR_FORMAT, "field '%s' is %s, expected an integer", name,
+                    type_name(j->type));
+  const char *s = j->str;
+  if (*s == '-' && sign) s++;
+  size_t digits = strspn(s, "0123456789");
+  if (digits == 0 || s[digits])
+    return NT_ERROR(ctx, NT_ERR_FORMAT, "field '%s' = %.40s is not %s integer", name, j->str,
+                    sign ? "an" : "a non-negative");
+  return NT_OK;
+}
+
+nt_status nt_json_int_in(nt_ctx *ctx, const nt_json *j, const char *name, int64_t min,
+                         int64_t max, int64_t *out) {
+  nt_status st = integer_text(ctx, j, name, true);
+  if (st) return st;
+  errno = 0;
+  long long v = strtoll(j->str, NULL, 10);
+  if (errno == ERANGE || v < min || v > max)
+    return NT_ERROR(ctx, NT_ERR_FORMAT, "field '%s' = %.40s is out of range [%lld, %lld]", name,
+                    j->str, (long long)min, (long long)max);
+  *out = v;
+  return NT_OK;
+}
+
+nt_status nt_json_uint_in(nt_ctx *ctx, const nt_json *j, const char *name, uint64_t min,
+                          uint64_t max, uint64_t *out) {
+  nt_status st = integer_text(ctx, j, name, false);
+  if (st) return st;
+  errno = 0;
+  unsigned long long v = strtoull(j->str, NULL, 10);
+  if (errno == ERANGE || v < min || v > max)
+    return NT_ERROR(ctx, NT_ERR_FORMAT, "field '%s' = %.40s is out of range [%llu, %llu]", name,
+                    j->str, (unsigned long long)min, (unsigned long long)max);
+  *out = v;
+  return NT_OK;
+}
+
+nt_status nt_json_num_in(nt_ctx *ctx, const nt_json *j, const char *name, double min,
+                         double max, double *out) {
+  if (!j) return NT_ERROR(ctx, NT_ERR_FORMAT, "field '%s' is missing", name);
+  if (j->type != NT_JSON_NUM)
+    return NT_ERROR(ctx, NT_ERR_FORMAT, "field '%s' is %s, expected a number", name,
+                    type_name(j->type));
+  char *end;
+  errno = 0;
+  double v = strtod(j->str, &end);
+  if (end == j->str || *end || !isfinite(v))
+    return NT_ERROR(ctx, NT_ERR_FORMAT, "field '%s' = %.40s is not a finite number", name, j->str);
+  if (!(v >= min && v <= max))
+    return NT_ERROR(ctx, NT_ERR_FORMAT, "field '%s' = %.40s is out of range [%g, %g]", name,
+                    j->str, min, max);
+  *out = v;
+  return NT_OK;
+}
+
+nt_status nt_json_get_int_in(nt_ctx *ctx, const nt_json *obj, const char *key, int64_t min,
+                             int64_t max, int64_t *out) {
+  return nt_json_int_in(ctx, nt_json_get(obj, key), key, min, max, out);
+}
+
+nt_status nt_json_get_uint_in(nt_ctx *ctx, const nt_json *obj, const char *key, uint64_t min,
+                              uint64_t max, uint64_t *out) {
+  return nt_json_uint_in(ctx, nt_json_get(obj, key), key, min, max, out);
+}
+
+nt_status nt_json_get_num_in(nt_ctx *ctx, const nt_json *obj, const char *key, double min,
+                             double max, double *out) {
+  return nt_json_num_in(ctx, nt_json_get(obj, key), key, min, max, out);
+}
+
+nt_status nt_json_get_int32_in(nt_ctx *ctx, const nt_json *obj, const char *key, int min,
+                               int max, int *out) {
+  int64_t v;
+  nt_status st = nt_json_int_in(ctx, nt_json_get(obj, key), key, min, max, &v);
+  if (!st) *out = (int)v;
+  return st;
 }
 
 /* ---- writer ---- */
@@ -302,6 +421,15 @@ void nt_jw_num(nt_jw *w, double v) {
     return;
   }
   nt_jw_printf(w, "%.9g", v);
+}
+
+void nt_jw_f64(nt_jw *w, double v) {
+  sep(w);
+  if (!isfinite(v)) {
+    append(w, "null", 4);
+    return;
+  }
+  nt_jw_printf(w, "%.17g", v);
 }
 
 void nt_jw_i64(nt_jw *w, int64_t v) {

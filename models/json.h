@@ -34,6 +34,29 @@ const char *nt_json_str(const nt_json *j, const char *dflt);
 double nt_json_get_num(const nt_json *obj, const char *key, double dflt);
 int64_t nt_json_get_i64(const nt_json *obj, const char *key, int64_t dflt);
 
+/* Range-checked getters for untrusted input (checkpoints, manifests, file headers). `name`
+ * names the field in the messages. An absent value (j NULL), a value of another type, an
+ * integer written with a fraction or exponent, one that does not fit 64 bits, a non-finite
+ * number or one outside [min, max] is NT_ERR_FORMAT naming the field and the value as written
+ * (e.g. "field 'n_layer' = 4294967298 is out of range [1, 1024]"); nothing wraps around.
+ * *out is written only on success. */
+nt_status nt_json_int_in(nt_ctx *ctx, const nt_json *j, const char *name, int64_t min,
+                         int64_t max, int64_t *out);
+nt_status nt_json_uint_in(nt_ctx *ctx, const nt_json *j, const char *name, uint64_t min,
+                          uint64_t max, uint64_t *out);
+nt_status nt_json_num_in(nt_ctx *ctx, const nt_json *j, const char *name, double min,
+                         double max, double *out);
+/* The same for obj[key] (the key names the field). */
+nt_status nt_json_get_int_in(nt_ctx *ctx, const nt_json *obj, const char *key, int64_t min,
+                             int64_t max, int64_t *out);
+nt_status nt_json_get_uint_in(nt_ctx *ctx, const nt_json *obj, const char *key, uint64_t min,
+                              uint64_t max, uint64_t *out);
+nt_status nt_json_get_num_in(nt_ctx *ctx, const nt_json *obj, const char *key, double min,
+                             double max, double *out);
+/* An int field into an int (range within INT_MIN..INT_MAX). */
+nt_status nt_json_get_int32_in(nt_ctx *ctx, const nt_json *obj, const char *key, int min,
+                               int max, int *out);
+
 /* Writer: a growing string. Errors are sticky (oom) and reported by nt_jw_finish. */
 typedef struct {
   char *buf;
@@ -47,6 +70,7 @@ void nt_jw_end(nt_jw *w, char close);
 void nt_jw_key(nt_jw *w, const char *key);      /* inside an object, before a value */
 void nt_jw_str(nt_jw *w, const char *s);
 void nt_jw_num(nt_jw *w, double v);             /* %.9g; non-finite as null */
+void nt_jw_f64(nt_jw *w, double v);             /* %.17g (reads back exactly); non-finite null */
 void nt_jw_i64(nt_jw *w, int64_t v);
 void nt_jw_u64(nt_jw *w, uint64_t v);
 void nt_jw_bool(nt_jw *w, bool v);

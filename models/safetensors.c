@@ -219,9 +219,23 @@ nt_status nt_safetensors_open(nt_ctx *ctx, const char *path, nt_safetensors **ou
       st = NT_ERROR(ctx, NT_ERR_FORMAT, "%s: bad header entry for '%s'", path, f->header.keys[i]);
       break;
     }
-    uint64_t b = nt_json_u64(&of->items[0], 0), en = nt_json_u64(&of->items[1], 0);
-    uint64_t numel = 1;
-    for (int k = 0; k < sh->n; k++) numel *= nt_json_u64(&sh->items[k], 0);
+    /* offsets and dims: plain non-negative integers; the element count must not overflow */
+    uint64_t b = 0, en = 0, numel = 1;
+    bool ok = !nt_json_uint_in(ctx, &of->items[0], "data_offsets[0]", 0, INT64_MAX, &b) &&
+              !nt_json_uint_in(ctx, &of->items[1], "data_offsets[1]", 0, INT64_MAX, &en);
+    const char *why = ok ? "element count overflows" : "";
+    for (int k = 0; ok && k < sh->n; k++) {
+      uint64_t dim = 0;
+      ok = !nt_json_uint_in(ctx, &sh->items[k], "shape", 0, INT64_MAX, &dim);
+      if (!ok) why = "";
+      ok = ok && (dim == 0 || numel <= (uint64_t)INT64_MAX / 8 / dim);
+      numel *= dim;
+    }
+    if (!ok) {
+      st = NT_ERROR(ctx, NT_ERR_FORMAT, "%s: tensor '%s' has a bad shape or offsets (%s)", path,
+                    f->header.keys[i], *why ? why : nt_last_error(ctx));
+      break;
+    }
     if (en < b || en > f->len - f->data_start || en - b != numel * nt_dtype_size(d))
       st = NT_ERROR(ctx, NT_ERR_FORMAT, "%s: tensor '%s' offsets [%llu, %llu) do not fit",
                     path, f->header.keys[i], (unsigned long long)b, (unsigned long long)en);

@@ -96,17 +96,17 @@ static nt_status no_backend(nt_ctx *ctx) {
 #endif
 
 uint32_t nt_attention_keep_threshold(float p) {
-  /* uniform(x) is nondecreasing in x and uniform(UINT32_MAX) = 1 > p: binary search for the
-   * first x above p. */
-  uint64_t lo = 0, hi = UINT32_MAX;
-  while (lo < hi) {
-    const uint64_t mid = lo + (hi - lo) / 2;
-    if (nt_rng_u32_to_uniform((uint32_t)mid) > p)
-      hi = mid;
-    else
-      lo = mid + 1;
-  }
-  return (uint32_t)lo;
+  /* p * 256 is exact in double; halves round up; 256 (p above 255.5 / 256) would drop all. */
+  const double t = floor((double)p * 256.0 + 0.5);
+  return !(t > 0.0) ? 0u : t >= 255.0 ? 255u : (uint32_t)t;
+}
+
+double nt_attention_keep_scale(float p) {
+  return 256.0 / (double)(256u - nt_attention_keep_threshold(p));
+}
+
+uint64_t nt_attention_rng_numbers(int64_t B, int64_t H, int64_t T) {
+  return ((uint64_t)B * (uint64_t)H * (uint64_t)T * (uint64_t)T + 3) / 4;
 }
 
 /* ---- CPU reference ---------------------------------------------------------------------- */
@@ -122,26 +122,34 @@ static void load_row(const nt_tensor *t, int64_t bh, int64_t i, double *dst) {
   for (int64_t d = 0; d < D; d++) dst[d] = nt_load_f32(t->data, t->dtype, at + d * t->stride[3]);
 }
 
-/* The dropout mask: reads the Philox stream one block of four numbers at a time. */
+/* The dropout mask (ops/attention.h): element index n (counted from byte 0 of the block at
+ * stream number offset, so n = 4 * offset + e) is kept iff byte n % 16 of Philox block n / 16
+ * is >= thr. Reads one block at a time. */
 typedef struct {
-  float p;
+  uint32_t thr;
   uint64_t seed, block;   /* block held in w; UINT64_MAX before the first */
   uint32_t w[4];
 } keep_reader;
 
 static bool keep_at(keep_reader *r, uint64_t n) {
-  if (r->block != n >> 2) {
-    r->block = n >> 2;
+  if (r->block != n >> 4) {
+    r->block = n >> 4;
     const uint32_t ctr[4] = {(uint32_t)r->block, (uint32_t)(r->block >> 32), 0, 0};
     const uint32_t key[2] = {(uint32_t)r->seed, (uint32_t)(r->seed >> 32)};
     nt_philox4x32_10(ctr, key, r->w);
   }
-  return nt_rng_u32_to_uniform(r->w[n & 3]) > r->p;
+  return ((r->w[(n >> 2) & 3] >> (8 * (n & 3))) & 0xffu) >= r->thr;
 }
 
-/* First stream number of row i of head bh: offset + (bh * T + i) * T. */
+static keep_reader keep_reader_of(const nt_attention_opts *o) {
+  const keep_reader r = {nt_attention_keep_threshold(o->dropout), o->seed, UINT64_MAX,
+                         {0, 0, 0, 0}};
+  return r;
+}
+
+/* Element index of row i of head bh's key 0: 4 * offset + (bh * T + i) * T. */
 static uint64_t mask_row(const nt_attention_opts *o, int64_t bh, int64_t i, int64_t T) {
-  return o->offset + ((uint64_t)bh * (uint64_t)T + (uint64_t)i) * (uint64_t)T;
+  return 4 * o->offset + ((uint64_t)bh * (uint64_t)T + (uint64_t)i) * (uint64_t)T;
 }
 
 static nt_status attention_forward_cpu(nt_ctx *ctx, const nt_tensor *q, const nt_tensor *k,
@@ -150,8 +158,8 @@ static nt_status attention_forward_cpu(nt_ctx *ctx, const nt_tensor *q, const nt
   const int64_t BH = q->shape[0] * q->shape[1], T = q->shape[2], D = q->shape[3];
   const double scale = 1.0 / sqrt((double)D);
   const bool drop = opt->dropout > 0.f;
-  const double keep_scale = drop ? 1.0 / (1.0 - (double)opt->dropout) : 1.0;
-  keep_reader kr = {opt->dropout, opt->seed, UINT64_MAX, {0, 0, 0, 0}};
+  const double keep_scale = drop ? nt_attention_keep_scale(opt->dropout) : 1.0;
+  keep_reader kr = keep_reader_of(opt);
   double *qi = malloc(sizeof(double) * (size_t)D), *o = malloc(sizeof(double) * (size_t)D);
   double *kv = malloc(sizeof(double) * (size_t)D), *s = malloc(sizeof(double) * (size_t)T);
   if (!qi || !o || !kv || !s) {
@@ -203,8 +211,8 @@ static void write_grad(nt_tensor *g, int64_t bh, const double *src, bool overwri
   }
 }
 
-/* With the kept probabilities Z = P * mask / (1 - p) and O = Z V:
- *   dV = Z^T dO,  dZ = dO V^T,  dP = dZ * mask / (1 - p),
+/* With the kept probabilities Z = P * mask / (1 - p_eff) and O = Z V:
+ *   dV = Z^T dO,  dZ = dO V^T,  dP = dZ * mask / (1 - p_eff),
  *   dS = P * (dP - rowsum(P * dP)) and rowsum(P * dP) = rowsum(Z * dZ) = rowsum(dO * O),
  * so FlashAttention's D = rowsum(dO * O) still holds with O the dropped output. */
 static nt_status attention_backward_cpu(nt_ctx *ctx, const nt_tensor *dout, const nt_tensor *q,
@@ -215,8 +223,8 @@ static nt_status attention_backward_cpu(nt_ctx *ctx, const nt_tensor *dout, cons
   const int64_t BH = q->shape[0] * q->shape[1], T = q->shape[2], D = q->shape[3];
   const double scale = 1.0 / sqrt((double)D);
   const bool drop = opt->dropout > 0.f;
-  const double keep_scale = drop ? 1.0 / (1.0 - (double)opt->dropout) : 1.0;
-  keep_reader kr = {opt->dropout, opt->seed, UINT64_MAX, {0, 0, 0, 0}};
+  const double keep_scale = drop ? nt_attention_keep_scale(opt->dropout) : 1.0;
+  keep_reader kr = keep_reader_of(opt);
   const size_t n = (size_t)(T * D);
   /* Whole heads in fp64: q, k, v, dO, O and the three gradient accumulators. */
   double *buf = malloc(sizeof(double) * (8 * n + (size_t)T));
@@ -245,7 +253,7 @@ static nt_status attention_backward_cpu(nt_ctx *ctx, const nt_tensor *dout, cons
           dp += dO[i * D + d] * V[j * D + d];
         }
         const double p = exp(s * scale - L);
-        /* mr: the dropout factor of this probability (0 dropped, 1 / (1 - p) kept). */
+        /* mr: the dropout factor of this probability (0 dropped, 1 / (1 - p_eff) kept). */
         const double mr = drop ? (keep_at(&kr, n0 + (uint64_t)j) ? keep_scale : 0.0) : 1.0;
         const double z = p * mr, ds = p * (dp * mr - Di[i]) * scale;
         for (int64_t d = 0; d < D; d++) {

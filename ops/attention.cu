@@ -1,10 +1,10 @@
 /* Causal attention on CUDA: dispatch between the tensor-core kernels (attention_fwd.cu,
  * attention_bwd.cu: F16/BF16 with D 32 or 64 and 16-byte aligned rows) and the simple kernels
  * below (every dtype, D <= 128, any strides; also chosen with the option attn_simple so a
- * fast-path bug can be isolated). The simple kernels give one warp per row and walk the other
- * side's rows with an online softmax: no T x T matrix, fp32 math, each output row owned by
- * one warp (no atomics). With dropout (kDrop instantiations) they read the keep bits of a row's
- * consecutive keys 128 at a time: one Philox block per lane and four ballots. */
+ * fast-path bug can be isolated). The simple kernels give one warp per row and walk the other side's
+ * rows with an online softmax: no T x T matrix, fp32 math, each output row owned by one warp
+ * (no atomics). With dropout (kDrop instantiations) they read the keep bits of a row's
+ * consecutive keys 512 at a time: one Philox block per lane, one shuffle per key. */
 #include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
@@ -57,44 +57,39 @@ template <typename T> __device__ __forceinline__ T *wrow(const nt_attn_view &v, 
   return static_cast<T *>(v.p) + head_off(v, bh, H) + t * v.st;
 }
 
-/* Keep bits of one row's keys j = 0, 1, 2, ... (stream numbers first + j) visited in order by
- * a whole warp: every 128 numbers the lanes draw 32 consecutive Philox blocks, one each, and
- * four ballots give every lane all 128 bits. */
+/* Keep bits of one row's keys j = 0, 1, 2, ... (mask indices first + j) visited in order by
+ * a whole warp: every 512 keys the lanes draw 32 consecutive Philox blocks, one each (16 keys'
+ * bits per lane), and key j's bit comes from the lane holding it with one shuffle. */
 struct keep_run {
   unsigned long long b0;   /* block of key 0 */
-  int a;                   /* key 0's word in it */
-  uint32_t w0, w1, w2, w3; /* ballots of words 0..3 of the 32 blocks held */
+  int a;                   /* key 0's byte in it */
+  uint32_t bits;           /* this lane's block's 16 keep bits */
 
   __device__ __forceinline__ void start(unsigned long long first) {
-    b0 = first >> 2;
-    a = (int)(first & 3);
+    b0 = first >> 4;
+    a = (int)(first & 15);
   }
   /* Warp-uniform j, visited in increasing order from 0. */
   __device__ __forceinline__ bool keep(const nt_attn_drop &dr, int j, int lane) {
-    const int r = a + j;   /* position from the start of block b0 */
-    if (j == 0 || (r & 127) == 0) {
-      const uint4 x = philox_block(dr.seed, b0 + (unsigned)((r >> 2) & ~31) + (unsigned)lane);
-      w0 = __ballot_sync(0xffffffffu, x.x >= dr.thr);
-      w1 = __ballot_sync(0xffffffffu, x.y >= dr.thr);
-      w2 = __ballot_sync(0xffffffffu, x.z >= dr.thr);
-      w3 = __ballot_sync(0xffffffffu, x.w >= dr.thr);
+    const int r = a + j;   /* position from byte 0 of block b0 */
+    if (j == 0 || (r & 511) == 0) {
+      const unsigned long long blk = b0 + (unsigned)((r >> 4) & ~31) + (unsigned)lane;
+      bits = nt_attn::keep16(philox_block(dr.seed, blk), dr.thr4);
     }
-    const int w = r & 3;
-    const uint32_t m = w == 0 ? w0 : w == 1 ? w1 : w == 2 ? w2 : w3;
-    return (m >> ((r >> 2) & 31)) & 1u;
+    return (__shfl_sync(0xffffffffu, bits, (r >> 4) & 31) >> (r & 15)) & 1u;
   }
 };
 
-/* Keep bits of one key column's queries i0 .. i0 + 31 (stream numbers col_first + i * T, no
- * two in one block): lane L draws query i0 + L's block, a ballot spreads the bits. */
+/* Keep bits of one key column's queries i0 .. i0 + 31 (mask indices col_first + i * T): lane
+ * L draws query i0 + L's block and tests its byte, a ballot spreads the bits. */
 __device__ __forceinline__ uint32_t keep_column32(const nt_attn_drop &dr,
                                                   unsigned long long col_first, int i0, int T_,
                                                   int lane) {
   const unsigned long long n = col_first + (unsigned long long)(i0 + lane) * T_;
-  const uint4 x = philox_block(dr.seed, n >> 2);
-  const int w = (int)(n & 3);
+  const uint4 x = philox_block(dr.seed, n >> 4);
+  const int w = (int)((n >> 2) & 3);
   const uint32_t u = w == 0 ? x.x : w == 1 ? x.y : w == 2 ? x.z : x.w;
-  return __ballot_sync(0xffffffffu, u >= dr.thr);
+  return __ballot_sync(0xffffffffu, ((u >> (8 * (n & 3))) & 0xffu) >= (dr.thr4 & 0xffu));
 }
 
 template <typename T, bool kDrop>
@@ -152,7 +147,7 @@ __global__ void row_dot(nt_attn_view dov, nt_attn_view ov, float *d_rows, long r
   if (lane == 0) d_rows[row] = acc;
 }
 
-/* With dropout every probability has a factor mr (0 dropped, 1 / (1 - p) kept):
+/* With dropout every probability has a factor mr (0 dropped, 1 / (1 - p_eff) kept):
  * dS = P * (dP * mr - D), dV += P * mr * dO. */
 template <typename T, bool kDrop>
 __global__ void simple_backward_dq(nt_attn_view dov, nt_attn_view qv, nt_attn_view kv,
@@ -204,7 +199,7 @@ __global__ void simple_backward_dkv(nt_attn_view dov, nt_attn_view qv, nt_attn_v
   float gk[kMaxPerLane] = {0.f, 0.f, 0.f, 0.f}, gv[kMaxPerLane] = {0.f, 0.f, 0.f, 0.f};
   load_lane(crow<T>(kv, bh, H, j), D, lane, kj);
   load_lane(crow<T>(vv, bh, H, j), D, lane, vj);
-  /* Stream number of (query 0, key j); query i is i * T further. */
+  /* Mask index of (query 0, key j); query i is i * T further. */
   const unsigned long long col_first =
       kDrop ? nt_attn::drop_origin(dr) + (unsigned long long)base * T_ + j : 0;
   uint32_t kbits = 0u;
@@ -343,8 +338,8 @@ nt_attn_drop drop_of(nt_ctx *ctx, const nt_attention_opts *o) {
   const float p = o->dropout;
   return nt_attn_drop{o->seed, o->offset,
                       reinterpret_cast<const unsigned long long *>(nt_ctx_rng_base(ctx)),
-                      p > 0.f ? nt_attention_keep_threshold(p) : 0u,
-                      p > 0.f ? 1.f / (1.f - p) : 1.f};
+                      p > 0.f ? nt_attention_keep_threshold(p) * 0x01010101u : 0u,
+                      p > 0.f ? (float)nt_attention_keep_scale(p) : 1.f};
 }
 
 /* Shapes and views every launcher below takes. */

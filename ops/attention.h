@@ -12,20 +12,26 @@
  * straight into [B, T, C]. Outputs must not overlap each other or the inputs. lse is
  * contiguous.
  *
- * Dropout (opts->dropout = p in [0, 1)) as PyTorch's scaled_dot_product_attention(dropout_p):
- * each attention probability is zeroed with probability p and the kept ones are scaled by
- * 1 / (1 - p). Probability (b, h, i, j) (query i, key j) is kept iff number
- *   n = offset + ((b * H + h) * T + i) * T + j
- * of the Philox stream `seed` (core/rng.h) maps to a uniform (nt_rng_u32_to_uniform) > p, the
- * rule of ops/dropout, so CPU and GPU drop the same elements. The caller reserves B*H*T*T
- * numbers with nt_ctx_rng_reserve (offset a multiple of 4) and passes the same (seed, offset)
- * to backward. Inside an RNG step (nt_ctx_rng_step_begin) the offset is relative: n becomes
- * base + offset + ..., the base read from the context's step word when the op runs (the
- * kernels read it from device memory, so a replayed CUDA graph draws a fresh mask every
- * step); backward must run in the same step as its forward. No mask is stored (the GPU
- * regenerates it: one Philox4x32-10 block per four probabilities in forward and again in
- * backward, integer work that roughly doubles the tensor-core kernels' instruction count). p = 0 is exactly the no-dropout computation (pass
- * it in evaluation).
+ * Dropout (opts->dropout = p in [0, 1)), as PyTorch's scaled_dot_product_attention(dropout_p)
+ * but with 8 random bits per probability (as FlashAttention draws them): the keep threshold
+ * is thr = nt_attention_keep_threshold(p) = round(p * 256) (halves up, at most 255), element
+ * (b, h, i, j) (query i, key j) has index e = ((b * H + h) * T + i) * T + j and random byte
+ *   x_e = byte (e % 4) (bits 8 (e % 4) .. 8 (e % 4) + 7) of number offset + e / 4
+ * of the Philox stream `seed` (core/rng.h), i.e. byte e % 16 of the Philox4x32-10 block
+ * offset / 4 + e / 16 (the block's words in order, each word's bytes from the least
+ * significant), and the element is kept iff x_e >= thr. The effective drop probability is
+ * therefore exactly p_eff = thr / 256 (0.19921875 for p = 0.2; 0 below p = 1/512, where
+ * nothing is dropped), and kept values are scaled by 1 / (1 - p_eff) = 256 / (256 - thr)
+ * (nt_attention_keep_scale), so the expectation of the output is exactly the undropped one.
+ * One Philox block serves 16 consecutive keys of a row. CPU and GPU drop the same elements.
+ * The caller reserves nt_attention_rng_numbers(B, H, T) = ceil(B*H*T*T / 4) numbers with
+ * nt_ctx_rng_reserve (offset a multiple of 4) and passes the same (seed, offset) to
+ * backward. Inside an RNG step (nt_ctx_rng_step_begin) the offset is relative: the number
+ * becomes base + offset + e / 4, the base read from the context's step word when the op
+ * runs (the kernels read it from device memory, so a replayed CUDA graph draws a fresh mask
+ * every step); backward must run in the same step as its forward. No mask is stored (the GPU
+ * regenerates it in forward and again in backward: one Philox4x32-10 block per 16
+ * probabilities). p = 0 is exactly the no-dropout computation (pass it in evaluation).
  *
  * CPU: plain loops, fp64 sums. CUDA: F16/BF16 with D 32 or 64 and 16-byte aligned rows (data
  * pointer and every B, H, T stride a multiple of 16 bytes, the T stride below 2^31) run
@@ -49,8 +55,9 @@ NT_EXTERN_C_BEGIN
 typedef struct {
   float dropout;          /* probability of zeroing an attention probability, [0, 1) */
   uint64_t seed, offset;  /* Philox stream of the mask; offset a multiple of 4, reserved by the
-                             caller with nt_ctx_rng_reserve(ctx, B*H*T*T) (relative to the
-                             step base inside an RNG step); unused when dropout = 0 */
+                             caller with nt_ctx_rng_reserve(ctx, nt_attention_rng_numbers(B, H,
+                             T)) (relative to the step base inside an RNG step); unused when
+                             dropout = 0 */
   bool overwrite;         /* backward: dq, dk, dv = result instead of += */
 } nt_attention_opts;
 
@@ -70,10 +77,13 @@ nt_status nt_attention_backward(nt_ctx *ctx, const nt_tensor *dout, const nt_ten
                                 const nt_tensor *k, const nt_tensor *v, const nt_tensor *out,
                                 const nt_tensor *lse, nt_tensor *dq, nt_tensor *dk,
                                 nt_tensor *dv);
-/* The smallest 32-bit number x with nt_rng_u32_to_uniform(x) > p (0 <= p < 1): the mapping
- * is monotone, so "uniform > p" is "x >= threshold", the test the CUDA kernels make on raw
- * Philox words. Exposed for the tests. */
+/* The dropout mask's byte threshold round(p * 256), at most 255 (0 <= p < 1): a probability
+ * is kept iff its random byte is >= it, so p_eff = threshold / 256. */
 uint32_t nt_attention_keep_threshold(float p);
+/* The factor of the kept probabilities, 1 / (1 - p_eff) = 256 / (256 - threshold). */
+double nt_attention_keep_scale(float p);
+/* The stream numbers a dropout mask of [B, H, T, T] probabilities takes: ceil(B*H*T*T / 4). */
+uint64_t nt_attention_rng_numbers(int64_t B, int64_t H, int64_t T);
 
 NT_EXTERN_C_END
 #endif

@@ -9,14 +9,15 @@
  * buffers) and reduces dQ four floats at a time (a kernel with two barriers per tile lost
  * to it and was removed). Operands are strided views with 16-byte aligned rows.
  *
- * Dropout (kDrop, a separate instantiation: the kernels without it are unchanged): with
- * mr = keep ? 1 / (1 - p) : 0 per probability,
+ * Dropout (kDrop, a separate instantiation of the default kernel: the kernels without it are
+ * unchanged): with mr = keep ? 1 / (1 - p_eff) : 0 per probability,
  *   dV += (P^T * mr) dO,  dS^T = P^T * (dP^T * mr - D),
- * D = rowsum(dO * O) of the dropped output (ops/attention.c derives it). The keep bits are
- * regenerated from the Philox stream: per query tile, lane L draws the 16 keep bits of the
- * warp's 16 keys (16 consecutive stream numbers, 4 Philox blocks) for queries 2L and 2L + 1
- * into one word, and a thread holding queries 8 nt + 2 (L % 4) + {0, 1} of keys L / 4 (+ 8)
- * fetches word 4 nt + L % 4 with one shuffle per nt. */
+ * D = rowsum(dO * O) of the dropped output (ops/attention.c derives it). The keep bits
+ * are regenerated from the Philox stream: per query tile, lane L draws the 16 keep bits of the
+ * warp's 16 keys (16 consecutive mask elements, one Philox block when T is a multiple of 16)
+ * for queries 2L and 2L + 1 into one word, and a thread holding queries
+ * 8 nt + 2 (L % 4) + {0, 1} of keys L / 4 (+ 8) fetches word 4 nt + L % 4 with one shuffle
+ * per nt. */
 #include "ops/attention_cuda.cuh"
 #include "ops/attention_mma.cuh"
 #include "ops/attention_bwd_common.cuh"
@@ -208,7 +209,7 @@ __global__ void __launch_bounds__(32 * W)
   const int k0 = kt * kBc;
   const int qt0 = k0 / kBr;   /* the first query tile with a query >= some key of the block */
   const float sl2 = scale * kLog2e;
-  /* Dropout: the stream number of this head's (query 0, key 0), step base included. */
+  /* Dropout: the mask index of this head's (query 0, key 0), step base included. */
   const unsigned long long head_first =
       kDrop ? drop_origin(dr) + (unsigned long long)bh * T_ * T_ : 0ull;
 

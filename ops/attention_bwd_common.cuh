@@ -11,8 +11,8 @@
 
 namespace nt_attn {
 
-/* Dropout context of one warp's tile: q_first is the stream number of (query q_base, the
- * warp's first key); a query row further is T numbers on. */
+/* Dropout context of one warp's tile: q_first is the mask index of (query q_base, the warp's
+ * first key); a query row further is T indices on. */
 struct drop_at {
   nt_attn_drop dr;
   unsigned long long q_first;

@@ -229,7 +229,7 @@ __global__ void __launch_bounds__(shape<kWG>::kThreads, shape<kWG>::kMinBlocks)
     da.dr = dr;
     da.T = T_;
   }
-  /* Dropout: the stream number of this head's (query 0, key 0), step base included. */
+  /* Dropout: the mask index of this head's (query 0, key 0), step base included. */
   const unsigned long long head_first =
       kDrop ? drop_origin(dr) + (unsigned long long)bh * T_ * T_ : 0ull;
 

@@ -19,9 +19,10 @@ struct nt_attn_view {
   long long sb, sh, st;
 };
 
-/* Attention dropout for the kernels (ops/attention.h): probability (bh, i, j) is kept iff
- * word n = *base + offset + (bh * T + i) * T + j of the Philox stream `seed` is >= thr
- * (nt_attention_keep_threshold, the same as "uniform > p"); kept values are scaled by rp.
+/* Attention dropout for the kernels (ops/attention.h): probability (bh, i, j) has mask index
+ * n = 4 * (*base + offset) + (bh * T + i) * T + j and is kept iff byte n % 16 of Philox block
+ * n / 16 of the stream `seed` is >= the byte threshold (nt_attention_keep_threshold), which
+ * thr4 holds in each of its four bytes; kept values are scaled by rp = 256 / (256 - thr).
  * base: the context's RNG step word in device memory (core/ctx.h), read by the dropout
  * kernels when they run (nt_attn::drop_origin: once per thread, once per key tile in the
  * forward), so a replayed CUDA graph sees the base its step advanced; NULL outside a step
@@ -29,7 +30,7 @@ struct nt_attn_view {
 struct nt_attn_drop {
   unsigned long long seed, offset;
   const unsigned long long *base;
-  uint32_t thr;
+  uint32_t thr4;
   float rp;
 };
 
@@ -74,10 +75,11 @@ __device__ __forceinline__ long long head_off(const nt_attn_view &v, long long b
   return (bh / H) * v.sb + (bh % H) * v.sh;
 }
 
-/* The stream number of the mask's probability (0, 0, 0): the call's offset plus the step
- * base. Dropout instantiations only. */
+/* The mask index of probability (0, 0, 0): four per stream number of the call's offset plus
+ * the step base (both multiples of 4, so it is a multiple of 16: a block boundary). Dropout
+ * instantiations only. */
 __device__ __forceinline__ unsigned long long drop_origin(const nt_attn_drop &dr) {
-  return dr.offset + (dr.base ? *dr.base : 0ull);
+  return 4ull * (dr.offset + (dr.base ? *dr.base : 0ull));
 }
 
 /* Words 4 * blk .. 4 * blk + 3 of the stream `seed`: Philox4x32-10 of counter blk, as
@@ -87,24 +89,30 @@ __device__ __forceinline__ uint4 philox_block(unsigned long long seed, unsigned 
                               make_uint2((unsigned)seed, (unsigned)(seed >> 32)));
 }
 
-__device__ __forceinline__ uint32_t keep_nibble(uint4 x, uint32_t thr) {
-  return (uint32_t)(x.x >= thr) | (uint32_t)(x.y >= thr) << 1 | (uint32_t)(x.z >= thr) << 2 |
-         (uint32_t)(x.w >= thr) << 3;
+/* Keep bits of a word's four bytes (bit k: byte k >= the threshold): the per-byte compare
+ * gives 0xff or 0 per byte, the mask leaves bit k set in byte k, and the multiply adds the
+ * four bytes (no carries: at most 15) into the top byte. */
+__device__ __forceinline__ uint32_t keep4(uint32_t x, uint32_t thr4) {
+  return ((__vcmpgeu4(x, thr4) & 0x08040201u) * 0x01010101u) >> 24;
 }
 
-/* Keep bits of the N (16 or 32) consecutive numbers first .. first + N - 1 of the stream:
- * bit i for number first + i. N / 4 Philox blocks when first is a multiple of 4 (every row
- * when T is), one more otherwise. */
+/* Keep bits of a block's 16 mask elements: bit k for byte k (byte k % 4 of word k / 4). */
+__device__ __forceinline__ uint32_t keep16(uint4 x, uint32_t thr4) {
+  return keep4(x.x, thr4) | keep4(x.y, thr4) << 4 | keep4(x.z, thr4) << 8 |
+         keep4(x.w, thr4) << 12;
+}
+
+/* Keep bits of the N (16 or 32) consecutive mask elements first .. first + N - 1: bit i for
+ * element first + i. N / 16 Philox blocks when first is a multiple of 16 (every row when T
+ * is), one more otherwise. */
 template <int N>
 __device__ __forceinline__ uint32_t keep_bits(const nt_attn_drop &dr, unsigned long long first) {
   static_assert(N == 16 || N == 32, "16 or 32 keep bits");
-  const unsigned long long b0 = first >> 2;
-  const int a = (int)(first & 3);
-  uint32_t bits = 0;
-#pragma unroll
-  for (int m = 0; m < N / 4; m++)
-    bits |= keep_nibble(philox_block(dr.seed, b0 + m), dr.thr) << (4 * m);
-  if (a) bits = (bits >> a) | keep_nibble(philox_block(dr.seed, b0 + N / 4), dr.thr) << (N - a);
+  const unsigned long long b0 = first >> 4;
+  const int a = (int)(first & 15);
+  uint32_t bits = keep16(philox_block(dr.seed, b0), dr.thr4);
+  if (N == 32) bits |= keep16(philox_block(dr.seed, b0 + 1), dr.thr4) << 16;
+  if (a) bits = (bits >> a) | keep16(philox_block(dr.seed, b0 + N / 16), dr.thr4) << (N - a);
   return N == 32 ? bits : bits & 0xffffu;
 }
 

@@ -9,10 +9,11 @@
  *
  * Dropout (kDrop, a separate instantiation: the kernels without it are unchanged) zeroes
  * probabilities after the softmax statistics (the normaliser and lse see all of them) and
- * scales the output by 1 / (1 - p). The keep bits come from the Philox stream: for each tile a
- * warp's rows x keys split into 32-key words (one row, 32 consecutive stream numbers, 8 Philox
- * blocks), each lane computes kSlots of them (lane L: row L % kRw, words L / kRw + kLp * slot),
- * and the lanes of the MMA fragment layout fetch theirs with one shuffle per row and word:
+ * scales the output by 1 / (1 - p_eff). The keep bits come from the Philox stream, one byte
+ * per probability (ops/attention.h): for each tile a warp's rows x keys split into 32-key
+ * words (one row, 32 consecutive mask elements, 2 Philox blocks when T is a multiple of 16),
+ * each lane computes kSlots of them (lane L: row L % kRw, words L / kRw + kLp * slot), and
+ * the lanes of the MMA fragment layout fetch theirs with one shuffle per row and word:
  * a thread holds keys 8 nt + 2 (L % 4) + {0, 1}, bits 8 (nt % 4) + {0, 1} of the word shifted
  * right by 2 (L % 4). */
 #include "ops/attention_cuda.cuh"
@@ -37,8 +38,8 @@ template <int D, int KB> constexpr int smem_bytes() { return (kBr + 4 * KB) * (D
 /* One key/value tile for one warp: S = Q K^T, online softmax, [dropout,] O += P V. kDiag:
  * the tile meets the diagonal, so keys after a row (and past T) are masked and m-blocks that
  * see no key are skipped; the other tiles run without any branch. kDrop: lane_rel is the
- * stream number of key 0 in this lane's keep-bit row (lane_row), relative to the mask's
- * origin (drop_origin: the offset plus the RNG step base). The base is read again for every
+ * mask index of key 0 in this lane's keep-bit row (lane_row), relative to the mask's
+ * origin (drop_origin: from the offset plus the RNG step base). The base is read again for every
  * tile (one L1 hit) rather than kept live: holding it in registers added spills to the D = 64
  * kernel, which is at its 255-register bound. */
 template <typename T, int D, int KB, int kM, bool kDiag, bool kDrop>
@@ -137,8 +138,8 @@ __global__ void __launch_bounds__(256 / kM, kMinBlocks)
   const int kt_end = min(n_kt - 1, (q0 + kBr - 1) / KB);   /* last key tile any row sees */
   const float sl2 = scale * kLog2e;
   const int wrow0 = warp * 16 * kM;   /* the warp's first row within the block */
-  /* Dropout: the row whose keep bits this lane draws, and its key 0's stream number relative
-   * to the mask's origin. */
+  /* Dropout: the row whose keep bits this lane draws, and its key 0's mask index relative to
+   * the mask's origin. */
   const int lane_row = q0 + wrow0 + lane % fwd_keep<KB, kM>::kRw;
   const unsigned long long lane_rel = kDrop ? ((unsigned long long)bh * T_ + lane_row) * T_ : 0ull;
 

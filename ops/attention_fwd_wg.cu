@@ -112,8 +112,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int q0 = qt * kBr, row_w = q0 + 16 * warp;
   const int kt_end = min(n_kt - 1, (q0 + kBr - 1) / KB);   /* last key tile any row sees */
   const float sl2 = scale * kLog2e;
-  /* Dropout: the row whose keep bits this lane draws, and its key 0's stream number relative
-   * to the mask's origin. */
+  /* Dropout: the row whose keep bits this lane draws, and its key 0's mask index relative to
+   * the mask's origin. */
   const int lane_row = row_w + lane % fwd_keep<KB, 1>::kRw;
   const unsigned long long lane_rel = kDrop ? ((unsigned long long)bh * T_ + lane_row) * T_ : 0ull;
 

@@ -16,7 +16,7 @@ template <int KB, int kM> struct fwd_keep {
   static constexpr int kRw = 16 * kM, kLp = 32 / kRw, kSlots = KB / 32 / kLp;
 };
 
-/* This lane's keep words for the tile of KB keys from key0 (stream number of key 0 in its row:
+/* This lane's keep words for the tile of KB keys from key0 (mask index of key 0 in its row:
  * the mask's origin plus lane_rel). On the diagonal a word whose keys all follow the row is
  * not needed (left 0). */
 template <int KB, int kM, bool kDiag>
@@ -84,7 +84,7 @@ __device__ __forceinline__ void online_softmax(float (&s)[kM][kSt][4], float (&o
   }
 }
 
-/* Zeroes the dropped probabilities (the 1 / (1 - p) goes into the final normalisation): the
+/* Zeroes the dropped probabilities (the 1 / (1 - p_eff) goes into the final normalisation): the
  * lanes of the fragment layout fetch their bits from the lanes that drew them (draw_keep) with
  * one shuffle per row and word; a thread's keys 8 nt + 2 (L % 4) + {0, 1} are bits
  * 8 (nt % 4) + {0, 1} of the word shifted right by 2 (L % 4). */

@@ -5,7 +5,9 @@
 #   tests   ctest -L gpu on the current tree
 #   speed   shakespeare_char step ms, GPT-2 124M tokens/s, CNN images/s: old and new
 #           interleaved over rounds, each figure the median of the log windows after warm-up
-#   losses  the first 50 losses of the same seed and config, old against new (bit-identical?)
+#   losses  the first 50 losses of the same seed and config, old against new (bit-identical?),
+#           without dropout (the attention mask rule changed) and with cuBLASLt's first
+#           heuristic choice (no autotuning, whose timed pick can differ between runs)
 # Data: .data/tinyshakespeare.txt and .data/fashion-mnist/*.gz (git-ignored; carry .data).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -54,7 +56,8 @@ if [[ " $modes " == *" losses "* ]]; then
   for side in new old; do
     b=build; [[ $side == old ]] && b=$old/build
     for dt in bf16 fp16; do
-      "$b/nanotrain" gpt --device cuda --dtype $dt --max-iters 50 --eval-interval 0 --log-interval 1 \
+      NT_GEMM_AUTOTUNE=0 NT_GEMM_SEARCH=0 \
+      "$b/nanotrain" gpt --device cuda --dtype $dt --dropout 0 --max-iters 50 --eval-interval 0 --log-interval 1 \
         --no-progress --out-dir /tmp/loss_${side}_$dt > /dev/null 2>&1
       python3 -c "import json,sys; print(' '.join(repr(json.loads(l)['loss']) for l in open(sys.argv[1]) if 'eval' not in l))" \
         /tmp/loss_${side}_$dt/metrics.jsonl > "$out/losses_${side}_$dt.txt"

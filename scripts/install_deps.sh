@@ -4,6 +4,8 @@
 set -euo pipefail
 # openmpi: the MPI backend of dist/ and the multi-rank CPU tests (mpirun).
 pkgs="cmake ninja-build gcc g++ pkg-config libopenblas-dev zlib1g-dev dataset-fashion-mnist python3 python3-numpy openmpi-bin libopenmpi-dev"
+# clang (with libFuzzer and the sanitizers' runtimes): scripts/fuzz.sh, run by scripts/test.sh
+pkgs="$pkgs clang"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

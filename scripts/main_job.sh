@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job: trains the CNN on Fashion-MNIST and the GPT on tiny shakespeare with
+# The main job: trains the CNN on Fashion-MNIST and the GPT on a text corpus with
 # build/nanotrain, on the GPU when there is one (the full configs: CNN 10 epochs fp16 + loss
 # scaler, GPT nanoGPT shakespeare_char 5000 iterations bf16) and with smaller settings on the
 # CPU (a few minutes on 2 cores), then prints where the logs and checkpoints are.
@@ -7,7 +7,9 @@
 #   NT_DEVICE=cpu scripts/main_job.sh   # force the CPU settings
 #   BUILD=build-x OUT=runs/mine scripts/main_job.sh
 # Tiny shakespeare: $NT_DATA_DIR/tinyshakespeare.txt, else .data/tinyshakespeare.txt (the GPT
-# part is skipped with a message when neither exists).
+# part is skipped with a message when neither exists). The file is identified by its MD5: the
+# headings and the summary name the corpus the GPT actually trained on (tiny shakespeare, or
+# scripts/get_data.sh's fallback corpus, or an unknown text).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -55,8 +57,21 @@ if ! "$TRAIN" cnn "${cnn_args[@]}" --out-dir "$OUT/cnn" 2>&1 | tee "$OUT/cnn/tra
   status=1
 fi
 
-echo "== GPT on tiny shakespeare"
+# Which corpus the file is (never call another text "tiny shakespeare").
+corpus="none"
 if [[ -n "${NT_DATA_DIR:-}" && -f "$NT_DATA_DIR/tinyshakespeare.txt" ]]; then
+  md5=$(md5sum < "$NT_DATA_DIR/tinyshakespeare.txt" | cut -d' ' -f1)
+  if [[ "$md5" == 6fb458f1232090904fb40fe944165e91 ]]; then
+    corpus="tiny shakespeare"
+  elif [[ "$NT_DATA_DIR" == */fallback ]]; then
+    corpus="a FALLBACK corpus (the system's license texts, not tiny shakespeare)"
+  else
+    corpus="an unknown text (not tiny shakespeare: MD5 $md5)"
+  fi
+fi
+echo "== GPT on $corpus"
+if [[ "$corpus" != none ]]; then
+  echo "corpus: $corpus, $NT_DATA_DIR/tinyshakespeare.txt" > "$OUT/gpt/corpus.txt"
   if ! "$TRAIN" gpt "${gpt_args[@]}" --out-dir "$OUT/gpt" --sample 300 2>&1 |
       tee "$OUT/gpt/train.log"; then
     echo "!! the GPT run failed (see $OUT/gpt/train.log)"
@@ -69,9 +84,10 @@ fi
 echo
 echo "== where things are"
 for m in cnn gpt; do
-  if [[ -f "$OUT/$m/ckpt.json" ]]; then
+  if [[ -f "$OUT/$m/latest" ]]; then
     echo "  $m: log $OUT/$m/train.log, metrics $OUT/$m/metrics.jsonl (JSONL) and"
-    echo "       $OUT/$m/metrics.prom (Prometheus textfile), checkpoint $OUT/$m/ckpt.safetensors + ckpt.json"
+    echo "       $OUT/$m/metrics.prom (Prometheus textfile), checkpoint $OUT/$m/$(cat "$OUT/$m/latest")/"
   fi
 done
+[[ "$corpus" != none ]] && echo "  the GPT trained on $corpus"
 exit $status

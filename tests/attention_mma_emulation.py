@@ -7,8 +7,10 @@
    level for odd T against a dense causal reference, the pipelined backward (one barrier per
    query tile) with its double-buffer indices and a check that no shared buffer is written
    and read between the same two barriers.
-3) replays the dropout keep-bit assignment of every kernel (which lane draws which Philox
-   blocks, the shuffles, the bit positions) against the stream read element by element.
+3) replays the dropout keep-bit assignment of every kernel (mma.sync and wgmma forward and
+   backward in each block shape, the simple kernels: which lane draws which Philox blocks,
+   the byte compares, the shuffles, the bit positions) against the 8-bit rule of
+   ops/attention.h read from the stream element by element.
 Usage: python3 tests/attention_mma_emulation.py  (every error printed should be ~1e-14, every
 mask line OK)"""
 import numpy as np
@@ -267,54 +269,58 @@ def philox(blk, seed):   # Philox4x32-10 as core/rng.c: counter (blk lo, blk hi,
     return c
 
 from functools import lru_cache
-SEED, THR = 0x1234567890abcdef, int(0.2 * 2**32)   # any threshold: only the index math matters
+SEED = 0x1234567890abcdef
+THR = 51   # the byte threshold of p = 0.2 (set per run below: 0, 51, 128, 255)
 @lru_cache(maxsize=None)
 def block(b): return philox(b, SEED)
-def word(n): return block(n >> 2)[n & 3]
-def keep(n): return word(n) >= THR
+def number(n): return block(n >> 2)[n & 3]   # number n of the stream (core/rng.h)
 
-def keep_bits(N, first):   # attention_cuda.cuh keep_bits<N>
-    b0, a = first >> 2, first & 3; bits = 0
-    for m in range(N // 4):
-        bits |= sum((w >= THR) << i for i, w in enumerate(block(b0 + m))) << (4 * m)
-    if a:
-        nib = sum((w >= THR) << i for i, w in enumerate(block(b0 + N // 4)))
-        bits = ((bits >> a) | (nib << (N - a))) & M32
+def keep(off, e):
+    """The documented rule (ops/attention.h), written from the stream numbers: element e of a
+    mask reserved at stream number off keeps iff byte e % 4 of number off + e // 4 >= thr."""
+    return ((number(off + e // 4) >> (8 * (e % 4))) & 0xff) >= THR
+
+# --- the device helpers of attention_cuda.cuh, on mask indices (drop_origin = 4 * offset) ---
+def vcmpgeu4(x, y):   # __vcmpgeu4: per byte 0xff where x's byte >= y's, else 0
+    return sum((0xff << (8 * k)) for k in range(4) if ((x >> (8 * k)) & 0xff) >= ((y >> (8 * k)) & 0xff))
+def keep4(x): return (((vcmpgeu4(x, THR * 0x01010101) & 0x08040201) * 0x01010101) & M32) >> 24
+def keep16(b): w = block(b); return keep4(w[0]) | keep4(w[1]) << 4 | keep4(w[2]) << 8 | keep4(w[3]) << 12
+
+def keep_bits(N, first):   # keep_bits<N>: uint32 arithmetic
+    b0, a = first >> 4, first & 15
+    bits = keep16(b0)
+    if N == 32: bits |= keep16(b0 + 1) << 16
+    if a: bits = ((bits >> a) | (keep16(b0 + N // 16) << (N - a))) & M32
     return bits if N == 32 else bits & 0xffff
 
 def check(name, bad, n):
     print(f"  {name:58s} {'OK' if bad == 0 else 'WRONG'} ({n} probabilities, {bad} wrong)")
     assert bad == 0
 
-# keep_bits itself, every alignment
-bad = n = 0
-for first in range(1000, 1040):
-    for N in (16, 32):
-        b = keep_bits(N, first)
-        for i in range(N): n += 1; bad += ((b >> i) & 1) != keep(first + i)
-check("keep_bits<16/32> at every alignment", bad, n)
-
-def fwd_masks(T, BH, offset, KB, kM):
-    """attention_fwd.cu: lanes draw kSlots words per tile, fragment owners shuffle them in."""
-    kBr, kRw = 128, 16 * kM; kLp = 32 // kRw; kSlots = KB // 32 // kLp; bad = n = 0
+def fwd_masks(T, BH, offset, KB, kM, kBr=128, n_warps=None):
+    """attention_fwd.cu (kBr 128, 8 / kM warps) and attention_fwd_wg.cu (kBr 64, 4 warps of
+    kM = 1; every row of the warpgroup active): lanes draw kSlots words per tile (draw_keep),
+    the fragment owners shuffle them in (apply_keep)."""
+    kRw = 16 * kM; kLp = 32 // kRw; kSlots = KB // 32 // kLp; bad = n = 0
+    n_warps = n_warps or 8 // kM; origin = 4 * offset
     for bh in range(BH):
         for qt in range(-(-T // kBr)):
             q0 = qt * kBr; kt_end = min(-(-T // KB) - 1, (q0 + kBr - 1) // KB)
-            for warp in range(8 // kM):
-                wrow0 = warp * 16 * kM; row_w = q0 + wrow0
+            for warp in range(n_warps):
+                row_w = q0 + warp * 16 * kM
                 for kt in range(kt_end + 1):
                     key0 = kt * KB; diag = key0 + KB - 1 > q0
                     kw = []
                     for lane in range(32):   # generation
                         lane_row = row_w + lane % kRw
-                        lane_first = offset + (bh * T + lane_row) * T
+                        lane_first = origin + (bh * T + lane_row) * T
                         ws = []
                         for sl in range(kSlots):
                             key = key0 + 32 * (sl * kLp + lane // kRw)
                             ws.append(keep_bits(32, lane_first + key) if (not diag or key <= lane_row) else 0)
                         kw.append(ws)
                     for mi in range(kM):
-                        if diag and not (row_w + mi * 16 + 15 >= key0): continue   # inactive m-block
+                        if kBr == 128 and diag and not (row_w + mi * 16 + 15 >= key0): continue   # inactive m-block
                         for lane in range(32):
                             for h in range(2):
                                 r = (lane >> 2) + mi * 16 + h * 8; row = row_w + r
@@ -325,13 +331,34 @@ def fwd_masks(T, BH, offset, KB, kM):
                                             key = key0 + (4 * c + qn) * 8 + 2 * (lane & 3) + e
                                             if row >= T or key > row: continue   # P = 0 anyway
                                             n += 1
-                                            bad += ((w >> (8 * qn + e)) & 1) != keep(offset + (bh * T + row) * T + key)
+                                            bad += ((w >> (8 * qn + e)) & 1) != keep(offset, (bh * T + row) * T + key)
+    return bad, n
+
+def bwd_keep_word(q_first, T, q_base, key0, lane, mask):   # attention_bwd_common.cuh
+    i0 = q_base + 2 * lane; f0 = q_first + 2 * lane * T; x = 0
+    if not mask or i0 >= key0: x = keep_bits(16, f0)
+    if not mask or i0 + 1 >= key0: x |= keep_bits(16, f0 + T) << 16
+    return x
+
+def p_ds_check(kw, T, bh, offset, q_base, warp_k0, n_st=8):   # p_ds: the fragment owners' bits
+    bad = n = 0
+    for lane in range(32):
+        key_a = warp_k0 + (lane >> 2)
+        for nt in range(n_st):
+            w = kw[nt * 4 + (lane & 3)] >> (lane >> 2)
+            for e in range(4):
+                query = q_base + nt * 8 + 2 * (lane & 3) + (e & 1)
+                key = key_a + (e >> 1) * 8
+                if query >= T or key >= T or query < key: continue
+                n += 1
+                bad += ((w >> ((e & 1) * 16 + (e >> 1) * 8)) & 1) != keep(offset, (bh * T + query) * T + key)
     return bad, n
 
 def bwd_masks(T, BH, offset, W):
     """attention_bwd.cu: lane L draws queries 2L, 2L + 1 of the warp's 16 keys, one shuffle per nt."""
     kBr, kBc = 64, 16 * W; n_t = -(-T // kBr); bad = n = 0
     for bh in range(BH):
+        head_first = 4 * offset + bh * T * T
         for kt in range(-(-T // kBc)):
             k0 = kt * kBc; qt0 = k0 // kBr
             for qt in range(qt0, n_t):
@@ -339,53 +366,81 @@ def bwd_masks(T, BH, offset, W):
                 needs_mask = q_base < k0 + kBc - 1
                 for warp in range(W):
                     if not (q_base + kBr - 1 >= k0 + warp * 16): continue   # inactive warp
-                    q_first = offset + (bh * T + q_base) * T + k0 + warp * 16
-                    kw = []
-                    for lane in range(32):
-                        i0 = q_base + 2 * lane; key0 = k0 + warp * 16
-                        f0 = q_first + 2 * lane * T; x = 0
-                        if not needs_mask or i0 >= key0: x = keep_bits(16, f0)
-                        if not needs_mask or i0 + 1 >= key0: x |= keep_bits(16, f0 + T) << 16
-                        kw.append(x)
-                    for lane in range(32):
-                        key_a = k0 + warp * 16 + (lane >> 2)
-                        for nt in range(kBr // 8):
-                            w = kw[nt * 4 + (lane & 3)] >> (lane >> 2)
-                            for e in range(4):
-                                query = q_base + nt * 8 + 2 * (lane & 3) + (e & 1)
-                                key = key_a + (e >> 1) * 8
-                                if query >= T or key >= T or query < key: continue
-                                n += 1
-                                bad += ((w >> ((e & 1) * 16 + (e >> 1) * 8)) & 1) != keep(offset + (bh * T + query) * T + key)
+                    q_first = head_first + q_base * T + k0 + warp * 16
+                    kw = [bwd_keep_word(q_first, T, q_base, k0 + warp * 16, lane, needs_mask) for lane in range(32)]
+                    b, m = p_ds_check(kw, T, bh, offset, q_base, k0 + warp * 16); bad += b; n += m
+    return bad, n
+
+def bwd_wg_masks(T, BH, offset, kWG):
+    """attention_bwd_wg.cu: blocks of kWG warpgroups (64 keys each, 4 warps of 16), the
+    warpgroup-wide activity and mask tests, then bwd_keep_word / p_ds as the mma.sync kernel."""
+    kBr, kBc = 64, 64 * kWG; n_t = -(-T // kBr); bad = n = 0
+    for bh in range(BH):
+        head_first = 4 * offset + bh * T * T
+        for kt in range(-(-T // kBc)):
+            k0 = kt * kBc; qt0 = k0 // kBr
+            for qt in range(qt0, n_t):
+                q0 = qt * kBr
+                for wg in range(kWG):
+                    wg_k0 = k0 + 64 * wg
+                    if not (kWG == 1 or q0 + kBr - 1 >= wg_k0): continue
+                    mask = q0 < wg_k0 + 63
+                    for warp in range(4):
+                        q_first = head_first + q0 * T + wg_k0 + 16 * warp
+                        kw = [bwd_keep_word(q_first, T, q0, wg_k0 + 16 * warp, lane, mask) for lane in range(32)]
+                        b, m = p_ds_check(kw, T, bh, offset, q0, wg_k0 + 16 * warp); bad += b; n += m
     return bad, n
 
 def simple_masks(T, BH, offset):
-    """attention.cu: keep_run (a row's keys, 32 blocks per refill, four ballots) and keep_column32."""
-    bad = n = 0
+    """attention.cu: keep_run (a row's keys, 32 blocks per refill, one shuffle per key) and keep_column32."""
+    bad = n = 0; origin = 4 * offset
     for bh in range(BH):
         for i in range(T):
-            first = offset + (bh * T + i) * T; b0, a = first >> 2, first & 3
+            first = origin + (bh * T + i) * T; b0, a = first >> 4, first & 15
             for j in range(i + 1):
                 r = a + j
-                if j == 0 or (r & 127) == 0:
-                    xs = [block(b0 + ((r >> 2) & ~31) + lane) for lane in range(32)]
-                    ball = [sum((xs[L][w] >= THR) << L for L in range(32)) for w in range(4)]
-                n += 1; bad += ((ball[r & 3] >> ((r >> 2) & 31)) & 1) != keep(first + j)
+                if j == 0 or (r & 511) == 0:
+                    bits = [keep16(b0 + ((r >> 4) & ~31) + lane) for lane in range(32)]
+                n += 1; bad += ((bits[(r >> 4) & 31] >> (r & 15)) & 1) != keep(offset, (bh * T + i) * T + j)
         for j in range(T):
-            col_first = offset + bh * T * T + j
+            col_first = origin + bh * T * T + j
             for i in range(j, T):
                 if (i - j) % 32 == 0:
-                    bits = 0
+                    ball = 0
                     for lane in range(32):
                         nn = col_first + (i + lane) * T
-                        bits |= (word(nn) >= THR) << lane
-                n += 1; bad += ((bits >> ((i - j) % 32)) & 1) != keep(col_first + i * T)
+                        u = block(nn >> 4)[(nn >> 2) & 3]
+                        ball |= (((u >> (8 * (nn & 3))) & 0xff) >= (THR * 0x01010101 & 0xff)) << lane
+                n += 1; bad += ((ball >> ((i - j) % 32)) & 1) != keep(offset, (bh * T + i) * T + j)
     return bad, n
 
+def threshold(p):   # nt_attention_keep_threshold
+    import math
+    return min(255, max(0, math.floor(p * 256 + 0.5)))
+assert [threshold(p) for p in (0.0, 0.001, 0.1, 0.2, 0.5, 0.9, 0.999)] == [0, 0, 26, 51, 128, 230, 255]
+
+# keep_bits itself, every alignment, and the byte compare at the edge thresholds
+for THR in (0, 1, 51, 128, 255):
+    bad = n = 0
+    for first in range(16 * 1000, 16 * 1000 + 48):
+        for N in (16, 32):
+            b = keep_bits(N, first)
+            for i in range(N):
+                e = first + i - 4 * 3996   # mask indices from the origin of offset 3996
+                n += 1; bad += ((b >> i) & 1) != keep(3996, e)
+    check(f"keep_bits<16/32> at every alignment, threshold {THR}", bad, n)
+
+THR = threshold(0.2)
 for T, BH, offset in [(1, 1, 0), (37, 2, 4), (64, 1, 0), (130, 1, 1 << 40), (200, 2, 8), (257, 1, 12)]:
     for KB, kM in ((64, 2), (64, 1), (128, 2)):
         check(f"fwd T {T} BH {BH} offset {offset} keys {KB} warps {8 // kM}", *fwd_masks(T, BH, offset, KB, kM))
+    for KB in (64, 128):
+        check(f"fwd wgmma T {T} BH {BH} offset {offset} keys {KB}", *fwd_masks(T, BH, offset, KB, 1, 64, 4))
     for W in (4, 8):
         check(f"bwd T {T} BH {BH} offset {offset} warps {W}", *bwd_masks(T, BH, offset, W))
+    for kWG in (1, 2):
+        check(f"bwd wgmma T {T} BH {BH} offset {offset} keys {64 * kWG}", *bwd_wg_masks(T, BH, offset, kWG))
     if T <= 130:
         check(f"simple T {T} BH {BH} offset {offset}", *simple_masks(T, BH, offset))
+# a row longer than 512 keys: the simple kernels' second refill
+check("simple T 600 BH 1 offset 8", *simple_masks(600, 1, 8))

@@ -1,5 +1,5 @@
 """Compares two nanotrain runs: the training losses of metrics.jsonl (step by step) and every
-tensor of ckpt.safetensors (parameters and AdamW moments), within a relative tolerance.
+tensor of the newest checkpoint (parameters and AdamW moments), within a relative tolerance.
 Usage: dist_compare_runs.py RUN_DIR REFERENCE_DIR [--rtol X] [--first-step N] [--losses-only]
   --first-step N: compare the losses from step N on (a resumed run logs only those).
   --losses-only: not the checkpoints (a run that stopped before the reference did).
@@ -25,8 +25,21 @@ def losses(run):
     return out
 
 
+def checkpoint_file(run):
+    """The newest checkpoint's tensors: RUN/latest names the ckpt-<step> directory (a file
+    holding its name, or a link); a flat RUN/ckpt.safetensors otherwise."""
+    import os
+    latest = os.path.join(run, "latest")
+    if os.path.isfile(latest) and not os.path.islink(latest):
+        name = open(latest).read().strip()
+        return os.path.join(run, name, "ckpt.safetensors")
+    if os.path.isdir(latest):
+        return os.path.join(latest, "ckpt.safetensors")
+    return os.path.join(run, "ckpt.safetensors")
+
+
 def tensors(run):
-    blob = open(run + "/ckpt.safetensors", "rb").read()
+    blob = open(checkpoint_file(run), "rb").read()
     (n,) = struct.unpack("<Q", blob[:8])
     header = json.loads(blob[8:8 + n].decode("utf-8"))
     out = {}

@@ -2,6 +2,9 @@
  * forked processes), the sharding arithmetic and the LOCAL communicator. */
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "dist/comm.h"
@@ -47,10 +50,25 @@ static void test_parse(nt_ctx *ctx) {
         "from the environment");
 }
 
+/* A port the kernel just handed out (bound to port 0, then released). */
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0), port = 29517;
+  struct sockaddr_in a;
+  memset(&a, 0, sizeof a);
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof a) &&
+      !getsockname(fd, (struct sockaddr *)&a, &len))
+    port = ntohs(a.sin_port);
+  if (fd >= 0) close(fd);
+  return port;
+}
+
 /* Ranks 1..world-1 are children; rank 0 (this process) serves `id`. missing: a rank that never
  * starts (rank 0 must then fail within the timeout and name it). */
 static void test_bootstrap(nt_ctx *ctx, int world, int missing) {
-  int port = 20000 + (int)(getpid() % 20000) + world * 7 + (missing > 0);
+  int port = free_port();
   unsigned char id[128];
   for (int i = 0; i < 128; i++) id[i] = (unsigned char)(i * 37 + 11);
   pid_t kids[8];

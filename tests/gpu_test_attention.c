@@ -238,8 +238,8 @@ static nt_status mask_step_body(nt_ctx *g, void *argp) {
   nt_status st = nt_ctx_rng_step_begin(g);
   if (st) return st;
   nt_ctx_rng_reserve(g, 5);
-  a->opts.offset = nt_ctx_rng_reserve(g, (uint64_t)nt_tensor_numel(&gt[0]) / gt[0].shape[3] *
-                                             gt[0].shape[2]);
+  a->opts.offset = nt_ctx_rng_reserve(g, nt_attention_rng_numbers(gt[0].shape[0],
+                                                                gt[0].shape[1], gt[0].shape[2]));
   for (int i = 5; i < 8 && !st; i++) st = nt_tensor_zero(g, &gt[i]);
   if (!st) st = nt_attention_forward_ex(g, &gt[0], &gt[1], &gt[2], &gt[4], a->gl, &a->opts);
   if (!st)
@@ -287,9 +287,10 @@ static bool mask_gpu(nt_ctx *g, nt_tensor *gt, nt_tensor *gl, const nt_attention
 }
 
 /* The mask, element for element: q = k = 0 makes every probability of row i 1 / (i + 1);
- * v_j = 2^(j / D) e_(j % D) makes out_i[d] (i + 1) (1 - p) the integer whose bits say which
- * keys j = d, d + D, ... (j <= i) row i kept, and dO_i = (i + 1) 2^(i / D) e_(i % D) does the
- * same for dV_j[d] (1 - p) over the queries i >= j. GPU and CPU must agree on every integer.
+ * v_j = 2^(j / D) e_(j % D) makes out_i[d] (i + 1) (1 - p_eff) the integer whose bits say
+ * which keys j = d, d + D, ... (j <= i) row i kept (p_eff = round(256 p) / 256, the rate the
+ * byte rule of ops/attention.h drops at), and dO_i = (i + 1) 2^(i / D) e_(i % D) does the
+ * same for dV_j[d] (1 - p_eff) over the queries i >= j. GPU and CPU must agree on every integer.
  * T <= 4 D keeps them below 16 and T <= 256 keeps (i + 1) exact in bf16. step: MASK_*; the
  * CPU reference draws from the absolute offset the GPU's mask used. */
 static void test_mask_exact(nt_ctx *g, nt_ctx *c, nt_dtype dt, int BH, int T, int D,
@@ -326,11 +327,12 @@ static void test_mask_exact(nt_ctx *g, nt_ctx *c, nt_dtype dt, int BH, int T, in
                                                   &ct[5], &ct[6], &ct[7], &opts));
   if (ok) {
     long wrong_o = 0, wrong_v = 0, kept = 0, total = 0;
+    const double keep = 1.0 / nt_attention_keep_scale(p);   /* 1 - p_eff */
     for (int bh = 0; bh < BH; bh++)
       for (int i = 0; i < T; i++)
         for (int d = 0; d < D; d++) {
           const size_t e = ((size_t)bh * T + i) * D + d;
-          const double fo = (i + 1) * (1.0 - (double)p), fv = 1.0 - (double)p;
+          const double fo = (i + 1) * keep, fv = keep;
           const long ro = lround(ref[e] * fo), go = lround(got[e] * fo);
           const long rv = lround(ref[n + e] * fv), gv = lround(got[n + e] * fv);
           wrong_o += ro != go;
@@ -523,6 +525,18 @@ int main(void) {
       run_case(v, c, dts[d], (acase){1, 2, 520, 32, 1.f}, &dmodes[0], 600);
       run_case(v, c, dts[d], (acase){1, 2, 520, 64, 1.f}, &dmodes[4], 601);
     }
+    nt_ctx_free(v);
+  }
+  /* Masks compared bit for bit on the other kernels: D = 64 on the mma.sync pair (Hopper
+   * otherwise runs wgmma) and the wgmma backward's 128-key blocks. */
+  if ((v = variant_ctx(mma_opts))) {
+    test_mask_exact(v, c, NT_BF16, 2, 200, 64, "mma.sync", 0.2f, 16, MASK_PLAIN);
+    test_mask_exact(v, c, NT_F16, 2, 200, 64, "mma.sync", 0.2f, 32, MASK_PLAIN);
+    nt_ctx_free(v);
+  }
+  if ((v = variant_ctx(wg_keys128_opts))) {
+    test_mask_exact(v, c, NT_BF16, 2, 200, 64, "wgmma 128 keys", 0.2f, 16, MASK_PLAIN);
+    test_mask_exact(v, c, NT_F16, 1, 256, 64, "wgmma 128 keys", 0.5f, 4, MASK_PLAIN);
     nt_ctx_free(v);
   }
 

@@ -279,10 +279,11 @@ static void gpt2_run(nt_ctx *gctx) {
 }
 
 /* Per step of the GPT: the embedding's and every layer's two residual dropout masks (N * C
- * each) and the attention probabilities (B * H * T * T), each rounded up to 4. */
+ * each) and the attention probabilities (B * H * T * T bytes: a quarter as many numbers,
+ * ops/attention.h), each rounded up to 4. */
 static uint64_t gpt_step_numbers(const nt_gpt_config *c, int B, int T) {
   const uint64_t nc = ((uint64_t)B * T * c->n_embd + 3) & ~3ull;
-  const uint64_t att = ((uint64_t)B * c->n_head * T * T + 3) & ~3ull;
+  const uint64_t att = (((uint64_t)B * c->n_head * T * T + 3) / 4 + 3) & ~3ull;
   return nc + (uint64_t)c->n_layer * (2 * nc + att);
 }
 

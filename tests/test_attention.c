@@ -11,21 +11,28 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The dropout factor of every (bh, i, j) of a [BH, T, T] problem: 0 when dropped, 1 / (1 - p)
- * when kept. Built here from core's Philox block function with the stream index and the
- * number -> uniform mapping written out (curand_uniform: x * 2^-32 + 2^-33 in one FMA), not
- * through ops/attention. */
+/* The byte threshold of p written out: round(p * 256), halves up, at most 255. */
+static uint32_t ref_threshold(float p) {
+  const double t = floor((double)p * 256.0 + 0.5);
+  return t >= 255.0 ? 255u : (uint32_t)t;
+}
+
+/* The dropout factor of every (bh, i, j) of a [BH, T, T] problem: 0 when dropped,
+ * 256 / (256 - thr) when kept. Built here from core's Philox block function with the rule of
+ * ops/attention.h written out (element e: byte e % 4 of stream number offset + e / 4 against
+ * the byte threshold), not through ops/attention. */
 static double *ref_mask(int BH, int T, float p, uint64_t seed, uint64_t offset) {
   const size_t n = (size_t)BH * T * T;
+  const uint32_t thr = ref_threshold(p);
   double *m = malloc(8 * n);
   const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
   for (size_t e = 0; e < n; e++) {
-    const uint64_t idx = offset + e, blk = idx / 4;
+    const uint64_t idx = offset + e / 4, blk = idx / 4;
     const uint32_t ctr[4] = {(uint32_t)blk, (uint32_t)(blk >> 32), 0, 0};
     uint32_t w[4];
     nt_philox4x32_10(ctr, key, w);
-    const float u = fmaf((float)w[idx % 4], 0x1p-32f, 0x1p-33f);
-    m[e] = u > p ? 1.0 / (1.0 - (double)p) : 0.0;
+    const uint32_t byte = (w[idx % 4] >> (8 * (e % 4))) & 0xffu;
+    m[e] = byte >= thr ? 256.0 / (256.0 - thr) : 0.0;
   }
   return m;
 }
@@ -212,9 +219,9 @@ done:
 
 /* The fraction dropped over about half a million probabilities, read back through the op:
  * with q = k = 0 row i's probabilities are all 1 / (i + 1), so with v = 1 (D = 1)
- * out_i * (i + 1) * (1 - p) counts the keys it kept. The counts must also match the test's
- * own mask row by row, and the fraction lie within 6 binomial standard deviations
- * (sqrt(p (1 - p) / N), about 5.5e-4 at p = 0.2) of p. */
+ * out_i * (i + 1) * (1 - p_eff) counts the keys it kept (p_eff = thr / 256). The counts must
+ * also match the test's own mask row by row, and the fraction lie within 6 binomial standard
+ * deviations (sqrt(p (1 - p) / N), about 5.5e-4 at p = 0.2) of p_eff. */
 static void test_dropout_fraction(nt_ctx *ctx, float p, uint64_t rseed, uint64_t offset) {
   const int B = 2, H = 2, T = 513, D = 1;
   const size_t n = (size_t)B * H * T * D;
@@ -230,24 +237,25 @@ static void test_dropout_fraction(nt_ctx *ctx, float p, uint64_t rseed, uint64_t
   const nt_attention_opts opts = {p, rseed, offset, false};
   if (CHECK_OK(ctx, nt_attention_forward_ex(ctx, &tq, &tk, &tv, &to, &tl, &opts))) {
     double *mask = ref_mask(B * H, T, p, rseed, offset);
+    const double pe = ref_threshold(p) / 256.0;
     double kept = 0, total = 0;
     int bad_rows = 0;
     for (int bh = 0; bh < B * H; bh++)
       for (int i = 0; i < T; i++) {
-        const double c = o[(size_t)bh * T + i] * (i + 1) * (1.0 - (double)p);
+        const double c = o[(size_t)bh * T + i] * (i + 1) * (1.0 - pe);
         int ref = 0;
         for (int j = 0; j <= i; j++) ref += mask[((size_t)bh * T + i) * T + j] > 0;
         bad_rows += fabs(c - ref) > 1e-3 * (i + 1);
         kept += c;
         total += i + 1;
       }
-    const double frac = 1.0 - kept / total, sd = sqrt((double)p * (1.0 - p) / total);
+    const double frac = 1.0 - kept / total, sd = sqrt(pe * (1.0 - pe) / total);
     CHECK(bad_rows == 0, "dropout p %g: %d rows keep a different count than the mask", (double)p,
           bad_rows);
-    CHECK(fabs(frac - p) < 6 * sd, "dropout p %g: dropped fraction %.5f over %.0f (sd %.2g)",
+    CHECK(fabs(frac - pe) < 6 * sd, "dropout p %g: dropped fraction %.5f over %.0f (sd %.2g)",
           (double)p, frac, total, sd);
-    printf("  dropout p %.2f: dropped %.5f of %.0f probabilities (|diff| %.1f sd)\n", (double)p,
-           frac, total, fabs(frac - p) / sd);
+    printf("  dropout p %.2f (p_eff %.5f): dropped %.5f of %.0f probabilities (|diff| %.1f sd)\n",
+           (double)p, pe, frac, total, fabs(frac - pe) / sd);
     free(mask);
   }
   free(buf);
@@ -420,13 +428,14 @@ static void test_step_base(nt_ctx *ctx) {
   uint64_t used = 0;
   if (CHECK_OK(ctx, nt_ctx_rng_step_begin(ctx))) {
     nt_ctx_rng_reserve(ctx, 10);   /* another op's numbers first: the mask's offset is 12 */
-    o.offset = nt_ctx_rng_reserve(ctx, (uint64_t)B * H * T * T);
+    o.offset = nt_ctx_rng_reserve(ctx, nt_attention_rng_numbers(B, H, T));
     CHECK_OK(ctx, nt_attention_forward_ex(ctx, &t[0], &t[1], &t[2], &t[4], &tl[0], &o));
     CHECK_OK(ctx, nt_attention_backward_ex(ctx, &t[3], &t[0], &t[1], &t[2], &t[4], &tl[0], &t[5],
                                            &t[6], &t[7], &o));
     CHECK_OK(ctx, nt_ctx_rng_step_end(ctx, &used));
   }
-  CHECK(o.offset == 12 && used == 12 + 676, "relative offset %llu, step count %llu",
+  /* 676 probabilities: 169 numbers, rounded up to 172 */
+  CHECK(o.offset == 12 && used == 12 + 172, "relative offset %llu, step count %llu",
         (unsigned long long)o.offset, (unsigned long long)used);
   nt_attention_opts abs = o;
   abs.offset = start + o.offset;
@@ -438,7 +447,7 @@ static void test_step_base(nt_ctx *ctx) {
   }
   if (CHECK_OK(ctx, nt_ctx_rng_step_begin(ctx))) {
     nt_ctx_rng_reserve(ctx, 10);
-    o.offset = nt_ctx_rng_reserve(ctx, (uint64_t)B * H * T * T);
+    o.offset = nt_ctx_rng_reserve(ctx, nt_attention_rng_numbers(B, H, T));
     CHECK_OK(ctx, nt_attention_forward_ex(ctx, &t[0], &t[1], &t[2], &t[12], &tl[2], &o));
     CHECK_OK(ctx, nt_ctx_rng_step_end(ctx, NULL));
     CHECK(memcmp(f + 4 * n, f + 12 * n, 4 * n) != 0, "the next step draws another mask");
@@ -450,17 +459,20 @@ static void test_step_base(nt_ctx *ctx) {
   free(lse);
 }
 
-/* The threshold the GPU compares raw Philox words with: the first word whose uniform is > p. */
+/* The byte threshold round(p * 256) (at most 255), the factor 256 / (256 - thr) and the
+ * reservation ceil(B*H*T*T / 4), against values worked out by hand. */
 static void test_threshold(void) {
-  const float ps[] = {0.2f, 0.5f, 0.1f, 0.9f, 1e-9f, 0.999999f, 0.3333333f};
+  const float ps[] = {0.f, 1e-9f, 0.0019f, 0.002f, 0.1f, 0.2f, 0.5f, 0.9f, 0.998f, 0.999999f};
+  const uint32_t want[] = {0, 0, 0, 1, 26, 51, 128, 230, 255, 255};
   for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) {
     const uint32_t t = nt_attention_keep_threshold(ps[i]);
-    const bool above = nt_rng_u32_to_uniform(t) > ps[i];
-    const bool below = t == 0 || !(nt_rng_u32_to_uniform(t - 1) > ps[i]);
-    CHECK(above && below, "keep threshold of p %g: %u is not the first word above", (double)ps[i],
-          t);
+    CHECK(t == want[i], "keep threshold of p %g: %u, want %u", (double)ps[i], t, want[i]);
+    CHECK(nt_attention_keep_scale(ps[i]) == 256.0 / (256.0 - want[i]), "keep scale of p %g: %g",
+          (double)ps[i], nt_attention_keep_scale(ps[i]));
   }
-  CHECK(nt_attention_keep_threshold(0.f) == 0, "p = 0 keeps every word");
+  CHECK(nt_attention_rng_numbers(2, 2, 13) == 169 && nt_attention_rng_numbers(1, 1, 3) == 3 &&
+            nt_attention_rng_numbers(16, 12, 1024) == 16ull * 12 * 1024 * 256,
+        "dropout reservation sizes");
 }
 
 static void test_errors(nt_ctx *ctx) {
@@ -523,7 +535,7 @@ int main(void) {
   test_forward(ctx, 1, 1, 1, 8, 3, 0.f, 0, 0);
   test_forward(ctx, 2, 1, 19, 5, 4, 0.f, 0, 0);
   test_forward(ctx, 1, 1, 9, 128, 5, 0.f, 0, 0);
-  /* Dropout: T not a multiple of 4 (rows start mid Philox block), a large offset. */
+  /* Dropout: T not a multiple of 16 (rows start mid Philox block), a large offset. */
   test_forward(ctx, 2, 3, 37, 16, 6, 0.2f, 1234, 0);
   test_forward(ctx, 1, 2, 64, 32, 7, 0.5f, 42, 4ull << 40);
   test_forward(ctx, 2, 1, 19, 5, 8, 0.1f, 7, 12);

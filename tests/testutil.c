@@ -3,6 +3,8 @@
 #include "tools/ctx_env.h"
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 int nt_test_passed, nt_test_failed;
 
@@ -56,15 +58,37 @@ nt_ctx *nt_test_cuda_ctx(void) {
   return nt_test_cuda_ctx_with(&o);
 }
 
+#ifdef NT_HAVE_CUDA
+/* Whether this machine should run the GPU tests: NT_TEST_REQUIRE_GPU=1/0 decides; otherwise
+ * an NVIDIA device node (/dev/nvidia0) says a GPU is there. */
+static bool gpu_expected(void) {
+  const char *req = getenv("NT_TEST_REQUIRE_GPU");
+  if (req && *req) return strcmp(req, "0") != 0;
+  return access("/dev/nvidia0", F_OK) == 0;
+}
+#endif
+
 nt_ctx *nt_test_cuda_ctx_with(const nt_ctx_options *opts) {
-  if (nt_cuda_device_count() == 0) return NULL;
-  nt_ctx *ctx;
-  if (nt_ctx_create_with(&ctx, nt_cuda(0), opts)) {
-    fprintf(stderr, "CUDA context: %s\n", nt_last_error(ctx));
+#ifndef NT_HAVE_CUDA
+  (void)opts;
+  return NULL;   /* built without the CUDA backend: the GPU tests skip */
+#else
+  int n = nt_cuda_device_count();
+  bool expected = gpu_expected();
+  if (n == 0 && !expected) return NULL;
+  nt_ctx *ctx = NULL;
+  if (n == 0 || nt_ctx_create_with(&ctx, nt_cuda(0), opts)) {
+    /* a GPU is there but unusable: a failure, not a skip */
+    fprintf(stderr,
+            "FAIL: this machine has a GPU (/dev/nvidia0 or NT_TEST_REQUIRE_GPU) but %s%s\n"
+            "(set NT_TEST_REQUIRE_GPU=0 to report the GPU tests skipped instead)\n",
+            n == 0 ? "CUDA reports no device" : "creating a CUDA context failed: ",
+            n == 0 ? "" : nt_last_error(ctx));
     nt_ctx_free(ctx);
-    return NULL;
+    exit(1);
   }
   return ctx;
+#endif
 }
 
 int nt_test_skip(const char *why) {

@@ -42,7 +42,10 @@ int nt_test_finish(void);
  * mapped on top (tools/ctx_env.h), so ctest's ENVIRONMENT can set them. Exits on a bad value. */
 nt_ctx_options nt_test_ctx_options(void);
 /* A CUDA context on device 0 with nt_test_ctx_options() (or `opts`), or NULL when there is no
- * GPU (the test should then `return nt_test_skip("reason")`). */
+ * GPU (the test should then `return nt_test_skip("reason")`). On a machine that has a GPU
+ * (/dev/nvidia0, or NT_TEST_REQUIRE_GPU=1) a CUDA build that cannot use it fails the test
+ * (exit 1) instead: a broken driver or context must not pass as "skipped".
+ * NT_TEST_REQUIRE_GPU=0 skips. */
 nt_ctx *nt_test_cuda_ctx(void);
 nt_ctx *nt_test_cuda_ctx_with(const nt_ctx_options *opts);
 /* Data folders for tests: NT_DATA_DIR (NULL when unset) and NT_FASHION_DIR (else

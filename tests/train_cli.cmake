@@ -1,42 +1,82 @@
 # Command-line checks of the training program and the memory estimator: --help succeeds, bad
-# options fail with exit status 2 and a message, a tiny CPU run and a resume from its
-# checkpoint succeed (tiny shakespeare when NT_DATA_DIR has it; random tokens otherwise).
+# options fail with exit status 2 and a message naming the option, a second run on a locked
+# out-dir fails at once, SIGTERM ends a run with 143, a tiny CPU run and a resume from its
+# checkpoint succeed (random tokens). Every check looks at the exit status (tests/cli/expect.cmake).
+function(nt_cli_test name code regex)
+  add_test(NAME ${name} COMMAND ${CMAKE_COMMAND} "-DCMD=${ARGN}" -DEXIT=${code}
+           "-DREGEX=${regex}" -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/expect.cmake)
+  set_tests_properties(${name} PROPERTIES LABELS cpu)
+endfunction()
 if(TARGET nanotrain)
-  add_test(NAME train_cli_help COMMAND nanotrain --help)
-  add_test(NAME train_cli_bad_option COMMAND nanotrain --no-such-option)
-  add_test(NAME train_cli_bad_value COMMAND nanotrain cnn --batch-size zero)
-  add_test(NAME train_cli_bad_dtype COMMAND nanotrain gpt --dtype fp12)
-  set_tests_properties(train_cli_bad_option PROPERTIES PASS_REGULAR_EXPRESSION "unknown option")
-  set_tests_properties(train_cli_bad_value PROPERTIES PASS_REGULAR_EXPRESSION "invalid value 'zero' for --batch-size")
-  set_tests_properties(train_cli_bad_dtype PROPERTIES PASS_REGULAR_EXPRESSION "invalid value 'fp12' for --dtype")
-  set(tiny --device cpu --data synthetic --vocab-size 50 --n-layer 1 --n-head 2 --n-embd 32
+  set(nt $<TARGET_FILE:nanotrain>)
+  nt_cli_test(train_cli_help 0 "usage: nanotrain" ${nt} --help)
+  nt_cli_test(train_cli_bad_option 2 "unknown option '--no-such-option'" ${nt} --no-such-option)
+  nt_cli_test(train_cli_bad_value 2 "invalid value 'zero' for --batch-size" ${nt} cnn
+              --batch-size zero)
+  nt_cli_test(train_cli_bad_dtype 2 "invalid value 'fp12' for --dtype" ${nt} gpt --dtype fp12)
+  nt_cli_test(train_cli_missing_value 2 "--lr needs a value" ${nt} gpt --lr)
+  nt_cli_test(train_cli_layer_wrap 2 "'4294967298' for --n-layer: must be an integer in .1, 1024."
+              ${nt} gpt --n-layer 4294967298)
+  nt_cli_test(train_cli_layer_huge 2 "'200000' for --n-layer" ${nt} gpt --n-layer 200000)
+  nt_cli_test(train_cli_negative 2 "'-5' for --max-iters" ${nt} gpt --max-iters -5)
+  nt_cli_test(train_cli_beta_range 2 "'1.5' for --beta2: must be in .0, 1." ${nt} gpt
+              --beta2 1.5)
+  nt_cli_test(train_cli_heads_divide 2 "'5' for --n-head: must divide --n-embd" ${nt} gpt
+              --n-head 5)
+  nt_cli_test(train_cli_widths 2 "for --widths" ${nt} cnn --widths 99999999999,1,1)
+  nt_cli_test(train_cli_extra_arg 2 "unexpected argument 'extra'" ${nt} gpt extra)
+  set(tiny_base --device cpu --data synthetic --vocab-size 50 --n-layer 1 --n-head 2 --n-embd 32
       --block-size 16 --batch-size 4 --eval-interval 5 --eval-iters 2 --log-interval 5
-      --sample 20 --out-dir ${CMAKE_CURRENT_BINARY_DIR}/train_cli_run)
-  add_test(NAME train_cli_tiny_run COMMAND nanotrain gpt ${tiny} --max-iters 10)
-  add_test(NAME train_cli_tiny_resume COMMAND nanotrain gpt ${tiny} --max-iters 15
-           --resume ${CMAKE_CURRENT_BINARY_DIR}/train_cli_run)
-  set_tests_properties(train_cli_tiny_run PROPERTIES LABELS cpu PASS_REGULAR_EXPRESSION "done: 10 steps")
-  set_tests_properties(train_cli_tiny_resume PROPERTIES LABELS cpu DEPENDS train_cli_tiny_run
-                       PASS_REGULAR_EXPRESSION "resumed from .* at step 10.*done: 15 steps")
-  set_tests_properties(train_cli_help train_cli_bad_option train_cli_bad_value train_cli_bad_dtype
-                       PROPERTIES LABELS cpu)
+      --sample 20)
+  set(tiny ${tiny_base} --out-dir ${CMAKE_CURRENT_BINARY_DIR}/train_cli_run)
+  add_test(NAME train_cli_clean COMMAND ${CMAKE_COMMAND} -E rm -rf
+           ${CMAKE_CURRENT_BINARY_DIR}/train_cli_run)
+  nt_cli_test(train_cli_tiny_run 0 "done: 10 steps" ${nt} gpt ${tiny} --max-iters 10)
+  set_tests_properties(train_cli_clean PROPERTIES LABELS cpu FIXTURES_SETUP cli_run)
+  set_tests_properties(train_cli_tiny_run PROPERTIES FIXTURES_REQUIRED cli_run)
+  nt_cli_test(train_cli_tiny_resume 0 "resumed from .* at step 10.*done: 15 steps" ${nt} gpt
+              ${tiny} --max-iters 15 --resume ${CMAKE_CURRENT_BINARY_DIR}/train_cli_run)
+  set_tests_properties(train_cli_tiny_resume PROPERTIES DEPENDS train_cli_tiny_run)
+  # --resume given one checkpoint directory: the run goes on in its out-dir (not inside it)
+  nt_cli_test(train_cli_resume_dir 0 "resumed from .*ckpt-15 at step 15.*done: 20 steps" ${nt}
+              gpt ${tiny_base} --max-iters 20 --resume
+              ${CMAKE_CURRENT_BINARY_DIR}/train_cli_run/ckpt-15)
+  add_test(NAME train_cli_resume_dir_layout COMMAND ${CMAKE_COMMAND} -E cat
+           ${CMAKE_CURRENT_BINARY_DIR}/train_cli_run/ckpt-20/MANIFEST.json)
+  set_tests_properties(train_cli_resume_dir PROPERTIES DEPENDS train_cli_tiny_resume)
+  set_tests_properties(train_cli_resume_dir_layout PROPERTIES LABELS cpu
+                       DEPENDS train_cli_resume_dir)
+  # a run holding the out-dir's lock (here flock(1), the same lock) stops a second one at once
+  find_program(NT_FLOCK flock)
+  if(NT_FLOCK)
+    nt_cli_test(train_cli_locked 1 "out-dir .* is in use by another nanotrain run" ${NT_FLOCK}
+                -n ${CMAKE_CURRENT_BINARY_DIR}/train_cli_run/.lock ${nt} gpt ${tiny}
+                --max-iters 20)
+    set_tests_properties(train_cli_locked PROPERTIES DEPENDS train_cli_tiny_resume)
+  endif()
+  # SIGTERM: exit status 143 (tests/cli/sigterm.sh)
+  add_test(NAME train_cli_sigterm COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/sigterm.sh ${nt}
+           ${CMAKE_CURRENT_BINARY_DIR}/train_cli_sigterm)
+  set_tests_properties(train_cli_sigterm PROPERTIES LABELS cpu)
   # The checkpoint read back as a numpy / PyTorch user would (tests/check_safetensors.py).
   find_program(NT_PYTHON3 python3)
   if(NT_PYTHON3)
     add_test(NAME train_cli_ckpt_readable COMMAND ${NT_PYTHON3}
              ${CMAKE_SOURCE_DIR}/tests/check_safetensors.py
-             ${CMAKE_CURRENT_BINARY_DIR}/train_cli_run/ckpt.safetensors
-             ${CMAKE_CURRENT_BINARY_DIR}/train_cli_run/ckpt.json)
+             ${CMAKE_CURRENT_BINARY_DIR}/train_cli_run/ckpt-15/ckpt.safetensors
+             ${CMAKE_CURRENT_BINARY_DIR}/train_cli_run/ckpt-15/ckpt.json)
     set_tests_properties(train_cli_ckpt_readable PROPERTIES LABELS cpu SKIP_RETURN_CODE 77
                          DEPENDS train_cli_tiny_resume)
   endif()
 endif()
 if(TARGET memest)
-  add_test(NAME memest_gpt2_full_shard COMMAND memest --preset gpt2 --batch-size 16
-           --sharding FULL_SHARD --world-size 8)
-  set_tests_properties(memest_gpt2_full_shard PROPERTIES LABELS cpu
-                       PASS_REGULAR_EXPRESSION "parameters \\(count\\) +124475904")
-  add_test(NAME memest_bad_sharding COMMAND memest --sharding ZERO9)
-  set_tests_properties(memest_bad_sharding PROPERTIES LABELS cpu
-                       PASS_REGULAR_EXPRESSION "invalid value 'ZERO9' for --sharding")
+  set(me $<TARGET_FILE:memest>)
+  nt_cli_test(memest_gpt2_full_shard 0 "parameters .count. +124475904" ${me} --preset gpt2
+              --batch-size 16 --sharding FULL_SHARD --world-size 8)
+  nt_cli_test(memest_bad_sharding 2 "invalid value 'ZERO9' for --sharding" ${me} --sharding ZERO9)
+  nt_cli_test(memest_layer_wrap 2 "'4294967298' for --n-layer" ${me} --n-layer 4294967298)
+  nt_cli_test(memest_layer_huge 2 "'200000' for --n-layer" ${me} --n-layer 200000)
+  nt_cli_test(memest_missing_value 2 "--batch-size needs a value" ${me} --batch-size)
+  nt_cli_test(memest_bad_world 2 "'0' for --world-size" ${me} --world-size 0)
+  nt_cli_test(memest_help 0 "usage: memest" ${me} --help)
 endif()

@@ -5,9 +5,11 @@
  * Prints parameters, gradients, master weights, optimizer state, activations and workspace,
  * the total, the ZeRO paper's model-state formula and the rule of thumb
  * "parameters x 4 + batch x (input + output) x 4". The training program prints the measured
- * peak beside the same estimate at the end of a run. Exit 2 on a bad command line. */
+ * peak beside the same estimate at the end of a run. Exit 2 on a bad command line (every size
+ * range-checked against models/limits.h, the message naming the option). */
 #include "models/cnn.h"
 #include "models/gpt.h"
+#include "models/limits.h"
 #include "train/memest.h"
 #include "amp/policy.h"
 #include <errno.h>
@@ -37,13 +39,19 @@ static int bad(const char *opt, const char *val, const char *why) {
   return 2;
 }
 
-static bool to_int(const char *s, long *out) {
+/* An integer option in [1, max]; returns 0, or 2 after a message naming the option. */
+static int to_int(const char *name, const char *s, long max, long *out) {
   char *end;
   errno = 0;
   long v = strtol(s, &end, 10);
-  if (errno || end == s || *end || v < 1) return false;
+  if (end == s || *end) return bad(name, s, "expected an integer");
+  if (errno == ERANGE || v < 1 || v > max) {
+    char why[64];
+    snprintf(why, sizeof why, "must be an integer in [1, %ld]", max);
+    return bad(name, s, why);
+  }
   *out = v;
-  return true;
+  return 0;
 }
 
 int main(int argc, char **argv) {
@@ -60,11 +68,23 @@ int main(int argc, char **argv) {
   nt_gpt_config g = nt_gpt_config_shakespeare_char();
   nt_cnn_config c = nt_cnn_config_default();
   nt_precision prec = NT_PREC_BF16;
-  long batch = 0, world = 1, v;
+  long batch = 0, world = 1, v = 0;
   nt_sharding sh = NT_SHARD_NO_SHARD;
   int o;
   opterr = 0;
-  while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+  while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+    const char *name = "?";
+    for (const struct option *lo = opts; lo->name; lo++)
+      if (lo->val == (o == ':' ? optopt : o)) name = lo->name;
+    static const struct { char id; long max; } limits[] = {
+        {'L', NT_MAX_N_LAYER},    {'H', NT_MAX_N_HEAD},      {'C', NT_MAX_N_EMBD},
+        {'T', NT_MAX_BLOCK_SIZE}, {'V', NT_MAX_VOCAB_SIZE},  {'b', NT_MAX_BATCH_SIZE},
+        {'n', NT_MAX_WORLD_SIZE}};
+    for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++) {
+      if (limits[i].id != o) continue;
+      int rc = to_int(name, optarg, limits[i].max, &v);
+      if (rc) return rc;
+    }
     switch (o) {
     case 'm':
       if (!strcmp(optarg, "cnn")) cnn = true;
@@ -76,7 +96,6 @@ int main(int argc, char **argv) {
         return bad("preset", optarg, "expected shakespeare-char or gpt2");
       break;
     case 'L': case 'H': case 'C': case 'T': case 'V': case 'b': case 'n':
-      if (!to_int(optarg, &v)) return bad(opts[0].name, optarg, "expected a positive integer");
       if (o == 'L') g.n_layer = (int)v;
       if (o == 'H') g.n_head = (int)v;
       if (o == 'C') g.n_embd = (int)v;
@@ -86,13 +105,12 @@ int main(int argc, char **argv) {
       if (o == 'n') world = v;
       break;
     case 'w': {
-      int a, b2, h;
-      char tail;
-      if (sscanf(optarg, "%d,%d,%d%c", &a, &b2, &h, &tail) != 3 || a < 1 || b2 < 1 || h < 1)
-        return bad("widths", optarg, "expected C1,C2,HIDDEN");
-      c.c1 = a;
-      c.c2 = b2;
-      c.hidden = h;
+      int w[3];
+      if (!nt_parse_int_list(optarg, 3, 1, NT_MAX_CNN_WIDTH, w))
+        return bad("widths", optarg, "expected three integers C1,C2,HIDDEN in [1, 65536]");
+      c.c1 = w[0];
+      c.c2 = w[1];
+      c.hidden = w[2];
       break;
     }
     case 'd':
@@ -105,15 +123,22 @@ int main(int argc, char **argv) {
       break;
     case 'c': cpu = true; break;
     case 'h': usage(stdout); return 0;
+    case ':':
+      fprintf(stderr, "memest: --%s needs a value\nTry 'memest --help'.\n", name);
+      return 2;
     default:
-      fprintf(stderr, "memest: unknown option or missing value: '%s'\nTry 'memest --help'.\n",
-              argv[optind - 1]);
+      fprintf(stderr, "memest: unknown option '%s'\nTry 'memest --help'.\n", argv[optind - 1]);
       return 2;
     }
   }
   if (optind < argc) {
     fprintf(stderr, "memest: unexpected argument '%s'\n", argv[optind]);
     return 2;
+  }
+  if (!cnn && g.n_embd % g.n_head) {
+    char val[24];
+    snprintf(val, sizeof val, "%d", g.n_head);
+    return bad("n-head", val, "must divide --n-embd");
   }
   nt_ctx *ctx = NULL;
   nt_policy pol;

@@ -20,6 +20,7 @@
 #include "core/nt.h"
 #include "models/module.h"
 #include "models/json.h"
+#include "data/loader.h"
 #include "train/memest.h"
 #include "train/train.h"
 NT_EXTERN_C_BEGIN
@@ -84,6 +85,10 @@ nt_status nt_model_cnn_create(nt_ctx *ctx, const nt_train_options *o, const nt_p
                               const nt_json *config, nt_model **out);
 
 void nt_model_free(nt_ctx *ctx, nt_model *m);   /* NULL is a no-op */
+/* The next batch of a loader, with the seconds it waited (from the loader's wait total, whose
+ * previous reading *waited_ns holds; reset it to 0 with nt_loader_reset_stats). */
+nt_status nt_model_loader_next(nt_loader *l, uint64_t *waited_ns, nt_batch *b, bool *end,
+                               double *wait_s);
 /* Monotonic wall-clock seconds. */
 double nt_now_s(void);
 /* Copies a device F32 scalar (a loss) to the host (synchronizes). */

@@ -144,14 +144,8 @@ static nt_status next_batch(nt_ctx *ctx, nt_model *md, int64_t iter, nt_model_ba
   cnn_run *r = md->impl;
   nt_batch b;
   (void)iter;   /* the loader's position is the epoch's */
-  *end = false;
-  *wait_s = 0;
-  nt_status st = nt_loader_next(r->train, &b, end);
+  nt_status st = nt_model_loader_next(r->train, &r->waited_ns, &b, end, wait_s);
   if (st || *end) return st;
-  nt_loader_stats ls;
-  nt_loader_get_stats(r->train, &ls);
-  *wait_s = 1e-9 * (double)(ls.wait_ns_total - r->waited_ns);
-  r->waited_ns = ls.wait_ns_total;
   out->size = b.size;
   return stage_batch(ctx, r, &b, &out->inputs, &out->targets);
 }
@@ -211,13 +205,13 @@ nt_status nt_model_cnn_create(nt_ctx *ctx, const nt_train_options *o, const nt_p
   lo.seed = o->seed;
   lo.drop_last = true;           /* fixed shapes: one CUDA graph for every step */
   lo.num_workers = o->num_workers;
-  lo.rank = nt_train_rank(o);          /* DistributedSampler's share of every epoch */
-  lo.world_size = nt_train_world(o);
+  lo.rank = o->rank;
+  lo.world_size = o->world_size;
   st = nt_loader_create(ctx, &tr_ds, &lo, &r->train);
-  lo.rank = 0;                         /* every rank evaluates on the whole test set */
-  lo.world_size = 1;
   lo.shuffle = false;
   lo.drop_last = false;
+  lo.rank = 0;                   /* every rank evaluates on the whole test set */
+  lo.world_size = 1;
   if (!st) st = nt_loader_create(ctx, &te_ds, &lo, &r->test);
   nt_dtype dt = pol->compute_dtype;
   if (!st) st = nt_cnn_create(ctx, &cfg, dt, (int)B, &r->m);
@@ -230,7 +224,7 @@ nt_status nt_model_cnn_create(nt_ctx *ctx, const nt_train_options *o, const nt_p
   if (!st) st = nt_cnn_estimate(ctx, &cfg, dt, (int)B, &sizes);
   if (st) goto fail;
   nt_memest_compute(&sizes, dt, B, (int64_t)cfg.in_channels * cfg.height * cfg.width,
-                    cfg.classes, o->dist.fsdp.strategy, nt_train_world(o),
+                    cfg.classes, o->dist.fsdp.strategy, o->world_size,
                     nt_ctx_is_cuda(ctx) ? NT_MEMEST_WORKSPACE_BYTES : 0, &md->estimate);
   md->params = nt_cnn_params(r->m);
   md->compute = dt;

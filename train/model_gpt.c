@@ -1,7 +1,14 @@
 /* The GPT as a trained model (train/model.h): tiny shakespeare (character level, nanoGPT's
  * split), an llm.c token shard, or synthetic tokens; batches of random windows as nanoGPT's
  * get_batch, drawn from a counter-based stream keyed by the iteration (so a resumed run sees the
- * same batches); evaluation as nanoGPT's estimate_loss; text sampling after training. */
+ * same batches); evaluation as nanoGPT's estimate_loss; text sampling after training.
+ *
+ * Training batches come through data/'s loader (worker threads, pinned slots, the copy
+ * stream): its dataset is the window stream, cut into loader epochs of CHUNK_ITERS
+ * iterations. Sample `index` of loader epoch e is the window of counter
+ * e * CHUNK_ITERS * B * world + index, and the loader's sampler gives rank r the indices
+ * r, r + world, ...: at world size 1 batch k holds counters k * B .. k * B + B - 1, the
+ * windows the single-process trainer always drew; other ranks draw other windows. */
 #include "train/model.h"
 #include "models/gpt.h"
 #include "data/shards.h"
@@ -22,7 +29,16 @@ typedef struct {
   bool have_vocab;
   uint64_t data_seed;
   int64_t eval_round;
+  int64_t S;                        /* the window length (block size) */
+  uint64_t chunk_samples;           /* dataset samples per loader epoch */
+  nt_loader *loader;
+  int64_t next_iter;                /* the iteration the loader's next batch belongs to (-1:
+                                     * not positioned) */
+  uint64_t waited_ns;
 } gpt_run;
+
+/* Iterations per loader epoch: a resume skips at most this many batches to find its place. */
+#define CHUNK_ITERS 256
 
 static nt_status micro_step(nt_ctx *ctx, nt_model *m, const nt_model_batch *b,
                             const float *loss_scale, const nt_unit_hooks *hooks) {
@@ -54,6 +70,18 @@ static nt_status load_batch(nt_ctx *ctx, gpt_run *r, int64_t b, int64_t t, int64
   nt_status st = nt_tensor_copy(ctx, &dx, &hx);
   if (!st) st = nt_tensor_copy(ctx, &dy, &hy);
   return st;
+}
+
+/* The loader's sample: a training window (x, y = x shifted by one) from [0, split). Runs on
+ * worker threads; reads only what create set up. */
+static nt_status window_sample(void *user, const nt_sample_info *info, void *const *dst) {
+  const gpt_run *r = user;
+  uint64_t counter = info->epoch * r->chunk_samples + (uint64_t)info->index;
+  int64_t span = r->split - r->S;
+  int64_t ix = (int64_t)(nt_rng_u32(r->data_seed, counter) % (uint64_t)span);
+  memcpy(dst[0], r->data + ix, (size_t)r->S * sizeof(int32_t));
+  memcpy(dst[1], r->data + ix + 1, (size_t)r->S * sizeof(int32_t));
+  return NT_OK;
 }
 
 static nt_status load_data(nt_ctx *ctx, const nt_train_options *o, gpt_run *r,
@@ -223,23 +251,44 @@ static nt_status start_epoch(nt_ctx *ctx, nt_model *m, uint64_t epoch, int64_t s
   (void)m;
   (void)epoch;
   (void)skip;
-  return NT_OK;   /* windows are keyed by the iteration: there is no position to restore */
+  return NT_OK;   /* next_batch positions the loader by the iteration itself */
 }
 
+/* Stages the batch of iteration `iter` from the loader into the fixed token buffers (a captured
+ * step reads them). The loader runs ahead sequentially; a jump (the first batch, a resume)
+ * repositions it: its epoch, then the batches before `iter` in that epoch are skipped. */
 static nt_status next_batch(nt_ctx *ctx, nt_model *m, int64_t iter, nt_model_batch *b,
                             bool *end, double *wait_s) {
   gpt_run *r = m->impl;
-  int64_t B = r->tokens.shape[0], S = r->tokens.shape[1];
-  double t0 = nt_now_s();
-  /* rank r of N draws rows [r*B, (r+1)*B) of the batch one process with batch N*B would */
-  uint64_t world = (uint64_t)nt_train_world(r->o), rank = (uint64_t)nt_train_rank(r->o);
-  uint64_t first = ((uint64_t)iter * world + rank) * (uint64_t)B;
-  nt_status st = load_batch(ctx, r, B, S, 0, r->split, r->data_seed, first);
-  *wait_s = nt_now_s() - t0;
+  nt_status st = NT_OK;
   *end = false;
+  *wait_s = 0;
+  if (iter != r->next_iter || iter % CHUNK_ITERS == 0) {
+    st = nt_loader_set_epoch(r->loader, (uint64_t)(iter / CHUNK_ITERS));
+    for (int64_t k = 0; !st && k < iter % CHUNK_ITERS; k++) {
+      nt_batch skip;
+      bool e;
+      st = nt_loader_next(r->loader, &skip, &e);
+    }
+    nt_loader_reset_stats(r->loader);
+    r->waited_ns = 0;
+  }
+  nt_batch lb;
+  bool done = false;
+  if (!st) st = nt_model_loader_next(r->loader, &r->waited_ns, &lb, &done, wait_s);
+  if (!st && done)
+    st = NT_ERROR(ctx, NT_ERR_STATE, "GPT loader: epoch %lld ended early",
+                  (long long)(iter / CHUNK_ITERS));
+  if (st) return st;
+  r->next_iter = iter + 1;
   b->inputs = r->tokens;
   b->targets = r->targets;
-  b->size = B;
+  b->size = lb.size;
+  int64_t shape[2] = {lb.size, r->S};
+  nt_tensor x = nt_tensor_view(lb.field[0].data, NT_I32, lb.field[0].device, 2, shape);
+  nt_tensor y = nt_tensor_view(lb.field[1].data, NT_I32, lb.field[1].device, 2, shape);
+  st = nt_tensor_copy(ctx, &b->inputs, &x);
+  if (!st) st = nt_tensor_copy(ctx, &b->targets, &y);
   return st;
 }
 
@@ -263,6 +312,7 @@ static void write_config(nt_jw *w, const nt_model *m) {
 
 static void gpt_free(nt_ctx *ctx, nt_model *m) {
   gpt_run *r = m->impl;
+  nt_loader_free(r->loader);   /* first: its workers read the data */
   nt_tensor_free(ctx, &r->tokens);
   nt_tensor_free(ctx, &r->targets);
   nt_gpt_free(ctx, r->g);
@@ -305,6 +355,29 @@ nt_status nt_model_gpt_create(nt_ctx *ctx, const nt_train_options *o, const nt_p
   r->hy = malloc((size_t)(B * S) * sizeof(int32_t));
   if (!st && (!r->hx || !r->hy)) st = NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for batches");
   r->data_seed = o->seed + 1;
+  r->S = S;
+  r->next_iter = -1;
+  if (!st && r->split - S < 1)
+    st = NT_ERROR(ctx, NT_ERR_INVALID_ARG, "a split of %lld tokens is too short for block %lld",
+                  (long long)r->split, (long long)S);
+  if (!st) {
+    nt_dataset ds;
+    memset(&ds, 0, sizeof ds);
+    r->chunk_samples = (uint64_t)CHUNK_ITERS * (uint64_t)B * (uint64_t)o->world_size;
+    ds.len = (int64_t)r->chunk_samples;
+    ds.n_fields = 2;
+    ds.fields[0] = (nt_field_spec){NT_I32, 1, {S}};
+    ds.fields[1] = (nt_field_spec){NT_I32, 1, {S}};
+    ds.get = window_sample;
+    ds.user = r;
+    nt_loader_opts lo = nt_loader_default_opts();
+    lo.batch_size = B;
+    lo.drop_last = true;
+    lo.num_workers = o->num_workers;
+    lo.rank = o->rank;
+    lo.world_size = o->world_size;
+    st = nt_loader_create(ctx, &ds, &lo, &r->loader);
+  }
   nt_model *m = &r->base;
   nt_model_sizes sizes;
   if (!st) st = nt_gpt_estimate(ctx, &cfg, dt, (int)B, (int)S, &sizes);
@@ -313,7 +386,7 @@ nt_status nt_model_gpt_create(nt_ctx *ctx, const nt_train_options *o, const nt_p
     return st;
   }
   nt_memest_compute(&sizes, dt, B, S, S * cfg.vocab_size, o->dist.fsdp.strategy,
-                    nt_train_world(o),
+                    o->world_size,
                     nt_ctx_is_cuda(ctx) ? NT_MEMEST_WORKSPACE_BYTES : 0, &m->estimate);
   m->params = nt_gpt_params(r->g);
   m->compute = dt;

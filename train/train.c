@@ -30,6 +30,7 @@ nt_train_options nt_train_defaults(nt_model_kind model) {
   o.growth_interval = 2000;
   o.seed = 1337;
   o.num_workers = 2;
+  o.world_size = 1;
   o.cuda_graph = -1;
   o.progress = -1;
   o.temperature = 0.8f;
@@ -573,6 +574,13 @@ nt_status nt_train_run(nt_ctx *ctx, const nt_train_options *o, nt_train_result *
                     "(0, 1), growth_interval %d >= 1 required",
                     (double)o->init_scale, (double)o->growth_factor, (double)o->backoff_factor,
                     o->growth_interval);
+  if (o->world_size < 1 || o->rank < 0 || o->rank >= o->world_size)
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "rank %d of world size %d", o->rank, o->world_size);
+  if (o->dist.comm && (nt_comm_rank(o->dist.comm) != o->rank ||
+                       nt_comm_world(o->dist.comm) != o->world_size))
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "rank %d of %d, but the communicator's is %d of %d",
+                    o->rank, o->world_size, nt_comm_rank(o->dist.comm),
+                    nt_comm_world(o->dist.comm));
   nt_model_create_fn create = NULL;
   for (size_t i = 0; i < sizeof model_table / sizeof model_table[0]; i++)
     if (model_table[i].kind == o->model) create = model_table[i].create;
@@ -584,8 +592,8 @@ nt_status nt_train_run(nt_ctx *ctx, const nt_train_options *o, nt_train_result *
   T.res = res;
   T.out = o->out ? o->out : stdout;
   T.comm = o->dist.comm;
-  T.rank = nt_train_rank(o);
-  T.world = nt_train_world(o);
+  T.rank = o->rank;
+  T.world = o->world_size;
   T.accum = o->dist.grad_accum_steps > 1 ? o->dist.grad_accum_steps : 1;
   /* the precision policy decides the compute dtype, the scaler and TF32 (amp/policy.h) */
   nt_status st = nt_policy_make(ctx, o->precision, &T.pol);
@@ -597,7 +605,7 @@ nt_status nt_train_run(nt_ctx *ctx, const nt_train_options *o, nt_train_result *
   if (!st) st = create(ctx, o, &T.pol, o->resume ? nt_json_get(&side, "config") : NULL, &T.model);
   /* the context's stream drives dropout: one stream per rank (rank 0's is the one-process
    * stream) */
-  nt_ctx_manual_seed(ctx, nt_train_dropout_seed(o->seed + 2, T.rank));
+  nt_ctx_manual_seed(ctx, nt_train_dropout_seed(o->seed + 2, o->rank));
   nt_ctx_set_rng_offset(ctx, 0);
   if (!st) st = trainer_init(&T);
   if (!st && o->resume) st = nt_trainer_restore(&T, &side);

@@ -38,13 +38,21 @@ typedef struct {
   int growth_interval;
   uint64_t seed;
   int64_t eval_interval, eval_iters, log_interval, metrics_interval;
-  int num_workers;
+  int num_workers;              /* loader threads (0: load synchronously) */
+  int rank, world_size;        /* data parallel: this process's share of the data (default 0
+                                * of 1); each rank draws its own batches and dropout masks,
+                                * rank 0 of 1 the single-process ones */
   bool augment;                /* CNN: random crop (pad 2) + horizontal flip */
   int64_t train_subset, test_subset;   /* CNN: use the first N images (0 = all) */
   const char *data_dir;        /* tiny shakespeare's dir (NT_DATA_DIR) / Fashion-MNIST's */
   const char *out_dir;         /* checkpoints, metrics.jsonl, metrics.prom; NULL = none */
   const char *resume;          /* a checkpoint directory (or .safetensors/.json path) */
   int64_t checkpoint_interval; /* also save every N iterations (0: at evals and the end) */
+  int keep_checkpoints;        /* checkpoints kept in out_dir, newest first (0: all) */
+  /* the options given on the command line (long names, e.g. "lr", "n-layer"): on resume the
+   * checkpoint's configuration wins and these must agree with it (models/state.h) */
+  const char *const *given;
+  int n_given;
   int sample_tokens;           /* GPT: generate this many characters after training */
   float temperature;
   int top_k;
@@ -61,7 +69,8 @@ typedef struct {
   FILE *out;                   /* where progress goes (stdout when NULL) */
   /* Sharded data parallel (dist/, docs/sharding.md). comm NULL: one process, and with
    * NO_SHARD the run is exactly the one-process path (no FSDP runtime; the CUDA graph unless
-   * accumulating). Otherwise every rank of comm runs nt_train_run with the same options:
+   * accumulating). Otherwise every rank of comm (its rank and world are rank and world_size
+   * above) runs nt_train_run with the same options:
    * the batch is per rank (global batch = batch_size x world x grad_accum_steps); the GPT's
    * rank r draws rows [r*B, (r+1)*B) of the global batch a single process with batch N*B
    * would draw, the CNN's loader takes DistributedSampler's share; dropout streams differ per
@@ -77,10 +86,6 @@ typedef struct {
     int grad_accum_steps;        /* K >= 1 micro-steps per optimizer step (no_sync on K-1) */
   } dist;
 } nt_train_options;
-
-/* This process's rank and the world size of o->dist.comm (0 and 1 without one). */
-int nt_train_rank(const nt_train_options *o);
-int nt_train_world(const nt_train_options *o);
 
 /* nanoGPT shakespeare_char defaults for the GPT; AdamW 1e-3 / cosine / 10 epochs for the CNN. */
 nt_train_options nt_train_defaults(nt_model_kind model);

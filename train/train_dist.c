@@ -1,56 +1,13 @@
 /* The trainer's side of sharded data parallelism (dist/fsdp.h, docs/sharding.md): the FSDP
- * runtime over the model's units, AdamW over the owned shards with nanoGPT's two groups mapped
- * into them, the step's hooks (train/step.h), the configuration check, per-rank figures for
- * the logs, whole parameters for evaluation under FULL_SHARD, and the whole fp32 state for
- * consolidated checkpoints. */
+ * runtime over the model's units with the step's hooks and AdamW over the owned shards
+ * (train/fsdp_step.h), the configuration check, per-rank figures for the logs, whole
+ * parameters for evaluation under FULL_SHARD, and the whole fp32 state for consolidated
+ * checkpoints. */
 #include "train/train_internal.h"
+#include "train/fsdp_step.h"
 #include <stdlib.h>
 #include <string.h>
 
-int nt_train_rank(const nt_train_options *o) { return o->dist.comm ? nt_comm_rank(o->dist.comm) : 0; }
-int nt_train_world(const nt_train_options *o) { return o->dist.comm ? nt_comm_world(o->dist.comm) : 1; }
-
-static nt_status zero_grad_hook(nt_ctx *ctx, void *arg) { return nt_fsdp_zero_grad(ctx, arg); }
-
-/* AdamW over the runtime's per-unit views: group 0 = each unit's [0, n_decay) with decay,
- * group 1 = the rest (nt_optimizer_for_params' groups), both mapped into the owned ranges. */
-static nt_status shard_optimizer(nt_trainer *T, const nt_optimizer_options *oo) {
-  nt_ctx *ctx = T->ctx;
-  nt_params *p = T->model->params;
-  int nu = p->n_units;
-  nt_param_unit *units = calloc((size_t)nu, sizeof *units);
-  nt_param_range *all = calloc((size_t)(4 * nu), sizeof *all);
-  if (!units || !all) {
-    free(units);
-    free(all);
-    return NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for the optimizer's shards");
-  }
-  nt_param_range *dec = all, *nodec = all + nu, *mdec = all + 2 * nu, *mnodec = all + 3 * nu;
-  int nd = 0, nn = 0;
-  for (int u = 0; u < nu; u++) {
-    const nt_unit *un = &p->units[u];
-    if (un->n_decay) dec[nd++] = (nt_param_range){u, 0, un->n_decay};
-    if (un->numel > un->n_decay)
-      nodec[nn++] = (nt_param_range){u, un->n_decay, un->numel - un->n_decay};
-  }
-  nd = nt_fsdp_map_ranges(T->fsdp, dec, nd, mdec);
-  nn = nt_fsdp_map_ranges(T->fsdp, nodec, nn, mnodec);
-  nt_param_group g[2] = {{1.0f, oo->adamw.weight_decay, mdec, nd}, {1.0f, 0.0, mnodec, nn}};
-  nt_status st = nt_fsdp_param_units(T->fsdp, units);
-  if (!st) st = nt_adamw_create(ctx, &oo->adamw, units, nu, g, 2, &T->opt.adamw);
-  nt_fsdp_drop_master_init(ctx, T->fsdp);
-  /* NO_SHARD with 16-bit compute: the optimizer's masters become the units' (as one process) */
-  for (int u = 0; u < nu && !st; u++) {
-    if (!p->units[u].master.owner || p->compute_dtype == NT_F32) continue;
-    nt_tensor master;
-    st = nt_adamw_state_views(T->opt.adamw, u, &master, NULL, NULL);
-    if (!st) st = nt_params_adopt_master(ctx, p, u, &master);
-  }
-  free(units);
-  free(all);
-  if (!st) st = nt_scaler_create(ctx, &oo->scaler, &T->opt.scaler);
-  return st;
-}
 
 nt_status nt_trainer_dist_init(nt_trainer *T, const nt_optimizer_options *oo,
                                nt_step_options *so) {
@@ -72,21 +29,14 @@ nt_status nt_trainer_dist_init(nt_trainer *T, const nt_optimizer_options *oo,
     T->own_comm = !st;
   }
   if (!st) st = nt_fsdp_create(ctx, T->comm, T->model->params, &fo, &T->fsdp);
-  if (!st) st = shard_optimizer(T, oo);
-  int n = 0, nu = T->model->params->n_units;
-  nt_tensor *owned = calloc((size_t)nu, sizeof *owned);
-  T->ranges = calloc((size_t)nu, sizeof *T->ranges);
-  if (!st && (!owned || !T->ranges))
+  if (!st) st = nt_fsdp_optimizer(ctx, T->fsdp, oo, &T->opt);
+  int n = 0;
+  T->ranges = calloc((size_t)T->model->params->n_units, sizeof *T->ranges);
+  if (!st && !T->ranges)
     st = NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for the owned gradient ranges");
-  if (!st) st = nt_fsdp_owned_grads(T->fsdp, owned, &n);
-  for (int i = 0; i < n && !st; i++)
-    T->ranges[i] = (nt_grad_range){owned[i], 0, nt_tensor_numel(&owned[i])};
-  free(owned);
+  if (!st) st = nt_fsdp_grad_ranges(ctx, T->fsdp, T->ranges, &n);
   if (st) return st;
-  T->unit_hooks = (nt_unit_hooks){T->fsdp, nt_fsdp_before_forward, nt_fsdp_before_backward,
-                                  nt_fsdp_grads_ready};
-  T->step_hooks = (nt_step_hooks){T->fsdp, &T->unit_hooks, nt_fsdp_global_reduce,
-                                  nt_fsdp_params_updated, zero_grad_hook};
+  nt_fsdp_hooks(T->fsdp, &T->unit_hooks, &T->step_hooks);
   so->hooks = &T->step_hooks;
   so->ranges = T->ranges;
   so->n_ranges = n;

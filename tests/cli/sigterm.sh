@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# SIGTERM during training: the run ends with exit status 143 (128 + 15). When the training loop
+# reports that it stops after the step, the checkpoint it then saves must be the newest one and
+# whole. Usage: sigterm.sh NANOTRAIN OUT_DIR
+set -u
+nt=$1
+out=$2
+rm -rf "$out"
+"$nt" gpt --device cpu --data synthetic --vocab-size 50 --n-layer 1 --n-head 2 --n-embd 32 \
+  --block-size 16 --batch-size 4 --eval-interval 0 --log-interval 1 --max-iters 1000000 \
+  --checkpoint-interval 5 --out-dir "$out" >"$out.log" 2>&1 &
+pid=$!
+# wait until the loop runs (its first checkpoint is there), at most 60 s
+for _ in $(seq 600); do
+  [[ -f "$out/latest" ]] && break
+  kill -0 $pid 2>/dev/null || break
+  sleep 0.1
+done
+if [[ ! -f "$out/latest" ]]; then
+  echo "FAIL: no checkpoint appeared"; cat "$out.log"; kill -9 $pid 2>/dev/null; exit 1
+fi
+kill -TERM $pid
+wait $pid
+rc=$?
+cat "$out.log"
+if [[ $rc -ne 143 ]]; then echo "FAIL: exit status $rc, expected 143"; exit 1; fi
+if grep -q "stopping after this step" "$out.log"; then
+  grep -q "saved checkpoint" "$out.log" || { echo "FAIL: stopped without saving"; exit 1; }
+fi
+echo "exit status 143"

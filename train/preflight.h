@@ -1,0 +1,26 @@
+/* Checks a run makes before training, so an impossible configuration fails at once with the
+ * reason instead of minutes later (or by the kernel's OOM killer, with no message). */
+#ifndef NT_MODELS_PREFLIGHT_H
+#define NT_MODELS_PREFLIGHT_H
+#include <stdint.h>
+#include "core/nt.h"
+#include "train/memest.h"
+NT_EXTERN_C_BEGIN
+
+/* MemAvailable from /proc/meminfo in bytes, or 0 when unknown. */
+uint64_t nt_host_memory_available(void);
+
+/* est: memest's figures for the device that computes. host_bytes: what the run needs in host
+ * memory (datasets, loader slots; for a CPU run est->total too); host_available: what is free
+ * (nt_host_memory_available(); 0 skips the check). device_free: the GPU's free bytes, < 0 for a
+ * CPU run. NT_ERR_OOM naming the figures (estimate, its largest parts, what is free) when the
+ * need exceeds what is free, with 5% head-room for what the estimate leaves out. */
+nt_status nt_preflight_memory(nt_ctx *ctx, const nt_mem_estimate *est, double host_bytes,
+                              double host_available, double device_free);
+
+/* A GPT sample is block + 1 tokens: each split must hold one. NT_ERR_INVALID_ARG naming the
+ * split and both lengths otherwise. */
+nt_status nt_preflight_block(nt_ctx *ctx, int64_t train_tokens, int64_t val_tokens, int block);
+
+NT_EXTERN_C_END
+#endif
