@@ -123,6 +123,7 @@ static int dist_option(int c, const char *name, const char *v, nt_train_options 
   }
 }
 
+#ifndef NT_CLI_NO_MAIN
 /* The communicator for the launch: none at world 1 with NO_SHARD and the automatic backend
  * (the one-process path); NCCL when every rank has its own GPU; MPI (device tensors staged
  * through host memory) when ranks share a GPU, which NCCL refuses, or on the CPU. Under mpirun
@@ -164,6 +165,7 @@ static nt_status make_comm(nt_ctx *ctx, const nt_dist_launch *l, const nt_train_
   }
   return nt_comm_create(ctx, &co, out);
 }
+#endif
 
 static const struct option long_opts[] = {
     {"model", required_argument, 0, O_MODEL},

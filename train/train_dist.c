@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 nt_status nt_trainer_dist_init(nt_trainer *T, const nt_optimizer_options *oo,
                                nt_step_options *so) {
   const nt_train_options *o = T->o;
