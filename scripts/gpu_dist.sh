@@ -10,7 +10,7 @@
 # The build must exist (scripts/gpu_batch.sh tests makes it; else this builds for sm_90a).
 # Summary lines: $OUT/dist_summary.txt.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 what=${1:-all}
 build=${2:-build}
 out=${OUT:-/tmp/nt-out}/dist
@@ -85,7 +85,9 @@ if [ "$what" = all ] || [ "$what" = gpt2 ]; then
   for s in NO_SHARD SHARD_GRAD_OP FULL_SHARD; do
     run_g2 "$s" --sharding-strategy "$s" --dist-backend nccl
   done
-  # experiment: the forward + backward captured as a CUDA graph with the NCCL hooks inside
+  # experiment (the FSDP runs above are eager by default): the forward + backward captured as a
+  # CUDA graph with the NCCL hooks inside
+  run_g2 NO_SHARD_graph --sharding-strategy NO_SHARD --dist-backend nccl --cuda-graph
   run_g2 FULL_SHARD_graph --sharding-strategy FULL_SHARD --dist-backend nccl --cuda-graph
 fi
 cat "$sum"

@@ -87,7 +87,7 @@ killed)
   job=$!
   victim=""
   for _ in $(seq 1 100); do   # rank 1: the second child of mpirun, once all are up
-    kids=($(pgrep -P "$job" | sort -n))
+    mapfile -t kids < <(pgrep -P "$job" | sort -n)
     if [ "${#kids[@]}" -ge "$n" ]; then victim=${kids[1]}; break; fi
     sleep 0.1
   done
