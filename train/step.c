@@ -258,8 +258,9 @@ static float *found_inf_flag(nt_step *s) {
   return (float *)f.data;
 }
 
-/* Stage 3: grads *= 1/scale over the owned ranges; found_inf = 1 on a non-finite element (the
- * scaler zeroes it first). One multi-tensor launch. Nothing to do without loss scaling. */
+/* Stage 3: grads *= 1/scale (times 1/grad_divisor: ranks x accumulated micro-steps) over the
+ * owned ranges; found_inf = 1 on a non-finite element (the scaler zeroes it first). One
+ * multi-tensor launch; nothing to do without loss scaling and without a divisor. */
 static nt_status stage_unscale_and_check(nt_ctx *ctx, nt_step *s) {
   nt_scaler *sc = s->o.optimizer.scaler;
   nt_status st;

@@ -19,8 +19,9 @@
  *                        two eager steps that warm the memory pool and the GEMM plans)
  *   gradients ready      per unit, inside the body: the model calls hooks->unit->grads_ready as
  *                        each unit's backward is enqueued (data parallel reduces there)
- *   unscale + inf check  grads *= 1/scale over the owned gradient ranges, found_inf (a device
- *                        F32 flag) = 1 on any non-finite element (fp16 only)
+ *   unscale + inf check  grads *= 1/scale (and 1/grad_divisor: the mean over ranks and
+ *                        micro-steps) over the owned gradient ranges, found_inf (a device F32
+ *                        flag) = 1 on any non-finite element (fp16 only)
  *   gradient norm        the sum of squares of the owned gradient ranges (when clipping)
  *   global reductions    hooks->global_reduce(found_inf MAX, sumsq SUM) (identity at one rank)
  *   clip                 coef = min(1, max_norm / (sqrt(sumsq) + 1e-6)), applied inside the
