@@ -7,6 +7,7 @@
  * Every numeric option is range-checked (models/limits.h) with a message naming it. Built with
  * NT_CLI_NO_MAIN it provides parse_cli alone (the option parser's fuzz target). */
 #include "train/train.h"
+#include "tools/launch_env.h"
 #include "tools/ctx_env.h"
 #include "core/stop.h"
 #include "models/checkpoint.h"
@@ -18,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include "tools/ctx_env.h"
 
 enum {
@@ -30,6 +32,140 @@ enum {
   O_TEMP, O_TOPK, O_GRAPH, O_NO_GRAPH, O_PROGRESS, O_NO_PROGRESS, O_AUGMENT, O_TRAIN_SUBSET,
   O_TEST_SUBSET, O_QUIET, O_TRACE, O_HELP
 };
+
+/* ---- data parallel (dist/): options, launch detection, the communicator ---- */
+enum {
+  O_SHARDING = 512, O_RESHARD, O_LIMIT_GATHERS, O_BWD_PREFETCH, O_FWD_PREFETCH, O_PARAM_DTYPE,
+  O_REDUCE_DTYPE, O_ACCUM, O_DIST_TIMEOUT, O_DIST_BACKEND, O_DIST_FINGERPRINT
+};
+#define DIST_LONG_OPTS                                                                        \
+  {"sharding-strategy", required_argument, 0, O_SHARDING},                                  \
+  {"reshard-after-forward", required_argument, 0, O_RESHARD},                               \
+  {"limit-all-gathers", required_argument, 0, O_LIMIT_GATHERS},                             \
+  {"backward-prefetch", required_argument, 0, O_BWD_PREFETCH},                              \
+  {"forward-prefetch", no_argument, 0, O_FWD_PREFETCH},                                     \
+  {"param-dtype", required_argument, 0, O_PARAM_DTYPE},                                     \
+  {"reduce-dtype", required_argument, 0, O_REDUCE_DTYPE},                                   \
+  {"grad-accum-steps", required_argument, 0, O_ACCUM},                                      \
+  {"dist-timeout", required_argument, 0, O_DIST_TIMEOUT},                                   \
+  {"dist-backend", required_argument, 0, O_DIST_BACKEND},                                   \
+  {"dist-fingerprint", no_argument, 0, O_DIST_FINGERPRINT},
+#define DIST_USAGE                                                                            \
+"\ndata parallel (mpirun -np N nanotrain ..., torchrun-style RANK/WORLD_SIZE/LOCAL_RANK/\n"  \
+"MASTER_ADDR/MASTER_PORT, or srun; --batch-size is per rank):\n"                               \
+"  --sharding-strategy NO_SHARD|SHARD_GRAD_OP|FULL_SHARD   DDP, ZeRO-2, ZeRO-3 (NO_SHARD)\n"   \
+"  --reshard-after-forward true|false   FULL_SHARD: free gathered units after forward (true)\n" \
+"  --limit-all-gathers true|false   at most two units gathered at once (true)\n"             \
+"  --backward-prefetch BACKWARD_PRE|BACKWARD_POST|NONE   (BACKWARD_PRE)\n"                    \
+"  --forward-prefetch         gather the next unit during a unit's forward\n"                \
+"  --param-dtype T --reduce-dtype T   compute copy (must match --dtype), gradient\n"         \
+"                             reductions (fp32; bf16, fp16)\n"                               \
+"  --grad-accum-steps K       micro-steps per step, reduced on the last (1)\n"               \
+"  --dist-timeout S           a collective that takes longer ends the job (300)\n"           \
+"  --dist-backend auto|nccl|mpi   auto: NCCL when every rank has its own GPU, MPI (staged\n" \
+"                             through host memory) when ranks share one or on the CPU\n"     \
+"  --dist-fingerprint         debug: compare the ranks' sequences of collectives\n"
+
+typedef struct {
+  const char *backend;     /* auto, nccl, mpi, local */
+  double timeout;
+  bool fingerprint;
+} dist_cli;
+
+static bool parse_bool(const char *s, bool *out) {
+  if (!strcmp(s, "true") || !strcmp(s, "1")) *out = true;
+  else if (!strcmp(s, "false") || !strcmp(s, "0")) *out = false;
+  else return false;
+  return true;
+}
+
+/* One data-parallel option; returns 0, or 2 after printing the complaint. */
+static int bad(const char *opt, const char *val, const char *why);
+static int dist_option(int c, const char *name, const char *v, nt_train_options *o, dist_cli *d) {
+  nt_fsdp_options *f = &o->dist.fsdp;
+  char *end;
+  switch (c) {
+  case O_SHARDING:
+    return nt_sharding_parse(v, &f->strategy) ? 0
+           : bad(name, v, "expected NO_SHARD, SHARD_GRAD_OP or FULL_SHARD");
+  case O_RESHARD: return parse_bool(v, &f->reshard_after_forward) ? 0 : bad(name, v, "true|false");
+  case O_LIMIT_GATHERS: return parse_bool(v, &f->limit_all_gathers) ? 0 : bad(name, v, "true|false");
+  case O_BWD_PREFETCH:
+    return nt_backward_prefetch_parse(v, &f->backward_prefetch) ? 0
+           : bad(name, v, "expected BACKWARD_PRE, BACKWARD_POST or NONE");
+  case O_FWD_PREFETCH: f->forward_prefetch = true; return 0;
+  case O_PARAM_DTYPE:
+  case O_REDUCE_DTYPE: {
+    nt_dtype t;
+    const char *n = !strcmp(v, "fp32") ? "f32" : !strcmp(v, "fp16") ? "f16" : v;
+    if (!nt_dtype_parse(n, &t) || (t != NT_F32 && t != NT_F16 && t != NT_BF16))
+      return bad(name, v, "expected fp32, bf16 or fp16");
+    if (c == O_REDUCE_DTYPE) f->reduce_dtype = t;
+    else f->param_dtype = t, o->dist.param_dtype_given = true;
+    return 0;
+  }
+  case O_ACCUM: {
+    long k = strtol(v, &end, 10);
+    if (*end || end == v || k < 1 || k > 1 << 20) return bad(name, v, "expected an integer >= 1");
+    o->dist.grad_accum_steps = (int)k;
+    return 0;
+  }
+  case O_DIST_TIMEOUT:
+    d->timeout = strtod(v, &end);
+    return *end || end == v || !(d->timeout > 0) ? bad(name, v, "expected seconds > 0") : 0;
+  case O_DIST_BACKEND:
+    if (strcmp(v, "auto") && strcmp(v, "nccl") && strcmp(v, "mpi") && strcmp(v, "local"))
+      return bad(name, v, "expected auto, nccl or mpi");
+    d->backend = v;
+    return 0;
+  case O_DIST_FINGERPRINT: d->fingerprint = true; return 0;
+  default: return -1;
+  }
+}
+
+#ifndef NT_CLI_NO_MAIN
+/* The communicator for the launch: none at world 1 with NO_SHARD and the automatic backend
+ * (the one-process path); NCCL when every rank has its own GPU; MPI (device tensors staged
+ * through host memory) when ranks share a GPU, which NCCL refuses, or on the CPU. Under mpirun
+ * the ranks first compare their devices over MPI, so they all choose alike. */
+static nt_status make_comm(nt_ctx *ctx, const nt_dist_launch *l, const nt_train_options *o,
+                           const dist_cli *d, bool cuda, nt_comm **out) {
+  *out = NULL;
+  bool sharded = o->dist.fsdp.strategy != NT_SHARD_NO_SHARD;
+  if (l->world == 1 && !sharded && !strcmp(d->backend, "auto")) return NT_OK;
+  nt_comm_options co = {NT_COMM_LOCAL, l, d->timeout, d->fingerprint};
+  if (!strcmp(d->backend, "mpi")) co.backend = NT_COMM_MPI;
+  else if (!strcmp(d->backend, "nccl")) co.backend = NT_COMM_NCCL;
+  else if (!strcmp(d->backend, "local")) co.backend = NT_COMM_LOCAL;
+  else if (!cuda) co.backend = l->world > 1 ? NT_COMM_MPI : NT_COMM_LOCAL;
+  else co.backend = NT_COMM_NCCL;
+  if (co.backend == NT_COMM_MPI && l->kind != NT_LAUNCH_MPI && l->world > 1)
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "the MPI backend needs ranks started by mpirun "
+                    "(this launch is %s: NCCL on GPUs only)", nt_launch_kind_name(l->kind));
+  if (!strcmp(d->backend, "auto") && cuda && l->kind == NT_LAUNCH_MPI && l->world > 1) {
+    nt_comm_options mo = co;
+    mo.backend = NT_COMM_MPI;
+    nt_comm *mpi = NULL;
+    char host[64] = {0};
+    gethostname(host, sizeof host - 1);
+    struct { uint64_t host; int64_t dev; } mine = {nt_fnv1a(NT_FNV_OFFSET, host, strlen(host)),
+                                                   nt_ctx_device(ctx).index}, *all;
+    all = calloc((size_t)l->world, sizeof *all);
+    nt_status st = all ? nt_comm_create(ctx, &mo, &mpi) : NT_ERR_OOM;
+    if (!st) st = nt_comm_gather_bytes(mpi, ctx, &mine, sizeof mine, all);
+    bool shared = false;
+    for (int i = 0; !st && i < l->world; i++)
+      for (int j = 0; j < i; j++) shared |= all[i].host == all[j].host && all[i].dev == all[j].dev;
+    free(all);
+    if (st || shared) {
+      *out = mpi;
+      return st;
+    }
+    nt_comm_free(ctx, mpi);
+  }
+  return nt_comm_create(ctx, &co, out);
+}
+#endif
 
 static const struct option long_opts[] = {
     {"model", required_argument, 0, O_MODEL},
@@ -85,6 +221,7 @@ static const struct option long_opts[] = {
     {"quiet", no_argument, 0, O_QUIET},
     {"trace", no_argument, 0, O_TRACE},
     {"help", no_argument, 0, O_HELP},
+    DIST_LONG_OPTS
     {0, 0, 0, 0}};
 
 static void usage(FILE *f) {
@@ -151,7 +288,7 @@ static void usage(FILE *f) {
 "  --kernel-opt KEY=VALUE     a kernel or algorithm option of the context (core/ctx.h; also\n"
 "                             from the environment, NT_ + KEY in capitals), e.g.\n"
 "                             gemm_search=0, attn_wgmma=0, log=debug\n"
-"  --help                     this text\n");
+"  --help                     this text\n" DIST_USAGE);
 }
 
 static int bad(const char *opt, const char *val, const char *why) {
@@ -254,7 +391,8 @@ static const char *opt_name(int id) {
 typedef struct {
   nt_model_kind model;
   nt_train_options o;
-  bool want_cuda, device_given;
+  bool want_cuda, device_given, device_index_given;
+  dist_cli dist;              /* data parallel: backend, timeout, fingerprint */
   int device_index;
   const char *given[sizeof long_opts / sizeof long_opts[0]];   /* options given, once each */
   int n_given;
@@ -302,6 +440,7 @@ static int parse_cli(int argc, char **argv, cli *c) {
   c->device_index = 0;
   c->device_given = false;
   c->want_cuda = nt_cuda_device_count() > 0;
+  c->dist = (dist_cli){"auto", NT_DIST_DEFAULT_TIMEOUT_S, false};
   int ch;
   opterr = 0;
   optind = 0;   /* full re-initialisation (the parser may run more than once) */
@@ -329,6 +468,7 @@ static int parse_cli(int argc, char **argv, cli *c) {
                strlen(optarg + 5) <= 4 && strspn(optarg + 5, "0123456789") == strlen(optarg + 5)) {
         c->want_cuda = true;
         c->device_index = atoi(optarg + 5);
+        c->device_index_given = true;
       } else return bad(name, optarg, "expected cpu, cuda or cuda:N");
       break;
     case O_DTYPE:
@@ -405,6 +545,11 @@ static int parse_cli(int argc, char **argv, cli *c) {
     case O_TEST_SUBSET: o.test_subset = n; break;
     case O_QUIET: o.quiet = true; break;
     case O_TRACE: o.trace = true; break;
+    case O_SHARDING: case O_RESHARD: case O_LIMIT_GATHERS: case O_BWD_PREFETCH:
+    case O_FWD_PREFETCH: case O_PARAM_DTYPE: case O_REDUCE_DTYPE: case O_ACCUM:
+    case O_DIST_TIMEOUT: case O_DIST_BACKEND: case O_DIST_FINGERPRINT:
+      if (dist_option(ch, name, optarg, &o, &c->dist)) return 2;
+      break;
     case 'h':
     case O_HELP: usage(stdout); return 0;
     case ':':
@@ -483,6 +628,15 @@ int main(int argc, char **argv) {
             device_given ? "cuda" : "auto");
     return 2;
   }
+  /* data parallel: who this process is (mpirun, torchrun-style or srun), before the context;
+   * the GPU is the local rank's unless --device cuda:K chose one; rank 0 alone prints and
+   * writes (and locks the out-dir) */
+  nt_dist_launch launch;
+  if (nt_dist_launch_from_env(NULL, &launch)) return 2;
+  if (want_cuda && !c.device_index_given) device_index = launch.local_rank % nt_cuda_device_count();
+  o.rank = launch.rank;
+  o.world_size = launch.world;
+  if (launch.rank != 0) o.quiet = true;
   o.device = want_cuda ? nt_cuda(device_index) : nt_cpu();
   nt_ctx *ctx = NULL;
   if (nt_ctx_create_with(&ctx, o.device, &c.ctx_opts)) {
@@ -492,19 +646,24 @@ int main(int argc, char **argv) {
     return 1;
   }
   nt_outdir_lock *lock = NULL;
-  if (o.out_dir && nt_outdir_lock_take(ctx, o.out_dir, &lock)) {
+  if (o.out_dir && launch.rank == 0 && nt_outdir_lock_take(ctx, o.out_dir, &lock)) {
     fprintf(stderr, "nanotrain: %s\n", nt_last_error(ctx));
     nt_ctx_free(ctx);
     return 1;
   }
   if (nt_stop_install()) fprintf(stderr, "nanotrain: warning: cannot install signal handlers\n");
+  nt_comm *comm = NULL;
+  nt_status st = make_comm(ctx, &launch, &o, &c.dist, want_cuda, &comm);
+  o.dist.comm = comm;
   nt_train_result res;
-  nt_status st = nt_train_run(ctx, &o, &res);
+  memset(&res, 0, sizeof res);
+  if (!st) st = nt_train_run(ctx, &o, &res);
   rc = 0;
   if (st) {
-    fprintf(stderr, "nanotrain: %s: %s\n", nt_status_str(st), nt_last_error(ctx));
+    fprintf(stderr, "nanotrain: rank %d: %s: %s\n", launch.rank, nt_status_str(st),
+            nt_last_error(ctx));
     rc = st == NT_ERR_INVALID_ARG ? 2 : 1;
-  } else {
+  } else if (launch.rank == 0) {
     if (model == NT_MODEL_GPT)
       printf("done: %lld steps, final val loss %.4f, best val loss %.4f, train loss %.4f",
              (long long)res.steps, res.val_loss, res.best_val_loss, res.train_loss);
@@ -521,7 +680,14 @@ int main(int argc, char **argv) {
   if (nt_stop_exit_code()) rc = nt_stop_exit_code();
   nt_train_result_free(&res);
   nt_outdir_unlock(lock);
+  if (st && comm && nt_comm_world(comm) > 1) {   /* the other ranks must not wait for us */
+    fflush(stdout);
+    fflush(stderr);
+    nt_comm_abort(ctx, comm);
+  }
+  nt_comm_free(ctx, comm);
   nt_ctx_free(ctx);
+  nt_dist_mpi_finalize();
   return rc;
 }
 #endif

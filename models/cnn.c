@@ -78,6 +78,16 @@ static int64_t feat(const nt_cnn_config *c) {
   return (int64_t)c->c2 * (c->height / 4) * (c->width / 4);
 }
 
+/* The parameter views, taken again: data parallelism (dist/fsdp.h) moves a unit's buffers
+ * while training, so the views are refreshed before every forward and after every unit hook.
+ * Unit s holds parameters 4s .. 4s+3 as its parameters 0 .. 3. */
+static void refresh_views(nt_cnn *m) {
+  for (int j = 0; j < NPARAM; j++) {
+    m->w[j] = nt_params_view(&m->params, m->unit[j / 4], j % 4, NT_VIEW_COMPUTE);
+    m->g[j] = nt_params_view(&m->params, m->unit[j / 4], j % 4, NT_VIEW_GRAD);
+  }
+}
+
 static nt_status build_params(nt_ctx *ctx, nt_cnn *m, nt_dtype dt, bool alloc) {
   const nt_cnn_config *c = &m->cfg;
   static const char *const names[NPARAM] = {
@@ -104,11 +114,17 @@ static nt_status build_params(nt_ctx *ctx, nt_cnn *m, nt_dtype dt, bool alloc) {
   if (!st && !alloc) nt_params_layout(&m->params);
   if (!st && alloc) st = nt_params_alloc(ctx, &m->params, dt);
   if (st || !alloc) return st;
-  for (int j = 0; j < NPARAM; j++) {
-    m->w[j] = nt_params_view(&m->params, uidx[j / 4], idx[j], NT_VIEW_COMPUTE);
-    m->g[j] = nt_params_view(&m->params, uidx[j / 4], idx[j], NT_VIEW_GRAD);
-  }
+  for (int j = 0; j < NPARAM; j++)
+    if (idx[j] != j % 4) return NT_ERROR(ctx, NT_ERR_STATE, "cnn: unexpected parameter order");
+  refresh_views(m);
   return NT_OK;
+}
+
+static nt_status unit_hook(nt_ctx *ctx, nt_cnn *m, const nt_unit_hooks *h, int unit,
+                           nt_status (*call)(nt_ctx *, const nt_unit_hooks *, int)) {
+  nt_status st = call(ctx, h, unit);
+  if (h) refresh_views(m);
+  return st;
 }
 
 static nt_status build_activations(nt_ctx *ctx, nt_cnn *m, nt_dtype dt, bool alloc) {
@@ -254,18 +270,19 @@ static nt_status forward(nt_ctx *ctx, nt_cnn *m, const nt_tensor *x, bool train,
                     nt_dtype_name(x->dtype), nt_dtype_name(m->params.compute_dtype));
   int64_t n = x->shape[0];
   m->n = (int)n;
+  refresh_views(m);
   *v = make_views(m, x, n);
   nt_conv2d_params cp = {1, 1};
   /* conv + bias + ReLU in one op (the ReLU rides in the GEMM epilogue on the GPU) */
-  nt_status st = nt_unit_before_forward(ctx, hooks, m->unit[0]);
+  nt_status st = unit_hook(ctx, m, hooks, m->unit[0], nt_unit_before_forward);
   if (!st) st = nt_conv2d_relu_forward(ctx, &v->x, &m->w[W1], &m->w[B1], &v->a1, cp);
   if (!st) st = nt_conv2d_relu_forward(ctx, &v->a1, &m->w[W2], &m->w[B2], &v->a2, cp);
   if (!st) st = nt_maxpool2d_forward(ctx, &v->a2, &v->p1, &v->arg1, 2);
-  if (!st) st = nt_unit_before_forward(ctx, hooks, m->unit[1]);
+  if (!st) st = unit_hook(ctx, m, hooks, m->unit[1], nt_unit_before_forward);
   if (!st) st = nt_conv2d_relu_forward(ctx, &v->p1, &m->w[W3], &m->w[B3], &v->a3, cp);
   if (!st) st = nt_conv2d_relu_forward(ctx, &v->a3, &m->w[W4], &m->w[B4], &v->a4, cp);
   if (!st) st = nt_maxpool2d_forward(ctx, &v->a4, &v->p2, &v->arg2, 2);
-  if (!st) st = nt_unit_before_forward(ctx, hooks, m->unit[2]);
+  if (!st) st = unit_hook(ctx, m, hooks, m->unit[2], nt_unit_before_forward);
   if (!st) st = lin_fwd(ctx, m, 0, &v->p2f, &m->w[F1W], &m->w[F1B], &v->h, NT_ACT_RELU);
   const nt_tensor *hin = &v->h;
   if (train && c->dropout > 0.0f) {
@@ -351,7 +368,7 @@ nt_status nt_cnn_train_step(nt_ctx *ctx, nt_cnn *m, const nt_tensor *images,
   nt_tensor sA1 = v4(&m->sa, n, c->c1, H, W), sB1 = v4(&m->sb, n, c->c1, H, W);
   nt_tensor sAp = v4(&m->sa, n, c->c1, H / 2, W / 2);
   /* head */
-  if (!st) st = nt_unit_before_backward(ctx, hooks, m->unit[2]);
+  if (!st) st = unit_hook(ctx, m, hooks, m->unit[2], nt_unit_before_backward);
   if (!st) st = nt_tensor_zero(ctx, &dh);
   if (!st) st = lin_bwd(ctx, m, 1, &v.logits, drop ? &v.hd : &v.h, &m->w[F2W], &dh,
                                    &m->g[F2W], &m->g[F2B]);
@@ -366,22 +383,22 @@ nt_status nt_cnn_train_step(nt_ctx *ctx, nt_cnn *m, const nt_tensor *images,
   if (!st) st = nt_tensor_zero(ctx, &dp2f);
   if (!st) st = lin_bwd(ctx, m, 0, &dpre, &v.p2f, &m->w[F1W], &dp2f, &m->g[F1W],
                                    &m->g[F1B]);                                    /* d p2 */
-  if (!st) st = nt_unit_grads_ready(ctx, hooks, m->unit[2]);
+  if (!st) st = unit_hook(ctx, m, hooks, m->unit[2], nt_unit_grads_ready);
   /* stage 2, then stage 1 */
-  if (!st) st = nt_unit_before_backward(ctx, hooks, m->unit[1]);
+  if (!st) st = unit_hook(ctx, m, hooks, m->unit[1], nt_unit_before_backward);
   if (!st) st = pool_relu_backward(ctx, &v.p2, &dp2, &v.arg2, &mp2, &sA2);        /* d z4 */
   if (!st) st = conv_backward(ctx, NULL, &sA2, &v.a3, &m->w[W4], &sB2, &m->g[W4],
                               &m->g[B4]);                                          /* d a3 */
   if (!st) st = conv_backward(ctx, &v.a3, &sB2, &v.p1, &m->w[W3], &sAp, &m->g[W3],
                               &m->g[B3]);                                          /* d p1 */
-  if (!st) st = nt_unit_grads_ready(ctx, hooks, m->unit[1]);
-  if (!st) st = nt_unit_before_backward(ctx, hooks, m->unit[0]);
+  if (!st) st = unit_hook(ctx, m, hooks, m->unit[1], nt_unit_grads_ready);
+  if (!st) st = unit_hook(ctx, m, hooks, m->unit[0], nt_unit_before_backward);
   if (!st) st = pool_relu_backward(ctx, &v.p1, &sAp, &v.arg1, &mp1, &sA1);        /* d z2 */
   if (!st) st = conv_backward(ctx, NULL, &sA1, &v.a1, &m->w[W2], &sB1, &m->g[W2],
                               &m->g[B2]);                                          /* d a1 */
   if (!st) st = conv_backward(ctx, &v.a1, &sB1, &v.x, &m->w[W1], NULL, &m->g[W1],
                               &m->g[B1]);
-  if (!st) st = nt_unit_grads_ready(ctx, hooks, m->unit[0]);
+  if (!st) st = unit_hook(ctx, m, hooks, m->unit[0], nt_unit_grads_ready);
   if (!st && m->fp8) st = nt_fp8_update(ctx, m->fp8);
   return st;
 }

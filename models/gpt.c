@@ -147,6 +147,28 @@ static pv param_views(nt_gpt *g, int unit, int idx) {
   return v;
 }
 
+/* The parameter views, taken again: data parallelism (dist/fsdp.h) moves a unit's buffers
+ * while training (gathered, freed, whole gradients allocated per step), so the views are
+ * refreshed before every forward and after every unit hook. wte/wpe and ln_f's weight/bias are
+ * their units' parameters 0 and 1 (build_params adds them first). */
+static void refresh_views(nt_gpt *g) {
+  g->wte = param_views(g, g->emb_unit, 0);
+  g->wpe = param_views(g, g->emb_unit, 1);
+  g->lnf_w = param_views(g, g->lnf_unit, 0);
+  g->lnf_b = param_views(g, g->lnf_unit, 1);
+  for (int l = 0; l < g->cfg.n_layer; l++) {
+    gpt_layer *L = &g->layers[l];
+    for (int j = 0; j < NP; j++) L->p[j] = param_views(g, L->unit, L->pidx[j]);
+  }
+}
+
+static nt_status unit_hook(nt_ctx *ctx, nt_gpt *g, const nt_unit_hooks *h, int unit,
+                           nt_status (*call)(nt_ctx *, const nt_unit_hooks *, int)) {
+  nt_status st = call(ctx, h, unit);
+  if (h) refresh_views(g);
+  return st;
+}
+
 static nt_status build_params(nt_ctx *ctx, nt_gpt *g, nt_dtype dt, bool alloc) {
   const nt_gpt_config *c = &g->cfg;
   int64_t C = c->n_embd;
@@ -186,14 +208,9 @@ static nt_status build_params(nt_ctx *ctx, nt_gpt *g, nt_dtype dt, bool alloc) {
   g->emb_unit = u;
   g->lnf_unit = uf;
   if (st || !alloc) return st;
-  g->wte = param_views(g, u, iwte);
-  g->wpe = param_views(g, u, iwpe);
-  g->lnf_w = param_views(g, uf, iw);
-  g->lnf_b = param_views(g, uf, ib);
-  for (int l = 0; l < c->n_layer; l++) {
-    gpt_layer *L = &g->layers[l];
-    for (int j = 0; j < NP; j++) L->p[j] = param_views(g, L->unit, L->pidx[j]);
-  }
+  if (iwte != 0 || iwpe != 1 || iw != 0 || ib != 1)
+    return NT_ERROR(ctx, NT_ERR_STATE, "gpt: unexpected parameter order");
+  refresh_views(g);
   return NT_OK;
 }
 
@@ -402,10 +419,11 @@ static nt_status forward(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, bool t
                     (long long)b, (long long)t, g->B, g->T);
   g->b = (int)b;
   g->t = (int)t;
+  refresh_views(g);
   int64_t C = c->n_embd, H = c->n_head, D = C / H, N = b * t;
   float p = train ? c->dropout : 0.0f;
   nt_tensor x0 = v3(&g->x0, b, t, C), tmp = v3(&g->tmp, b, t, C);
-  nt_status st = nt_unit_before_forward(ctx, hooks, g->emb_unit);
+  nt_status st = unit_hook(ctx, g, hooks, g->emb_unit, nt_unit_before_forward);
   if (st) return st;
   if (p > 0.0f) {
     g->emb_off = nt_ctx_rng_reserve(ctx, (uint64_t)N * (uint64_t)C);
@@ -433,7 +451,7 @@ static nt_status forward(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, bool t
       L->attp_off = nt_ctx_rng_reserve(ctx, nt_attention_rng_numbers(b, H, t));
     }
     nt_attention_opts ao = attention_opts(ctx, p, L->attp_off);
-    st = nt_unit_before_forward(ctx, hooks, L->unit);
+    st = unit_hook(ctx, g, hooks, L->unit, nt_unit_before_forward);
     if (!st) st = nt_layernorm_forward(ctx, &x, &L->p[LN1_W].w, &L->p[LN1_B].w, &ln1, &m1, &r1);
     if (!st) st = lin_fwd(ctx, g, l, 0, &ln1, &L->p[QKV_W].w, &L->p[QKV_B].w, &qkv,
                                     NT_ACT_NONE, NULL);
@@ -451,11 +469,13 @@ static nt_status forward(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, bool t
   }
   nt_tensor lnf = v3(&g->lnf, b, t, C), mf = v1(&g->lnf_mean, N), rf = v1(&g->lnf_rstd, N);
   nt_tensor lnf2 = v2(&g->lnf, N, C), logits = v2(&g->logits, N, g->Vp);
-  if (!st) st = nt_unit_before_forward(ctx, hooks, g->lnf_unit);
+  if (!st) st = unit_hook(ctx, g, hooks, g->lnf_unit, nt_unit_before_forward);
   if (!st) st = nt_layernorm_forward(ctx, &x, &g->lnf_w.w, &g->lnf_b.w, &lnf, &mf, &rf);
   /* Tied head: logits = lnf @ wte^T. With a padded vocabulary the bias epilogue pushes the
    * padded columns to -30000: softmax gives them exactly 0, so neither the loss nor any
    * gradient sees them. */
+  /* the head reads the embeddings unit again (FULL_SHARD may have freed it after its forward) */
+  if (!st) st = unit_hook(ctx, g, hooks, g->emb_unit, nt_unit_before_forward);
   nt_gemm_opts o = nt_gemm_defaults();
   o.trans_b = true;
   if (g->Vp != c->vocab_size) {
@@ -568,7 +588,7 @@ nt_status nt_gpt_train_step(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
   /* head: dlnf = dlogits @ wte; dwte += dlogits^T @ lnf (the tied weight is the embeddings
    * unit's, whose gradient is final only after the embedding backward) */
   nt_gemm_opts o = nt_gemm_defaults();
-  if (!st) st = nt_unit_before_backward(ctx, hooks, g->emb_unit);
+  if (!st) st = unit_hook(ctx, g, hooks, g->emb_unit, nt_unit_before_backward);
   if (!st) st = nt_gemm(ctx, &logits, &g->wte.w, &dc2, &o);
   o.trans_a = true;
   o.beta = 1.0f;
@@ -576,15 +596,15 @@ nt_status nt_gpt_train_step(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
   const nt_tensor *xl = c->n_layer ? &g->layers[c->n_layer - 1].x2 : &g->x0;
   nt_tensor xL = v3(xl, b, t, C), mf = v1(&g->lnf_mean, N), rf = v1(&g->lnf_rstd, N);
   if (!st) st = nt_tensor_zero(ctx, &dres);
-  if (!st) st = nt_unit_before_backward(ctx, hooks, g->lnf_unit);
+  if (!st) st = unit_hook(ctx, g, hooks, g->lnf_unit, nt_unit_before_backward);
   if (!st) st = nt_layernorm_backward(ctx, &dc, &xL, &g->lnf_w.w, &mf, &rf, &dres, &g->lnf_w.g,
                                       &g->lnf_b.g);
-  if (!st) st = nt_unit_grads_ready(ctx, hooks, g->lnf_unit);
+  if (!st) st = unit_hook(ctx, g, hooks, g->lnf_unit, nt_unit_grads_ready);
   for (int l = c->n_layer - 1; l >= 0 && !st; l--) {
     nt_tensor xin = v3(l ? &g->layers[l - 1].x2 : &g->x0, b, t, C);
-    st = nt_unit_before_backward(ctx, hooks, g->layers[l].unit);
+    st = unit_hook(ctx, g, hooks, g->layers[l].unit, nt_unit_before_backward);
     if (!st) st = block_backward(ctx, g, &g->layers[l], &xin);
-    if (!st) st = nt_unit_grads_ready(ctx, hooks, g->layers[l].unit);
+    if (!st) st = unit_hook(ctx, g, hooks, g->layers[l].unit, nt_unit_grads_ready);
   }
   const nt_tensor *demb = &dres;
   nt_tensor dtmp = v3(&g->dtmp, b, t, C);
@@ -593,7 +613,7 @@ nt_status nt_gpt_train_step(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
     demb = &dtmp;
   }
   if (!st) st = nt_embedding_backward(ctx, tokens, demb, &g->wte.g, &g->wpe.g);
-  if (!st) st = nt_unit_grads_ready(ctx, hooks, g->emb_unit);
+  if (!st) st = unit_hook(ctx, g, hooks, g->emb_unit, nt_unit_grads_ready);
   /* the amaxes recorded this step become the next step's FP8 scales */
   if (!st && g->fp8) st = nt_fp8_update(ctx, g->fp8);
   return st;

@@ -172,7 +172,7 @@ static void test_hooks(nt_ctx *ctx) {
   nt_optimizer_options oo = fp16_options();
   if (!CHECK_OK(ctx, nt_optimizer_for_params(ctx, p, &oo, &opt))) goto done;
   nt_unit_hooks uh = {&log, on_fwd, on_bwd, on_ready};
-  nt_step_hooks sh = {&log, &uh, on_reduce, on_updated};
+  nt_step_hooks sh = {&log, &uh, on_reduce, on_updated, NULL};
   nt_step_options so = {0};
   so.params = p;
   so.body = body;
@@ -183,8 +183,9 @@ static void test_hooks(nt_ctx *ctx) {
   if (!CHECK_OK(ctx, nt_step_create(ctx, &so, &s)) || !CHECK_OK(ctx, nt_step_run(ctx, s, 1e-3)))
     goto done;
   /* units: 0 embeddings, 1-2 blocks, 3 ln_f */
-  const int fwd[] = {0, 1, 2, 3}, bwd[] = {0, 3, 2, 1}, ready[] = {3, 2, 1, 0};
-  CHECK(same_order(log.fwd, log.n_fwd, fwd, 4), "before_forward: embeddings, blocks, ln_f (%d calls)",
+  const int fwd[] = {0, 1, 2, 3, 0}, bwd[] = {0, 3, 2, 1}, ready[] = {3, 2, 1, 0};
+  CHECK(same_order(log.fwd, log.n_fwd, fwd, 5),
+        "before_forward: embeddings, blocks, ln_f, the tied head's embeddings (%d calls)",
         log.n_fwd);
   CHECK(same_order(log.bwd, log.n_bwd, bwd, 4),
         "before_backward: the tied head's embeddings, ln_f, blocks last first (%d calls)",

@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+static nt_status zero_grad(nt_ctx *ctx, void *arg) { return nt_fsdp_zero_grad(ctx, arg); }
+
 void nt_fsdp_hooks(nt_fsdp *f, nt_unit_hooks *unit, nt_step_hooks *step) {
   unit->arg = f;
   unit->before_forward = nt_fsdp_before_forward;
@@ -12,6 +14,7 @@ void nt_fsdp_hooks(nt_fsdp *f, nt_unit_hooks *unit, nt_step_hooks *step) {
   step->unit = unit;
   step->global_reduce = nt_fsdp_global_reduce;
   step->params_updated = nt_fsdp_params_updated;
+  step->zero_grad = zero_grad;
 }
 
 nt_status nt_fsdp_grad_ranges(nt_ctx *ctx, nt_fsdp *f, nt_grad_range *out, int *n) {

@@ -89,6 +89,15 @@ nt_status nt_metrics_log_write(nt_ctx *ctx, nt_metrics_log *l, const nt_train_me
     }
     nt_jw_num(&w, f[i].v);
   }
+  const double *per_rank[2] = {m->rank_loss, m->rank_mem_peak};
+  static const char *const per_rank_key[2] = {"rank_loss", "rank_mem_peak"};
+  for (int k = 0; k < 2 && m->world > 1; k++) {
+    if (!per_rank[k]) continue;
+    nt_jw_key(&w, per_rank_key[k]);
+    nt_jw_begin(&w, '[');
+    for (int r = 0; r < m->world; r++) nt_jw_num(&w, per_rank[k][r]);
+    nt_jw_end(&w, ']');
+  }
   nt_jw_end(&w, '}');
   char *line = nt_jw_finish(&w);
   if (!line) return NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for a metrics record");

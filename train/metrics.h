@@ -24,6 +24,9 @@ typedef struct {
   double data_wait_ms;        /* mean wait for data per step since the last record */
   double val_loss, accuracy;  /* eval records */
   double elapsed_s;
+  /* data parallel: world > 1 adds every rank's loss and peak memory (NULL: left out) */
+  int world;
+  const double *rank_loss, *rank_mem_peak;
 } nt_train_metrics;
 
 /* A record with every double NaN and counters zero. */

@@ -224,7 +224,7 @@ nt_status nt_model_cnn_create(nt_ctx *ctx, const nt_train_options *o, const nt_p
   if (!st) st = nt_cnn_estimate(ctx, &cfg, dt, (int)B, &sizes);
   if (st) goto fail;
   nt_memest_compute(&sizes, dt, B, (int64_t)cfg.in_channels * cfg.height * cfg.width,
-                    cfg.classes, NT_SHARD_NO_SHARD, 1,
+                    cfg.classes, o->dist.fsdp.strategy, o->world_size,
                     nt_ctx_is_cuda(ctx) ? NT_MEMEST_WORKSPACE_BYTES : 0, &md->estimate);
   md->params = nt_cnn_params(r->m);
   md->compute = dt;

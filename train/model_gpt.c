@@ -385,7 +385,8 @@ nt_status nt_model_gpt_create(nt_ctx *ctx, const nt_train_options *o, const nt_p
     gpt_free(ctx, m);
     return st;
   }
-  nt_memest_compute(&sizes, dt, B, S, S * cfg.vocab_size, NT_SHARD_NO_SHARD, 1,
+  nt_memest_compute(&sizes, dt, B, S, S * cfg.vocab_size, o->dist.fsdp.strategy,
+                    o->world_size,
                     nt_ctx_is_cuda(ctx) ? NT_MEMEST_WORKSPACE_BYTES : 0, &m->estimate);
   m->params = nt_gpt_params(r->g);
   m->compute = dt;

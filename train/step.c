@@ -2,6 +2,7 @@
  * Read nt_step_forward_backward and nt_step_update from top to bottom: each line is a stage. */
 #include "train/step.h"
 #include "train/cuda_graph.h"
+#include "ops/elementwise.h"
 #include "ops/reduce.h"
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,9 @@ struct nt_step {
   nt_tensor **grad_list;
   int n_ranges;
   float *sumsq;                   /* device F32: the owned gradients' sum of squares */
+  float *scratch;                 /* device F32 [3]: 1/grad_divisor, the unscale factor, an
+                                   * unused inf flag (no scaler) */
+  bool accumulate;                /* the body runs without zeroing the gradients first */
   int64_t steps;
   /* CUDA graph of the forward + backward stage */
   nt_graph *graph;
@@ -128,6 +132,15 @@ nt_status nt_step_create(nt_ctx *ctx, const nt_step_options *o, nt_step **out) {
     s->grad_list[i] = &s->grad_views[i];
   }
   if (!st) st = nt_alloc(ctx, sizeof(float), (void **)&s->sumsq);
+  if (!st && o->grad_divisor > 1) {
+    float inv = 1.0f / (float)o->grad_divisor;
+    int64_t one = 1;
+    st = nt_alloc(ctx, 3 * sizeof(float), (void **)&s->scratch);
+    nt_tensor h = nt_tensor_view(&inv, NT_F32, nt_cpu(), 1, &one);
+    nt_tensor d = nt_tensor_view(s->scratch, NT_F32, nt_ctx_device(ctx), 1, &one);
+    if (!st) st = nt_tensor_copy(ctx, &d, &h);
+    if (!st) st = nt_ctx_synchronize(ctx);
+  }
   if (st) {
     nt_step_free(ctx, s);
     return st;
@@ -141,6 +154,7 @@ void nt_step_free(nt_ctx *ctx, nt_step *s) {
   if (!s) return;
   nt_graph_free(s->graph);
   nt_free(ctx, s->sumsq);
+  nt_free(ctx, s->scratch);
   free(s->ranges);
   free(s->grad_views);
   free(s->grad_list);
@@ -168,8 +182,10 @@ static nt_status body_in_rng_step(nt_ctx *ctx, void *arg) {
   nt_step *s = arg;
   nt_status st = nt_ctx_rng_step_begin(ctx);
   if (st) return st;
-  const nt_unit_hooks *uh = s->o.hooks ? s->o.hooks->unit : NULL;
-  st = nt_params_zero_grad(ctx, s->o.params);
+  const nt_step_hooks *h = s->o.hooks;
+  const nt_unit_hooks *uh = h ? h->unit : NULL;
+  if (!s->accumulate)
+    st = h && h->zero_grad ? h->zero_grad(ctx, h->arg) : nt_params_zero_grad(ctx, s->o.params);
   if (!st) st = s->o.body(ctx, s->o.body_arg, nt_step_loss_scale(s), uh);
   nt_status end = nt_ctx_rng_step_end(ctx, &s->rng_step);
   return st ? st : end;
@@ -224,6 +240,15 @@ nt_status nt_step_forward_backward(nt_ctx *ctx, nt_step *s) {
   return NT_OK;
 }
 
+nt_status nt_step_accumulate(nt_ctx *ctx, nt_step *s) {
+  if (s->graph || s->graph_wanted)
+    return NT_ERROR(ctx, NT_ERR_STATE, "step: accumulation needs a step without a CUDA graph");
+  s->accumulate = true;
+  nt_status st = body_in_rng_step(ctx, s);
+  s->accumulate = false;
+  return st;
+}
+
 /* ---- stages 3 to 9: from the gradients to the updated parameters ---- */
 
 static float *found_inf_flag(nt_step *s) {
@@ -233,10 +258,29 @@ static float *found_inf_flag(nt_step *s) {
   return (float *)f.data;
 }
 
-/* Stage 3: grads *= 1/scale over the owned ranges; found_inf = 1 on a non-finite element (the
- * scaler zeroes it first). One multi-tensor launch. Nothing to do without loss scaling. */
+/* Stage 3: grads *= 1/scale (times 1/grad_divisor: ranks x accumulated micro-steps) over the
+ * owned ranges; found_inf = 1 on a non-finite element (the scaler zeroes it first). One
+ * multi-tensor launch; nothing to do without loss scaling and without a divisor. */
 static nt_status stage_unscale_and_check(nt_ctx *ctx, nt_step *s) {
-  nt_status st = nt_scaler_unscale(ctx, s->o.optimizer.scaler, s->grad_list, s->n_ranges);
+  nt_scaler *sc = s->o.optimizer.scaler;
+  nt_status st;
+  if (s->scratch) {
+    /* a sum of grad_divisor means: multiply by inv_scale / grad_divisor in the same pass (the
+     * scaler's unscale of no tensors zeroes found_inf and records the unscale) */
+    nt_device dev = nt_ctx_device(ctx);
+    nt_tensor inv_n = nt_tensor_view(s->scratch, NT_F32, dev, 0, NULL);
+    nt_tensor factor = nt_tensor_view(s->scratch + 1, NT_F32, dev, 0, NULL);
+    nt_tensor spare = nt_tensor_view(s->scratch + 2, NT_F32, dev, 0, NULL);
+    nt_tensor found = nt_scaler_found_inf_tensor(sc), inv = nt_scaler_inv_scale_tensor(sc);
+    bool scaled = nt_scaler_enabled(sc);
+    st = nt_scaler_unscale(ctx, sc, NULL, 0);
+    if (!st && scaled) st = nt_tensor_copy(ctx, &factor, &inv);
+    if (!st && scaled) st = nt_scale(ctx, 1.0f / (float)s->o.grad_divisor, &factor);
+    if (!st) st = nt_unscale_and_check(ctx, s->grad_list, s->n_ranges, scaled ? &factor : &inv_n,
+                                       scaled ? &found : &spare);
+  } else {
+    st = nt_scaler_unscale(ctx, sc, s->grad_list, s->n_ranges);
+  }
   /* marks the optimizer step taken (GradScaler's bookkeeping; the grads are unscaled already) */
   if (!st) st = nt_scaler_step(ctx, s->o.optimizer.scaler, NULL, 0, NULL);
   return st;

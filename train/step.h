@@ -19,8 +19,9 @@
  *                        two eager steps that warm the memory pool and the GEMM plans)
  *   gradients ready      per unit, inside the body: the model calls hooks->unit->grads_ready as
  *                        each unit's backward is enqueued (data parallel reduces there)
- *   unscale + inf check  grads *= 1/scale over the owned gradient ranges, found_inf (a device
- *                        F32 flag) = 1 on any non-finite element (fp16 only)
+ *   unscale + inf check  grads *= 1/scale (and 1/grad_divisor: the mean over ranks and
+ *                        micro-steps) over the owned gradient ranges, found_inf (a device F32
+ *                        flag) = 1 on any non-finite element (fp16 only)
  *   gradient norm        the sum of squares of the owned gradient ranges (when clipping)
  *   global reductions    hooks->global_reduce(found_inf MAX, sumsq SUM) (identity at one rank)
  *   clip                 coef = min(1, max_norm / (sqrt(sumsq) + 1e-6)), applied inside the
@@ -79,6 +80,9 @@ typedef struct nt_step_hooks {
   nt_status (*global_reduce)(nt_ctx *ctx, void *arg, float *found_inf, float *sumsq);
   /* after the optimizer step (skipped or not): sharded strategies all-gather updated params */
   nt_status (*params_updated)(nt_ctx *ctx, void *arg);
+  /* zeroes what the next backward accumulates into; NULL: nt_params_zero_grad (sharded
+   * strategies own the gradient buffers, dist/fsdp.h's nt_fsdp_zero_grad) */
+  nt_status (*zero_grad)(nt_ctx *ctx, void *arg);
 } nt_step_hooks;
 
 /* The elements [lo, hi) of a flat gradient buffer (contiguous F32/F16/BF16, on the context's
@@ -105,6 +109,10 @@ typedef struct {
   const nt_grad_range *ranges;
   int n_ranges;
   const nt_step_hooks *hooks;     /* NULL: one rank. Not copied: must outlive the step */
+  /* > 1: the gradients hold a sum of that many micro-batch means (ranks x accumulated
+   * micro-steps); the unscale stage multiplies them by 1 / grad_divisor (with the loss
+   * scaler's 1/scale folded in), so everything after it sees the global mean. 0 or 1: none. */
+  int grad_divisor;
   int cuda_graph;                 /* -1 auto (on a GPU context), 0 never, 1 on (falls back to
                                    * eager with a warning when capture fails) */
   FILE *trace;                    /* non-NULL: each step prints its AMP events there (the
@@ -125,6 +133,11 @@ nt_status nt_step_run(nt_ctx *ctx, nt_step *s, double lr);
  * captured), and everything after it. */
 nt_status nt_step_forward_backward(nt_ctx *ctx, nt_step *s);
 nt_status nt_step_update(nt_ctx *ctx, nt_step *s, double lr);
+/* Gradient accumulation: the forward + backward stage without zeroing the gradients, so the
+ * micro-step adds to the previous one's (call nt_step_forward_backward for the first micro-step
+ * of an iteration, this for the others, then nt_step_update). Always eager: a run that
+ * accumulates should create the step with cuda_graph 0. */
+nt_status nt_step_accumulate(nt_ctx *ctx, nt_step *s);
 
 /* The device F32 loss scale the body receives (NULL when the scaler is disabled). */
 const float *nt_step_loss_scale(const nt_step *s);

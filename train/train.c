@@ -35,6 +35,8 @@ nt_train_options nt_train_defaults(nt_model_kind model) {
   o.progress = -1;
   o.temperature = 0.8f;
   o.top_k = 200;
+  o.dist.fsdp = nt_fsdp_defaults();
+  o.dist.grad_accum_steps = 1;
   if (model == NT_MODEL_GPT) {
     /* nanoGPT config/train_shakespeare_char.py */
     o.batch_size = 64;
@@ -65,7 +67,7 @@ nt_train_options nt_train_defaults(nt_model_kind model) {
 }
 
 void nt_trainer_print(nt_trainer *T, const char *fmt, ...) {
-  if (T->o->quiet) return;
+  if (T->o->quiet || T->rank != 0) return;
   if (T->bar) fprintf(T->out, "\r\033[K");
   va_list ap;
   va_start(ap, fmt);
@@ -115,7 +117,8 @@ static nt_status trainer_init(nt_trainer *T) {
   int64_t nb = md->batches_per_epoch, schedule_iters = 0;
   T->total_iters = o->max_iters;
   if (nb > 0) {
-    T->total_iters = schedule_iters = nb * o->epochs;   /* --max-iters stops, not reshapes */
+    /* --max-iters stops, not reshapes; an iteration takes K batches */
+    T->total_iters = schedule_iters = nb / T->accum * o->epochs;
     if (o->max_iters > 0 && o->max_iters < T->total_iters) T->total_iters = o->max_iters;
   }
   int64_t decay = o->lr_decay_iters > 0 ? o->lr_decay_iters
@@ -133,20 +136,22 @@ static nt_status trainer_init(nt_trainer *T) {
   oo.scaler.growth_factor = o->growth_factor;
   oo.scaler.backoff_factor = o->backoff_factor;
   oo.scaler.growth_interval = o->growth_interval;
-  nt_status st = nt_optimizer_for_params(ctx, md->params, &oo, &T->opt);
-  if (st) return st;
   nt_step_options so;
   memset(&so, 0, sizeof so);
   so.params = md->params;
   so.body = train_body;
   so.body_arg = T;
-  so.optimizer = T->opt;
   so.max_norm = (float)o->grad_clip;
-  so.cuda_graph = o->cuda_graph;
-  so.trace = o->trace ? T->out : NULL;
-  st = nt_step_create(ctx, &so, &T->step);
+  so.cuda_graph = T->accum > 1 ? 0 : o->cuda_graph;   /* accumulation runs eagerly */
+  so.trace = o->trace && T->rank == 0 ? T->out : NULL;
+  /* data parallel: the FSDP runtime, AdamW over the owned shards, the step's hooks */
+  nt_status st = nt_trainer_dist_init(T, &oo, &so);
+  if (!st && !T->fsdp) st = nt_optimizer_for_params(ctx, md->params, &oo, &T->opt);
+  if (!st) st = nt_trainer_check_config(T);
+  so.optimizer = T->opt;
+  if (!st) st = nt_step_create(ctx, &so, &T->step);
   if (st) return st;
-  if (o->out_dir) {
+  if (o->out_dir && T->rank == 0) {
     char path[4096];
     st = nt_make_dirs(ctx, o->out_dir);
     if (st) return st;
@@ -170,6 +175,7 @@ static void trainer_free(nt_trainer *T) {
   nt_step_free(T->ctx, T->step);
   nt_metrics_log_close(T->log);
   nt_optimizer_free(T->ctx, &T->opt);
+  nt_trainer_dist_free(T);
   nt_model_free(T->ctx, T->model);
   memset(T, 0, sizeof *T);
 }
@@ -214,19 +220,34 @@ static nt_status window_seconds(nt_trainer *T, double now, double *dt) {
   return st;
 }
 
-static nt_status log_step(nt_trainer *T, float loss) {
+/* Every rank's loss and peak memory reach rank 0, which logs their means and lists. */
+static nt_status log_step(nt_trainer *T, float loss, const double *rank_loss) {
   const nt_train_options *o = T->o;
   const nt_model *md = T->model;
   double now = nt_now_s(), dt;
   int64_t steps = T->iter - T->iter_last;
   nt_scaler_values sv = {1.0f, 0, 0, 0, -1};
   float gn = NAN;
-  nt_status st = window_seconds(T, now, &dt);
+  nt_mem_stats ms;
+  nt_mem_get_stats(T->ctx, &ms);
+  double *rank_peak = T->world > 1 ? calloc((size_t)T->world, sizeof *rank_peak) : NULL;
+  nt_status st = T->world > 1 && !rank_peak
+                 ? NT_ERROR(T->ctx, NT_ERR_OOM, "out of host memory for the ranks' figures")
+                 : NT_OK;
+  if (!st && rank_peak) st = nt_trainer_gather(T, (double)ms.peak_allocated, rank_peak);
+  if (!st && T->comm) st = nt_comm_check_fingerprint(T->comm, T->ctx);
+  if (!st) st = window_seconds(T, now, &dt);
   if (!st) st = nt_scaler_read(T->ctx, T->opt.scaler, &sv);
   if (!st && o->grad_clip > 0) st = nt_adamw_last_grad_norm(T->ctx, T->opt.adamw, &gn);
-  if (st) return st;
+  if (st) {
+    free(rank_peak);
+    return st;
+  }
   if (!nt_scaler_enabled(T->opt.scaler)) sv.scale = 1.0f;
   nt_train_metrics m = nt_train_metrics_empty();
+  m.world = T->world;
+  m.rank_loss = T->world > 1 ? rank_loss : NULL;
+  m.rank_mem_peak = rank_peak;
   m.model = md->ops->name;
   m.items = md->ops->items;
   m.step = T->iter;
@@ -237,21 +258,24 @@ static nt_status log_step(nt_trainer *T, float loss) {
   m.grad_norm = gn;
   if (steps > 0 && dt > 0) {
     m.step_ms = 1e3 * dt / (double)steps;
-    m.items_per_sec = (double)(steps * md->items_per_step) / dt;
+    m.items_per_sec = (double)(steps * T->res->global_batch) / dt;
     m.data_wait_ms = 1e3 * T->wait_s / (double)steps;
     if (T->peak_flops > 0) m.mfu = md->flops_per_item * m.items_per_sec / T->peak_flops;
     T->last_ips = m.items_per_sec;
     T->last_step_ms = m.step_ms;
   }
-  if (md->batches_per_epoch > 0) m.epoch = (double)T->iter / (double)md->batches_per_epoch;
+  if (md->batches_per_epoch > 0)
+    m.epoch = (double)(T->iter * T->accum) / (double)md->batches_per_epoch;
   m.elapsed_s = now - T->t_start;
   fill_memory(T, &m);
   T->res->skipped = sv.skipped_total;
   bool prom = o->metrics_interval <= 0 || T->iter % o->metrics_interval == 0 ||
               T->iter == T->total_iters;
-  T->last_train = m;
   st = write_metrics(T, &m, prom);
-  if (!o->quiet) {
+  m.rank_loss = m.rank_mem_peak = NULL;
+  T->last_train = m;
+  free(rank_peak);
+  if (!o->quiet && T->rank == 0) {
     char eta[32], ips[32];
     fmt_duration(eta, sizeof eta, (double)(T->total_iters - T->iter) * m.step_ms / 1e3);
     double v = m.items_per_sec;
@@ -281,8 +305,39 @@ static nt_status log_step(nt_trainer *T, float loss) {
   return st ? st : ws;
 }
 
+/* The forward + backward stage over the iteration's micro-batches (the first is staged
+ * already): gradients accumulate over K micro-steps, reduced across ranks on the last only
+ * (FSDP's no_sync before it). *loss: the mean of the micro-steps' losses when wanted (reads
+ * the device after each). */
+static nt_status forward_backward(nt_trainer *T, bool want_loss, float *loss) {
+  nt_ctx *ctx = T->ctx;
+  nt_model *md = T->model;
+  double sum = 0;
+  nt_status st = NT_OK;
+  for (int k = 0; k < T->accum && !st; k++) {
+    if (k > 0) {
+      bool end = false;
+      double wait = 0;
+      st = md->ops->next_batch(ctx, md, T->iter * T->accum + k, &T->batch, &end, &wait);
+      T->wait_s += wait;
+      if (!st && end)
+        st = NT_ERROR(ctx, NT_ERR_STATE, "the batch source ended inside an accumulation");
+      if (!st && md->batches_per_epoch > 0) T->batch_in_epoch++;
+      if (st) break;
+    }
+    if (T->fsdp) nt_fsdp_set_sync(T->fsdp, k == T->accum - 1);
+    st = k == 0 ? nt_step_forward_backward(ctx, T->step) : nt_step_accumulate(ctx, T->step);
+    float l = 0;
+    if (!st && want_loss) st = nt_model_read_scalar(ctx, md->ops->loss(md), &l);
+    sum += l;
+  }
+  *loss = (float)(sum / T->accum);
+  return st;
+}
+
 /* One iteration: the step (train/step.h), then the bookkeeping; logs when due. Reads the loss
- * back (a sync) only when logging or recording every loss. */
+ * back (a sync) only when logging or recording every loss; with several ranks it is the mean
+ * of the ranks' losses (a gather). */
 static nt_status train_step(nt_trainer *T) {
   const nt_train_options *o = T->o;
   nt_ctx *ctx = T->ctx;
@@ -293,7 +348,16 @@ static nt_status train_step(nt_trainer *T) {
   if (profile && T->iter == o->profile_iters.from) nt_profiler_range(ctx, true);
   /* the lr as the kernels always got it: rounded to fp32 */
   double lr = (double)(float)nt_schedule_lr(&T->sched, T->iter);
-  nt_status st = nt_step_run(ctx, T->step, lr);
+  int64_t next = T->iter + 1;
+  bool due = o->log_interval > 0 && (next % o->log_interval == 0 || next == T->total_iters);
+  float l = NAN;
+  nt_status st;
+  if (T->accum == 1) {
+    st = nt_step_run(ctx, T->step, lr);
+  } else {
+    st = forward_backward(T, o->record_losses || due, &l);
+    if (!st) st = nt_step_update(ctx, T->step, lr);
+  }
   if (st) return st;
   if (profile && T->iter + 1 == o->profile_iters.to) nt_profiler_range(ctx, false);
   nt_mem_get_stats(ctx, &m1);
@@ -302,23 +366,34 @@ static nt_status train_step(nt_trainer *T) {
   T->res->used_cuda_graph = nt_step_uses_graph(T->step);
   T->iter++;
   T->res->steps = T->iter;
-  bool due = o->log_interval > 0 && (T->iter % o->log_interval == 0 || T->iter == T->total_iters);
   if (due && T->ev_end) st = nt_event_record(ctx, T->ev_end, NULL);
   if (st || !(o->record_losses || due)) return st;
-  float l;
-  st = nt_model_read_scalar(ctx, T->model->ops->loss(T->model), &l);
-  if (st) return st;
+  if (T->accum == 1) st = nt_model_read_scalar(ctx, T->model->ops->loss(T->model), &l);
+  double one[1], *rank_loss = T->world > 1 ? calloc((size_t)T->world, sizeof *rank_loss) : one;
+  if (!st && !rank_loss) st = NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for the ranks' losses");
+  if (!st) st = nt_trainer_gather(T, (double)l, rank_loss);
+  if (!st && T->world > 1) {   /* equal batches: the global loss is the ranks' mean */
+    double sum = 0;
+    for (int r = 0; r < T->world; r++) sum += rank_loss[r];
+    l = (float)(sum / T->world);
+  }
+  if (st) {
+    if (rank_loss != one) free(rank_loss);
+    return st;
+  }
   T->res->last_loss = l;
   if (o->record_losses) {
     int64_t k = T->res->n_losses;
     double *nl = realloc(T->res->losses, (size_t)(k + 1) * sizeof *nl);
-    if (!nl) return NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for the loss history");
-    if (k == 0) T->res->first_step = T->iter - 1;
-    nl[k] = l;
-    T->res->losses = nl;
-    T->res->n_losses = k + 1;
+    if (!nl) st = NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for the loss history");
+    if (nl && k == 0) T->res->first_step = T->iter - 1;
+    if (nl) nl[k] = l;
+    if (nl) T->res->losses = nl;
+    if (nl) T->res->n_losses = k + 1;
   }
-  return due ? log_step(T, l) : NT_OK;
+  if (!st && due) st = log_step(T, l, rank_loss);
+  if (rank_loss != one) free(rank_loss);
+  return st;
 }
 
 /* An evaluation record: printed, JSONL, Prometheus. */
@@ -335,7 +410,7 @@ static nt_status log_eval(nt_trainer *T, const nt_eval_result *e) {
   m.accuracy = e->accuracy;
   m.elapsed_s = nt_now_s() - T->t_start;
   fill_memory(T, &m);
-  nt_status st = T->log ? nt_metrics_log_write(T->ctx, T->log, &m) : NT_OK;
+  nt_status st = T->log ? nt_metrics_log_write(T->ctx, T->log, &m) : NT_OK;   /* rank 0 */
   /* the Prometheus file keeps the latest training gauges plus the evaluation's */
   nt_train_metrics p = T->last_train.model ? T->last_train : m;
   p.kind = "train";
@@ -357,12 +432,31 @@ static nt_status log_eval(nt_trainer *T, const nt_eval_result *e) {
   return st;
 }
 
+/* Data parallel: the whole parameters an evaluation gathers (FULL_SHARD) and a consolidated
+ * checkpoint are not training memory. The training peak so far is kept and the pool's peak
+ * restarts after them, so the report compares training with memest's formula. */
+static void keep_train_peak(nt_trainer *T) {
+  nt_mem_stats ms;
+  nt_mem_get_stats(T->ctx, &ms);
+  if (ms.peak_allocated > T->train_peak) T->train_peak = ms.peak_allocated;
+}
+
+static nt_status save(nt_trainer *T) {
+  if (T->fsdp) keep_train_peak(T);
+  nt_status st = nt_trainer_save(T);
+  if (T->fsdp) nt_mem_reset_peak(T->ctx);
+  return st;
+}
+
 /* The model's evaluation, recorded in the result and logged; the best held-out loss is kept
  * (not at step 0, as nanoGPT) and a checkpoint written when the model wants one after every
  * evaluation or the loss improved. final: the end-of-run evaluation (the run saves after it). */
 static nt_status evaluate(nt_trainer *T, bool final) {
   nt_eval_result e = {NAN, NAN, NAN, NAN, false};
-  nt_status st = T->model->ops->evaluate(T->ctx, T->model, &e);
+  if (T->fsdp) keep_train_peak(T);
+  nt_status st = nt_trainer_unshard(T);   /* FULL_SHARD: whole parameters while evaluating */
+  if (!st) st = T->model->ops->evaluate(T->ctx, T->model, &e);
+  nt_trainer_reshard(T);
   nt_train_result *r = T->res;
   r->train_loss = e.train_loss;
   r->val_loss = e.val_loss;
@@ -374,7 +468,8 @@ static nt_status evaluate(nt_trainer *T, bool final) {
   double held = e.has_val ? e.val_loss : e.test_loss;
   bool improved = (final || T->iter > 0) && held < T->best_val;
   if (improved) T->best_val = held;
-  if (T->model->checkpoint_every_eval || (improved && !final)) st = nt_trainer_save(T);
+  if (T->fsdp) nt_mem_reset_peak(T->ctx);
+  if (T->model->checkpoint_every_eval || (improved && !final)) st = save(T);
   if (!st) st = window_start(T);   /* evaluation time is not step time */
   return st;
 }
@@ -403,9 +498,9 @@ static nt_status train_loop(nt_trainer *T) {
       epoch_open = true;
       if (st) break;
     }
-    bool end = false;
+    bool end = nb > 0 && T->batch_in_epoch + T->accum > nb;   /* no partial accumulation */
     double wait = 0;
-    st = md->ops->next_batch(ctx, md, T->iter, &T->batch, &end, &wait);
+    if (!end) st = md->ops->next_batch(ctx, md, T->iter * T->accum, &T->batch, &end, &wait);
     T->wait_s += wait;
     if (st) break;
     if (end) {
@@ -417,33 +512,46 @@ static nt_status train_loop(nt_trainer *T) {
     st = train_step(T);
     if (!st && o->checkpoint_interval > 0 && T->iter % o->checkpoint_interval == 0 &&
         T->iter < T->total_iters)
-      st = nt_trainer_save(T);
+      st = save(T);
   }
   /* the run ended exactly at an epoch's end */
-  if (!st && nb > 0 && T->batch_in_epoch >= nb) st = end_epoch(T);
+  if (!st && nb > 0 && T->batch_in_epoch + T->accum > nb) st = end_epoch(T);
   /* the final evaluation (when the run evaluates at all and not already at this step), then
    * the final checkpoint */
   if (!st && (o->eval_interval > 0 || nb > 0) && T->last_eval_iter != T->iter)
     st = evaluate(T, true);
   T->res->best_val_loss = T->best_val < 1e30 ? T->best_val : NAN;
-  if (!st && T->last_save_iter != T->iter) st = nt_trainer_save(T);
+  if (!st && T->last_save_iter != T->iter) st = save(T);
   return st;
 }
 
 /* End of run: throughput and peak memory next to the estimate. */
-static void report(nt_trainer *T) {
+/* End of run: throughput and peak memory next to the estimate (memest's formula for the
+ * strategy and world size); with several ranks, every rank's peak (a gather). */
+static nt_status report(nt_trainer *T) {
   nt_mem_stats ms;
   nt_mem_get_stats(T->ctx, &ms);
+  if (T->fsdp && T->train_peak > ms.peak_allocated) ms.peak_allocated = T->train_peak;
   const nt_mem_estimate *est = &T->model->estimate;
   T->res->peak_bytes = ms.peak_allocated;
   T->res->estimate_bytes = (size_t)est->total;
   T->res->items_per_sec = T->last_ips;
   T->res->step_ms = T->last_step_ms;
-  if (T->o->quiet) return;
-  if (T->bar) fprintf(T->out, "\n");
-  fprintf(T->out, "memory (%s, %s): estimate vs measured peak\n",
-          nt_ctx_is_cuda(T->ctx) ? "GPU" : "CPU", nt_dtype_name(T->model->compute));
-  nt_memest_print(T->out, est, (double)ms.peak_allocated);
+  double *peaks = calloc((size_t)T->world, sizeof *peaks);
+  if (!peaks) return NT_ERROR(T->ctx, NT_ERR_OOM, "out of host memory for the ranks' peaks");
+  nt_status st = nt_trainer_gather(T, (double)ms.peak_allocated, peaks);
+  if (!st && !T->o->quiet && T->rank == 0) {
+    if (T->bar) fprintf(T->out, "\n");
+    fprintf(T->out, "memory (%s, %s, %s, %d rank%s): estimate per rank vs measured peak\n",
+            nt_ctx_is_cuda(T->ctx) ? "GPU" : "CPU", nt_dtype_name(T->model->compute),
+            nt_sharding_name(T->o->dist.fsdp.strategy), T->world, T->world > 1 ? "s" : "");
+    nt_memest_print(T->out, est, (double)ms.peak_allocated);
+    for (int r = 0; T->world > 1 && r < T->world; r++)
+      fprintf(T->out, "rank %d: measured peak %.2f MiB, memest %.2f MiB\n", r,
+              peaks[r] / 1048576.0, est->total / 1048576.0);
+  }
+  free(peaks);
+  return st;
 }
 
 static const struct {
@@ -468,6 +576,11 @@ nt_status nt_train_run(nt_ctx *ctx, const nt_train_options *o, nt_train_result *
                     o->growth_interval);
   if (o->world_size < 1 || o->rank < 0 || o->rank >= o->world_size)
     return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "rank %d of world size %d", o->rank, o->world_size);
+  if (o->dist.comm && (nt_comm_rank(o->dist.comm) != o->rank ||
+                       nt_comm_world(o->dist.comm) != o->world_size))
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "rank %d of %d, but the communicator's is %d of %d",
+                    o->rank, o->world_size, nt_comm_rank(o->dist.comm),
+                    nt_comm_world(o->dist.comm));
   nt_model_create_fn create = NULL;
   for (size_t i = 0; i < sizeof model_table / sizeof model_table[0]; i++)
     if (model_table[i].kind == o->model) create = model_table[i].create;
@@ -478,6 +591,10 @@ nt_status nt_train_run(nt_ctx *ctx, const nt_train_options *o, nt_train_result *
   T.o = o;
   T.res = res;
   T.out = o->out ? o->out : stdout;
+  T.comm = o->dist.comm;
+  T.rank = o->rank;
+  T.world = o->world_size;
+  T.accum = o->dist.grad_accum_steps > 1 ? o->dist.grad_accum_steps : 1;
   /* the precision policy decides the compute dtype, the scaler and TF32 (amp/policy.h) */
   nt_status st = nt_policy_make(ctx, o->precision, &T.pol);
   if (st) return st;
@@ -486,16 +603,30 @@ nt_status nt_train_run(nt_ctx *ctx, const nt_train_options *o, nt_train_result *
   memset(&side, 0, sizeof side);
   if (o->resume) st = nt_trainer_read_sidecar(ctx, o->resume, &side);
   if (!st) st = create(ctx, o, &T.pol, o->resume ? nt_json_get(&side, "config") : NULL, &T.model);
-  /* the context's stream drives dropout: its own per rank (rank 0: seed + 2) */
-  nt_ctx_manual_seed(ctx, o->seed + 2 + (uint64_t)o->rank * 0x9E3779B97F4A7C15ULL);
+  /* the context's stream drives dropout: one stream per rank (rank 0's is the one-process
+   * stream) */
+  nt_ctx_manual_seed(ctx, nt_train_dropout_seed(o->seed + 2, o->rank));
   nt_ctx_set_rng_offset(ctx, 0);
   if (!st) st = trainer_init(&T);
   if (!st && o->resume) st = nt_trainer_restore(&T, &side);
-  if (!st) nt_trainer_print(&T, "%s\n", T.model->summary);
+  if (!st) {
+    res->global_batch = T.model->items_per_step * T.world * T.accum;
+    nt_trainer_print(&T, "%s\n", T.model->summary);
+    if (T.world > 1 || T.accum > 1 || T.fsdp)
+      nt_trainer_print(&T, "data parallel: %d rank%s (%s), %s, %d micro-step%s per step: global "
+                       "batch %lld %s\n", T.world, T.world > 1 ? "s" : "",
+                       T.comm ? nt_comm_backend_name(nt_comm_backend_of(T.comm)) : "local",
+                       nt_sharding_name(o->dist.fsdp.strategy), T.accum, T.accum > 1 ? "s" : "",
+                       (long long)res->global_batch, T.model->ops->items);
+  }
   if (!st) st = train_loop(&T);
-  if (!st) report(&T);
-  if (!st && T.model->ops->after_training)
-    st = T.model->ops->after_training(ctx, T.model, res, o->quiet ? NULL : T.out);
+  if (!st) st = report(&T);
+  if (!st && T.model->ops->after_training) {
+    st = nt_trainer_unshard(&T);
+    if (!st)
+      st = T.model->ops->after_training(ctx, T.model, res, o->quiet || T.rank ? NULL : T.out);
+    nt_trainer_reshard(&T);
+  }
   trainer_free(&T);
   nt_json_free(&side);
   return st;

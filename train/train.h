@@ -12,6 +12,7 @@
 #include "models/cnn.h"
 #include "models/gpt.h"
 #include "amp/policy.h"
+#include "dist/fsdp.h"
 NT_EXTERN_C_BEGIN
 
 typedef enum { NT_MODEL_GPT = 0, NT_MODEL_CNN } nt_model_kind;
@@ -66,6 +67,24 @@ typedef struct {
                                 * (nt_profiler_range); from >= to: none */
   } profile_iters;
   FILE *out;                   /* where progress goes (stdout when NULL) */
+  /* Sharded data parallel (dist/, docs/sharding.md). comm NULL: one process, and with
+   * NO_SHARD the run is exactly the one-process path (no FSDP runtime; the CUDA graph unless
+   * accumulating). Otherwise every rank of comm (its rank and world are rank and world_size
+   * above) runs nt_train_run with the same options:
+   * the batch is per rank (global batch = batch_size x world x grad_accum_steps); the GPT's
+   * rank r draws rows [r*B, (r+1)*B) of the global batch a single process with batch N*B
+   * would draw, the CNN's loader takes DistributedSampler's share; dropout streams differ per
+   * rank; only rank 0 prints and writes files (every rank's loss and peak memory are in
+   * metrics.jsonl). Checkpoints are consolidated (rank 0 writes the whole fp32 state); a
+   * resume reshards them at any world size. */
+  struct {
+    nt_comm *comm;               /* not owned; NULL = world 1 (LOCAL semantics) */
+    nt_fsdp_options fsdp;        /* strategy, prefetch, reduce dtype; param_dtype is the
+                                  * precision policy's compute dtype (set by the trainer) */
+    bool param_dtype_given;      /* fsdp.param_dtype was given: it must then equal the
+                                  * policy's compute dtype */
+    int grad_accum_steps;        /* K >= 1 micro-steps per optimizer step (no_sync on K-1) */
+  } dist;
 } nt_train_options;
 
 /* nanoGPT shakespeare_char defaults for the GPT; AdamW 1e-3 / cosine / 10 epochs for the CNN. */
@@ -90,6 +109,7 @@ typedef struct {
   double *losses;              /* record_losses: loss of step i at losses[i - first_step] */
   int64_t first_step, n_losses;
   char *sample;                /* sample_tokens: the generated text (NUL-terminated) */
+  int64_t global_batch;        /* items per optimizer step over all ranks and micro-steps */
 } nt_train_result;
 
 nt_status nt_train_run(nt_ctx *ctx, const nt_train_options *o, nt_train_result *res);

@@ -1,20 +1,42 @@
 /* Checkpoints of a training run: the model's tensors and AdamW's moments in a safetensors file
  * (models/checkpoint.h), everything else (optimizer step, scaler, RNG, loop position, the
- * model's config) in a JSON sidecar; a resume restores all of it, so it continues bit-identically. */
+ * model's config) in a JSON sidecar; a resume restores all of it, so it continues bit-identically.
+ * Data parallel: the checkpoint is consolidated (the same files as one process: rank 0 writes
+ * the whole fp32 state, gathered from every rank's shards under the sharded strategies), and a
+ * resume at any world size reads it whole and keeps this rank's shards (train/train_dist.c). */
 #include "train/train_internal.h"
 #include "models/checkpoint.h"
 #include <stdlib.h>
 #include <string.h>
 
+static bool sharded(const nt_trainer *T) {
+  return T->fsdp && T->o->dist.fsdp.strategy != NT_SHARD_NO_SHARD;
+}
+
 nt_status nt_trainer_save(nt_trainer *T) {
   const nt_train_options *o = T->o;
   if (!o->out_dir) return NT_OK;
   nt_ctx *ctx = T->ctx;
+  /* every rank takes part in the gathers; rank 0 writes */
+  nt_trainer_whole whole;
+  memset(&whole, 0, sizeof whole);
+  if (sharded(T)) {
+    nt_status st = nt_trainer_consolidate(T, &whole, true);
+    if (st) return st;
+  }
+  if (T->rank != 0) {
+    nt_trainer_whole_free(T, &whole);
+    T->last_save_iter = T->iter;
+    return NT_OK;
+  }
   int32_t step = 0;
   nt_scaler_state ss;
   nt_status st = nt_adamw_get_step(ctx, T->opt.adamw, &step);
   if (!st) st = nt_scaler_state_get(ctx, T->opt.scaler, &ss);
-  if (st) return st;
+  if (st) {
+    nt_trainer_whole_free(T, &whole);
+    return st;
+  }
   nt_jw w = {0};
   nt_jw_begin(&w, '{');
   nt_jw_key(&w, "format");
@@ -95,6 +117,8 @@ nt_status nt_trainer_save(nt_trainer *T) {
   nt_jw_u64(&w, T->epoch);
   nt_jw_key(&w, "batch");
   nt_jw_i64(&w, T->batch_in_epoch);
+  nt_jw_key(&w, "samples");   /* of the epoch over every rank: a resume at another N */
+  nt_jw_i64(&w, T->batch_in_epoch * o->batch_size * T->world);
   nt_jw_key(&w, "seed");
   nt_jw_u64(&w, o->seed);
   nt_jw_end(&w, '}');
@@ -114,12 +138,22 @@ nt_status nt_trainer_save(nt_trainer *T) {
   nt_jw_i64(&w, o->lr_decay_iters);
   nt_jw_key(&w, "grad_clip");
   nt_jw_num(&w, o->grad_clip);
+  nt_jw_key(&w, "world_size");
+  nt_jw_i64(&w, T->world);
+  nt_jw_key(&w, "grad_accum_steps");
+  nt_jw_i64(&w, T->accum);
+  nt_jw_key(&w, "sharding_strategy");
+  nt_jw_str(&w, nt_sharding_name(o->dist.fsdp.strategy));
   nt_jw_end(&w, '}');
   nt_jw_end(&w, '}');
   char *json = nt_jw_finish(&w);
-  if (!json) return NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for the checkpoint sidecar");
-  st = nt_checkpoint_save(ctx, o->out_dir, T->model->params, T->opt.adamw, json);
+  if (!json) st = NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for the checkpoint sidecar");
+  if (!st && sharded(T))
+    st = nt_trainer_host_error(T, nt_checkpoint_save(T->host, o->out_dir, &whole.params,
+                                                     whole.adamw, json));
+  else if (!st) st = nt_checkpoint_save(ctx, o->out_dir, T->model->params, T->opt.adamw, json);
   free(json);
+  nt_trainer_whole_free(T, &whole);
   if (!st) T->last_save_iter = T->iter;
   if (!st) nt_trainer_print(T, "saved checkpoint to %s/ckpt.{safetensors,json} (step %lld)\n",
                             o->out_dir, (long long)T->iter);
@@ -146,7 +180,18 @@ nt_status nt_trainer_restore(nt_trainer *T, const nt_json *root) {
   if (strcmp(model, T->model->ops->name))
     return NT_ERROR(ctx, NT_ERR_FORMAT, "%s: a '%s' checkpoint cannot resume a '%s' run", where,
                     model, T->model->ops->name);
-  nt_status st = nt_checkpoint_load_tensors(ctx, where, T->model->params, T->opt.adamw);
+  nt_status st;
+  if (sharded(T)) {   /* the whole state, then this rank's shards of it */
+    nt_trainer_whole whole;
+    st = nt_trainer_consolidate(T, &whole, false);
+    if (!st)
+      st = nt_trainer_host_error(T, nt_checkpoint_load_tensors(T->host, where, &whole.params,
+                                                               whole.adamw));
+    if (!st) st = nt_trainer_scatter(T, &whole);
+    nt_trainer_whole_free(T, &whole);
+  } else {
+    st = nt_checkpoint_load_tensors(ctx, where, T->model->params, T->opt.adamw);
+  }
   if (st) return st;
   const nt_json *opt = nt_json_get(root, "optimizer"), *sc = nt_json_get(root, "scaler");
   const nt_json *rng = nt_json_get(root, "rng"), *ld = nt_json_get(root, "loader");
@@ -170,11 +215,23 @@ nt_status nt_trainer_restore(nt_trainer *T, const nt_json *root) {
   ss.skipped_total = nt_json_get_i64(sc, "skipped_total", ss.skipped_total);
   if (nt_scaler_enabled(T->opt.scaler)) st = nt_scaler_state_set(ctx, T->opt.scaler, &ss);
   if (st) return st;
-  nt_ctx_manual_seed(ctx, nt_json_u64(nt_json_get(rng, "seed"), nt_ctx_seed(ctx)));
+  /* the file holds rank 0's dropout stream; the other ranks derive theirs from it */
+  uint64_t seed = nt_json_u64(nt_json_get(rng, "seed"), nt_train_dropout_seed(T->o->seed + 2, 0));
+  nt_ctx_manual_seed(ctx, nt_train_dropout_seed(seed, T->rank));
   nt_ctx_set_rng_offset(ctx, nt_json_u64(nt_json_get(rng, "offset"), 0));
   T->iter = T->iter_last = nt_json_get_i64(root, "iter", 0);
   T->epoch = nt_json_u64(nt_json_get(ld, "epoch"), 0);
   T->batch_in_epoch = nt_json_get_i64(ld, "batch", 0);
+  /* another world size: the same position in samples (DistributedSampler's global batches
+   * are the same sets when batch x N is) */
+  int64_t samples = nt_json_get_i64(ld, "samples", -1), per_batch = T->o->batch_size * T->world;
+  if (samples >= 0) {
+    if (samples % per_batch)
+      return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "%s: resuming %lld samples into the epoch with "
+                      "%d rank(s) of batch %lld: not a whole number of batches", where,
+                      (long long)samples, T->world, (long long)T->o->batch_size);
+    T->batch_in_epoch = samples / per_batch;
+  }
   T->best_val = nt_json_get_num(root, "best_val_loss", 1e30);
   T->res->steps = T->iter;
   nt_trainer_print(T, "resumed from %s at step %lld (epoch %llu, batch %lld)\n", where,

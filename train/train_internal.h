@@ -39,9 +39,55 @@ typedef struct {
   double last_ips, last_step_ms;
   bool bar;
   nt_train_metrics last_train;  /* the latest train record (the Prometheus file's base) */
+  /* data parallel (train/train_dist.c); fsdp NULL: the one-process path */
+  int rank, world, accum;
+  nt_comm *comm;                /* o->dist.comm, or a LOCAL one owned here (own_comm) */
+  bool own_comm;
+  nt_fsdp *fsdp;
+  nt_unit_hooks unit_hooks;
+  nt_step_hooks step_hooks;
+  nt_grad_range *ranges;
+  nt_tensor *unsharded;         /* FULL_SHARD: whole compute units while evaluating */
+  nt_ctx *host;                 /* a CPU context: the consolidated state lives in host memory */
+  size_t train_peak;            /* the peak allocated by training (evaluations excluded) */
 } nt_trainer;
 
+/* The dropout stream's seed of a rank (rank 0: base itself, as one process). */
+static inline uint64_t nt_train_dropout_seed(uint64_t base, int rank) {
+  return base + (uint64_t)rank * 0x9E3779B97F4A7C15ULL;
+}
+
 void nt_trainer_print(nt_trainer *T, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Data parallel (train/train_dist.c). */
+/* Builds the FSDP runtime over the model's parameters, the optimizer over the owned shards and
+ * the step's hooks and owned gradient ranges (into so); T->fsdp stays NULL on the one-process
+ * path (no communicator at world 1 with NO_SHARD), and then nothing here is needed. */
+nt_status nt_trainer_dist_init(nt_trainer *T, const nt_optimizer_options *oo,
+                               nt_step_options *so);
+void nt_trainer_dist_free(nt_trainer *T);
+/* Stops with a clear error when the ranks' configurations differ. */
+nt_status nt_trainer_check_config(nt_trainer *T);
+/* Every rank's value of x into all[world] (all ranks call it; world 1: a copy). */
+nt_status nt_trainer_gather(nt_trainer *T, double x, double *all);
+/* FULL_SHARD: gathers every unit whole for an evaluation or sampling, and back (no-ops
+ * otherwise). */
+nt_status nt_trainer_unshard(nt_trainer *T);
+void nt_trainer_reshard(nt_trainer *T);
+/* The whole fp32 state for a consolidated checkpoint, in host memory (T->host's tensors): a
+ * parameter set with whole master buffers and an AdamW over them holding the moments (built on
+ * every rank: the gathers are collective); nt_trainer_scatter puts such a state back into this
+ * rank's shards. Errors of T->host are carried over to T->ctx. */
+typedef struct {
+  nt_params params;
+  nt_adamw *adamw;
+  nt_tensor *whole;
+} nt_trainer_whole;
+nt_status nt_trainer_consolidate(nt_trainer *T, nt_trainer_whole *w, bool gather);
+nt_status nt_trainer_scatter(nt_trainer *T, nt_trainer_whole *w);
+void nt_trainer_whole_free(nt_trainer *T, nt_trainer_whole *w);
+/* st (a failure on T->host) with T->host's message moved to T->ctx. */
+nt_status nt_trainer_host_error(nt_trainer *T, nt_status st);
 
 /* Checkpoints (train/train_checkpoint.c). */
 nt_status nt_trainer_save(nt_trainer *T);

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Multi-rank runs of the nanotrain program against one process (tests/dist_nanotrain.cmake
+# lists the cases). Usage: dist_nanotrain.sh MODE NANOTRAIN MPIEXEC WORKDIR ARGS...
+#   ref     MODEL N                 one process, batch N x 4 (the reference of N ranks)
+#   compare MODEL N STRATEGY [K]    N ranks, batch 4 each (K micro-steps per step: gradient
+#                                   accumulation), against `ref MODEL N*K`: every training
+#                                   loss and every tensor of the final checkpoint
+#   resume  STAGE N STRATEGY STEPS [last]   GPT, global batch 12: resumes stage STAGE-1's
+#                                   checkpoint (none for stage 1) with N ranks up to STEPS and
+#                                   compares the stage's losses (the last stage also the
+#                                   weights) with `ref gpt 3` (one process, batch 12)
+#   cnn_resume                      the CNN stopped mid-epoch by 2 ranks (FULL_SHARD), resumed
+#                                   by one process: the rest of the epoch as `ref cnn 2`
+#   killed  N                       kills rank 1 mid-run: mpirun must end non-zero in time
+#   mismatch                        two ranks with different --lr: a clear error
+# Exit 77 (skipped) without mpirun, numpy or the data.
+set -u
+mode=$1 nt=$2 mpiexec=$3 work=$4
+shift 4
+here=$(cd "$(dirname "$0")" && pwd)
+compare="python3 $here/dist_compare_runs.py"
+[ -x "$mpiexec" ] || command -v "$mpiexec" >/dev/null || { echo "no mpirun: skipped"; exit 77; }
+python3 -c "import numpy" 2>/dev/null || { echo "numpy missing: skipped"; exit 77; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
+mpi() { local n=$1; shift; "$mpiexec" -np "$n" --oversubscribe --bind-to none "$@"; }
+mkdir -p "$work"
+
+# fp32, no dropout; AdamW's eps 1e-6 keeps entries whose gradient is rounding noise (the
+# attention's key bias) from being amplified to full-size updates that no tolerance survives
+common=(--device cpu --dtype fp32 --dropout 0 --eps 1e-6 --log-interval 1 --no-progress
+        --num-workers 0 --quiet)
+gpt=(gpt "${common[@]}" --n-layer 2 --n-head 2 --n-embd 32 --block-size 32 --eval-interval 0)
+if [ -f "${NT_DATA_DIR:-/nonexistent}/tinyshakespeare.txt" ]; then
+  gpt+=(--data shakespeare)
+else
+  gpt+=(--data synthetic --vocab-size 64)
+fi
+# the CNN: 20 steps of one epoch, the subset a multiple of the global batch
+cnn_args() { echo cnn "${common[@]}" --widths 4,8,16 --epochs 1 --test-subset 64 \
+                  --train-subset $((80 * $1)); }
+
+case $mode in
+ref)
+  model=$1 n=$2
+  if [ "$model" = gpt ]; then args=("${gpt[@]}" --max-iters 20); else read -ra args <<<"$(cnn_args "$n")"; fi
+  rm -rf "$work/ref_${model}_$n"
+  exec "$nt" "${args[@]}" --batch-size $((4 * n)) --out-dir "$work/ref_${model}_$n"
+  ;;
+compare)
+  model=$1 n=$2 strategy=$3 k=${4:-1}
+  if [ "$model" = gpt ]; then args=("${gpt[@]}" --max-iters 20); else read -ra args <<<"$(cnn_args $((n * k)))"; fi
+  out="$work/${model}_${strategy}_${n}x$k"
+  rm -rf "$out"
+  mpi "$n" "$nt" "${args[@]}" --batch-size 4 --sharding-strategy "$strategy" \
+      --grad-accum-steps "$k" --out-dir "$out" || exit 1
+  exec $compare "$out" "$work/ref_${model}_$((n * k))"
+  ;;
+resume)
+  stage=$1 n=$2 strategy=$3 steps=$4 last=${5:-}
+  out="$work/resume_$stage"
+  rm -rf "$out"
+  from=()
+  if [ "$stage" -gt 1 ]; then from=(--resume "$work/resume_$((stage - 1))"); fi
+  mpi "$n" "$nt" "${gpt[@]}" --max-iters "$steps" --batch-size $((12 / n)) \
+      --sharding-strategy "$strategy" --out-dir "$out" "${from[@]}" || exit 1
+  first=$(( steps - 4 ))
+  if [ "$last" = last ]; then
+    exec $compare "$out" "$work/ref_gpt_3" --first-step "$first"
+  fi
+  exec $compare "$out" "$work/ref_gpt_3" --first-step "$first" --losses-only
+  ;;
+cnn_resume)
+  read -ra args <<<"$(cnn_args 2)"
+  rm -rf "$work/cnn_resume_a" "$work/cnn_resume_b"
+  mpi 2 "$nt" "${args[@]}" --batch-size 4 --max-iters 10 --sharding-strategy FULL_SHARD \
+      --out-dir "$work/cnn_resume_a" || exit 1
+  "$nt" "${args[@]}" --batch-size 8 --resume "$work/cnn_resume_a" \
+      --out-dir "$work/cnn_resume_b" || exit 1
+  exec $compare "$work/cnn_resume_b" "$work/ref_cnn_2" --first-step 11
+  ;;
+killed)
+  n=$1
+  log="$work/killed.log"
+  start=$(date +%s)
+  "$mpiexec" -np "$n" --oversubscribe --bind-to none "$nt" "${gpt[@]}" --max-iters 100000 \
+      --batch-size 4 --sharding-strategy FULL_SHARD --dist-timeout 5 >"$log" 2>&1 &
+  job=$!
+  victim=""
+  for _ in $(seq 1 100); do   # rank 1: the second child of mpirun, once all are up
+    mapfile -t kids < <(pgrep -P "$job" | sort -n)
+    if [ "${#kids[@]}" -ge "$n" ]; then victim=${kids[1]}; break; fi
+    sleep 0.1
+  done
+  [ -n "$victim" ] || { kill "$job"; echo "FAIL: the ranks did not start"; exit 1; }
+  sleep 2
+  kill -9 "$victim"
+  for _ in $(seq 1 300); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$job" 2>/dev/null; then kill "$job"; echo "FAIL: still running 30 s after the kill"; exit 1; fi
+  wait "$job"
+  rc=$?
+  cat "$log"
+  echo "mpirun exited $rc, $(( $(date +%s) - start )) s after the start"
+  [ "$rc" -ne 0 ] || { echo "FAIL: exit status 0"; exit 1; }
+  echo OK
+  ;;
+mismatch)
+  args=("${gpt[@]}" --max-iters 3 --batch-size 4 --dist-timeout 10)
+  "$mpiexec" --oversubscribe --bind-to none -np 1 "$nt" "${args[@]}" --lr 1e-3 : \
+             -np 1 "$nt" "${args[@]}" --lr 2e-3 2>&1
+  rc=$?
+  echo "mpirun exited $rc"
+  [ "$rc" -ne 0 ] || { echo "FAIL: exit status 0"; exit 1; }
+  ;;
+*)
+  echo "unknown mode $mode"
+  exit 2
+  ;;
+esac
