@@ -58,6 +58,10 @@ if(TARGET nanotrain)
   add_test(NAME train_cli_sigterm COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/sigterm.sh ${nt}
            ${CMAKE_CURRENT_BINARY_DIR}/train_cli_sigterm)
   set_tests_properties(train_cli_sigterm PROPERTIES LABELS cpu)
+  # A failed checkpoint write warns, training goes on and saves later (tests/cli/save_fail.sh)
+  add_test(NAME train_cli_save_fail COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/save_fail.sh ${nt}
+           ${CMAKE_CURRENT_BINARY_DIR}/train_cli_save_fail)
+  set_tests_properties(train_cli_save_fail PROPERTIES LABELS cpu)
   # The checkpoint read back as a numpy / PyTorch user would (tests/check_safetensors.py).
   find_program(NT_PYTHON3 python3)
   if(NT_PYTHON3)

@@ -4,6 +4,7 @@
 #include "train/train_internal.h"
 #include "core/cuda_util.h"
 #include "models/checkpoint.h"
+#include "core/stop.h"
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -46,6 +47,7 @@ nt_train_options nt_train_defaults(nt_model_kind model) {
     o.warmup_iters = 100;
     o.lr_decay_iters = 5000;
     o.eval_interval = 250;
+    o.checkpoint_interval = 250;
     o.eval_iters = 200;
     o.log_interval = 10;
   } else {
@@ -188,11 +190,19 @@ static void fill_memory(nt_trainer *T, nt_train_metrics *m) {
   m->mem_peak = (double)ms.peak_allocated;
 }
 
-static nt_status write_metrics(nt_trainer *T, const nt_train_metrics *m, bool prom) {
-  nt_status st = NT_OK;
-  if (T->log) st = nt_metrics_log_write(T->ctx, T->log, m);
-  if (!st && prom && T->prom_path[0]) st = nt_metrics_prometheus_write(T->ctx, T->prom_path, m);
-  return st;
+/* A metrics file that cannot be written (full disk, removed out-dir) costs a warning, not the
+ * run: the first failure and then every 100th are reported. */
+static void metrics_failed(nt_trainer *T) {
+  if (T->res->failed_metrics++ % 100) return;
+  if (T->bar) fprintf(T->out, "\n");
+  fprintf(stderr, "nanotrain: warning: metrics not written (%s); training goes on\n",
+          nt_last_error(T->ctx));
+}
+
+static void write_metrics(nt_trainer *T, const nt_train_metrics *m, bool prom) {
+  if (T->log && nt_metrics_log_write(T->ctx, T->log, m)) metrics_failed(T);
+  if (prom && T->prom_path[0] && nt_metrics_prometheus_write(T->ctx, T->prom_path, m))
+    metrics_failed(T);
 }
 
 /* A log window starts: now, and (GPU) an event on the compute stream. */
@@ -250,7 +260,7 @@ static nt_status log_step(nt_trainer *T, float loss) {
   bool prom = o->metrics_interval <= 0 || T->iter % o->metrics_interval == 0 ||
               T->iter == T->total_iters;
   T->last_train = m;
-  st = write_metrics(T, &m, prom);
+  write_metrics(T, &m, prom);
   if (!o->quiet) {
     char eta[32], ips[32];
     fmt_duration(eta, sizeof eta, (double)(T->total_iters - T->iter) * m.step_ms / 1e3);
@@ -277,8 +287,7 @@ static nt_status log_step(nt_trainer *T, float loss) {
   }
   T->iter_last = T->iter;
   T->wait_s = 0;
-  nt_status ws = window_start(T);
-  return st ? st : ws;
+  return window_start(T);
 }
 
 /* One iteration: the step (train/step.h), then the bookkeeping; logs when due. Reads the loss
@@ -322,7 +331,7 @@ static nt_status train_step(nt_trainer *T) {
 }
 
 /* An evaluation record: printed, JSONL, Prometheus. */
-static nt_status log_eval(nt_trainer *T, const nt_eval_result *e) {
+static void log_eval(nt_trainer *T, const nt_eval_result *e) {
   const nt_model *md = T->model;
   double held = e->has_val ? e->val_loss : e->test_loss;
   nt_train_metrics m = nt_train_metrics_empty();
@@ -335,13 +344,14 @@ static nt_status log_eval(nt_trainer *T, const nt_eval_result *e) {
   m.accuracy = e->accuracy;
   m.elapsed_s = nt_now_s() - T->t_start;
   fill_memory(T, &m);
-  nt_status st = T->log ? nt_metrics_log_write(T->ctx, T->log, &m) : NT_OK;
+  write_metrics(T, &m, false);
   /* the Prometheus file keeps the latest training gauges plus the evaluation's */
   nt_train_metrics p = T->last_train.model ? T->last_train : m;
   p.kind = "train";
   p.val_loss = held;
   p.accuracy = e->accuracy;
-  if (!st && T->prom_path[0]) st = nt_metrics_prometheus_write(T->ctx, T->prom_path, &p);
+  if (T->prom_path[0] && nt_metrics_prometheus_write(T->ctx, T->prom_path, &p))
+    metrics_failed(T);
   char where[64];
   if (md->batches_per_epoch > 0)
     snprintf(where, sizeof where, "epoch %llu (step %lld)", (unsigned long long)T->epoch,
@@ -354,27 +364,28 @@ static nt_status log_eval(nt_trainer *T, const nt_eval_result *e) {
   else
     nt_trainer_print(T, "%s: test loss %.4f, test accuracy %.2f%%\n", where, e->test_loss,
                      100 * e->accuracy);
-  return st;
 }
 
 /* The model's evaluation, recorded in the result and logged; the best held-out loss is kept
- * (not at step 0, as nanoGPT) and a checkpoint written when the model wants one after every
- * evaluation or the loss improved. final: the end-of-run evaluation (the run saves after it). */
+ * (not at step 0, as nanoGPT). A model that checkpoints per evaluation (the CNN: every epoch)
+ * or a run without a checkpoint interval saves after it. final: the end-of-run evaluation (the
+ * run saves after it). */
 static nt_status evaluate(nt_trainer *T, bool final) {
   nt_eval_result e = {NAN, NAN, NAN, NAN, false};
   nt_status st = T->model->ops->evaluate(T->ctx, T->model, &e);
+  if (st) return st;
   nt_train_result *r = T->res;
   r->train_loss = e.train_loss;
   r->val_loss = e.val_loss;
   r->test_loss = e.test_loss;
   r->test_accuracy = e.accuracy;
-  if (!st) st = log_eval(T, &e);
-  if (st) return st;
+  log_eval(T, &e);
   T->last_eval_iter = T->iter;
+  T->eval_count++;
   double held = e.has_val ? e.val_loss : e.test_loss;
-  bool improved = (final || T->iter > 0) && held < T->best_val;
-  if (improved) T->best_val = held;
-  if (T->model->checkpoint_every_eval || (improved && !final)) st = nt_trainer_save(T);
+  if ((final || T->iter > 0) && held < T->best_val) T->best_val = held;
+  if (!final && (T->model->checkpoint_every_eval || T->o->checkpoint_interval <= 0))
+    st = nt_trainer_checkpoint(T, false);
   if (!st) st = window_start(T);   /* evaluation time is not step time */
   return st;
 }
@@ -386,6 +397,16 @@ static nt_status end_epoch(nt_trainer *T) {
   return evaluate(T, false);
 }
 
+/* SIGINT / SIGTERM (core/stop.h): the step in flight has finished; save and end the run. */
+static nt_status stop_now(nt_trainer *T) {
+  T->res->stopped = true;
+  T->res->best_val_loss = T->best_val < 1e30 ? T->best_val : NAN;
+  if (T->bar) fprintf(T->out, "\n");
+  fprintf(T->out, "stopping after this step (step %lld)\n", (long long)T->iter);
+  fflush(T->out);
+  return nt_trainer_checkpoint(T, true);
+}
+
 static nt_status train_loop(nt_trainer *T) {
   const nt_train_options *o = T->o;
   nt_ctx *ctx = T->ctx;
@@ -394,9 +415,11 @@ static nt_status train_loop(nt_trainer *T) {
   bool epoch_open = false;
   nt_status st = window_start(T);
   while (!st && T->iter < T->total_iters) {
+    if (nt_stop_requested()) return stop_now(T);
     if (o->eval_interval > 0 && T->iter % o->eval_interval == 0 && T->last_eval_iter != T->iter) {
       st = evaluate(T, false);
       if (st) break;
+      if (nt_stop_requested()) return stop_now(T);
     }
     if (!epoch_open) {
       st = md->ops->start_epoch(ctx, md, T->epoch, T->batch_in_epoch);
@@ -417,7 +440,7 @@ static nt_status train_loop(nt_trainer *T) {
     st = train_step(T);
     if (!st && o->checkpoint_interval > 0 && T->iter % o->checkpoint_interval == 0 &&
         T->iter < T->total_iters)
-      st = nt_trainer_save(T);
+      st = nt_trainer_checkpoint(T, false);
   }
   /* the run ended exactly at an epoch's end */
   if (!st && nb > 0 && T->batch_in_epoch >= nb) st = end_epoch(T);
@@ -426,7 +449,7 @@ static nt_status train_loop(nt_trainer *T) {
   if (!st && (o->eval_interval > 0 || nb > 0) && T->last_eval_iter != T->iter)
     st = evaluate(T, true);
   T->res->best_val_loss = T->best_val < 1e30 ? T->best_val : NAN;
-  if (!st && T->last_save_iter != T->iter) st = nt_trainer_save(T);
+  if (!st) st = nt_trainer_checkpoint(T, true);
   return st;
 }
 

@@ -118,12 +118,28 @@ nt_status nt_trainer_save(nt_trainer *T) {
   nt_jw_end(&w, '}');
   char *json = nt_jw_finish(&w);
   if (!json) return NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for the checkpoint sidecar");
-  st = nt_checkpoint_save(ctx, o->out_dir, T->model->params, T->opt.adamw, json);
+  char saved[4096] = "";
+  st = nt_checkpoint_save_keep(ctx, o->out_dir, T->model->params, T->opt.adamw, json,
+                               o->keep_checkpoints, saved);
   free(json);
-  if (!st) T->last_save_iter = T->iter;
-  if (!st) nt_trainer_print(T, "saved checkpoint to %s/ckpt.{safetensors,json} (step %lld)\n",
-                            o->out_dir, (long long)T->iter);
-  return st;
+  if (st) return st;
+  T->last_save_iter = T->iter;
+  nt_trainer_print(T, "saved checkpoint %s (step %lld)\n", saved, (long long)T->iter);
+  return NT_OK;
+}
+
+nt_status nt_trainer_checkpoint(nt_trainer *T, bool final) {
+  if (!T->o->out_dir || T->last_save_iter == T->iter) return NT_OK;
+  nt_status st = nt_trainer_save(T);
+  if (!st || final) return st;
+  /* the previous checkpoint is whole (a save writes a new directory); the next save point
+   * tries again */
+  T->res->failed_saves++;
+  if (T->bar) fprintf(T->out, "\n");
+  fprintf(stderr, "nanotrain: warning: checkpoint at step %lld not saved (%s); training goes "
+          "on and the next save point tries again\n", (long long)T->iter,
+          nt_last_error(T->ctx));
+  return NT_OK;
 }
 
 nt_status nt_trainer_read_sidecar(nt_ctx *ctx, const char *where, nt_json *root) {

@@ -29,6 +29,7 @@ typedef struct {
   int64_t batch_in_epoch;
   int64_t last_eval_iter, last_save_iter;   /* -1: none in this run */
   double best_val;
+  int64_t eval_count;           /* evaluations run (resumed runs continue the count) */
   /* throughput: a log window runs from one log to the next; on a GPU its time comes from two
    * events recorded on the compute stream (read when the log already synchronizes) */
   double peak_flops;
@@ -45,6 +46,9 @@ void nt_trainer_print(nt_trainer *T, const char *fmt, ...) __attribute__((format
 
 /* Checkpoints (train/train_checkpoint.c). */
 nt_status nt_trainer_save(nt_trainer *T);
+/* A save point: saves unless there is no out-dir or this step is saved already. A failed save
+ * is a warning (counted in res->failed_saves) and the run goes on, except when `final`. */
+nt_status nt_trainer_checkpoint(nt_trainer *T, bool final);
 /* Reads a checkpoint's sidecar (the model config is needed before the model is built). */
 nt_status nt_trainer_read_sidecar(nt_ctx *ctx, const char *where, nt_json *root);
 /* Restores parameters, moments, step, scaler, RNG and loop position from o->resume. */
