@@ -335,13 +335,7 @@ nt_status nt_model_gpt_create(nt_ctx *ctx, const nt_train_options *o, const nt_p
   r->base.impl = r;
   r->o = o;
   nt_gpt_config cfg = o->gpt;
-  if (config) {
-    cfg.n_layer = (int)nt_json_get_i64(config, "n_layer", cfg.n_layer);
-    cfg.n_head = (int)nt_json_get_i64(config, "n_head", cfg.n_head);
-    cfg.n_embd = (int)nt_json_get_i64(config, "n_embd", cfg.n_embd);
-    cfg.block_size = (int)nt_json_get_i64(config, "block_size", cfg.block_size);
-    cfg.vocab_size = (int)nt_json_get_i64(config, "vocab_size", cfg.vocab_size);
-  }
+  (void)config;   /* a resume's shape is in o already (train_checkpoint.c merges it) */
   nt_status st = load_data(ctx, o, r, &cfg);
   nt_dtype dt = pol->compute_dtype;
   int64_t B = o->batch_size, S = cfg.block_size;

@@ -381,7 +381,7 @@ static nt_status evaluate(nt_trainer *T, bool final) {
   r->test_accuracy = e.accuracy;
   log_eval(T, &e);
   T->last_eval_iter = T->iter;
-  T->eval_count++;
+  if (!final) T->eval_count++;   /* the end-of-run report is not part of the run's schedule */
   double held = e.has_val ? e.val_loss : e.test_loss;
   if ((final || T->iter > 0) && held < T->best_val) T->best_val = held;
   if (!final && (T->model->checkpoint_every_eval || T->o->checkpoint_interval <= 0))
@@ -498,19 +498,26 @@ nt_status nt_train_run(nt_ctx *ctx, const nt_train_options *o, nt_train_result *
   nt_trainer T;
   memset(&T, 0, sizeof T);
   T.ctx = ctx;
-  T.o = o;
   T.res = res;
   T.out = o->out ? o->out : stdout;
-  /* the precision policy decides the compute dtype, the scaler and TF32 (amp/policy.h) */
-  nt_status st = nt_policy_make(ctx, o->precision, &T.pol);
-  if (st) return st;
-  nt_policy_apply(ctx, &T.pol);
+  /* a resumed run continues the checkpoint's configuration (train_checkpoint.c) */
+  nt_train_options run = *o;
+  T.o = &run;
   nt_json side;
   memset(&side, 0, sizeof side);
+  nt_status st = NT_OK;
   if (o->resume) st = nt_trainer_read_sidecar(ctx, o->resume, &side);
-  if (!st) st = create(ctx, o, &T.pol, o->resume ? nt_json_get(&side, "config") : NULL, &T.model);
+  if (!st && o->resume) st = nt_trainer_merge_config(ctx, &side, &run);
+  /* the precision policy decides the compute dtype, the scaler and TF32 (amp/policy.h) */
+  if (!st) st = nt_policy_make(ctx, run.precision, &T.pol);
+  if (st) {
+    nt_json_free(&side);
+    return st;
+  }
+  nt_policy_apply(ctx, &T.pol);
+  st = create(ctx, &run, &T.pol, NULL, &T.model);
   /* the context's stream drives dropout: its own per rank (rank 0: seed + 2) */
-  nt_ctx_manual_seed(ctx, o->seed + 2 + (uint64_t)o->rank * 0x9E3779B97F4A7C15ULL);
+  nt_ctx_manual_seed(ctx, run.seed + 2 + (uint64_t)run.rank * 0x9E3779B97F4A7C15ULL);
   nt_ctx_set_rng_offset(ctx, 0);
   if (!st) st = trainer_init(&T);
   if (!st && o->resume) st = nt_trainer_restore(&T, &side);
@@ -518,7 +525,7 @@ nt_status nt_train_run(nt_ctx *ctx, const nt_train_options *o, nt_train_result *
   if (!st) st = train_loop(&T);
   if (!st) report(&T);
   if (!st && T.model->ops->after_training)
-    st = T.model->ops->after_training(ctx, T.model, res, o->quiet ? NULL : T.out);
+    st = T.model->ops->after_training(ctx, T.model, res, run.quiet ? NULL : T.out);
   trainer_free(&T);
   nt_json_free(&side);
   return st;
