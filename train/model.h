@@ -12,8 +12,8 @@
  *   batch source       start_epoch positions the stream, next_batch stages the next batch into
  *                      the model's fixed input buffers (the same addresses every step, so a
  *                      captured step reads them) and says how long it waited for data
- *   write_config       what the checkpoint adds: the model's config object (the create
- *                      function reads it back on resume)
+ *   write_config       what the checkpoint adds: the model's effective shape (the trainer
+ *                      merges it into the options on resume) and the GPT's vocabulary
  *   after_training     optional (sampling text), then free */
 #ifndef NT_TRAIN_MODEL_H
 #define NT_TRAIN_MODEL_H
@@ -73,8 +73,9 @@ struct nt_model {
 };
 
 /* Builds a model for the run: reads its data, creates and initialises its parameters (seed
- * o->seed), allocates its input buffers. config: the resumed checkpoint's "config" object,
- * NULL for a fresh run. pol: the precision policy in force. */
+ * o->seed), allocates its input buffers. o holds the resumed checkpoint's shape already;
+ * config: the checkpoint's "model_config" object (the GPT checks its corpus's vocabulary
+ * against it), NULL for a fresh run. pol: the precision policy in force. */
 typedef nt_status (*nt_model_create_fn)(nt_ctx *ctx, const nt_train_options *o,
                                         const nt_policy *pol, const nt_json *config,
                                         nt_model **out);

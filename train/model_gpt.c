@@ -13,6 +13,7 @@
 #include "models/gpt.h"
 #include "data/shards.h"
 #include "data/text.h"
+#include "models/state.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,10 +126,8 @@ static nt_status load_data(nt_ctx *ctx, const nt_train_options *o, gpt_run *r,
     if (!r->data) st = NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for %s", path);
     if (!st) st = nt_vocab_encode(ctx, &r->vocab, text.bytes, text.n, r->data);
     nt_text_free(&text);
+    /* a resume compares the whole vocabulary with the checkpoint's (check_vocab) */
     if (!st && o->resume == NULL) cfg->vocab_size = r->vocab.size;
-    if (!st && r->vocab.size > cfg->vocab_size)
-      st = NT_ERROR(ctx, NT_ERR_FORMAT, "%s has %d characters; the model's vocabulary is %d",
-                    path, r->vocab.size, cfg->vocab_size);
   }
   if (!st) r->split = nt_text_split_point(r->n);
   return st;
@@ -307,6 +306,21 @@ static void write_config(nt_jw *w, const nt_model *m) {
   nt_jw_i64(w, c->vocab_size);
   nt_jw_key(w, "dropout");
   nt_jw_num(w, c->dropout);
+  if (r->have_vocab) {
+    nt_jw_key(w, "vocab");   /* the characters of ids 0..V-1: a resume checks its corpus */
+    nt_vocab_write_json(w, &r->vocab);
+  }
+}
+
+/* Resume: the corpus must be the one the checkpoint was trained on (its vocabulary). */
+static nt_status check_vocab(nt_ctx *ctx, const gpt_run *r, const nt_json *config) {
+  const nt_json *saved = nt_json_get(config, "vocab");
+  if (r->have_vocab) return nt_vocab_check_json(ctx, saved, &r->vocab);
+  if (saved)
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "--resume: the checkpoint was trained on a text "
+                    "corpus (its vocabulary is saved); this run reads '%s' tokens",
+                    r->o->gpt_data);
+  return NT_OK;
 }
 
 
@@ -335,8 +349,10 @@ nt_status nt_model_gpt_create(nt_ctx *ctx, const nt_train_options *o, const nt_p
   r->base.impl = r;
   r->o = o;
   nt_gpt_config cfg = o->gpt;
-  (void)config;   /* a resume's shape is in o already (train_checkpoint.c merges it) */
+  /* a resume's shape is in o already (train_checkpoint.c merges it); config is the
+   * checkpoint's model_config */
   nt_status st = load_data(ctx, o, r, &cfg);
+  if (!st && config) st = check_vocab(ctx, r, config);
   nt_dtype dt = pol->compute_dtype;
   int64_t B = o->batch_size, S = cfg.block_size;
   if (!st) st = nt_gpt_create(ctx, &cfg, dt, (int)B, (int)S, &r->g);

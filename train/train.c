@@ -515,7 +515,8 @@ nt_status nt_train_run(nt_ctx *ctx, const nt_train_options *o, nt_train_result *
     return st;
   }
   nt_policy_apply(ctx, &T.pol);
-  st = create(ctx, &run, &T.pol, NULL, &T.model);
+  st = create(ctx, &run, &T.pol, o->resume ? nt_json_get(&side, "model_config") : NULL,
+              &T.model);
   /* the context's stream drives dropout: its own per rank (rank 0: seed + 2) */
   nt_ctx_manual_seed(ctx, run.seed + 2 + (uint64_t)run.rank * 0x9E3779B97F4A7C15ULL);
   nt_ctx_set_rng_offset(ctx, 0);

@@ -238,6 +238,8 @@ nt_status nt_trainer_restore(nt_trainer *T, const nt_json *root) {
   T->batch_in_epoch = pos.batch;
   T->eval_count = pos.eval_count;
   T->best_val = pos.best_val_loss;
+  T->last_save_iter = T->iter;   /* this step is saved: a run that trains no further (sampling
+                                  * from a checkpoint) does not write it again */
   T->res->steps = T->iter;
   nt_trainer_print(T, "resumed from %s at step %lld (epoch %llu, batch %lld)\n", where,
                    (long long)T->iter, (unsigned long long)T->epoch, (long long)T->batch_in_epoch);
