@@ -24,6 +24,11 @@ if(TARGET nanotrain)
   nt_cli_test(train_cli_heads_divide 2 "'5' for --n-head: must divide --n-embd" ${nt} gpt
               --n-head 5)
   nt_cli_test(train_cli_widths 2 "for --widths" ${nt} cnn --widths 99999999999,1,1)
+  # a block longer than the validation split fails before the model is built
+  nt_cli_test(train_cli_block_split 2
+              "--block-size 1000000 needs 1000001 tokens per sample but the validation split"
+              ${nt} gpt --device cpu --data synthetic --vocab-size 50 --n-layer 1 --n-head 2
+              --n-embd 32 --block-size 1000000 --batch-size 1 --max-iters 1)
   nt_cli_test(train_cli_extra_arg 2 "unexpected argument 'extra'" ${nt} gpt extra)
   set(tiny_base --device cpu --data synthetic --vocab-size 50 --n-layer 1 --n-head 2 --n-embd 32
       --block-size 16 --batch-size 4 --eval-interval 5 --eval-iters 2 --log-interval 5

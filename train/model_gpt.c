@@ -14,6 +14,7 @@
 #include "data/shards.h"
 #include "data/text.h"
 #include "models/state.h"
+#include "train/preflight.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -353,6 +354,8 @@ nt_status nt_model_gpt_create(nt_ctx *ctx, const nt_train_options *o, const nt_p
    * checkpoint's model_config */
   nt_status st = load_data(ctx, o, r, &cfg);
   if (!st && config) st = check_vocab(ctx, r, config);
+  /* each split must hold one sample (block + 1 tokens): said now, not after minutes */
+  if (!st) st = nt_preflight_block(ctx, r->split, r->n - r->split, cfg.block_size);
   nt_dtype dt = pol->compute_dtype;
   int64_t B = o->batch_size, S = cfg.block_size;
   if (!st) st = nt_gpt_create(ctx, &cfg, dt, (int)B, (int)S, &r->g);
@@ -367,9 +370,6 @@ nt_status nt_model_gpt_create(nt_ctx *ctx, const nt_train_options *o, const nt_p
   r->data_seed = o->seed + 1;
   r->S = S;
   r->next_iter = -1;
-  if (!st && r->split - S < 1)
-    st = NT_ERROR(ctx, NT_ERR_INVALID_ARG, "a split of %lld tokens is too short for block %lld",
-                  (long long)r->split, (long long)S);
   if (!st) {
     nt_dataset ds;
     memset(&ds, 0, sizeof ds);
