@@ -127,6 +127,10 @@ static void check_resume(nt_ctx *ctx, nt_train_options base, int64_t n, int64_t 
         (long long)m);
   printf("  %s: resume after %lld steps, %d of %lld later losses bit-identical (last %.6f)\n",
          what, (long long)n, same, (long long)m, c.n_losses ? c.losses[c.n_losses - 1] : NAN);
+  CHECK((isnan(a.val_loss) && isnan(c.val_loss)) || a.val_loss == c.val_loss,
+        "%s: the final evaluation matches (%.9g, %.9g)", what, a.val_loss, c.val_loss);
+  CHECK((isnan(a.test_accuracy) && isnan(c.test_accuracy)) || a.test_accuracy == c.test_accuracy,
+        "%s: the final test accuracy matches", what);
   char ha[65], hc[65], *sa, *sc;
   if (saved_state(ctx, full, ha, &sa) && saved_state(ctx, part, hc, &sc)) {
     CHECK(!strcmp(ha, hc), "%s: the saved parameters and moments are byte-identical", what);
@@ -293,6 +297,11 @@ int main(int argc, char **argv) {
     learn_cnn(ctx);
   } else {
     check_resume(ctx, tiny_gpt(), 6, 7, "gpt-fp32");
+    nt_train_options ev = tiny_gpt();
+    ev.eval_interval = 4;   /* evaluations before and after the resume point: their batches,
+                             * counter and best loss continue */
+    ev.eval_iters = 2;
+    check_resume(ctx, ev, 6, 7, "gpt-eval");
     check_files();
     nt_train_options o = tiny_gpt();
     o.precision = NT_PREC_FP16;

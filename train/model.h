@@ -32,10 +32,13 @@ typedef struct {
 } nt_model_batch;
 
 /* An evaluation; NaN where the model has no such figure (the GPT: train/val loss, the CNN:
- * test loss and accuracy). has_val: the held-out loss is val_loss (else test_loss). */
+ * test loss and accuracy). has_val: the held-out loss is val_loss (else test_loss). round (set
+ * by the trainer): the scheduled evaluations before this one, which keys the GPT's evaluation
+ * batches, so a resumed run evaluates on the same batches as an uninterrupted one. */
 typedef struct {
   double train_loss, val_loss, test_loss, accuracy;
   bool has_val;
+  int64_t round;
 } nt_eval_result;
 
 typedef struct nt_model nt_model;

@@ -15,6 +15,7 @@
 #include "data/text.h"
 #include "models/state.h"
 #include "train/preflight.h"
+#include "core/stop.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +31,6 @@ typedef struct {
   nt_vocab vocab;
   bool have_vocab;
   uint64_t data_seed;
-  int64_t eval_round;
   int64_t S;                        /* the window length (block size) */
   uint64_t chunk_samples;           /* dataset samples per loader epoch */
   nt_loader *loader;
@@ -144,7 +144,8 @@ static nt_status evaluate(nt_ctx *ctx, nt_model *m, nt_eval_result *e) {
   for (int split = 0; split < 2; split++) {
     double sum = 0;
     for (int64_t i = 0; i < iters; i++) {
-      uint64_t ctr = (((uint64_t)r->eval_round * 2 + (uint64_t)split) << 32) + (uint64_t)(i * B);
+      if (nt_stop_requested()) return NT_OK;   /* the trainer drops a stopped evaluation */
+      uint64_t ctr = (((uint64_t)e->round * 2 + (uint64_t)split) << 32) + (uint64_t)(i * B);
       int64_t lo = split ? r->split : 0, hi = split ? r->n : r->split;
       int64_t shape[2] = {B, S};
       nt_tensor x = nt_prefix_view(&r->tokens, 2, shape), y = nt_prefix_view(&r->targets, 2, shape);
@@ -157,7 +158,6 @@ static nt_status evaluate(nt_ctx *ctx, nt_model *m, nt_eval_result *e) {
     }
     out[split] = sum / (double)iters;
   }
-  r->eval_round++;
   e->train_loss = out[0];
   e->val_loss = out[1];
   e->has_val = true;

@@ -403,9 +403,9 @@ static void log_eval(nt_trainer *T, const nt_eval_result *e) {
  * or a run without a checkpoint interval saves after it. final: the end-of-run evaluation (the
  * run saves after it). */
 static nt_status evaluate(nt_trainer *T, bool final) {
-  nt_eval_result e = {NAN, NAN, NAN, NAN, false};
+  nt_eval_result e = {NAN, NAN, NAN, NAN, false, T->eval_count};
   nt_status st = T->model->ops->evaluate(T->ctx, T->model, &e);
-  if (st) return st;
+  if (st || nt_stop_requested()) return st;   /* a stop during the evaluation: no record */
   nt_train_result *r = T->res;
   r->train_loss = e.train_loss;
   r->val_loss = e.val_loss;
@@ -415,7 +415,10 @@ static nt_status evaluate(nt_trainer *T, bool final) {
   T->last_eval_iter = T->iter;
   if (!final) T->eval_count++;   /* the end-of-run report is not part of the run's schedule */
   double held = e.has_val ? e.val_loss : e.test_loss;
-  if ((final || T->iter > 0) && held < T->best_val) T->best_val = held;
+  /* the checkpoint's best loss is of the schedule's evaluations (so a run stopped and resumed
+   * agrees with an uninterrupted one); the result's includes the end-of-run evaluation */
+  if (!final && T->iter > 0 && held < T->best_val) T->best_val = held;
+  if (final && held < r->best_val_loss) r->best_val_loss = held;
   if (!final && (T->model->checkpoint_every_eval || T->o->checkpoint_interval <= 0))
     st = nt_trainer_checkpoint(T, false);
   if (!st) st = window_start(T);   /* evaluation time is not step time */
@@ -478,9 +481,10 @@ static nt_status train_loop(nt_trainer *T) {
   if (!st && nb > 0 && T->batch_in_epoch >= nb) st = end_epoch(T);
   /* the final evaluation (when the run evaluates at all and not already at this step), then
    * the final checkpoint */
+  T->res->best_val_loss = T->best_val < 1e30 ? T->best_val : INFINITY;
   if (!st && (o->eval_interval > 0 || nb > 0) && T->last_eval_iter != T->iter)
     st = evaluate(T, true);
-  T->res->best_val_loss = T->best_val < 1e30 ? T->best_val : NAN;
+  if (isinf(T->res->best_val_loss)) T->res->best_val_loss = NAN;
   if (!st) st = nt_trainer_checkpoint(T, true);
   return st;
 }
