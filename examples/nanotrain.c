@@ -507,11 +507,12 @@ int main(int argc, char **argv) {
     rc = st == NT_ERR_INVALID_ARG ? 2 : 1;
   } else {
     if (model == NT_MODEL_GPT)
-      printf("done: %lld steps, final val loss %.4f, best val loss %.4f, train loss %.4f",
-             (long long)res.steps, res.val_loss, res.best_val_loss, res.train_loss);
+      printf("%s: %lld steps, final val loss %.4f, best val loss %.4f, train loss %.4f",
+             res.stopped ? "stopped" : "done", (long long)res.steps, res.val_loss,
+             res.best_val_loss, res.train_loss);
     else
-      printf("done: %lld steps, test accuracy %.2f%%", (long long)res.steps,
-             100 * res.test_accuracy);
+      printf("%s: %lld steps, test accuracy %.2f%%", res.stopped ? "stopped" : "done",
+             (long long)res.steps, 100 * res.test_accuracy);
     if (res.items_per_sec > 0)
       printf(", %.0f %s/s", res.items_per_sec, model == NT_MODEL_GPT ? "tokens" : "images");
     printf("%s\n", res.used_cuda_graph ? " (CUDA graph)" : "");
