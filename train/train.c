@@ -419,7 +419,8 @@ static nt_status evaluate(nt_trainer *T, bool final) {
    * agrees with an uninterrupted one); the result's includes the end-of-run evaluation */
   if (!final && T->iter > 0 && held < T->best_val) T->best_val = held;
   if (final && held < r->best_val_loss) r->best_val_loss = held;
-  if (!final && (T->model->checkpoint_every_eval || T->o->checkpoint_interval <= 0))
+  if (!final && T->iter > 0 &&
+      (T->model->checkpoint_every_eval || T->o->checkpoint_interval <= 0))
     st = nt_trainer_checkpoint(T, false);
   if (!st) st = window_start(T);   /* evaluation time is not step time */
   return st;
