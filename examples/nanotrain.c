@@ -274,7 +274,8 @@ static void usage(FILE *f) {
 "  --resume DIR               continue from a checkpoint: an out-dir (its newest) or one\n"
 "                             ckpt-<step> directory (bit-identical on one device); without\n"
 "                             --out-dir the run keeps writing into DIR\n"
-"  --checkpoint-interval N    also save every N iterations\n"
+"  --checkpoint-interval N    save every N iterations (gpt 250; 0: after every evaluation);\n"
+"                             also per epoch (cnn) and at the end\n"
 "  --keep-checkpoints K       keep the newest K checkpoints (3; 0 keeps all)\n"
 "  --sample N                 gpt: generate N characters after training\n"
 "  --temperature X --top-k N  sampling (0.8, 200)\n"
@@ -665,11 +666,12 @@ int main(int argc, char **argv) {
     rc = st == NT_ERR_INVALID_ARG ? 2 : 1;
   } else if (launch.rank == 0) {
     if (model == NT_MODEL_GPT)
-      printf("done: %lld steps, final val loss %.4f, best val loss %.4f, train loss %.4f",
-             (long long)res.steps, res.val_loss, res.best_val_loss, res.train_loss);
+      printf("%s: %lld steps, final val loss %.4f, best val loss %.4f, train loss %.4f",
+             res.stopped ? "stopped" : "done", (long long)res.steps, res.val_loss,
+             res.best_val_loss, res.train_loss);
     else
-      printf("done: %lld steps, test accuracy %.2f%%", (long long)res.steps,
-             100 * res.test_accuracy);
+      printf("%s: %lld steps, test accuracy %.2f%%", res.stopped ? "stopped" : "done",
+             (long long)res.steps, 100 * res.test_accuracy);
     if (res.items_per_sec > 0)
       printf(", %.0f %s/s", res.items_per_sec, model == NT_MODEL_GPT ? "tokens" : "images");
     printf("%s\n", res.used_cuda_graph ? " (CUDA graph)" : "");

@@ -87,8 +87,22 @@ static void check_resume(nt_ctx *ctx, nt_train_options base, int64_t n, int64_t 
   o.max_iters = n;
   o.out_dir = part;
   if (!CHECK_OK(ctx, nt_train_run(ctx, &o, &b))) return;
+  /* the resume continues the checkpoint's configuration: a given option that differs is an
+   * error naming both values; one not given is the checkpoint's (the lr below is ignored, so the
+   * losses still match) */
+  static const char *const given_lr[] = {"max-iters", "lr"}, *const given[] = {"max-iters"};
   o.max_iters = n + m;
   o.resume = part;
+  o.lr = base.lr * 3;
+  o.given = given_lr;
+  o.n_given = 2;
+  nt_train_result x;
+  CHECK_ERR(ctx, NT_ERR_INVALID_ARG, nt_train_run(ctx, &o, &x));
+  CHECK(strstr(nt_last_error(ctx), "--lr ") && strstr(nt_last_error(ctx), "the checkpoint has"),
+        "%s: the conflict names the option and both values: %s", what, nt_last_error(ctx));
+  nt_train_result_free(&x);
+  o.n_given = 1;
+  o.given = given;
   if (!CHECK_OK(ctx, nt_train_run(ctx, &o, &c))) return;
   CHECK(a.n_losses == n + m && b.n_losses == n && c.n_losses == m,
         "%s: loss counts %lld/%lld/%lld", what, (long long)a.n_losses, (long long)b.n_losses,
@@ -113,10 +127,14 @@ static void check_resume(nt_ctx *ctx, nt_train_options base, int64_t n, int64_t 
         (long long)m);
   printf("  %s: resume after %lld steps, %d of %lld later losses bit-identical (last %.6f)\n",
          what, (long long)n, same, (long long)m, c.n_losses ? c.losses[c.n_losses - 1] : NAN);
+  CHECK((isnan(a.val_loss) && isnan(c.val_loss)) || a.val_loss == c.val_loss,
+        "%s: the final evaluation matches (%.9g, %.9g)", what, a.val_loss, c.val_loss);
+  CHECK((isnan(a.test_accuracy) && isnan(c.test_accuracy)) || a.test_accuracy == c.test_accuracy,
+        "%s: the final test accuracy matches", what);
   char ha[65], hc[65], *sa, *sc;
   if (saved_state(ctx, full, ha, &sa) && saved_state(ctx, part, hc, &sc)) {
     CHECK(!strcmp(ha, hc), "%s: the saved parameters and moments are byte-identical", what);
-    CHECK(!strcmp(sa, sc), "%s: the saved sidecars (scaler, RNG, loader, step) are identical:\n"
+    CHECK(!strcmp(sa, sc), "%s: the saved sidecars (config, scaler, RNG, position, eval count) are identical:\n"
           "  uninterrupted %s\n  resumed       %s", what, sa, sc);
   }
   free(sa);
@@ -279,6 +297,11 @@ int main(int argc, char **argv) {
     learn_cnn(ctx);
   } else {
     check_resume(ctx, tiny_gpt(), 6, 7, "gpt-fp32");
+    nt_train_options ev = tiny_gpt();
+    ev.eval_interval = 4;   /* evaluations before and after the resume point: their batches,
+                             * counter and best loss continue */
+    ev.eval_iters = 2;
+    check_resume(ctx, ev, 6, 7, "gpt-eval");
     check_files();
     nt_train_options o = tiny_gpt();
     o.precision = NT_PREC_FP16;

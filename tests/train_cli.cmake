@@ -24,6 +24,11 @@ if(TARGET nanotrain)
   nt_cli_test(train_cli_heads_divide 2 "'5' for --n-head: must divide --n-embd" ${nt} gpt
               --n-head 5)
   nt_cli_test(train_cli_widths 2 "for --widths" ${nt} cnn --widths 99999999999,1,1)
+  # a block longer than the validation split fails before the model is built
+  nt_cli_test(train_cli_block_split 2
+              "--block-size 1000000 needs 1000001 tokens per sample but the validation split"
+              ${nt} gpt --device cpu --data synthetic --vocab-size 50 --n-layer 1 --n-head 2
+              --n-embd 32 --block-size 1000000 --batch-size 1 --max-iters 1)
   nt_cli_test(train_cli_extra_arg 2 "unexpected argument 'extra'" ${nt} gpt extra)
   set(tiny_base --device cpu --data synthetic --vocab-size 50 --n-layer 1 --n-head 2 --n-embd 32
       --block-size 16 --batch-size 4 --eval-interval 5 --eval-iters 2 --log-interval 5
@@ -37,6 +42,24 @@ if(TARGET nanotrain)
   nt_cli_test(train_cli_tiny_resume 0 "resumed from .* at step 10.*done: 15 steps" ${nt} gpt
               ${tiny} --max-iters 15 --resume ${CMAKE_CURRENT_BINARY_DIR}/train_cli_run)
   set_tests_properties(train_cli_tiny_resume PROPERTIES DEPENDS train_cli_tiny_run)
+  # a shape or hyperparameter given on resume (these take the out-dir's lock: RESOURCE_LOCK
+  # keeps them apart from train_cli_locked, which holds it) that differs from the checkpoint's is an error
+  # naming both values (exit 2); documented overrides (--max-iters above) are not
+  nt_cli_test(train_cli_resume_conflict 2
+              "--n-layer 2 .the checkpoint has 1., --n-head 1 .the checkpoint has 2."
+              ${nt} gpt ${tiny} --n-layer 2 --n-head 1 --max-iters 30 --resume
+              ${CMAKE_CURRENT_BINARY_DIR}/train_cli_run)
+  set_tests_properties(train_cli_resume_conflict PROPERTIES DEPENDS train_cli_tiny_resume
+                       RESOURCE_LOCK train_cli_run)
+  nt_cli_test(train_cli_resume_dtype 2 "--dtype bf16 .the checkpoint has fp32." ${nt} gpt
+              ${tiny} --dtype bf16 --max-iters 30 --resume ${CMAKE_CURRENT_BINARY_DIR}/train_cli_run)
+  set_tests_properties(train_cli_resume_dtype PROPERTIES DEPENDS train_cli_tiny_resume
+                       RESOURCE_LOCK train_cli_run)
+  nt_cli_test(train_cli_resume_lr 2 "--batch-size 8 .the checkpoint has 4., --lr 0.002 .the "
+              ${nt} gpt ${tiny} --batch-size 8 --lr 0.002 --max-iters 30 --resume
+              ${CMAKE_CURRENT_BINARY_DIR}/train_cli_run)
+  set_tests_properties(train_cli_resume_lr PROPERTIES DEPENDS train_cli_tiny_resume
+                       RESOURCE_LOCK train_cli_run)
   # --resume given one checkpoint directory: the run goes on in its out-dir (not inside it)
   nt_cli_test(train_cli_resume_dir 0 "resumed from .*ckpt-15 at step 15.*done: 20 steps" ${nt}
               gpt ${tiny_base} --max-iters 20 --resume
@@ -52,12 +75,21 @@ if(TARGET nanotrain)
     nt_cli_test(train_cli_locked 1 "out-dir .* is in use by another nanotrain run" ${NT_FLOCK}
                 -n ${CMAKE_CURRENT_BINARY_DIR}/train_cli_run/.lock ${nt} gpt ${tiny}
                 --max-iters 20)
-    set_tests_properties(train_cli_locked PROPERTIES DEPENDS train_cli_tiny_resume)
+    set_tests_properties(train_cli_locked PROPERTIES DEPENDS train_cli_tiny_resume
+                         RESOURCE_LOCK train_cli_run)
   endif()
   # SIGTERM: exit status 143 (tests/cli/sigterm.sh)
   add_test(NAME train_cli_sigterm COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/sigterm.sh ${nt}
            ${CMAKE_CURRENT_BINARY_DIR}/train_cli_sigterm)
   set_tests_properties(train_cli_sigterm PROPERTIES LABELS cpu)
+  # The vocabulary in the checkpoint: another text refused, sampling writes nothing
+  add_test(NAME train_cli_vocab COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/vocab.sh ${nt}
+           ${CMAKE_CURRENT_BINARY_DIR}/train_cli_vocab)
+  set_tests_properties(train_cli_vocab PROPERTIES LABELS cpu)
+  # A failed checkpoint write warns, training goes on and saves later (tests/cli/save_fail.sh)
+  add_test(NAME train_cli_save_fail COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/save_fail.sh ${nt}
+           ${CMAKE_CURRENT_BINARY_DIR}/train_cli_save_fail)
+  set_tests_properties(train_cli_save_fail PROPERTIES LABELS cpu)
   # The checkpoint read back as a numpy / PyTorch user would (tests/check_safetensors.py).
   find_program(NT_PYTHON3 python3)
   if(NT_PYTHON3)

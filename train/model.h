@@ -12,8 +12,8 @@
  *   batch source       start_epoch positions the stream, next_batch stages the next batch into
  *                      the model's fixed input buffers (the same addresses every step, so a
  *                      captured step reads them) and says how long it waited for data
- *   write_config       what the checkpoint adds: the model's config object (the create
- *                      function reads it back on resume)
+ *   write_config       what the checkpoint adds: the model's effective shape (the trainer
+ *                      merges it into the options on resume) and the GPT's vocabulary
  *   after_training     optional (sampling text), then free */
 #ifndef NT_TRAIN_MODEL_H
 #define NT_TRAIN_MODEL_H
@@ -32,10 +32,13 @@ typedef struct {
 } nt_model_batch;
 
 /* An evaluation; NaN where the model has no such figure (the GPT: train/val loss, the CNN:
- * test loss and accuracy). has_val: the held-out loss is val_loss (else test_loss). */
+ * test loss and accuracy). has_val: the held-out loss is val_loss (else test_loss). round (set
+ * by the trainer): the scheduled evaluations before this one, which keys the GPT's evaluation
+ * batches, so a resumed run evaluates on the same batches as an uninterrupted one. */
 typedef struct {
   double train_loss, val_loss, test_loss, accuracy;
   bool has_val;
+  int64_t round;
 } nt_eval_result;
 
 typedef struct nt_model nt_model;
@@ -73,8 +76,9 @@ struct nt_model {
 };
 
 /* Builds a model for the run: reads its data, creates and initialises its parameters (seed
- * o->seed), allocates its input buffers. config: the resumed checkpoint's "config" object,
- * NULL for a fresh run. pol: the precision policy in force. */
+ * o->seed), allocates its input buffers. o holds the resumed checkpoint's shape already;
+ * config: the checkpoint's "model_config" object (the GPT checks its corpus's vocabulary
+ * against it), NULL for a fresh run. pol: the precision policy in force. */
 typedef nt_status (*nt_model_create_fn)(nt_ctx *ctx, const nt_train_options *o,
                                         const nt_policy *pol, const nt_json *config,
                                         nt_model **out);

@@ -177,11 +177,7 @@ nt_status nt_model_cnn_create(nt_ctx *ctx, const nt_train_options *o, const nt_p
   md->ops = &cnn_ops;
   md->impl = r;
   nt_cnn_config cfg = o->cnn;
-  if (config) {
-    cfg.c1 = (int)nt_json_get_i64(config, "c1", cfg.c1);
-    cfg.c2 = (int)nt_json_get_i64(config, "c2", cfg.c2);
-    cfg.hidden = (int)nt_json_get_i64(config, "hidden", cfg.hidden);
-  }
+  (void)config;   /* a resume's shape is in o already (train_checkpoint.c merges it) */
   nt_image_set *trs = &r->train_set, *tes = &r->test_set;
   nt_status st = nt_fashion_mnist_load(ctx, o->data_dir, true, trs);
   if (!st) st = nt_fashion_mnist_load(ctx, o->data_dir, false, tes);

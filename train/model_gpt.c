@@ -13,6 +13,9 @@
 #include "models/gpt.h"
 #include "data/shards.h"
 #include "data/text.h"
+#include "models/state.h"
+#include "train/preflight.h"
+#include "core/stop.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +31,6 @@ typedef struct {
   nt_vocab vocab;
   bool have_vocab;
   uint64_t data_seed;
-  int64_t eval_round;
   int64_t S;                        /* the window length (block size) */
   uint64_t chunk_samples;           /* dataset samples per loader epoch */
   nt_loader *loader;
@@ -125,10 +127,8 @@ static nt_status load_data(nt_ctx *ctx, const nt_train_options *o, gpt_run *r,
     if (!r->data) st = NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for %s", path);
     if (!st) st = nt_vocab_encode(ctx, &r->vocab, text.bytes, text.n, r->data);
     nt_text_free(&text);
+    /* a resume compares the whole vocabulary with the checkpoint's (check_vocab) */
     if (!st && o->resume == NULL) cfg->vocab_size = r->vocab.size;
-    if (!st && r->vocab.size > cfg->vocab_size)
-      st = NT_ERROR(ctx, NT_ERR_FORMAT, "%s has %d characters; the model's vocabulary is %d",
-                    path, r->vocab.size, cfg->vocab_size);
   }
   if (!st) r->split = nt_text_split_point(r->n);
   return st;
@@ -144,7 +144,8 @@ static nt_status evaluate(nt_ctx *ctx, nt_model *m, nt_eval_result *e) {
   for (int split = 0; split < 2; split++) {
     double sum = 0;
     for (int64_t i = 0; i < iters; i++) {
-      uint64_t ctr = (((uint64_t)r->eval_round * 2 + (uint64_t)split) << 32) + (uint64_t)(i * B);
+      if (nt_stop_requested()) return NT_OK;   /* the trainer drops a stopped evaluation */
+      uint64_t ctr = (((uint64_t)e->round * 2 + (uint64_t)split) << 32) + (uint64_t)(i * B);
       int64_t lo = split ? r->split : 0, hi = split ? r->n : r->split;
       int64_t shape[2] = {B, S};
       nt_tensor x = nt_prefix_view(&r->tokens, 2, shape), y = nt_prefix_view(&r->targets, 2, shape);
@@ -157,7 +158,6 @@ static nt_status evaluate(nt_ctx *ctx, nt_model *m, nt_eval_result *e) {
     }
     out[split] = sum / (double)iters;
   }
-  r->eval_round++;
   e->train_loss = out[0];
   e->val_loss = out[1];
   e->has_val = true;
@@ -307,6 +307,21 @@ static void write_config(nt_jw *w, const nt_model *m) {
   nt_jw_i64(w, c->vocab_size);
   nt_jw_key(w, "dropout");
   nt_jw_num(w, c->dropout);
+  if (r->have_vocab) {
+    nt_jw_key(w, "vocab");   /* the characters of ids 0..V-1: a resume checks its corpus */
+    nt_vocab_write_json(w, &r->vocab);
+  }
+}
+
+/* Resume: the corpus must be the one the checkpoint was trained on (its vocabulary). */
+static nt_status check_vocab(nt_ctx *ctx, const gpt_run *r, const nt_json *config) {
+  const nt_json *saved = nt_json_get(config, "vocab");
+  if (r->have_vocab) return nt_vocab_check_json(ctx, saved, &r->vocab);
+  if (saved)
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "--resume: the checkpoint was trained on a text "
+                    "corpus (its vocabulary is saved); this run reads '%s' tokens",
+                    r->o->gpt_data);
+  return NT_OK;
 }
 
 
@@ -335,14 +350,12 @@ nt_status nt_model_gpt_create(nt_ctx *ctx, const nt_train_options *o, const nt_p
   r->base.impl = r;
   r->o = o;
   nt_gpt_config cfg = o->gpt;
-  if (config) {
-    cfg.n_layer = (int)nt_json_get_i64(config, "n_layer", cfg.n_layer);
-    cfg.n_head = (int)nt_json_get_i64(config, "n_head", cfg.n_head);
-    cfg.n_embd = (int)nt_json_get_i64(config, "n_embd", cfg.n_embd);
-    cfg.block_size = (int)nt_json_get_i64(config, "block_size", cfg.block_size);
-    cfg.vocab_size = (int)nt_json_get_i64(config, "vocab_size", cfg.vocab_size);
-  }
+  /* a resume's shape is in o already (train_checkpoint.c merges it); config is the
+   * checkpoint's model_config */
   nt_status st = load_data(ctx, o, r, &cfg);
+  if (!st && config) st = check_vocab(ctx, r, config);
+  /* each split must hold one sample (block + 1 tokens): said now, not after minutes */
+  if (!st) st = nt_preflight_block(ctx, r->split, r->n - r->split, cfg.block_size);
   nt_dtype dt = pol->compute_dtype;
   int64_t B = o->batch_size, S = cfg.block_size;
   if (!st) st = nt_gpt_create(ctx, &cfg, dt, (int)B, (int)S, &r->g);
@@ -357,9 +370,6 @@ nt_status nt_model_gpt_create(nt_ctx *ctx, const nt_train_options *o, const nt_p
   r->data_seed = o->seed + 1;
   r->S = S;
   r->next_iter = -1;
-  if (!st && r->split - S < 1)
-    st = NT_ERROR(ctx, NT_ERR_INVALID_ARG, "a split of %lld tokens is too short for block %lld",
-                  (long long)r->split, (long long)S);
   if (!st) {
     nt_dataset ds;
     memset(&ds, 0, sizeof ds);

@@ -4,6 +4,8 @@
 #include "train/train_internal.h"
 #include "core/cuda_util.h"
 #include "models/checkpoint.h"
+#include "core/stop.h"
+#include "train/preflight.h"
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -48,6 +50,7 @@ nt_train_options nt_train_defaults(nt_model_kind model) {
     o.warmup_iters = 100;
     o.lr_decay_iters = 5000;
     o.eval_interval = 250;
+    o.checkpoint_interval = 250;
     o.eval_iters = 200;
     o.log_interval = 10;
   } else {
@@ -95,6 +98,37 @@ static double peak_flops(nt_ctx *ctx, nt_precision p) {
   (void)p;
   return 0;
 #endif
+}
+
+/* Bytes free on the context's GPU (cudaMemGetInfo), -1 for a CPU context or when unknown. */
+static double device_free_bytes(nt_ctx *ctx) {
+#ifdef NT_HAVE_CUDA
+  if (!nt_ctx_is_cuda(ctx)) return -1;
+  int prev = 0;
+  size_t free_b = 0, total = 0;
+  if (cudaGetDevice(&prev) != cudaSuccess) return -1;
+  bool ok = cudaSetDevice(nt_ctx_device(ctx).index) == cudaSuccess &&
+            cudaMemGetInfo(&free_b, &total) == cudaSuccess;
+  cudaSetDevice(prev);
+  (void)cudaGetLastError();
+  return ok ? (double)free_b : -1;
+#else
+  (void)ctx;
+  return -1;
+#endif
+}
+
+/* Before training: memest's estimate against what is free. The model's parameters are
+ * allocated already (they are in the estimate too), so what the context's pool holds counts
+ * as available to the run. */
+static nt_status preflight_memory(nt_trainer *T) {
+  nt_mem_stats ms;
+  nt_mem_get_stats(T->ctx, &ms);
+  const nt_mem_estimate *est = &T->model->estimate;
+  double held = (double)ms.reserved, dev = device_free_bytes(T->ctx);
+  double host = (double)nt_host_memory_available();
+  if (dev >= 0) return nt_preflight_memory(T->ctx, est, 0, host, dev + held);
+  return nt_preflight_memory(T->ctx, est, est->total, host > 0 ? host + held : 0, -1);
 }
 
 /* The step's body: the model's micro-step on the staged batch. */
@@ -194,11 +228,19 @@ static void fill_memory(nt_trainer *T, nt_train_metrics *m) {
   m->mem_peak = (double)ms.peak_allocated;
 }
 
-static nt_status write_metrics(nt_trainer *T, const nt_train_metrics *m, bool prom) {
-  nt_status st = NT_OK;
-  if (T->log) st = nt_metrics_log_write(T->ctx, T->log, m);
-  if (!st && prom && T->prom_path[0]) st = nt_metrics_prometheus_write(T->ctx, T->prom_path, m);
-  return st;
+/* A metrics file that cannot be written (full disk, removed out-dir) costs a warning, not the
+ * run: the first failure and then every 100th are reported. */
+static void metrics_failed(nt_trainer *T) {
+  if (T->res->failed_metrics++ % 100) return;
+  if (T->bar) fprintf(T->out, "\n");
+  fprintf(stderr, "nanotrain: warning: metrics not written (%s); training goes on\n",
+          nt_last_error(T->ctx));
+}
+
+static void write_metrics(nt_trainer *T, const nt_train_metrics *m, bool prom) {
+  if (T->log && nt_metrics_log_write(T->ctx, T->log, m)) metrics_failed(T);
+  if (prom && T->prom_path[0] && nt_metrics_prometheus_write(T->ctx, T->prom_path, m))
+    metrics_failed(T);
 }
 
 /* A log window starts: now, and (GPU) an event on the compute stream. */
@@ -271,7 +313,7 @@ static nt_status log_step(nt_trainer *T, float loss, const double *rank_loss) {
   T->res->skipped = sv.skipped_total;
   bool prom = o->metrics_interval <= 0 || T->iter % o->metrics_interval == 0 ||
               T->iter == T->total_iters;
-  st = write_metrics(T, &m, prom);
+  write_metrics(T, &m, prom);
   m.rank_loss = m.rank_mem_peak = NULL;
   T->last_train = m;
   free(rank_peak);
@@ -301,8 +343,7 @@ static nt_status log_step(nt_trainer *T, float loss, const double *rank_loss) {
   }
   T->iter_last = T->iter;
   T->wait_s = 0;
-  nt_status ws = window_start(T);
-  return st ? st : ws;
+  return window_start(T);
 }
 
 /* The forward + backward stage over the iteration's micro-batches (the first is staged
@@ -397,7 +438,7 @@ static nt_status train_step(nt_trainer *T) {
 }
 
 /* An evaluation record: printed, JSONL, Prometheus. */
-static nt_status log_eval(nt_trainer *T, const nt_eval_result *e) {
+static void log_eval(nt_trainer *T, const nt_eval_result *e) {
   const nt_model *md = T->model;
   double held = e->has_val ? e->val_loss : e->test_loss;
   nt_train_metrics m = nt_train_metrics_empty();
@@ -410,13 +451,14 @@ static nt_status log_eval(nt_trainer *T, const nt_eval_result *e) {
   m.accuracy = e->accuracy;
   m.elapsed_s = nt_now_s() - T->t_start;
   fill_memory(T, &m);
-  nt_status st = T->log ? nt_metrics_log_write(T->ctx, T->log, &m) : NT_OK;   /* rank 0 */
+  write_metrics(T, &m, false);
   /* the Prometheus file keeps the latest training gauges plus the evaluation's */
   nt_train_metrics p = T->last_train.model ? T->last_train : m;
   p.kind = "train";
   p.val_loss = held;
   p.accuracy = e->accuracy;
-  if (!st && T->prom_path[0]) st = nt_metrics_prometheus_write(T->ctx, T->prom_path, &p);
+  if (T->prom_path[0] && nt_metrics_prometheus_write(T->ctx, T->prom_path, &p))
+    metrics_failed(T);
   char where[64];
   if (md->batches_per_epoch > 0)
     snprintf(where, sizeof where, "epoch %llu (step %lld)", (unsigned long long)T->epoch,
@@ -429,7 +471,6 @@ static nt_status log_eval(nt_trainer *T, const nt_eval_result *e) {
   else
     nt_trainer_print(T, "%s: test loss %.4f, test accuracy %.2f%%\n", where, e->test_loss,
                      100 * e->accuracy);
-  return st;
 }
 
 /* Data parallel: the whole parameters an evaluation gathers (FULL_SHARD) and a consolidated
@@ -441,35 +482,43 @@ static void keep_train_peak(nt_trainer *T) {
   if (ms.peak_allocated > T->train_peak) T->train_peak = ms.peak_allocated;
 }
 
-static nt_status save(nt_trainer *T) {
+/* A save point (nt_trainer_checkpoint: before the end a failed save warns and the next save
+ * point tries again), left out of the training peak under data parallel. */
+static nt_status save(nt_trainer *T, bool final) {
   if (T->fsdp) keep_train_peak(T);
-  nt_status st = nt_trainer_save(T);
+  nt_status st = nt_trainer_checkpoint(T, final);
   if (T->fsdp) nt_mem_reset_peak(T->ctx);
   return st;
 }
 
 /* The model's evaluation, recorded in the result and logged; the best held-out loss is kept
- * (not at step 0, as nanoGPT) and a checkpoint written when the model wants one after every
- * evaluation or the loss improved. final: the end-of-run evaluation (the run saves after it). */
+ * (not at step 0, as nanoGPT). A model that checkpoints per evaluation (the CNN: every epoch)
+ * or a run without a checkpoint interval saves after it. final: the end-of-run evaluation (the
+ * run saves after it). */
 static nt_status evaluate(nt_trainer *T, bool final) {
-  nt_eval_result e = {NAN, NAN, NAN, NAN, false};
+  nt_eval_result e = {NAN, NAN, NAN, NAN, false, T->eval_count};
   if (T->fsdp) keep_train_peak(T);
   nt_status st = nt_trainer_unshard(T);   /* FULL_SHARD: whole parameters while evaluating */
   if (!st) st = T->model->ops->evaluate(T->ctx, T->model, &e);
   nt_trainer_reshard(T);
+  if (st || nt_stop_requested()) return st;   /* a stop during the evaluation: no record */
   nt_train_result *r = T->res;
   r->train_loss = e.train_loss;
   r->val_loss = e.val_loss;
   r->test_loss = e.test_loss;
   r->test_accuracy = e.accuracy;
-  if (!st) st = log_eval(T, &e);
-  if (st) return st;
+  log_eval(T, &e);
   T->last_eval_iter = T->iter;
+  if (!final) T->eval_count++;   /* the end-of-run report is not part of the run's schedule */
   double held = e.has_val ? e.val_loss : e.test_loss;
-  bool improved = (final || T->iter > 0) && held < T->best_val;
-  if (improved) T->best_val = held;
+  /* the checkpoint's best loss is of the schedule's evaluations (so a run stopped and resumed
+   * agrees with an uninterrupted one); the result's includes the end-of-run evaluation */
+  if (!final && T->iter > 0 && held < T->best_val) T->best_val = held;
+  if (final && held < r->best_val_loss) r->best_val_loss = held;
   if (T->fsdp) nt_mem_reset_peak(T->ctx);
-  if (T->model->checkpoint_every_eval || (improved && !final)) st = save(T);
+  if (!final && T->iter > 0 &&
+      (T->model->checkpoint_every_eval || T->o->checkpoint_interval <= 0))
+    st = save(T, false);
   if (!st) st = window_start(T);   /* evaluation time is not step time */
   return st;
 }
@@ -481,6 +530,18 @@ static nt_status end_epoch(nt_trainer *T) {
   return evaluate(T, false);
 }
 
+/* SIGINT / SIGTERM (core/stop.h): the step in flight has finished; save and end the run. */
+static nt_status stop_now(nt_trainer *T) {
+  T->res->stopped = true;
+  T->res->best_val_loss = T->best_val < 1e30 ? T->best_val : NAN;
+  if (T->bar) fprintf(T->out, "\n");
+  if (T->rank == 0) {
+    fprintf(T->out, "stopping after this step (step %lld)\n", (long long)T->iter);
+    fflush(T->out);
+  }
+  return save(T, true);
+}
+
 static nt_status train_loop(nt_trainer *T) {
   const nt_train_options *o = T->o;
   nt_ctx *ctx = T->ctx;
@@ -489,9 +550,11 @@ static nt_status train_loop(nt_trainer *T) {
   bool epoch_open = false;
   nt_status st = window_start(T);
   while (!st && T->iter < T->total_iters) {
+    if (nt_stop_requested()) return stop_now(T);
     if (o->eval_interval > 0 && T->iter % o->eval_interval == 0 && T->last_eval_iter != T->iter) {
       st = evaluate(T, false);
       if (st) break;
+      if (nt_stop_requested()) return stop_now(T);
     }
     if (!epoch_open) {
       st = md->ops->start_epoch(ctx, md, T->epoch, T->batch_in_epoch);
@@ -512,16 +575,17 @@ static nt_status train_loop(nt_trainer *T) {
     st = train_step(T);
     if (!st && o->checkpoint_interval > 0 && T->iter % o->checkpoint_interval == 0 &&
         T->iter < T->total_iters)
-      st = save(T);
+      st = save(T, false);
   }
   /* the run ended exactly at an epoch's end */
   if (!st && nb > 0 && T->batch_in_epoch + T->accum > nb) st = end_epoch(T);
   /* the final evaluation (when the run evaluates at all and not already at this step), then
    * the final checkpoint */
+  T->res->best_val_loss = T->best_val < 1e30 ? T->best_val : INFINITY;
   if (!st && (o->eval_interval > 0 || nb > 0) && T->last_eval_iter != T->iter)
     st = evaluate(T, true);
-  T->res->best_val_loss = T->best_val < 1e30 ? T->best_val : NAN;
-  if (!st && T->last_save_iter != T->iter) st = save(T);
+  if (isinf(T->res->best_val_loss)) T->res->best_val_loss = NAN;
+  if (!st) st = save(T, true);
   return st;
 }
 
@@ -588,25 +652,34 @@ nt_status nt_train_run(nt_ctx *ctx, const nt_train_options *o, nt_train_result *
   nt_trainer T;
   memset(&T, 0, sizeof T);
   T.ctx = ctx;
-  T.o = o;
   T.res = res;
   T.out = o->out ? o->out : stdout;
   T.comm = o->dist.comm;
   T.rank = o->rank;
   T.world = o->world_size;
   T.accum = o->dist.grad_accum_steps > 1 ? o->dist.grad_accum_steps : 1;
-  /* the precision policy decides the compute dtype, the scaler and TF32 (amp/policy.h) */
-  nt_status st = nt_policy_make(ctx, o->precision, &T.pol);
-  if (st) return st;
-  nt_policy_apply(ctx, &T.pol);
+  /* a resumed run continues the checkpoint's configuration (train_checkpoint.c) */
+  nt_train_options run = *o;
+  T.o = &run;
   nt_json side;
   memset(&side, 0, sizeof side);
+  nt_status st = NT_OK;
   if (o->resume) st = nt_trainer_read_sidecar(ctx, o->resume, &side);
-  if (!st) st = create(ctx, o, &T.pol, o->resume ? nt_json_get(&side, "config") : NULL, &T.model);
+  if (!st && o->resume) st = nt_trainer_merge_config(ctx, &side, &run);
+  /* the precision policy decides the compute dtype, the scaler and TF32 (amp/policy.h) */
+  if (!st) st = nt_policy_make(ctx, run.precision, &T.pol);
+  if (st) {
+    nt_json_free(&side);
+    return st;
+  }
+  nt_policy_apply(ctx, &T.pol);
+  st = create(ctx, &run, &T.pol, o->resume ? nt_json_get(&side, "model_config") : NULL,
+              &T.model);
   /* the context's stream drives dropout: one stream per rank (rank 0's is the one-process
    * stream) */
-  nt_ctx_manual_seed(ctx, nt_train_dropout_seed(o->seed + 2, o->rank));
+  nt_ctx_manual_seed(ctx, nt_train_dropout_seed(run.seed + 2, run.rank));
   nt_ctx_set_rng_offset(ctx, 0);
+  if (!st) st = preflight_memory(&T);
   if (!st) st = trainer_init(&T);
   if (!st && o->resume) st = nt_trainer_restore(&T, &side);
   if (!st) {
@@ -624,7 +697,7 @@ nt_status nt_train_run(nt_ctx *ctx, const nt_train_options *o, nt_train_result *
   if (!st && T.model->ops->after_training) {
     st = nt_trainer_unshard(&T);
     if (!st)
-      st = T.model->ops->after_training(ctx, T.model, res, o->quiet || T.rank ? NULL : T.out);
+      st = T.model->ops->after_training(ctx, T.model, res, run.quiet || T.rank ? NULL : T.out);
     nt_trainer_reshard(&T);
   }
   trainer_free(&T);

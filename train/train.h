@@ -47,7 +47,8 @@ typedef struct {
   const char *data_dir;        /* tiny shakespeare's dir (NT_DATA_DIR) / Fashion-MNIST's */
   const char *out_dir;         /* checkpoints, metrics.jsonl, metrics.prom; NULL = none */
   const char *resume;          /* a checkpoint directory (or .safetensors/.json path) */
-  int64_t checkpoint_interval; /* also save every N iterations (0: at evals and the end) */
+  int64_t checkpoint_interval; /* save every N iterations (GPT default 250; 0: after every
+                                * evaluation); always at the end, per epoch for the CNN */
   int keep_checkpoints;        /* checkpoints kept in out_dir, newest first (0: all) */
   /* the options given on the command line (long names, e.g. "lr", "n-layer"): on resume the
    * checkpoint's configuration wins and these must agree with it (models/state.h) */
@@ -103,6 +104,9 @@ typedef struct {
   size_t peak_bytes;           /* measured peak allocated (pool statistics) */
   size_t estimate_bytes;       /* tools/memest's estimate for the run */
   bool used_cuda_graph;
+  int64_t failed_saves;        /* checkpoint saves that failed (warned; the run went on) */
+  int64_t failed_metrics;      /* metrics.jsonl / metrics.prom writes that failed (warned) */
+  bool stopped;                /* a stop request (SIGINT/SIGTERM) ended the run early */
   uint64_t steady_system_allocs; /* system (cudaMalloc / host) allocations made inside training
                                   * steps after the third: 0 when the steady state allocates
                                   * nothing */

@@ -1,16 +1,145 @@
 /* Checkpoints of a training run: the model's tensors and AdamW's moments in a safetensors file
- * (models/checkpoint.h), everything else (optimizer step, scaler, RNG, loop position, the
- * model's config) in a JSON sidecar; a resume restores all of it, so it continues bit-identically.
+ * (models/checkpoint.h), everything else in a JSON sidecar. Each piece of state is one table
+ * (models/state.h) that both the save and the resume walk: the run's options ("config"), the
+ * model's shape ("model_config"), the loop position with the RNG and optimizer step
+ * ("position") and the loss scaler ("scaler"); a resume restores all of it, so it continues
+ * bit-identically, and options given on the command line must agree with it.
  * Data parallel: the checkpoint is consolidated (the same files as one process: rank 0 writes
  * the whole fp32 state, gathered from every rank's shards under the sharded strategies), and a
  * resume at any world size reads it whole and keeps this rank's shards (train/train_dist.c). */
 #include "train/train_internal.h"
 #include "models/checkpoint.h"
+#include "models/limits.h"
+#include "models/state.h"
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 static bool sharded(const nt_trainer *T) {
   return T->fsdp && T->o->dist.fsdp.strategy != NT_SHARD_NO_SHARD;
+}
+
+#define OPT(name, member, kind, lo, hi) \
+  NT_STATE_FIELD_NAMED(name, nt_train_options, member, kind, lo, hi)
+/* The run's options, named as the command line's (with '_' for '-'). */
+static const nt_state_field config_fields[] = {
+    OPT("batch_size", batch_size, NT_STATE_I64, 1, NT_MAX_BATCH_SIZE),
+    OPT("max_iters", max_iters, NT_STATE_I64, 0, NT_MAX_ITERS),
+    OPT("epochs", epochs, NT_STATE_I32, 0, NT_MAX_EPOCHS),
+    OPT("lr", lr, NT_STATE_F64, 0, 10),
+    OPT("min_lr", min_lr, NT_STATE_F64, 0, 10),
+    OPT("weight_decay", weight_decay, NT_STATE_F64, 0, 10),
+    OPT("beta1", beta1, NT_STATE_F64, 0, 1),
+    OPT("beta2", beta2, NT_STATE_F64, 0, 1),
+    OPT("eps", eps, NT_STATE_F64, 0, 1),
+    OPT("grad_clip", grad_clip, NT_STATE_F64, 0, 1e9),
+    OPT("warmup_iters", warmup_iters, NT_STATE_I64, 0, NT_MAX_ITERS),
+    OPT("lr_decay_iters", lr_decay_iters, NT_STATE_I64, 0, NT_MAX_ITERS),
+    OPT("decay_lr", decay_lr, NT_STATE_BOOL, 0, 1),
+    OPT("init_scale", init_scale, NT_STATE_F32, 0, NT_STATE_ANY),
+    OPT("growth_factor", growth_factor, NT_STATE_F32, 1, 1e6),
+    OPT("backoff_factor", backoff_factor, NT_STATE_F32, 0, 1),
+    OPT("growth_interval", growth_interval, NT_STATE_I32, 1, INT32_MAX),
+    OPT("seed", seed, NT_STATE_U64, 0, NT_STATE_ANY),
+    OPT("eval_interval", eval_interval, NT_STATE_I64, 0, NT_MAX_ITERS),
+    OPT("eval_iters", eval_iters, NT_STATE_I64, 0, NT_MAX_ITERS),
+    OPT("log_interval", log_interval, NT_STATE_I64, 0, NT_MAX_ITERS),
+    OPT("metrics_interval", metrics_interval, NT_STATE_I64, 0, NT_MAX_ITERS),
+    OPT("num_workers", num_workers, NT_STATE_I32, 0, NT_MAX_WORKERS),
+    OPT("checkpoint_interval", checkpoint_interval, NT_STATE_I64, 0, NT_MAX_ITERS),
+    OPT("keep_checkpoints", keep_checkpoints, NT_STATE_I32, 0, 1000000),
+    OPT("sample", sample_tokens, NT_STATE_I32, 0, NT_MAX_SAMPLE_TOKENS),
+    OPT("temperature", temperature, NT_STATE_F32, 0, 100),
+    OPT("top_k", top_k, NT_STATE_I32, 0, NT_MAX_VOCAB_SIZE),
+    OPT("augment", augment, NT_STATE_BOOL, 0, 1),
+    OPT("train_subset", train_subset, NT_STATE_I64, 0, INT32_MAX),
+    OPT("test_subset", test_subset, NT_STATE_I64, 0, INT32_MAX),
+};
+/* The model's shape as the model wrote it (write_config: the effective one, e.g. the GPT's
+ * vocabulary size from its corpus). */
+static const nt_state_field gpt_fields[] = {
+    OPT("n_layer", gpt.n_layer, NT_STATE_I32, 1, NT_MAX_N_LAYER),
+    OPT("n_head", gpt.n_head, NT_STATE_I32, 1, NT_MAX_N_HEAD),
+    OPT("n_embd", gpt.n_embd, NT_STATE_I32, 1, NT_MAX_N_EMBD),
+    OPT("block_size", gpt.block_size, NT_STATE_I32, 1, NT_MAX_BLOCK_SIZE),
+    OPT("vocab_size", gpt.vocab_size, NT_STATE_I32, 1, NT_MAX_VOCAB_SIZE),
+    OPT("dropout", gpt.dropout, NT_STATE_F32, 0, 1),
+};
+static const nt_state_field cnn_fields[] = {
+    OPT("c1", cnn.c1, NT_STATE_I32, 1, NT_MAX_CNN_WIDTH),
+    OPT("c2", cnn.c2, NT_STATE_I32, 1, NT_MAX_CNN_WIDTH),
+    OPT("hidden", cnn.hidden, NT_STATE_I32, 1, NT_MAX_CNN_WIDTH),
+    OPT("dropout", cnn.dropout, NT_STATE_F32, 0, 1),
+};
+#undef OPT
+#define NFIELDS(t) ((int)(sizeof t / sizeof t[0]))
+
+/* Options a resumed run may change (the run's length, how it reports, what it samples). */
+static const char *const overridable[] = {"max-iters", "eval-interval", "log-interval",
+                                          "checkpoint-interval", "keep-checkpoints",
+                                          "num-workers", "sample", "temperature", "top-k",
+                                          "metrics-interval"};
+
+/* Where the loop stands, with the RNG and the optimizer's step. */
+typedef struct {
+  int64_t iter, batch, eval_count;
+  uint64_t epoch, rng_seed, rng_offset;
+  double best_val_loss;   /* 1e30: no evaluation yet */
+  int32_t optimizer_step;
+  int64_t samples;        /* of the epoch, over every rank: a resume at another world size
+                           * takes up the same position (DistributedSampler's global batches are
+                           * the same sets when batch x N is) */
+} position;
+static const nt_state_field position_fields[] = {
+    NT_STATE_FIELD(position, iter, NT_STATE_I64, 0, NT_MAX_ITERS),
+    NT_STATE_FIELD(position, epoch, NT_STATE_U64, 0, NT_MAX_ITERS),
+    NT_STATE_FIELD(position, batch, NT_STATE_I64, 0, NT_MAX_ITERS),
+    NT_STATE_FIELD(position, eval_count, NT_STATE_I64, 0, NT_MAX_ITERS),
+    NT_STATE_FIELD(position, best_val_loss, NT_STATE_F64, -NT_STATE_ANY, NT_STATE_ANY),
+    NT_STATE_FIELD(position, rng_seed, NT_STATE_U64, 0, NT_STATE_ANY),
+    NT_STATE_FIELD(position, rng_offset, NT_STATE_U64, 0, NT_STATE_ANY),
+    NT_STATE_FIELD(position, optimizer_step, NT_STATE_I32, 0, INT32_MAX),
+    NT_STATE_FIELD(position, samples, NT_STATE_I64, 0, INT64_MAX),
+};
+
+static bool is_given(const nt_train_options *o, const char *name) {
+  for (int i = 0; i < o->n_given; i++)
+    if (!strcmp(o->given[i], name)) return true;
+  return false;
+}
+
+nt_status nt_trainer_merge_config(nt_ctx *ctx, const nt_json *side, nt_train_options *o) {
+  const char *what = "--resume";
+  const char *model = nt_json_str(nt_json_get(side, "model"), "");
+  const char *want = o->model == NT_MODEL_GPT ? "gpt" : "cnn";
+  if (strcmp(model, want))
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "%s %s: a '%s' checkpoint cannot resume a '%s' run",
+                    what, o->resume, model, want);
+  nt_status st = nt_state_merge(ctx, nt_json_get(side, "config"), config_fields,
+                                NFIELDS(config_fields), o, sizeof *o, o->given, o->n_given,
+                                overridable, NFIELDS(overridable), what);
+  const nt_json *mc = nt_json_get(side, "model_config");
+  if (!st && o->model == NT_MODEL_GPT)
+    st = nt_state_merge(ctx, mc, gpt_fields, NFIELDS(gpt_fields), o, sizeof *o, o->given,
+                        o->n_given, NULL, 0, what);
+  if (!st && o->model == NT_MODEL_CNN)
+    st = nt_state_merge(ctx, mc, cnn_fields, NFIELDS(cnn_fields), o, sizeof *o, o->given,
+                        o->n_given, NULL, 0, what);
+  if (st) return st;
+  /* the precision the run computed in (after any fallback) */
+  const char *saved = nt_json_str(nt_json_get(side, "precision"), "");
+  nt_precision p;
+  st = nt_precision_parse(ctx, saved, &p);
+  if (st)
+    return NT_ERROR(ctx, NT_ERR_FORMAT, "%s: the checkpoint's precision '%s' is unknown", what,
+                    saved);
+  if (is_given(o, "dtype") && p != o->precision)
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG,
+                    "%s: --dtype %s (the checkpoint has %s) conflicts with the checkpoint; drop "
+                    "it to continue the run as saved", what, nt_precision_name(o->precision),
+                    saved);
+  o->precision = p;
+  return NT_OK;
 }
 
 nt_status nt_trainer_save(nt_trainer *T) {
@@ -29,9 +158,11 @@ nt_status nt_trainer_save(nt_trainer *T) {
     T->last_save_iter = T->iter;
     return NT_OK;
   }
-  int32_t step = 0;
+  position pos = {T->iter, T->batch_in_epoch, T->eval_count, T->epoch, nt_ctx_seed(ctx),
+                  nt_ctx_rng_offset(ctx), T->best_val, 0,
+                  T->batch_in_epoch * o->batch_size * T->world};
   nt_scaler_state ss;
-  nt_status st = nt_adamw_get_step(ctx, T->opt.adamw, &step);
+  nt_status st = nt_adamw_get_step(ctx, T->opt.adamw, &pos.optimizer_step);
   if (!st) st = nt_scaler_state_get(ctx, T->opt.scaler, &ss);
   if (st) {
     nt_trainer_whole_free(T, &whole);
@@ -42,122 +173,64 @@ nt_status nt_trainer_save(nt_trainer *T) {
   nt_jw_key(&w, "format");
   nt_jw_str(&w, "nanotrain-checkpoint");
   nt_jw_key(&w, "version");
-  nt_jw_i64(&w, 1);
+  nt_jw_i64(&w, 2);
   nt_jw_key(&w, "model");
   nt_jw_str(&w, T->model->ops->name);
   nt_jw_key(&w, "precision");
   nt_jw_str(&w, nt_precision_name(T->pol.precision));   /* effective, after any fallback */
-  nt_jw_key(&w, "iter");
+  nt_jw_key(&w, "iter");   /* names the checkpoint's directory */
   nt_jw_i64(&w, T->iter);
-  nt_jw_key(&w, "best_val_loss");
-  nt_jw_num(&w, T->best_val);
   nt_jw_key(&w, "tensors");
   nt_jw_str(&w, "ckpt.safetensors");
   nt_jw_key(&w, "config");
   nt_jw_begin(&w, '{');
+  nt_state_write(&w, config_fields, NFIELDS(config_fields), o);
+  nt_jw_end(&w, '}');
+  nt_jw_key(&w, "model_config");
+  nt_jw_begin(&w, '{');
   T->model->ops->write_config(&w, T->model);
   nt_jw_end(&w, '}');
-  nt_jw_key(&w, "optimizer");
+  nt_jw_key(&w, "position");
   nt_jw_begin(&w, '{');
-  nt_jw_key(&w, "type");
-  nt_jw_str(&w, "adamw");
-  nt_jw_key(&w, "step");
-  nt_jw_i64(&w, step);
-  nt_jw_key(&w, "lr");
-  nt_jw_num(&w, o->lr);
-  nt_jw_key(&w, "betas");
-  nt_jw_begin(&w, '[');
-  nt_jw_num(&w, o->beta1);
-  nt_jw_num(&w, o->beta2);
-  nt_jw_end(&w, ']');
-  nt_jw_key(&w, "eps");
-  nt_jw_num(&w, o->eps);
-  nt_jw_key(&w, "weight_decay");
-  nt_jw_num(&w, o->weight_decay);
-  nt_jw_key(&w, "moments");
-  nt_jw_str(&w, "optimizer.<unit>.exp_avg / exp_avg_sq in the safetensors file");
+  nt_state_write(&w, position_fields, NFIELDS(position_fields), &pos);
   nt_jw_end(&w, '}');
   nt_jw_key(&w, "scaler");
   nt_jw_begin(&w, '{');
   nt_jw_key(&w, "enabled");
   nt_jw_bool(&w, nt_scaler_enabled(T->opt.scaler));
-  nt_jw_key(&w, "scale");
-  nt_jw_num(&w, ss.scale);
-  nt_jw_key(&w, "growth_factor");
-  nt_jw_num(&w, ss.growth_factor);
-  nt_jw_key(&w, "backoff_factor");
-  nt_jw_num(&w, ss.backoff_factor);
-  nt_jw_key(&w, "growth_interval");
-  nt_jw_i64(&w, ss.growth_interval);
-  nt_jw_key(&w, "growth_tracker");
-  nt_jw_i64(&w, ss.growth_tracker);
-  nt_jw_key(&w, "min_scale");
-  nt_jw_num(&w, ss.min_scale);
-  nt_jw_key(&w, "max_scale");
-  nt_jw_num(&w, ss.max_scale);
-  nt_jw_key(&w, "hysteresis");
-  nt_jw_i64(&w, ss.hysteresis);
-  nt_jw_key(&w, "hysteresis_left");
-  nt_jw_i64(&w, ss.hysteresis_left);
-  nt_jw_key(&w, "updates");
-  nt_jw_i64(&w, ss.updates);
-  nt_jw_key(&w, "skipped_total");
-  nt_jw_i64(&w, ss.skipped_total);
-  nt_jw_end(&w, '}');
-  nt_jw_key(&w, "rng");
-  nt_jw_begin(&w, '{');
-  nt_jw_key(&w, "seed");
-  nt_jw_u64(&w, nt_ctx_seed(ctx));
-  nt_jw_key(&w, "offset");
-  nt_jw_u64(&w, nt_ctx_rng_offset(ctx));
-  nt_jw_end(&w, '}');
-  nt_jw_key(&w, "loader");
-  nt_jw_begin(&w, '{');
-  nt_jw_key(&w, "epoch");
-  nt_jw_u64(&w, T->epoch);
-  nt_jw_key(&w, "batch");
-  nt_jw_i64(&w, T->batch_in_epoch);
-  nt_jw_key(&w, "samples");   /* of the epoch over every rank: a resume at another N */
-  nt_jw_i64(&w, T->batch_in_epoch * o->batch_size * T->world);
-  nt_jw_key(&w, "seed");
-  nt_jw_u64(&w, o->seed);
-  nt_jw_end(&w, '}');
-  nt_jw_key(&w, "train");
-  nt_jw_begin(&w, '{');
-  nt_jw_key(&w, "batch_size");
-  nt_jw_i64(&w, o->batch_size);
-  nt_jw_key(&w, "max_iters");
-  nt_jw_i64(&w, o->max_iters);
-  nt_jw_key(&w, "epochs");
-  nt_jw_i64(&w, o->epochs);
-  nt_jw_key(&w, "min_lr");
-  nt_jw_num(&w, o->min_lr);
-  nt_jw_key(&w, "warmup_iters");
-  nt_jw_i64(&w, o->warmup_iters);
-  nt_jw_key(&w, "lr_decay_iters");
-  nt_jw_i64(&w, o->lr_decay_iters);
-  nt_jw_key(&w, "grad_clip");
-  nt_jw_num(&w, o->grad_clip);
-  nt_jw_key(&w, "world_size");
-  nt_jw_i64(&w, T->world);
-  nt_jw_key(&w, "grad_accum_steps");
-  nt_jw_i64(&w, T->accum);
-  nt_jw_key(&w, "sharding_strategy");
-  nt_jw_str(&w, nt_sharding_name(o->dist.fsdp.strategy));
+  nt_state_write(&w, nt_scaler_state_fields, nt_scaler_state_n_fields, &ss);
   nt_jw_end(&w, '}');
   nt_jw_end(&w, '}');
   char *json = nt_jw_finish(&w);
+  char saved[4096] = "";
   if (!json) st = NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for the checkpoint sidecar");
-  if (!st && sharded(T))
-    st = nt_trainer_host_error(T, nt_checkpoint_save(T->host, o->out_dir, &whole.params,
-                                                     whole.adamw, json));
-  else if (!st) st = nt_checkpoint_save(ctx, o->out_dir, T->model->params, T->opt.adamw, json);
+  else if (sharded(T))   /* the consolidated state lives in host memory */
+    st = nt_trainer_host_error(T, nt_checkpoint_save_keep(T->host, o->out_dir, &whole.params,
+                                                          whole.adamw, json, o->keep_checkpoints,
+                                                          saved));
+  else
+    st = nt_checkpoint_save_keep(ctx, o->out_dir, T->model->params, T->opt.adamw, json,
+                                 o->keep_checkpoints, saved);
   free(json);
   nt_trainer_whole_free(T, &whole);
-  if (!st) T->last_save_iter = T->iter;
-  if (!st) nt_trainer_print(T, "saved checkpoint to %s/ckpt.{safetensors,json} (step %lld)\n",
-                            o->out_dir, (long long)T->iter);
-  return st;
+  if (st) return st;
+  T->last_save_iter = T->iter;
+  nt_trainer_print(T, "saved checkpoint %s (step %lld)\n", saved, (long long)T->iter);
+  return NT_OK;
+}
+
+nt_status nt_trainer_checkpoint(nt_trainer *T, bool final) {
+  if (!T->o->out_dir || T->last_save_iter == T->iter) return NT_OK;
+  nt_status st = nt_trainer_save(T);
+  if (!st || final) return st;
+  /* the previous checkpoint is whole (a save writes a new directory); the next save point
+   * tries again */
+  T->res->failed_saves++;
+  if (T->bar) fprintf(T->out, "\n");
+  fprintf(stderr, "nanotrain: warning: checkpoint at step %lld not saved (%s); training goes "
+          "on and the next save point tries again\n", (long long)T->iter,
+          nt_last_error(T->ctx));
+  return NT_OK;
 }
 
 nt_status nt_trainer_read_sidecar(nt_ctx *ctx, const char *where, nt_json *root) {
@@ -180,8 +253,14 @@ nt_status nt_trainer_restore(nt_trainer *T, const nt_json *root) {
   if (strcmp(model, T->model->ops->name))
     return NT_ERROR(ctx, NT_ERR_FORMAT, "%s: a '%s' checkpoint cannot resume a '%s' run", where,
                     model, T->model->ops->name);
-  nt_status st;
-  if (sharded(T)) {   /* the whole state, then this rank's shards of it */
+  position pos;
+  nt_scaler_state ss;
+  nt_status st = nt_scaler_state_get(ctx, T->opt.scaler, &ss);
+  if (!st) st = nt_state_read(ctx, nt_json_get(root, "position"), position_fields,
+                              NFIELDS(position_fields), &pos, sizeof pos, "ckpt.json position");
+  if (!st) st = nt_state_read(ctx, nt_json_get(root, "scaler"), nt_scaler_state_fields,
+                              nt_scaler_state_n_fields, &ss, sizeof ss, "ckpt.json scaler");
+  if (!st && sharded(T)) {   /* the whole state, then this rank's shards of it */
     nt_trainer_whole whole;
     st = nt_trainer_consolidate(T, &whole, false);
     if (!st)
@@ -189,50 +268,28 @@ nt_status nt_trainer_restore(nt_trainer *T, const nt_json *root) {
                                                                whole.adamw));
     if (!st) st = nt_trainer_scatter(T, &whole);
     nt_trainer_whole_free(T, &whole);
-  } else {
+  } else if (!st) {
     st = nt_checkpoint_load_tensors(ctx, where, T->model->params, T->opt.adamw);
   }
-  if (st) return st;
-  const nt_json *opt = nt_json_get(root, "optimizer"), *sc = nt_json_get(root, "scaler");
-  const nt_json *rng = nt_json_get(root, "rng"), *ld = nt_json_get(root, "loader");
-  if (!opt || !sc || !rng || !ld)
-    return NT_ERROR(ctx, NT_ERR_FORMAT, "%s: sidecar lacks optimizer/scaler/rng/loader", where);
-  st = nt_adamw_set_step(ctx, T->opt.adamw, (int32_t)nt_json_get_i64(opt, "step", 0));
-  if (st) return st;
-  nt_scaler_state ss;
-  st = nt_scaler_state_get(ctx, T->opt.scaler, &ss);
-  if (st) return st;
-  ss.scale = (float)nt_json_get_num(sc, "scale", ss.scale);
-  ss.growth_factor = (float)nt_json_get_num(sc, "growth_factor", ss.growth_factor);
-  ss.backoff_factor = (float)nt_json_get_num(sc, "backoff_factor", ss.backoff_factor);
-  ss.growth_interval = (int32_t)nt_json_get_i64(sc, "growth_interval", ss.growth_interval);
-  ss.growth_tracker = (int32_t)nt_json_get_i64(sc, "growth_tracker", ss.growth_tracker);
-  ss.min_scale = (float)nt_json_get_num(sc, "min_scale", ss.min_scale);
-  ss.max_scale = (float)nt_json_get_num(sc, "max_scale", ss.max_scale);
-  ss.hysteresis = (int32_t)nt_json_get_i64(sc, "hysteresis", ss.hysteresis);
-  ss.hysteresis_left = (int32_t)nt_json_get_i64(sc, "hysteresis_left", ss.hysteresis_left);
-  ss.updates = nt_json_get_i64(sc, "updates", ss.updates);
-  ss.skipped_total = nt_json_get_i64(sc, "skipped_total", ss.skipped_total);
-  if (nt_scaler_enabled(T->opt.scaler)) st = nt_scaler_state_set(ctx, T->opt.scaler, &ss);
+  if (!st) st = nt_adamw_set_step(ctx, T->opt.adamw, pos.optimizer_step);
+  if (!st && nt_scaler_enabled(T->opt.scaler)) st = nt_scaler_state_set(ctx, T->opt.scaler, &ss);
   if (st) return st;
   /* the file holds rank 0's dropout stream; the other ranks derive theirs from it */
-  uint64_t seed = nt_json_u64(nt_json_get(rng, "seed"), nt_train_dropout_seed(T->o->seed + 2, 0));
-  nt_ctx_manual_seed(ctx, nt_train_dropout_seed(seed, T->rank));
-  nt_ctx_set_rng_offset(ctx, nt_json_u64(nt_json_get(rng, "offset"), 0));
-  T->iter = T->iter_last = nt_json_get_i64(root, "iter", 0);
-  T->epoch = nt_json_u64(nt_json_get(ld, "epoch"), 0);
-  T->batch_in_epoch = nt_json_get_i64(ld, "batch", 0);
-  /* another world size: the same position in samples (DistributedSampler's global batches
-   * are the same sets when batch x N is) */
-  int64_t samples = nt_json_get_i64(ld, "samples", -1), per_batch = T->o->batch_size * T->world;
-  if (samples >= 0) {
-    if (samples % per_batch)
-      return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "%s: resuming %lld samples into the epoch with "
-                      "%d rank(s) of batch %lld: not a whole number of batches", where,
-                      (long long)samples, T->world, (long long)T->o->batch_size);
-    T->batch_in_epoch = samples / per_batch;
-  }
-  T->best_val = nt_json_get_num(root, "best_val_loss", 1e30);
+  nt_ctx_manual_seed(ctx, nt_train_dropout_seed(pos.rng_seed, T->rank));
+  nt_ctx_set_rng_offset(ctx, pos.rng_offset);
+  T->iter = T->iter_last = pos.iter;
+  T->epoch = pos.epoch;
+  /* the same position in samples at any world size */
+  int64_t per_batch = T->o->batch_size * T->world;
+  if (pos.samples % per_batch)
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "%s: resuming %lld samples into the epoch with %d "
+                    "rank(s) of batch %lld: not a whole number of batches", where,
+                    (long long)pos.samples, T->world, (long long)T->o->batch_size);
+  T->batch_in_epoch = pos.samples / per_batch;
+  T->eval_count = pos.eval_count;
+  T->best_val = pos.best_val_loss;
+  T->last_save_iter = T->iter;   /* this step is saved: a run that trains no further (sampling
+                                  * from a checkpoint) does not write it again */
   T->res->steps = T->iter;
   nt_trainer_print(T, "resumed from %s at step %lld (epoch %llu, batch %lld)\n", where,
                    (long long)T->iter, (unsigned long long)T->epoch, (long long)T->batch_in_epoch);

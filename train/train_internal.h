@@ -29,6 +29,8 @@ typedef struct {
   int64_t batch_in_epoch;
   int64_t last_eval_iter, last_save_iter;   /* -1: none in this run */
   double best_val;
+  int64_t eval_count;           /* evaluations of the schedule run (not the end-of-run one);
+                                 * resumed runs continue the count */
   /* throughput: a log window runs from one log to the next; on a GPU its time comes from two
    * events recorded on the compute stream (read when the log already synchronizes) */
   double peak_flops;
@@ -91,6 +93,13 @@ nt_status nt_trainer_host_error(nt_trainer *T, nt_status st);
 
 /* Checkpoints (train/train_checkpoint.c). */
 nt_status nt_trainer_save(nt_trainer *T);
+/* A save point: saves unless there is no out-dir or this step is saved already. A failed save
+ * is a warning (counted in res->failed_saves) and the run goes on, except when `final`. */
+nt_status nt_trainer_checkpoint(nt_trainer *T, bool final);
+/* Resume: the checkpoint's options, model shape and precision replace o's, except the
+ * documented overrides given on the command line (o->given); a given option that differs is
+ * NT_ERR_INVALID_ARG naming both values. */
+nt_status nt_trainer_merge_config(nt_ctx *ctx, const nt_json *side, nt_train_options *o);
 /* Reads a checkpoint's sidecar (the model config is needed before the model is built). */
 nt_status nt_trainer_read_sidecar(nt_ctx *ctx, const char *where, nt_json *root);
 /* Restores parameters, moments, step, scaler, RNG and loop position from o->resume. */

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# SIGTERM during training: the run ends with exit status 143 (128 + 15). When the training loop
-# reports that it stops after the step, the checkpoint it then saves must be the newest one and
-# whole. Usage: sigterm.sh NANOTRAIN OUT_DIR
+# SIGTERM during training: the loop finishes its step, saves it (the newest checkpoint) and the
+# run ends with exit status 143 (128 + 15). Usage: sigterm.sh NANOTRAIN OUT_DIR
 set -u
 nt=$1
 out=$2
@@ -24,7 +23,13 @@ wait $pid
 rc=$?
 cat "$out.log"
 if [[ $rc -ne 143 ]]; then echo "FAIL: exit status $rc, expected 143"; exit 1; fi
-if grep -q "stopping after this step" "$out.log"; then
-  grep -q "saved checkpoint" "$out.log" || { echo "FAIL: stopped without saving"; exit 1; }
+# the loop finished its step, said so, and the checkpoint of that step is the newest one
+step=$(sed -n 's/^stopping after this step (step \([0-9]*\)).*/\1/p' "$out.log")
+if [[ -z "$step" ]]; then echo "FAIL: the loop did not report the stop"; exit 1; fi
+grep -q "saved checkpoint .*ckpt-$step (step $step)" "$out.log" ||
+  { echo "FAIL: no checkpoint of step $step saved"; exit 1; }
+latest=$(head -n1 "$out/latest")
+if [[ "$latest" != "ckpt-$step" ]]; then
+  echo "FAIL: latest names '$latest', expected ckpt-$step"; exit 1
 fi
-echo "exit status 143"
+echo "exit status 143, checkpoint of step $step saved"
