@@ -74,7 +74,7 @@ cnn_resume)
   rm -rf "$work/cnn_resume_a" "$work/cnn_resume_b"
   mpi 2 "$nt" "${args[@]}" --batch-size 4 --max-iters 10 --sharding-strategy FULL_SHARD \
       --out-dir "$work/cnn_resume_a" || exit 1
-  "$nt" "${args[@]}" --batch-size 8 --resume "$work/cnn_resume_a" \
+  "$nt" "${args[@]}" --batch-size 8 --max-iters 0 --resume "$work/cnn_resume_a" \
       --out-dir "$work/cnn_resume_b" || exit 1
   exec $compare "$work/cnn_resume_b" "$work/ref_cnn_2" --first-step 11
   ;;

@@ -213,7 +213,11 @@ static void gpt_runs(nt_ctx *gctx, nt_ctx *cctx) {
   o.out_dir = part;
   o.max_iters = 12;
   if (!CHECK_OK(gctx, nt_train_run(gctx, &o, &b))) return;
+  /* the resume continues the checkpoint's configuration except what is given: the length */
+  static const char *const given[] = {"max-iters"};
   o.max_iters = 30;
+  o.given = given;
+  o.n_given = 1;
   o.resume = part;
   if (!CHECK_OK(gctx, nt_train_run(gctx, &o, &r))) return;
   int same = 0;

@@ -115,9 +115,25 @@ nt_status nt_trainer_merge_config(nt_ctx *ctx, const nt_json *side, nt_train_opt
   if (strcmp(model, want))
     return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "%s %s: a '%s' checkpoint cannot resume a '%s' run",
                     what, o->resume, model, want);
+  /* Data parallel: --batch-size is per rank, so a resume at another world size (or another
+   * number of micro-steps) may change it as long as the global batch stays the same. */
+  const nt_json *dp = nt_json_get(side, "data_parallel");
+  int64_t ck_global = nt_json_get_i64(dp, "global_batch", 0);
+  int64_t accum = o->dist.grad_accum_steps > 1 ? o->dist.grad_accum_steps : 1;
+  const char *over[NFIELDS(overridable) + 1];
+  int n_over = 0;
+  for (; n_over < NFIELDS(overridable); n_over++) over[n_over] = overridable[n_over];
+  if (ck_global > 0) over[n_over++] = "batch-size";
   nt_status st = nt_state_merge(ctx, nt_json_get(side, "config"), config_fields,
                                 NFIELDS(config_fields), o, sizeof *o, o->given, o->n_given,
-                                overridable, NFIELDS(overridable), what);
+                                over, n_over, what);
+  if (!st && ck_global > 0 && o->batch_size * o->world_size * accum != ck_global)
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG,
+                    "%s: a global batch of %lld (--batch-size %lld x %d rank(s) x %lld "
+                    "micro-step(s)) differs from the checkpoint's %lld: give the per-rank "
+                    "--batch-size that keeps it", what,
+                    (long long)(o->batch_size * o->world_size * accum), (long long)o->batch_size,
+                    o->world_size, (long long)accum, (long long)ck_global);
   const nt_json *mc = nt_json_get(side, "model_config");
   if (!st && o->model == NT_MODEL_GPT)
     st = nt_state_merge(ctx, mc, gpt_fields, NFIELDS(gpt_fields), o, sizeof *o, o->given,
@@ -189,6 +205,17 @@ nt_status nt_trainer_save(nt_trainer *T) {
   nt_jw_key(&w, "model_config");
   nt_jw_begin(&w, '{');
   T->model->ops->write_config(&w, T->model);
+  nt_jw_end(&w, '}');
+  nt_jw_key(&w, "data_parallel");   /* informational, except the global batch (a resume) */
+  nt_jw_begin(&w, '{');
+  nt_jw_key(&w, "world_size");
+  nt_jw_i64(&w, T->world);
+  nt_jw_key(&w, "grad_accum_steps");
+  nt_jw_i64(&w, T->accum);
+  nt_jw_key(&w, "sharding_strategy");
+  nt_jw_str(&w, nt_sharding_name(o->dist.fsdp.strategy));
+  nt_jw_key(&w, "global_batch");
+  nt_jw_i64(&w, o->batch_size * T->world * T->accum);
   nt_jw_end(&w, '}');
   nt_jw_key(&w, "position");
   nt_jw_begin(&w, '{');

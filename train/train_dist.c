@@ -39,8 +39,14 @@ nt_status nt_trainer_dist_init(nt_trainer *T, const nt_optimizer_options *oo,
   so->hooks = &T->step_hooks;
   so->ranges = T->ranges;
   so->n_ranges = n;
-  /* Collectives on the host (MPI) cannot be captured; over NCCL the graph is opt-in. */
-  if (so->cuda_graph < 0 || nt_comm_backend_of(T->comm) == NT_COMM_MPI) so->cuda_graph = 0;
+  /* The step under the FSDP runtime runs eagerly: collectives on the host (MPI) cannot be
+   * captured, and a captured NCCL step failed on the H200 (session 11: "waiting for a
+   * collective: invalid argument" with NO_SHARD and FULL_SHARD at world 1), so --cuda-graph is
+   * refused here rather than left to fail mid-run. */
+  if (so->cuda_graph > 0)
+    return NT_ERROR(T->ctx, NT_ERR_UNSUPPORTED, "--cuda-graph with data parallel (the FSDP "
+                    "runtime) is not supported yet: the step runs eagerly; drop the flag");
+  so->cuda_graph = 0;
   return NT_OK;
 }
 
