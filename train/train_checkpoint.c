@@ -118,8 +118,10 @@ nt_status nt_trainer_merge_config(nt_ctx *ctx, const nt_json *side, nt_train_opt
   /* Data parallel: --batch-size is per rank, so a resume at another world size (or another
    * number of micro-steps) may change it as long as the global batch stays the same. */
   const nt_json *dp = nt_json_get(side, "data_parallel");
-  int64_t ck_global = nt_json_get_i64(dp, "global_batch", 0);
   int64_t accum = o->dist.grad_accum_steps > 1 ? o->dist.grad_accum_steps : 1;
+  bool same_split = nt_json_get_i64(dp, "world_size", 1) == o->world_size &&
+                    nt_json_get_i64(dp, "grad_accum_steps", 1) == accum;
+  int64_t ck_global = same_split ? 0 : nt_json_get_i64(dp, "global_batch", 0);
   const char *over[NFIELDS(overridable) + 1];
   int n_over = 0;
   for (; n_over < NFIELDS(overridable); n_over++) over[n_over] = overridable[n_over];
