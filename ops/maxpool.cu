@@ -101,3 +101,111 @@ extern "C" nt_status nt_maxpool2d_backward_cuda(nt_ctx *ctx, const nt_tensor *dy
     default: return NT_ERROR(ctx, NT_ERR_DTYPE, "maxpool2d: unsupported dtype");
   }
 }
+
+/* ---- NHWC (ops/conv2d_nhwc.h): one thread per output (forward) or per input (backward, a
+ * gather: dx is written whole, no zeroing pass and no races). Channels are the fastest index
+ * of x and dx, so neighbouring threads touch neighbouring addresses. ---- */
+namespace {
+
+__device__ __forceinline__ unsigned y_at(bool nchw, unsigned n, unsigned oh, unsigned ow,
+                                         unsigned c, unsigned OH, unsigned OW, unsigned C) {
+  return nchw ? ((n * C + c) * OH + oh) * OW + ow : ((n * OH + oh) * OW + ow) * C + c;
+}
+
+template <typename T>
+__global__ void pool_nhwc_fwd(const T *__restrict__ x, T *__restrict__ y, int *__restrict__ am,
+                              unsigned N, int H, int W, unsigned C, int k, bool nchw) {
+  const unsigned OH = H / k, OW = W / k, total = N * OH * OW * C;
+  for (unsigned o = blockIdx.x * blockDim.x + threadIdx.x; o < total;
+       o += gridDim.x * blockDim.x) {
+    const unsigned c = o % C, q = o / C, ow = q % OW, r = q / OW, oh = r % OH, n = r / OH;
+    int best_i = -1;
+    float best = 0.f;
+    for (int dh = 0; dh < k; dh++)
+      for (int dw = 0; dw < k; dw++) {
+        const int ih = (int)oh * k + dh, iw = (int)ow * k + dw;
+        const float v = nt_to_f(x[(((long)n * H + ih) * W + iw) * C + c]);
+        if (best_i < 0 || v > best || (isnan(v) && !isnan(best))) {
+          best = v;
+          best_i = ih * W + iw;
+        }
+      }
+    const unsigned at = y_at(nchw, n, oh, ow, c, OH, OW, C);
+    y[at] = nt_from_f<T>(best);
+    am[at] = best_i;
+  }
+}
+
+template <typename T>
+__global__ void pool_nhwc_bwd(const T *__restrict__ dy, const int *__restrict__ am,
+                              const T *__restrict__ mask, T *__restrict__ dx, unsigned N, int H,
+                              int W, unsigned C, int k, bool nchw) {
+  const unsigned OH = H / k, OW = W / k, total = N * H * W * C;
+  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += gridDim.x * blockDim.x) {
+    const unsigned c = i % C, q = i / C, iw = q % W, r = q / W, ih = r % H, n = r / H;
+    const unsigned oh = ih / k, ow = iw / k;
+    float v = 0.f;
+    if (oh < OH && ow < OW) {
+      const unsigned o = y_at(nchw, n, oh, ow, c, OH, OW, C);
+      if (am[o] == (int)(ih * W + iw) && (!mask || nt_to_f(mask[o]) > 0.f)) v = nt_to_f(dy[o]);
+    }
+    dx[i] = nt_from_f<T>(v);
+  }
+}
+
+template <typename T>
+nt_status nhwc_fwd(nt_ctx *ctx, const nt_tensor *x, nt_tensor *y, nt_tensor *am, int k,
+                   bool nchw) {
+  const long n = nt_tensor_numel(y);
+  if (n == 0) return NT_OK;
+  pool_nhwc_fwd<T><<<grid_for(n), 256, 0, nt_cuda_stream(ctx)>>>(
+      (const T *)x->data, (T *)y->data, (int *)am->data, (unsigned)x->shape[0],
+      (int)x->shape[1], (int)x->shape[2], (unsigned)x->shape[3], k, nchw);
+  return NT_CUDA_LAUNCHED(ctx);
+}
+
+template <typename T>
+nt_status nhwc_bwd(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *am, const nt_tensor *mask,
+                   nt_tensor *dx, int k, bool nchw) {
+  const long n = nt_tensor_numel(dx);
+  if (n == 0) return NT_OK;
+  pool_nhwc_bwd<T><<<grid_for(n), 256, 0, nt_cuda_stream(ctx)>>>(
+      (const T *)dy->data, (const int *)am->data, mask ? (const T *)mask->data : nullptr,
+      (T *)dx->data, (unsigned)dx->shape[0], (int)dx->shape[1], (int)dx->shape[2],
+      (unsigned)dx->shape[3], k, nchw);
+  return NT_CUDA_LAUNCHED(ctx);
+}
+
+}  // namespace
+
+extern "C" nt_status nt_maxpool2d_nhwc_forward_cuda(nt_ctx *ctx, const nt_tensor *x,
+                                                    nt_tensor *y, nt_tensor *argmax, int k,
+                                                    bool y_nchw) {
+  nt_status s = nt_cuda_set_device(ctx);
+  if (s) return s;
+  if ((double)nt_tensor_numel(x) > 4e9)
+    return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "maxpool2d_nhwc: input past 4e9 elements");
+  switch (x->dtype) {
+    case NT_F32: return nhwc_fwd<float>(ctx, x, y, argmax, k, y_nchw);
+    case NT_F16: return nhwc_fwd<__half>(ctx, x, y, argmax, k, y_nchw);
+    case NT_BF16: return nhwc_fwd<__nv_bfloat16>(ctx, x, y, argmax, k, y_nchw);
+    default: return NT_ERROR(ctx, NT_ERR_DTYPE, "maxpool2d: unsupported dtype");
+  }
+}
+
+extern "C" nt_status nt_maxpool2d_nhwc_backward_cuda(nt_ctx *ctx, const nt_tensor *dy,
+                                                     const nt_tensor *argmax,
+                                                     const nt_tensor *mask, nt_tensor *dx,
+                                                     int k, bool y_nchw) {
+  nt_status s = nt_cuda_set_device(ctx);
+  if (s) return s;
+  if ((double)nt_tensor_numel(dx) > 4e9)
+    return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "maxpool2d_nhwc: input past 4e9 elements");
+  switch (dx->dtype) {
+    case NT_F32: return nhwc_bwd<float>(ctx, dy, argmax, mask, dx, k, y_nchw);
+    case NT_F16: return nhwc_bwd<__half>(ctx, dy, argmax, mask, dx, k, y_nchw);
+    case NT_BF16: return nhwc_bwd<__nv_bfloat16>(ctx, dy, argmax, mask, dx, k, y_nchw);
+    default: return NT_ERROR(ctx, NT_ERR_DTYPE, "maxpool2d: unsupported dtype");
+  }
+}

@@ -1,0 +1,195 @@
+/* NHWC Conv2d: argument checks, dispatch, and the CPU reference by direct loops (inputs widened
+ * to fp32 once, sums in fp64, results rounded once to the output dtype). */
+#include "ops/conv2d_nhwc.h"
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef NT_HAVE_CUDA
+nt_status nt_conv2d_nhwc_forward_cuda(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
+                                      const nt_tensor *b, nt_tensor *y, nt_conv2d_params p,
+                                      bool relu);
+nt_status nt_conv2d_nhwc_backward_cuda(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *relu_y,
+                                       const nt_tensor *x, const nt_tensor *w, nt_tensor *dx,
+                                       nt_tensor *dw, nt_tensor *db, nt_conv2d_params p);
+#endif
+
+typedef struct { int64_t N, H, W, C, Cout, KH, KW, OH, OW; } dims;
+
+static nt_status check_t(nt_ctx *ctx, const nt_tensor *t, int ndim, nt_dtype dt,
+                         const char *what) {
+  nt_status st;
+  if ((st = nt_check_device(ctx, t, what))) return st;
+  if ((st = nt_check_ndim(ctx, t, ndim, what))) return st;
+  if ((st = nt_check_dtype(ctx, t, dt, what))) return st;
+  return nt_check_contiguous(ctx, t, what);
+}
+
+/* b / db: [Cout] in the input dtype or F32; dw: w's shape in the input dtype or F32. */
+static nt_status check_param(nt_ctx *ctx, const nt_tensor *t, const nt_tensor *like, nt_dtype dt,
+                             const char *what) {
+  if (t->dtype != dt && t->dtype != NT_F32)
+    return NT_ERROR(ctx, NT_ERR_DTYPE, "%s: dtype %s (expected %s or f32)", what,
+                    nt_dtype_name(t->dtype), nt_dtype_name(dt));
+  nt_status st = check_t(ctx, t, like->ndim, t->dtype, what);
+  return st ? st : nt_check_same_shape(ctx, t, like, what);
+}
+
+static nt_status check_conv(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
+                            const nt_tensor *y, nt_conv2d_params p, dims *d, const char *what) {
+  nt_status st;
+  if (!x || !w || !y) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "%s: NULL x, w or y", what);
+  if (x->dtype != NT_F32 && x->dtype != NT_F16 && x->dtype != NT_BF16)
+    return NT_ERROR(ctx, NT_ERR_DTYPE, "%s: dtype %s not supported (f32, f16, bf16)", what,
+                    nt_dtype_name(x->dtype));
+  if ((st = check_t(ctx, x, 4, x->dtype, "conv2d_nhwc x [N, H, W, Cin]"))) return st;
+  if ((st = check_t(ctx, w, 4, x->dtype, "conv2d_nhwc w [Cout, Cin, KH, KW]"))) return st;
+  if ((st = check_t(ctx, y, 4, x->dtype, "conv2d_nhwc y [N, OH, OW, Cout]"))) return st;
+  if (p.stride < 1 || p.pad < 0)
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "%s: stride %d must be >= 1 and pad %d >= 0", what,
+                    p.stride, p.pad);
+  d->N = x->shape[0]; d->H = x->shape[1]; d->W = x->shape[2]; d->C = x->shape[3];
+  d->Cout = w->shape[0]; d->KH = w->shape[2]; d->KW = w->shape[3];
+  if (w->shape[1] != d->C)
+    return NT_ERROR(ctx, NT_ERR_SHAPE, "%s: w has %lld input channels, x has %lld", what,
+                    (long long)w->shape[1], (long long)d->C);
+  if (d->KH < 1 || d->KW < 1 || d->H + 2 * p.pad < d->KH || d->W + 2 * p.pad < d->KW)
+    return NT_ERROR(ctx, NT_ERR_SHAPE, "%s: kernel %lldx%lld does not fit the padded %lldx%lld "
+                    "input", what, (long long)d->KH, (long long)d->KW,
+                    (long long)(d->H + 2 * p.pad), (long long)(d->W + 2 * p.pad));
+  d->OH = (d->H + 2 * p.pad - d->KH) / p.stride + 1;
+  d->OW = (d->W + 2 * p.pad - d->KW) / p.stride + 1;
+  const int64_t want[4] = {d->N, d->OH, d->OW, d->Cout};
+  for (int i = 0; i < 4; i++)
+    if ((st = nt_check_dim(ctx, y, i, want[i], "conv2d_nhwc y [N, OH, OW, Cout]"))) return st;
+  return NT_OK;
+}
+
+static float *widen(const nt_tensor *t) {
+  const int64_t n = nt_tensor_numel(t);
+  float *f = malloc(sizeof(float) * (size_t)(n ? n : 1));
+  for (int64_t i = 0; f && i < n; i++) f[i] = nt_load_f32(t->data, t->dtype, i);
+  return f;
+}
+
+/* Calls body(xi, wi, yi) for every (output, tap, input channel) whose input is inside x:
+ * the one loop nest shared by the forward and both gradients. */
+#define FOR_EACH_TAP(d, p, body)                                                              \
+  for (int64_t n = 0; n < (d)->N; n++)                                                        \
+    for (int64_t oh = 0; oh < (d)->OH; oh++)                                                  \
+      for (int64_t ow = 0; ow < (d)->OW; ow++)                                                \
+        for (int64_t co = 0; co < (d)->Cout; co++) {                                          \
+          const int64_t yi = ((n * (d)->OH + oh) * (d)->OW + ow) * (d)->Cout + co;            \
+          for (int64_t kh = 0; kh < (d)->KH; kh++) {                                          \
+            const int64_t ih = oh * (p).stride - (p).pad + kh;                                \
+            if (ih < 0 || ih >= (d)->H) continue;                                             \
+            for (int64_t kw = 0; kw < (d)->KW; kw++) {                                        \
+              const int64_t iw = ow * (p).stride - (p).pad + kw;                              \
+              if (iw < 0 || iw >= (d)->W) continue;                                           \
+              for (int64_t ci = 0; ci < (d)->C; ci++) {                                       \
+                const int64_t xi = ((n * (d)->H + ih) * (d)->W + iw) * (d)->C + ci;           \
+                const int64_t wi = ((co * (d)->C + ci) * (d)->KH + kh) * (d)->KW + kw;        \
+                body;                                                                         \
+              }                                                                               \
+            }                                                                                 \
+          }                                                                                   \
+        }
+
+static nt_status forward_cpu(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
+                             const nt_tensor *b, nt_tensor *y, nt_conv2d_params p, bool relu,
+                             const dims *d) {
+  float *X = widen(x), *Wt = widen(w), *Bv = b ? widen(b) : NULL;
+  const int64_t ny = nt_tensor_numel(y);
+  double *acc = calloc((size_t)ny + 1, sizeof *acc);
+  nt_status st = NT_OK;
+  if (!X || !Wt || (b && !Bv) || !acc) {
+    st = NT_ERROR(ctx, NT_ERR_OOM, "conv2d_nhwc: out of host memory");
+    goto done;
+  }
+  FOR_EACH_TAP(d, p, acc[yi] += (double)X[xi] * Wt[wi]);
+  for (int64_t i = 0; i < ny; i++) {
+    double v = acc[i] + (Bv ? Bv[i % d->Cout] : 0.0);
+    if (relu && !(v > 0.0) && v == v) v = 0.0;   /* a NaN passes through, as torch */
+    nt_store_f32(y->data, y->dtype, i, (float)v);
+  }
+done:
+  free(X); free(Wt); free(Bv); free(acc);
+  return st;
+}
+
+static nt_status backward_cpu(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *relu_y,
+                              const nt_tensor *x, const nt_tensor *w, nt_tensor *dx,
+                              nt_tensor *dw, nt_tensor *db, nt_conv2d_params p, const dims *d) {
+  float *G = widen(dy), *X = widen(x), *Wt = widen(w);
+  const int64_t ny = nt_tensor_numel(dy), nx = nt_tensor_numel(x), nw = nt_tensor_numel(w);
+  double *gx = calloc((size_t)nx + 1, sizeof(double));
+  double *gw = calloc((size_t)nw + 1, sizeof(double));
+  double *gb = calloc((size_t)d->Cout + 1, sizeof(double));
+  nt_status st = NT_OK;
+  if (!G || !X || !Wt || !gx || !gw || !gb) {
+    st = NT_ERROR(ctx, NT_ERR_OOM, "conv2d_nhwc backward: out of host memory");
+    goto done;
+  }
+  for (int64_t i = 0; relu_y && i < ny; i++)
+    if (!(nt_load_f32(relu_y->data, relu_y->dtype, i) > 0.0f)) G[i] = 0.0f;
+  for (int64_t i = 0; i < ny; i++) gb[i % d->Cout] += G[i];
+  FOR_EACH_TAP(d, p, {
+    gx[xi] += (double)G[yi] * Wt[wi];
+    gw[wi] += (double)G[yi] * X[xi];
+  });
+  for (int64_t i = 0; dx && i < nx; i++) nt_store_f32(dx->data, dx->dtype, i, (float)gx[i]);
+  for (int64_t i = 0; dw && i < nw; i++)
+    nt_store_f32(dw->data, dw->dtype, i,
+                 (float)((double)nt_load_f32(dw->data, dw->dtype, i) + gw[i]));
+  for (int64_t i = 0; db && i < d->Cout; i++)
+    nt_store_f32(db->data, db->dtype, i,
+                 (float)((double)nt_load_f32(db->data, db->dtype, i) + gb[i]));
+done:
+  free(G); free(X); free(Wt); free(gx); free(gw); free(gb);
+  return st;
+}
+
+nt_status nt_conv2d_nhwc_forward(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
+                                 const nt_tensor *b, nt_tensor *y, nt_conv2d_params p,
+                                 bool relu) {
+  dims d;
+  nt_status st = check_conv(ctx, x, w, y, p, &d, "conv2d_nhwc_forward");
+  if (st) return st;
+  int64_t sb[1] = {d.Cout};
+  nt_tensor bl = nt_tensor_view(NULL, x->dtype, x->device, 1, sb);
+  if (b && (st = check_param(ctx, b, &bl, x->dtype, "conv2d_nhwc b [Cout]"))) return st;
+  if (x->device.type == NT_DEV_CUDA) {
+#ifdef NT_HAVE_CUDA
+    return nt_conv2d_nhwc_forward_cuda(ctx, x, w, b, y, p, relu);
+#else
+    return NT_ERROR(ctx, NT_ERR_NO_DEVICE, "conv2d_nhwc: CUDA tensor without the CUDA backend");
+#endif
+  }
+  return forward_cpu(ctx, x, w, b, y, p, relu, &d);
+}
+
+nt_status nt_conv2d_nhwc_backward(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *relu_y,
+                                  const nt_tensor *x, const nt_tensor *w, nt_tensor *dx,
+                                  nt_tensor *dw, nt_tensor *db, nt_conv2d_params p) {
+  dims d;
+  nt_status st = check_conv(ctx, x, w, dy, p, &d, "conv2d_nhwc_backward");
+  if (st) return st;
+  if (relu_y && ((st = check_t(ctx, relu_y, 4, x->dtype, "conv2d_nhwc relu_y")) ||
+                 (st = nt_check_same_shape(ctx, relu_y, dy, "conv2d_nhwc relu_y vs dy"))))
+    return st;
+  if (dx && ((st = check_t(ctx, dx, 4, x->dtype, "conv2d_nhwc dx")) ||
+             (st = nt_check_same_shape(ctx, dx, x, "conv2d_nhwc dx vs x"))))
+    return st;
+  if (dw && (st = check_param(ctx, dw, w, x->dtype, "conv2d_nhwc dw"))) return st;
+  int64_t sb[1] = {d.Cout};
+  nt_tensor bl = nt_tensor_view(NULL, x->dtype, x->device, 1, sb);
+  if (db && (st = check_param(ctx, db, &bl, x->dtype, "conv2d_nhwc db [Cout]"))) return st;
+  if (!dx && !dw && !db) return NT_OK;
+  if (x->device.type == NT_DEV_CUDA) {
+#ifdef NT_HAVE_CUDA
+    return nt_conv2d_nhwc_backward_cuda(ctx, dy, relu_y, x, w, dx, dw, db, p);
+#else
+    return NT_ERROR(ctx, NT_ERR_NO_DEVICE, "conv2d_nhwc: CUDA tensor without the CUDA backend");
+#endif
+  }
+  return backward_cpu(ctx, dy, relu_y, x, w, dx, dw, db, p, &d);
+}

@@ -1,0 +1,617 @@
+/* NHWC Conv2d on CUDA for F16 / BF16: implicit GEMMs on tensor cores (mma.sync m16n8k16, fp32
+ * accumulation), operands gathered straight from the activations into shared memory by
+ * cp.async (zero-fill for the padding), so there is no im2col buffer. Three products:
+ *
+ *   forward   y [M = N*OH*OW, Cout]   = A [M, K] @ Wp^T      A(m, k) = x at output pixel m
+ *                                                             shifted by tap k's (kh, kw)
+ *   dx        dx [N*H*W, Cin]         = the same kernel run on dy with the flipped, transposed
+ *                                       weight and pad KH-1-pad (stride 1): a conv of dy
+ *   dw        dw [Cout, K]            = dy^T [Cout, M] @ A [M, K], split over M (split-K)
+ *
+ * with K = KH*KW*C ordered (kh, kw, c): one tap's channels are contiguous in NHWC memory. The
+ * weight is repacked per call into Wp [R, Kp] (R output channels; tiny next to the
+ * activations) so that B tiles are plain 16-byte rows. The F32 path and the cases the tensor
+ * core kernels do not take are in ops/conv2d_nhwc_direct.cu. */
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include "ops/conv2d_nhwc.h"
+#include "ops/conv2d_nhwc_cuda.cuh"
+#include "ops/mma.cuh"
+#include "core/cuda_util.h"
+#include "ops/cuda_dtype.cuh"
+
+extern "C" {
+nt_status nt_conv2d_nhwc_forward_cuda(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
+                                      const nt_tensor *b, nt_tensor *y, nt_conv2d_params p,
+                                      bool relu);
+nt_status nt_conv2d_nhwc_backward_cuda(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *relu_y,
+                                       const nt_tensor *x, const nt_tensor *w, nt_tensor *dx,
+                                       nt_tensor *dw, nt_tensor *db, nt_conv2d_params p);
+}
+
+namespace {
+
+using namespace nt_mma;
+
+constexpr int kBK = 32;       /* K per pipeline stage: 32 channels of one tap (or 32 flat k) */
+constexpr int kStages = 3;    /* cp.async pipeline depth */
+constexpr int kThreads = 128; /* four warps */
+constexpr int kPad = 8;       /* halves of padding per shared row: conflict-free ldmatrix */
+
+/* One convolution as the implicit GEMM sees it: input [N, H, W, C] (x, or dy for dx), output
+ * [N, OH, OW, R] (y, or dx), kernel KH x KW; the packed weight is [R, Kp]. vec: C % 8 == 0,
+ * A is gathered in 16-byte chunks by cp.async and the packed weight has Cp = C rounded up to
+ * kBK columns per tap; otherwise elements are loaded one by one with K flat (Cp = C, K padded
+ * to kBK): the first layer (C = 1, K = 9 -> 32) and odd test shapes. */
+struct igeom {
+  int N, H, W, C, OH, OW, R, KH, KW, stride, padh, padw, Cp, Kp, M;
+  bool vec;
+};
+
+igeom make_geom(int N, int H, int W, int C, int OH, int OW, int R, int KH, int KW, int stride,
+                int padh, int padw) {
+  igeom g = {N, H, W, C, OH, OW, R, KH, KW, stride, padh, padw, 0, 0, N * OH * OW, C % 8 == 0};
+  if (g.vec) {
+    g.Cp = (C + kBK - 1) / kBK * kBK;
+    g.Kp = KH * KW * g.Cp;
+  } else {
+    g.Cp = C;
+    g.Kp = (KH * KW * C + kBK - 1) / kBK * kBK;
+  }
+  return g;
+}
+
+template <typename T> __device__ __forceinline__ T zero() { return nt_from_f<T>(0.f); }
+
+/* Zeroes the 8 values of a 16-byte chunk of `a` where the matching chunk of `m` is not > 0 (the
+ * ReLU mask of dy, applied in shared memory after the copy lands). */
+template <typename T> __device__ __forceinline__ void mask_chunk(T *a, const T *m) {
+  uint4 av = *reinterpret_cast<uint4 *>(a);
+  const uint4 mv = *reinterpret_cast<const uint4 *>(m);
+  T *ae = reinterpret_cast<T *>(&av);
+  const T *me = reinterpret_cast<const T *>(&mv);
+#pragma unroll
+  for (int e = 0; e < 8; e++)
+    if (!(nt_to_f(me[e]) > 0.f)) ae[e] = zero<T>();
+  *reinterpret_cast<uint4 *>(a) = av;
+}
+
+/* Wp[r, k] for the packed K order (tap, c) with Cp columns per tap: w[r, c, kh, kw] for the
+ * forward; flip (dx): w[c, r, KH-1-kh, KW-1-kw] (w is [Cout, Cin, KH, KW]; then r runs over
+ * Cin and c over Cout). Zero in the padding. */
+template <typename T>
+__global__ void pack_weight(const T *__restrict__ w, T *__restrict__ wp, igeom g, int Cin,
+                            bool flip) {
+  const unsigned total = (unsigned)g.R * g.Kp;
+  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += gridDim.x * blockDim.x) {
+    const int r = (int)(i / (unsigned)g.Kp), k = (int)(i - (unsigned)r * g.Kp);
+    const int tap = k / g.Cp, c = k - tap * g.Cp;
+    T v = zero<T>();
+    if (tap < g.KH * g.KW && c < g.C) {
+      const int kh = tap / g.KW, kw = tap - kh * g.KW;
+      v = flip ? w[((c * Cin + r) * g.KH + g.KH - 1 - kh) * g.KW + g.KW - 1 - kw]
+               : w[((r * Cin + c) * g.KH + kh) * g.KW + kw];
+    }
+    wp[i] = v;
+  }
+}
+
+/* The forward / dx kernel.
+ *   GEMM: M = N*OH*OW output pixels, N = R output channels, K = Kp (taps x channels).
+ *   A (M x K): the input pixel under each tap, gathered per k-step (one tap, 32 channels);
+ *              with MASK, dy's ReLU mask (same shape as the input) is gathered beside it.
+ *   B (K x N): the packed weight, Wp rows are output channels (B^T row-major).
+ * Tile 128 x BN x 32 (BN = 32 or 64: the CNN's channel counts, one block column covers them
+ * all so the input is read once), four warps of 32 rows x BN, three cp.async stages (BN 64
+ * with the mask: 77 KB of shared memory, two blocks per SM). The epilogue adds the bias
+ * (f32 or T), applies the ReLU and writes rows of R contiguous channels. */
+template <typename T, int BN, bool MASK>
+__global__ void __launch_bounds__(kThreads)
+    conv_igemm(const T *__restrict__ x, const T *__restrict__ mask, const T *__restrict__ wp,
+               const void *__restrict__ bias, bool bias_f32, bool relu, T *__restrict__ y,
+               igeom g) {
+  constexpr int BM = 128, LD = kBK + kPad, NT = BN / 8;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T *As = reinterpret_cast<T *>(smem_raw);   /* [kStages][BM][LD] */
+  T *Bs = As + kStages * BM * LD;            /* [kStages][BN][LD] */
+  T *Ms = Bs + kStages * BN * LD;            /* [kStages][BM][LD], MASK only */
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+  const int OHW = g.OH * g.OW, cpt = g.Cp / kBK;
+
+  /* vec loader: this thread's 8-channel chunk (aj) of rows (tid >> 2) + 32 i; each row's image
+   * offset and top-left input corner, found once (-1: the row is past M). */
+  const int aj = tid & 3;
+  int a_base[4], a_ih[4], a_iw[4];
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const int m = m0 + (tid >> 2) + 32 * i;
+    a_base[i] = -1;
+    a_ih[i] = a_iw[i] = 0;
+    if (m < g.M) {
+      const int n = m / OHW, rem = m - n * OHW, oh = rem / g.OW, ow = rem - oh * g.OW;
+      a_base[i] = n * g.H * g.W * g.C;
+      a_ih[i] = oh * g.stride - g.padh;
+      a_iw[i] = ow * g.stride - g.padw;
+    }
+  }
+
+  auto load_stage = [&](int s, int t) {
+    T *as = As + s * BM * LD, *bs = Bs + s * BN * LD, *ms = Ms + s * BM * LD;
+    if (g.vec) {
+      const int tap = t / cpt, ci = (t - tap * cpt) * kBK + aj * 8;
+      const int kh = tap / g.KW, kw = tap - kh * g.KW;
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        const int r = (tid >> 2) + 32 * i, ih = a_ih[i] + kh, iw = a_iw[i] + kw;
+        const bool ok = a_base[i] >= 0 && ci < g.C && (unsigned)ih < (unsigned)g.H &&
+                        (unsigned)iw < (unsigned)g.W;
+        const int off = ok ? a_base[i] + (ih * g.W + iw) * g.C + ci : 0;
+        cp_async16(as + r * LD + aj * 8, x + off, ok);
+        if (MASK) cp_async16(ms + r * LD + aj * 8, mask + off, ok);
+      }
+    } else {
+      /* one k column per thread (flat k = tap * C + c), rows (tid >> 5) + 4 i */
+      const int kk = tid & 31, k = t * kBK + kk, tap = k / g.C, ci = k - tap * g.C;
+      const int kh = tap / g.KW, kw = tap - kh * g.KW;
+      const bool kok = tap < g.KH * g.KW;
+      for (int i = 0; i < BM / 4; i++) {
+        const int r = (tid >> 5) + 4 * i, m = m0 + r;
+        T v = zero<T>();
+        if (kok && m < g.M) {
+          const int n = m / OHW, rem = m - n * OHW, oh = rem / g.OW, ow = rem - oh * g.OW;
+          const int ih = oh * g.stride - g.padh + kh, iw = ow * g.stride - g.padw + kw;
+          if ((unsigned)ih < (unsigned)g.H && (unsigned)iw < (unsigned)g.W) {
+            const int off = ((n * g.H + ih) * g.W + iw) * g.C + ci;
+            v = x[off];
+            if (MASK && !(nt_to_f(mask[off]) > 0.f)) v = zero<T>();
+          }
+        }
+        as[r * LD + kk] = v;
+      }
+    }
+    for (int c = tid; c < BN * (kBK / 8); c += kThreads) {
+      const int r = c >> 2, j = c & 3, row = n0 + r;
+      const bool ok = row < g.R;
+      cp_async16(bs + r * LD + j * 8, wp + (ok ? row * g.Kp + t * kBK + j * 8 : 0), ok);
+    }
+  };
+
+  float acc[2][NT][4];
+#pragma unroll
+  for (int a = 0; a < 2; a++)
+#pragma unroll
+    for (int b = 0; b < NT; b++)
+#pragma unroll
+      for (int c = 0; c < 4; c++) acc[a][b][c] = 0.f;
+
+  const int KT = g.Kp / kBK;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; s++) {
+    if (s < KT) load_stage(s, s);
+    cp_async_commit();
+  }
+  for (int t = 0; t < KT; t++) {
+    const int s = t % kStages;
+    cp_async_wait<kStages - 2>();
+    if (MASK && g.vec) {
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        const int at = s * BM * LD + ((tid >> 2) + 32 * i) * LD + aj * 8;
+        mask_chunk(As + at, Ms + at);
+      }
+    }
+    __syncthreads();
+    if (t + kStages - 1 < KT) load_stage((t + kStages - 1) % kStages, t + kStages - 1);
+    cp_async_commit();
+    const T *as = As + s * BM * LD, *bs = Bs + s * BN * LD;
+#pragma unroll
+    for (int kk = 0; kk < kBK; kk += 16) {
+      uint32_t a[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; mt++) ldsm_x4(a[mt], a_frag_addr(as, LD, warp * 32 + mt * 16, kk, lane));
+#pragma unroll
+      for (int np = 0; np < NT / 2; np++) {
+        uint32_t b[4];
+        ldsm_x4(b, bt_frag_addr(bs, LD, np * 16, kk, lane));
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++) {
+          mma_op<T>::run(acc[mt][2 * np], a[mt], b[0], b[1]);
+          mma_op<T>::run(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  /* epilogue: lane holds (row g8, cols c2, c2+1) and (row g8 + 8, same cols) per tile */
+  const int g8 = lane >> 2, c2 = 2 * (lane & 3);
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++) {
+    const int co = n0 + nt * 8 + c2;
+    if (co >= g.R) continue;
+    const bool two = co + 1 < g.R;
+    float b0 = 0.f, b1 = 0.f;
+    if (bias) {
+      b0 = bias_f32 ? ((const float *)bias)[co] : nt_to_f(((const T *)bias)[co]);
+      if (two) b1 = bias_f32 ? ((const float *)bias)[co + 1] : nt_to_f(((const T *)bias)[co + 1]);
+    }
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        const int m = m0 + warp * 32 + mt * 16 + g8 + 8 * h;
+        if (m >= g.M) continue;
+        float v0 = acc[mt][nt][2 * h] + b0, v1 = acc[mt][nt][2 * h + 1] + b1;
+        if (relu) {
+          v0 = v0 > 0.f || v0 != v0 ? v0 : 0.f;
+          v1 = v1 > 0.f || v1 != v1 ? v1 : 0.f;
+        }
+        T *dst = y + (long)m * g.R + co;
+        if (two && (g.R & 1) == 0) {
+          *reinterpret_cast<uint32_t *>(dst) = mma_op<T>::pack(v0, v1);
+        } else {
+          dst[0] = nt_from_f<T>(v0);
+          if (two) dst[1] = nt_from_f<T>(v1);
+        }
+      }
+  }
+}
+
+/* The weight-gradient kernel.
+ *   GEMM: M = Cout, N = KH*KW*C columns (tap, c), K = N*OH*OW output pixels, split over
+ *         blockIdx.z into `chunk`-pixel ranges.
+ *   A (M x K): dy^T, tiles of dy [32 pixels][BMW channels] read by transposed ldmatrix; with
+ *              MASK, relu_y masks them as they land.
+ *   B (K x N): the input under each column's tap at each pixel (implicit im2col), tiles
+ *              [32 pixels][64 columns] read by transposed ldmatrix.
+ * Tile BMW (32 or 64, the CNN's Cout) x 64 x 32, warps 2 x 2 (BMW/2 rows x 32 columns), three
+ * stages in static shared memory (41 KB). Each block writes its fp32 partial to
+ * part[split][Cout][Kc] (no atomics); the blocks of column tile 0 also sum dy per channel into
+ * dbpart[split][Cout]. wgrad_reduce adds the splits in a fixed order. */
+template <typename T, int BMW, bool MASK>
+__global__ void __launch_bounds__(kThreads)
+    wgrad_igemm(const T *__restrict__ dy, const T *__restrict__ mask, const T *__restrict__ x,
+                float *__restrict__ part, float *__restrict__ dbpart, igeom g, int cols, int Kc,
+                int chunk) {
+  constexpr int BNW = 64, LDA = BMW + kPad, LDB = BNW + kPad, MT = BMW / 32, NT = 4;
+  __shared__ __align__(16) T As[kStages][kBK][LDA];
+  __shared__ __align__(16) T Bs[kStages][kBK][LDB];
+  __shared__ __align__(16) T Ms[MASK ? kStages : 1][kBK][LDA];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp >> 1, wn = warp & 1;
+  const int n0 = blockIdx.x * BNW, m0 = blockIdx.y * BMW;
+  const int p_begin = blockIdx.z * chunk;
+  const int p_end = min(p_begin + chunk, g.M), OHW = g.OH * g.OW;
+  const bool dy_vec = g.R % 8 == 0;
+  constexpr int CPR = BMW / 8, RPP = kThreads / CPR;   /* dy chunks per row, rows per pass */
+  /* vec x loader: column chunk (tid & 7) of rows (tid >> 3) + 16 i; its tap found once */
+  const int xcol = n0 + (tid & 7) * 8, xtap = xcol / g.C, xci = xcol - xtap * g.C;
+  const bool xok = xtap < g.KH * g.KW;
+  const int xkh = xtap / g.KW, xkw = xtap - xkh * g.KW;
+
+  auto load_stage = [&](int s, int t) {
+    const int p0 = p_begin + t * kBK;
+    if (dy_vec) {
+      const int j = tid % CPR, co = m0 + j * 8;
+#pragma unroll
+      for (int i = 0; i < kBK / RPP; i++) {
+        const int r = tid / CPR + i * RPP, p = p0 + r;
+        const bool ok = p < p_end && co < g.R;
+        const long off = ok ? (long)p * g.R + co : 0;
+        cp_async16(&As[s][r][j * 8], dy + off, ok);
+        if (MASK) cp_async16(&Ms[s][r][j * 8], mask + off, ok);
+      }
+    } else {
+      for (int e = tid; e < kBK * BMW; e += kThreads) {
+        const int r = e / BMW, c = e - r * BMW, p = p0 + r, co = m0 + c;
+        T v = zero<T>();
+        if (p < p_end && co < g.R) {
+          const long off = (long)p * g.R + co;
+          v = dy[off];
+          if (MASK && !(nt_to_f(mask[off]) > 0.f)) v = zero<T>();
+        }
+        As[s][r][c] = v;
+      }
+    }
+    if (g.vec) {
+#pragma unroll
+      for (int i = 0; i < 2; i++) {
+        const int r = (tid >> 3) + 16 * i, p = p0 + r;
+        bool ok = xok && p < p_end;
+        int off = 0;
+        if (ok) {
+          const int n = p / OHW, rem = p - n * OHW, oh = rem / g.OW, ow = rem - oh * g.OW;
+          const int ih = oh * g.stride - g.padh + xkh, iw = ow * g.stride - g.padw + xkw;
+          ok = (unsigned)ih < (unsigned)g.H && (unsigned)iw < (unsigned)g.W;
+          off = ok ? ((n * g.H + ih) * g.W + iw) * g.C + xci : 0;
+        }
+        cp_async16(&Bs[s][r][(tid & 7) * 8], x + off, ok);
+      }
+    } else {
+      for (int e = tid; e < kBK * BNW; e += kThreads) {
+        const int r = e / BNW, c = e - r * BNW, p = p0 + r, col = n0 + c;
+        const int tap = col / g.C, ci = col - tap * g.C;
+        T v = zero<T>();
+        if (tap < g.KH * g.KW && p < p_end) {
+          const int kh = tap / g.KW, kw = tap - kh * g.KW;
+          const int n = p / OHW, rem = p - n * OHW, oh = rem / g.OW, ow = rem - oh * g.OW;
+          const int ih = oh * g.stride - g.padh + kh, iw = ow * g.stride - g.padw + kw;
+          if ((unsigned)ih < (unsigned)g.H && (unsigned)iw < (unsigned)g.W)
+            v = x[((n * g.H + ih) * g.W + iw) * g.C + ci];
+        }
+        Bs[s][r][c] = v;
+      }
+    }
+  };
+
+  float acc[MT][NT][4];
+#pragma unroll
+  for (int a = 0; a < MT; a++)
+#pragma unroll
+    for (int b = 0; b < NT; b++)
+#pragma unroll
+      for (int c = 0; c < 4; c++) acc[a][b][c] = 0.f;
+  float dbacc = 0.f;
+  const bool do_db = blockIdx.x == 0 && tid < BMW;
+
+  const int KT = p_end > p_begin ? (p_end - p_begin + kBK - 1) / kBK : 0;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; s++) {
+    if (s < KT) load_stage(s, s);
+    cp_async_commit();
+  }
+  for (int t = 0; t < KT; t++) {
+    const int s = t % kStages;
+    cp_async_wait<kStages - 2>();
+    if (MASK && dy_vec) {
+#pragma unroll
+      for (int i = 0; i < kBK / RPP; i++) {
+        const int r = tid / CPR + i * RPP, c = (tid % CPR) * 8;
+        mask_chunk(&As[s][r][c], &Ms[s][r][c]);
+      }
+    }
+    __syncthreads();
+    if (t + kStages - 1 < KT) load_stage((t + kStages - 1) % kStages, t + kStages - 1);
+    cp_async_commit();
+    if (do_db)
+#pragma unroll 8
+      for (int r = 0; r < kBK; r++) dbacc += nt_to_f(As[s][r][tid]);
+#pragma unroll
+    for (int kk = 0; kk < kBK; kk += 16) {
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++)
+        ldsm_x4_t(a[mt], at_frag_addr_t(&As[s][0][0], LDA, wm * (BMW / 2) + mt * 16, kk, lane));
+#pragma unroll
+      for (int np = 0; np < NT / 2; np++) {
+        uint32_t b[4];
+        ldsm_x4_t(b, b_frag_addr_t(&Bs[s][0][0], LDB, kk, wn * 32 + np * 16, lane));
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+          mma_op<T>::run(acc[mt][2 * np], a[mt], b[0], b[1]);
+          mma_op<T>::run(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  const int g8 = lane >> 2, c2 = 2 * (lane & 3);
+  float *out = part + (long)blockIdx.z * g.R * Kc;
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        const int co = m0 + wm * (BMW / 2) + mt * 16 + g8 + 8 * h;
+        const int col = n0 + wn * 32 + nt * 8 + c2;
+        if (co < g.R && col < cols)   /* Kc is a multiple of 8: col + 1 stays in the row */
+          *reinterpret_cast<float2 *>(out + (long)co * Kc + col) =
+              make_float2(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
+      }
+  if (do_db && m0 + tid < g.R) dbpart[blockIdx.z * g.R + m0 + tid] = dbacc;
+}
+
+/* dw[co, c, kh, kw] += sum over splits of part[split][co][(kh*KW + kw)*C + c], then db[co] +=
+ * sum of dbpart[split][co]: each sum in split order, so results do not depend on timing. */
+template <typename W, typename B>
+__global__ void wgrad_reduce(const float *__restrict__ part, const float *__restrict__ dbpart,
+                             int splits, igeom g, int cols, int Kc, W *__restrict__ dw,
+                             B *__restrict__ db) {
+  const unsigned nw = dw ? (unsigned)g.R * cols : 0u, total = nw + (db ? g.R : 0);
+  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += gridDim.x * blockDim.x) {
+    float s = 0.f;
+    if (i < nw) {
+      const int co = (int)(i / (unsigned)cols), col = (int)(i - (unsigned)co * cols);
+      for (int k = 0; k < splits; k++) s += part[((long)k * g.R + co) * Kc + col];
+      const int tap = col / g.C, c = col - tap * g.C, kh = tap / g.KW, kw = tap - kh * g.KW;
+      W *d = dw + ((co * g.C + c) * g.KH + kh) * g.KW + kw;
+      *d = nt_from_f<W>(nt_to_f(*d) + s);
+    } else {
+      const int co = (int)(i - nw);
+      for (int k = 0; k < splits; k++) s += dbpart[k * g.R + co];
+      db[co] = nt_from_f<B>(nt_to_f(db[co]) + s);
+    }
+  }
+}
+
+unsigned grid_for(long n) {
+  long b = (n + 255) / 256;
+  return (unsigned)(b < 1 ? 1 : b > 65535 * 8 ? 65535 * 8 : b);
+}
+
+/* out = conv(in) through the packed weight (forward, or dx with flip), bias / ReLU / mask as
+ * the kernel describes. */
+template <typename T>
+nt_status run_conv(nt_ctx *ctx, nt_dtype dt, const T *in, const T *mask, const T *w, int Cin,
+                   bool flip,
+                   const void *bias, bool bias_f32, bool relu, T *out, const igeom &g) {
+  cudaStream_t s = nt_cuda_stream(ctx);
+  nt_tensor wp = {};
+  const int64_t shape[2] = {g.R, g.Kp};
+  nt_status st = nt_tensor_alloc(ctx, &wp, dt, 2, shape);
+  if (st) return st;
+  pack_weight<T><<<grid_for((long)g.R * g.Kp), 256, 0, s>>>(w, (T *)wp.data, g, Cin, flip);
+  st = NT_CUDA_LAUNCHED(ctx);
+  const bool wide = g.R > 32;
+  const int BN = wide ? 64 : 32;
+  auto kernel = wide ? (mask ? conv_igemm<T, 64, true> : conv_igemm<T, 64, false>)
+                     : (mask ? conv_igemm<T, 32, true> : conv_igemm<T, 32, false>);
+  const int bytes = kStages * ((mask ? 2 : 1) * 128 + BN) * (kBK + kPad) * (int)sizeof(T);
+  if (!st)
+    st = NT_CUDA(ctx, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           bytes));
+  if (!st) {
+    dim3 grid((unsigned)((g.M + 127) / 128), (unsigned)((g.R + BN - 1) / BN));
+    kernel<<<grid, kThreads, bytes, s>>>(in, mask, (const T *)wp.data, bias, bias_f32, relu,
+                                         out, g);
+    st = NT_CUDA_LAUNCHED(ctx);
+  }
+  nt_tensor_free(ctx, &wp);
+  return st;
+}
+
+template <typename T, typename W, typename B>
+nt_status launch_reduce(nt_ctx *ctx, const float *part, const float *dbpart, int splits,
+                        const igeom &g, int cols, int Kc, nt_tensor *dw, nt_tensor *db) {
+  const long total = (dw ? (long)g.R * cols : 0) + (db ? g.R : 0);
+  wgrad_reduce<W, B><<<grid_for(total), 256, 0, nt_cuda_stream(ctx)>>>(
+      part, dbpart, splits, g, cols, Kc, dw ? (W *)dw->data : (W *)nullptr,
+      db ? (B *)db->data : (B *)nullptr);
+  return NT_CUDA_LAUNCHED(ctx);
+}
+
+/* dw (and db) += the weight gradient of the conv x -> dy (g: input x, output dy). */
+template <typename T>
+nt_status run_wgrad(nt_ctx *ctx, const T *dy, const T *mask, const T *x, const igeom &g,
+                    nt_tensor *dw, nt_tensor *db) {
+  const int cols = g.KH * g.KW * g.C, Kc = (cols + 7) / 8 * 8;
+  const int BMW = g.R > 32 ? 64 : 32;
+  const int tiles = ((cols + 63) / 64) * ((g.R + BMW - 1) / BMW);
+  int sms = 132, dev = 0;
+  if (cudaGetDevice(&dev) == cudaSuccess)
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  /* about four blocks per SM in all, each split at least 8 k-steps long */
+  const int steps = (g.M + kBK - 1) / kBK;
+  int splits = (4 * sms + tiles - 1) / tiles;
+  if (splits > steps / 8) splits = steps / 8;
+  if (splits < 1) splits = 1;
+  const int chunk = (steps + splits - 1) / splits * kBK;
+  splits = (g.M + chunk - 1) / chunk;
+  nt_tensor part = {}, dbp = {};
+  const int64_t sp[1] = {(int64_t)splits * g.R * Kc}, sd[1] = {(int64_t)splits * g.R};
+  nt_status st = nt_tensor_alloc(ctx, &part, NT_F32, 1, sp);
+  if (!st) st = nt_tensor_alloc(ctx, &dbp, NT_F32, 1, sd);
+  if (!st) {
+    auto kernel = BMW == 64 ? (mask ? wgrad_igemm<T, 64, true> : wgrad_igemm<T, 64, false>)
+                            : (mask ? wgrad_igemm<T, 32, true> : wgrad_igemm<T, 32, false>);
+    dim3 grid((unsigned)((cols + 63) / 64), (unsigned)((g.R + BMW - 1) / BMW), (unsigned)splits);
+    kernel<<<grid, kThreads, 0, nt_cuda_stream(ctx)>>>(dy, mask, x, (float *)part.data,
+                                                       (float *)dbp.data, g, cols, Kc, chunk);
+    st = NT_CUDA_LAUNCHED(ctx);
+  }
+  if (!st) {
+    const float *pp = (const float *)part.data, *pd = (const float *)dbp.data;
+    const bool w32 = !dw || dw->dtype == NT_F32, b32 = !db || db->dtype == NT_F32;
+    if (w32 && b32) st = launch_reduce<T, float, float>(ctx, pp, pd, splits, g, cols, Kc, dw, db);
+    else if (w32) st = launch_reduce<T, float, T>(ctx, pp, pd, splits, g, cols, Kc, dw, db);
+    else if (b32) st = launch_reduce<T, T, float>(ctx, pp, pd, splits, g, cols, Kc, dw, db);
+    else st = launch_reduce<T, T, T>(ctx, pp, pd, splits, g, cols, Kc, dw, db);
+  }
+  nt_tensor_free(ctx, &part);
+  nt_tensor_free(ctx, &dbp);
+  return st;
+}
+
+struct shape4 { int N, H, W, C; };
+shape4 dims_of(const nt_tensor *t) {
+  return {(int)t->shape[0], (int)t->shape[1], (int)t->shape[2], (int)t->shape[3]};
+}
+
+template <typename T>
+nt_status forward_t(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w, const nt_tensor *b,
+                    nt_tensor *y, nt_conv2d_params p, bool relu) {
+  const shape4 i = dims_of(x), o = dims_of(y);
+  const igeom g = make_geom(i.N, i.H, i.W, i.C, o.H, o.W, o.C, (int)w->shape[2],
+                            (int)w->shape[3], p.stride, p.pad, p.pad);
+  return run_conv<T>(ctx, x->dtype, (const T *)x->data, nullptr, (const T *)w->data, i.C, false,
+                     b ? b->data : nullptr, b && b->dtype == NT_F32, relu, (T *)y->data, g);
+}
+
+template <typename T>
+nt_status backward_t(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *relu_y,
+                     const nt_tensor *x, const nt_tensor *w, nt_tensor *dx, nt_tensor *dw,
+                     nt_tensor *db, nt_conv2d_params p) {
+  const shape4 i = dims_of(x), o = dims_of(dy);
+  const int KH = (int)w->shape[2], KW = (int)w->shape[3];
+  const T *mask = relu_y ? (const T *)relu_y->data : nullptr;
+  nt_status st = NT_OK;
+  if (dx) {
+    if (p.stride == 1 && p.pad < KH && p.pad < KW) {
+      /* dx = conv of dy (C = Cout) with the flipped weight, padded K-1-pad: [N, H, W, Cin] */
+      const igeom gx = make_geom(o.N, o.H, o.W, o.C, i.H, i.W, i.C, KH, KW, 1, KH - 1 - p.pad,
+                                 KW - 1 - p.pad);
+      st = run_conv<T>(ctx, x->dtype, (const T *)dy->data, mask, (const T *)w->data, i.C, true, nullptr,
+                       false, false, (T *)dx->data, gx);
+    } else {
+      st = nt_conv2d_nhwc_dgrad_direct(ctx, dy, relu_y, w, dx, p);
+    }
+  }
+  if (!st && dw) {
+    const igeom g = make_geom(i.N, i.H, i.W, i.C, o.H, o.W, o.C, KH, KW, p.stride, p.pad, p.pad);
+    st = run_wgrad<T>(ctx, (const T *)dy->data, mask, (const T *)x->data, g, dw, db);
+  } else if (!st && db) {
+    st = nt_conv2d_nhwc_wgrad_direct(ctx, dy, relu_y, x, nullptr, db, p);
+  }
+  return st;
+}
+
+nt_status too_big(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *y, const nt_tensor *w) {
+  const double lim = 2e9, k = (double)w->shape[1] * w->shape[2] * w->shape[3] + 64;
+  if ((double)nt_tensor_numel(x) > lim || (double)nt_tensor_numel(y) > lim ||
+      (double)w->shape[0] * k > lim)
+    return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "conv2d_nhwc: tensors past 2e9 elements");
+  return NT_OK;
+}
+
+}  // namespace
+
+extern "C" nt_status nt_conv2d_nhwc_forward_cuda(nt_ctx *ctx, const nt_tensor *x,
+                                                 const nt_tensor *w, const nt_tensor *b,
+                                                 nt_tensor *y, nt_conv2d_params p, bool relu) {
+  nt_status st = nt_cuda_set_device(ctx);
+  if (st || (st = too_big(ctx, x, y, w))) return st;
+  if (nt_tensor_numel(y) == 0) return NT_OK;
+  switch (x->dtype) {
+    case NT_F32: return nt_conv2d_nhwc_forward_direct(ctx, x, w, b, y, p, relu);
+    case NT_F16: return forward_t<__half>(ctx, x, w, b, y, p, relu);
+    case NT_BF16: return forward_t<__nv_bfloat16>(ctx, x, w, b, y, p, relu);
+    default: return NT_ERROR(ctx, NT_ERR_DTYPE, "conv2d_nhwc: unsupported dtype");
+  }
+}
+
+extern "C" nt_status nt_conv2d_nhwc_backward_cuda(nt_ctx *ctx, const nt_tensor *dy,
+                                                  const nt_tensor *relu_y, const nt_tensor *x,
+                                                  const nt_tensor *w, nt_tensor *dx,
+                                                  nt_tensor *dw, nt_tensor *db,
+                                                  nt_conv2d_params p) {
+  nt_status st = nt_cuda_set_device(ctx);
+  if (st || (st = too_big(ctx, x, dy, w))) return st;
+  if (nt_tensor_numel(dy) == 0) {
+    /* no outputs: dx is all zeros, dw and db unchanged */
+    return dx ? nt_tensor_zero(ctx, dx) : NT_OK;
+  }
+  switch (x->dtype) {
+    case NT_F32:
+      st = dx ? nt_conv2d_nhwc_dgrad_direct(ctx, dy, relu_y, w, dx, p) : NT_OK;
+      if (!st && (dw || db)) st = nt_conv2d_nhwc_wgrad_direct(ctx, dy, relu_y, x, dw, db, p);
+      return st;
+    case NT_F16: return backward_t<__half>(ctx, dy, relu_y, x, w, dx, dw, db, p);
+    case NT_BF16: return backward_t<__nv_bfloat16>(ctx, dy, relu_y, x, w, dx, dw, db, p);
+    default: return NT_ERROR(ctx, NT_ERR_DTYPE, "conv2d_nhwc: unsupported dtype");
+  }
+}

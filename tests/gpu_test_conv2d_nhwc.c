@@ -1,0 +1,281 @@
+/* CUDA NHWC Conv2d (tensor-core implicit GEMM for F16 / BF16, direct kernels for F32) and NHWC
+ * MaxPool2d against the CPU reference (ops/conv2d_nhwc.h). Conv: the CNN's four layers (batch
+ * 16, and conv2 / conv4 at the training batch 256), odd shapes (N*H*W not a multiple of the
+ * 128-row tile, Cin = 1 / 3 / 8 / 24 / 40, Cout = 5 / 24 / 40 / 72), stride 2 (dx by the direct
+ * kernel), pad 0, a 3x5 kernel; bias f32 or the dtype, fused ReLU (forward) and the ReLU mask
+ * (backward), dw f32 or the dtype; dx must be overwritten (prefilled with garbage), dw / db
+ * accumulated onto a prefilled value, and a second backward must give bit-identical gradients
+ * (fixed-order split-K). Relative errors ||gpu - ref|| / ||ref|| are printed per case (the
+ * tolerances: F32 1e-5, F16 2e-3, BF16 1e-2). MaxPool must match exactly, in both y layouts,
+ * with and without the mask. */
+#include "tests/testutil.h"
+#include "ops/conv2d_nhwc.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+  int N, Cin, H, W, Cout, KH, KW, stride, pad;
+} ccase;
+
+static bool put(nt_ctx *g, nt_tensor *dev, nt_dtype dt, int ndim, const int64_t *shape,
+                const float *src) {
+  if (!CHECK_OK(g, nt_tensor_alloc(g, dev, dt, ndim, shape))) return false;
+  return nt_test_upload(g, dev, src);
+}
+
+static double worst[3][4];   /* [dtype][y, dx, dw, db] */
+
+static int dt_index(nt_dtype dt) { return dt == NT_F32 ? 0 : dt == NT_F16 ? 1 : 2; }
+
+static double check_err(nt_dtype dt, int what, const float *got, const float *ref, size_t n,
+                        const char *label, const char *name) {
+  double e = nt_test_rel_err(got, ref, (int64_t)n);
+  CHECK(e < nt_test_tol(dt), "%s: %s rel err %.3g", label, name, e);
+  if (e > worst[dt_index(dt)][what]) worst[dt_index(dt)][what] = e;
+  return e;
+}
+
+static void conv_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, ccase k, bool f32_bias, bool relu,
+                      bool f32_dw, uint64_t seed) {
+  const int OH = (k.H + 2 * k.pad - k.KH) / k.stride + 1,
+            OW = (k.W + 2 * k.pad - k.KW) / k.stride + 1;
+  const size_t nx = (size_t)k.N * k.H * k.W * k.Cin, nw = (size_t)k.Cout * k.Cin * k.KH * k.KW;
+  const size_t ny = (size_t)k.N * OH * OW * k.Cout, nb = (size_t)k.Cout;
+  const nt_dtype bdt = f32_bias ? NT_F32 : dt, wdt = f32_dw ? NT_F32 : dt;
+  int64_t sx[4] = {k.N, k.H, k.W, k.Cin}, sw[4] = {k.Cout, k.Cin, k.KH, k.KW},
+          sb[1] = {k.Cout}, sy[4] = {k.N, OH, OW, k.Cout};
+  nt_test_rng rng = {seed};
+  float *x = malloc(4 * nx), *w = malloc(4 * nw), *b = malloc(4 * nb), *dy = malloc(4 * ny);
+  float *pw = malloc(4 * nw), *pb = malloc(4 * nb), *junk = malloc(4 * nx);
+  float *ry = malloc(4 * ny), *rdx = malloc(4 * nx), *rdw = malloc(4 * nw), *rdb = malloc(4 * nb);
+  float *gy = malloc(4 * ny), *gdx = malloc(4 * nx), *gdw = malloc(4 * nw), *gdb = malloc(4 * nb);
+  float *gdw2 = malloc(4 * nw), *gdb2 = malloc(4 * nb);
+  nt_test_fill_uniform(&rng, x, (int64_t)nx, -1, 1);
+  nt_test_fill_uniform(&rng, w, (int64_t)nw, -1, 1);
+  nt_test_fill_uniform(&rng, b, (int64_t)nb, -1, 1);
+  nt_test_fill_uniform(&rng, dy, (int64_t)ny, -1, 1);
+  nt_test_fill_uniform(&rng, pw, (int64_t)nw, -1, 1);
+  nt_test_fill_uniform(&rng, pb, (int64_t)nb, -1, 1);
+  for (size_t i = 0; i < nx; i++) junk[i] = 7.0f;
+  /* Round the inputs to the dtypes the GPU sees, so the reference starts from the same values. */
+  free(nt_test_to_dtype(x, nx, dt));
+  free(nt_test_to_dtype(w, nw, dt));
+  free(nt_test_to_dtype(b, nb, bdt));
+  free(nt_test_to_dtype(dy, ny, dt));
+  free(nt_test_to_dtype(pw, nw, wdt));
+  free(nt_test_to_dtype(pb, nb, bdt));
+  char label[160];
+  snprintf(label, sizeof label, "%s N%d %dx%dx%d->%d k%dx%d s%d p%d%s%s%s", nt_dtype_name(dt),
+           k.N, k.H, k.W, k.Cin, k.Cout, k.KH, k.KW, k.stride, k.pad, f32_bias ? " b32" : "",
+           relu ? " relu" : "", f32_dw ? " dw32" : "");
+  nt_conv2d_params p = {k.stride, k.pad};
+  /* CPU reference in f32 (fp64 sums) from the rounded inputs; the ReLU mask is the reference
+   * y rounded to dt, handed to both sides. */
+  memcpy(rdw, pw, 4 * nw);
+  memcpy(rdb, pb, 4 * nb);
+  nt_tensor cx = nt_tensor_view(x, NT_F32, nt_cpu(), 4, sx),
+            cw = nt_tensor_view(w, NT_F32, nt_cpu(), 4, sw),
+            cb = nt_tensor_view(b, NT_F32, nt_cpu(), 1, sb),
+            cy = nt_tensor_view(ry, NT_F32, nt_cpu(), 4, sy),
+            cdy = nt_tensor_view(dy, NT_F32, nt_cpu(), 4, sy),
+            cdx = nt_tensor_view(rdx, NT_F32, nt_cpu(), 4, sx),
+            cdw = nt_tensor_view(rdw, NT_F32, nt_cpu(), 4, sw),
+            cdb = nt_tensor_view(rdb, NT_F32, nt_cpu(), 1, sb);
+  bool ok = CHECK_OK(c, nt_conv2d_nhwc_forward(c, &cx, &cw, &cb, &cy, p, relu));
+  float *mask = malloc(4 * ny);
+  memcpy(mask, ry, 4 * ny);
+  free(nt_test_to_dtype(mask, ny, dt));
+  nt_tensor cm = nt_tensor_view(mask, NT_F32, nt_cpu(), 4, sy);
+  ok = ok && CHECK_OK(c, nt_conv2d_nhwc_backward(c, &cdy, relu ? &cm : NULL, &cx, &cw, &cdx,
+                                                 &cdw, &cdb, p));
+  nt_tensor tx = {0}, tw = {0}, tb = {0}, ty = {0}, tdy = {0}, tm = {0}, tdx = {0}, tdw = {0},
+            tdb = {0};
+  ok = ok && put(g, &tx, dt, 4, sx, x) && put(g, &tw, dt, 4, sw, w) &&
+       put(g, &tb, bdt, 1, sb, b) && put(g, &tdy, dt, 4, sy, dy) && put(g, &tm, dt, 4, sy, mask) &&
+       put(g, &tdx, dt, 4, sx, junk) && CHECK_OK(g, nt_tensor_alloc(g, &ty, dt, 4, sy)) &&
+       CHECK_OK(g, nt_tensor_alloc(g, &tdw, wdt, 4, sw)) &&
+       CHECK_OK(g, nt_tensor_alloc(g, &tdb, bdt, 1, sb));
+  ok = ok && CHECK_OK(g, nt_conv2d_nhwc_forward(g, &tx, &tw, &tb, &ty, p, relu)) &&
+       nt_test_download(g, &ty, gy);
+  if (ok) {
+    printf("  %-44s y %.2e", label, check_err(dt, 0, gy, ry, ny, label, "y"));
+  }
+  /* two backward passes from the same prefilled dw / db: bit-identical */
+  for (int pass = 0; pass < 2 && ok; pass++) {
+    ok = nt_test_upload(g, &tdw, pw) && nt_test_upload(g, &tdb, pb) &&
+         CHECK_OK(g, nt_conv2d_nhwc_backward(g, &tdy, relu ? &tm : NULL, &tx, &tw, &tdx, &tdw,
+                                             &tdb, p)) &&
+         nt_test_download(g, &tdx, gdx) && nt_test_download(g, &tdw, pass ? gdw2 : gdw) &&
+         nt_test_download(g, &tdb, pass ? gdb2 : gdb);
+  }
+  if (ok) {
+    /* dw and db are compared as gradients (the prefill removed), their accumulation by the
+     * totals: the sums are in fp32 on the GPU, so the prefill's rounding is part of dw's. */
+    for (size_t i = 0; i < nw; i++) {
+      gdw[i] -= pw[i];
+      rdw[i] -= pw[i];
+    }
+    for (size_t i = 0; i < nb; i++) {
+      gdb[i] -= pb[i];
+      rdb[i] -= pb[i];
+    }
+    double ex = check_err(dt, 1, gdx, rdx, nx, label, "dx");
+    double ew = check_err(dt, 2, gdw, rdw, nw, label, "dw");
+    double eb = check_err(dt, 3, gdb, rdb, nb, label, "db");
+    printf(" dx %.2e dw %.2e db %.2e\n", ex, ew, eb);
+    for (size_t i = 0; i < nw; i++) gdw2[i] -= pw[i];
+    for (size_t i = 0; i < nb; i++) gdb2[i] -= pb[i];
+    CHECK(memcmp(gdw, gdw2, 4 * nw) == 0 && memcmp(gdb, gdb2, 4 * nb) == 0,
+          "%s: a second backward gives the same dw / db bits", label);
+  } else {
+    printf("\n");
+  }
+  nt_tensor *all[9] = {&tx, &tw, &tb, &ty, &tdy, &tm, &tdx, &tdw, &tdb};
+  for (int i = 0; i < 9; i++) nt_tensor_free(g, all[i]);
+  float *bufs[17] = {x, w, b, dy, pw, pb, junk, ry, rdx, rdw, rdb, gy, gdx, gdw, gdb, gdw2, gdb2};
+  for (int i = 0; i < 17; i++) free(bufs[i]);
+  free(mask);
+}
+
+/* dx only, dw only, db only: each output alone (the others NULL). */
+static void partial_outputs(nt_ctx *g, nt_ctx *c, nt_dtype dt) {
+  const ccase k = {3, 8, 9, 9, 16, 3, 3, 1, 1};
+  const size_t nx = (size_t)k.N * k.H * k.W * k.Cin, nw = (size_t)k.Cout * k.Cin * 9,
+               ny = (size_t)k.N * k.H * k.W * k.Cout;
+  int64_t sx[4] = {k.N, k.H, k.W, k.Cin}, sw[4] = {k.Cout, k.Cin, 3, 3}, sb[1] = {k.Cout},
+          sy[4] = {k.N, k.H, k.W, k.Cout};
+  nt_test_rng rng = {77};
+  float *x = malloc(4 * nx), *w = malloc(4 * nw), *dy = malloc(4 * ny);
+  float *rdx = malloc(4 * nx), *rdw = calloc(nw, 4), *rdb = calloc(16, 4);
+  float *gdx = malloc(4 * nx), *gdw = malloc(4 * nw), *gdb = malloc(4 * 16), *zero = calloc(nw, 4);
+  nt_test_fill_uniform(&rng, x, (int64_t)nx, -1, 1);
+  nt_test_fill_uniform(&rng, w, (int64_t)nw, -1, 1);
+  nt_test_fill_uniform(&rng, dy, (int64_t)ny, -1, 1);
+  free(nt_test_to_dtype(x, nx, dt));
+  free(nt_test_to_dtype(w, nw, dt));
+  free(nt_test_to_dtype(dy, ny, dt));
+  nt_conv2d_params p = {1, 1};
+  nt_tensor cx = nt_tensor_view(x, NT_F32, nt_cpu(), 4, sx),
+            cw = nt_tensor_view(w, NT_F32, nt_cpu(), 4, sw),
+            cdy = nt_tensor_view(dy, NT_F32, nt_cpu(), 4, sy),
+            cdx = nt_tensor_view(rdx, NT_F32, nt_cpu(), 4, sx),
+            cdw = nt_tensor_view(rdw, NT_F32, nt_cpu(), 4, sw),
+            cdb = nt_tensor_view(rdb, NT_F32, nt_cpu(), 1, sb);
+  nt_tensor tx = {0}, tw = {0}, tdy = {0}, tdx = {0}, tdw = {0}, tdb = {0};
+  bool ok = CHECK_OK(c, nt_conv2d_nhwc_backward(c, &cdy, NULL, &cx, &cw, &cdx, &cdw, &cdb, p)) &&
+            put(g, &tx, dt, 4, sx, x) && put(g, &tw, dt, 4, sw, w) &&
+            put(g, &tdy, dt, 4, sy, dy) && put(g, &tdx, dt, 4, sx, x) &&
+            put(g, &tdw, NT_F32, 4, sw, zero) && put(g, &tdb, NT_F32, 1, sb, zero);
+  ok = ok && CHECK_OK(g, nt_conv2d_nhwc_backward(g, &tdy, NULL, &tx, &tw, &tdx, NULL, NULL, p)) &&
+       CHECK_OK(g, nt_conv2d_nhwc_backward(g, &tdy, NULL, &tx, &tw, NULL, &tdw, NULL, p)) &&
+       CHECK_OK(g, nt_conv2d_nhwc_backward(g, &tdy, NULL, &tx, &tw, NULL, NULL, &tdb, p)) &&
+       nt_test_download(g, &tdx, gdx) && nt_test_download(g, &tdw, gdw) &&
+       nt_test_download(g, &tdb, gdb);
+  if (ok) {
+    double ex = nt_test_rel_err(gdx, rdx, (int64_t)nx), ew = nt_test_rel_err(gdw, rdw, (int64_t)nw),
+           eb = nt_test_rel_err(gdb, rdb, 16);
+    CHECK(ex < nt_test_tol(dt) && ew < nt_test_tol(dt) && eb < nt_test_tol(dt),
+          "%s: dx / dw / db alone: %.3g %.3g %.3g", nt_dtype_name(dt), ex, ew, eb);
+  }
+  nt_tensor *all[6] = {&tx, &tw, &tdy, &tdx, &tdw, &tdb};
+  for (int i = 0; i < 6; i++) nt_tensor_free(g, all[i]);
+  float *bufs[10] = {x, w, dy, rdx, rdw, rdb, gdx, gdw, gdb, zero};
+  for (int i = 0; i < 10; i++) free(bufs[i]);
+}
+
+static void pool_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, int N, int H, int W, int C, int k,
+                      bool nchw, bool masked) {
+  const int OH = H / k, OW = W / k;
+  const size_t nx = (size_t)N * H * W * C, ny = (size_t)N * OH * OW * C;
+  int64_t sx[4] = {N, H, W, C}, sy_hwc[4] = {N, OH, OW, C}, sy_chw[4] = {N, C, OH, OW};
+  const int64_t *sy = nchw ? sy_chw : sy_hwc;
+  nt_test_rng rng = {(uint64_t)(H * 31 + k + C)};
+  float *x = malloc(4 * nx), *dy = malloc(4 * ny), *junk = malloc(4 * nx);
+  float *ry = malloc(4 * ny), *rdx = malloc(4 * nx), *gy = malloc(4 * ny), *gdx = malloc(4 * nx);
+  int32_t *ram = malloc(4 * ny), *gam = malloc(4 * ny);
+  nt_test_fill_uniform(&rng, x, (int64_t)nx, -3, 3);
+  nt_test_fill_uniform(&rng, dy, (int64_t)ny, -1, 1);
+  for (size_t i = 0; i < nx; i++) junk[i] = 5.0f;
+  free(nt_test_to_dtype(x, nx, dt));
+  free(nt_test_to_dtype(dy, ny, dt));
+  nt_tensor cx = nt_tensor_view(x, NT_F32, nt_cpu(), 4, sx),
+            cy = nt_tensor_view(ry, NT_F32, nt_cpu(), 4, sy),
+            ca = nt_tensor_view(ram, NT_I32, nt_cpu(), 4, sy),
+            cdy = nt_tensor_view(dy, NT_F32, nt_cpu(), 4, sy),
+            cdx = nt_tensor_view(rdx, NT_F32, nt_cpu(), 4, sx);
+  nt_tensor tx = {0}, ty = {0}, ta = {0}, tdy = {0}, tdx = {0};
+  bool ok = CHECK_OK(c, nt_maxpool2d_nhwc_forward(c, &cx, &cy, &ca, k, nchw)) &&
+            CHECK_OK(c, nt_maxpool2d_nhwc_backward(c, &cdy, &ca, masked ? &cy : NULL, &cdx, k,
+                                                   nchw));
+  ok = ok && put(g, &tx, dt, 4, sx, x) && put(g, &tdy, dt, 4, sy, dy) &&
+       put(g, &tdx, dt, 4, sx, junk) && CHECK_OK(g, nt_tensor_alloc(g, &ty, dt, 4, sy)) &&
+       CHECK_OK(g, nt_tensor_alloc(g, &ta, NT_I32, 4, sy));
+  ok = ok && CHECK_OK(g, nt_maxpool2d_nhwc_forward(g, &tx, &ty, &ta, k, nchw)) &&
+       CHECK_OK(g, nt_maxpool2d_nhwc_backward(g, &tdy, &ta, masked ? &ty : NULL, &tdx, k, nchw)) &&
+       nt_test_download(g, &ty, gy) && nt_test_download(g, &tdx, gdx);
+  if (ok) {
+    nt_tensor ha = nt_tensor_view(gam, NT_I32, nt_cpu(), 4, sy);
+    ok = CHECK_OK(g, nt_tensor_copy(g, &ha, &ta));
+    int bad = 0;
+    for (size_t i = 0; i < ny; i++) bad += gy[i] != ry[i] || gam[i] != ram[i];
+    for (size_t i = 0; i < nx; i++) bad += gdx[i] != rdx[i];
+    CHECK(bad == 0, "maxpool_nhwc %s %dx%dx%d k%d%s%s: %d elements differ from the CPU",
+          nt_dtype_name(dt), H, W, C, k, nchw ? " nchw-y" : "", masked ? " masked" : "", bad);
+  }
+  nt_tensor *all[5] = {&tx, &ty, &ta, &tdy, &tdx};
+  for (int i = 0; i < 5; i++) nt_tensor_free(g, all[i]);
+  float *bufs[7] = {x, dy, junk, ry, rdx, gy, gdx};
+  for (int i = 0; i < 7; i++) free(bufs[i]);
+  free(ram);
+  free(gam);
+}
+
+int main(void) {
+  nt_ctx *g = nt_test_cuda_ctx();
+  if (!g) return nt_test_skip("no GPU");
+  nt_ctx *c;
+  if (nt_ctx_create(&c, nt_cpu())) return 1;
+  const nt_dtype dts[3] = {NT_F32, NT_F16, NT_BF16};
+  /* The CNN's layers as the model runs them (conv1 without dx in the model, tested anyway). */
+  const ccase cnn[] = {{16, 1, 28, 28, 32, 3, 3, 1, 1},
+                       {16, 32, 28, 28, 32, 3, 3, 1, 1},
+                       {16, 32, 14, 14, 64, 3, 3, 1, 1},
+                       {16, 64, 14, 14, 64, 3, 3, 1, 1}};
+  /* Odd shapes: M = N*OH*OW not a multiple of 128; Cin 3 and 5 (element loads), 8 / 24 / 40
+   * (16-byte chunks, Cp padded to 32 / 64); Cout 5, 24, 40, 72 (> 64: two column tiles);
+   * stride 2 (dx by the direct kernel); pad 0; a 3x5 kernel (different pads for dx). */
+  const ccase odd[] = {{3, 3, 7, 9, 5, 3, 3, 1, 1},    {2, 8, 13, 11, 24, 3, 3, 1, 1},
+                       {3, 24, 9, 10, 40, 3, 3, 1, 1}, {2, 40, 6, 7, 72, 3, 3, 1, 1},
+                       {3, 16, 11, 13, 32, 3, 3, 2, 1}, {2, 32, 9, 9, 16, 3, 3, 1, 0},
+                       {2, 8, 9, 12, 8, 3, 5, 1, 1},   {5, 1, 28, 28, 32, 3, 3, 1, 1},
+                       {1, 5, 5, 5, 3, 1, 1, 1, 0}};
+  for (int d = 0; d < 3; d++) {
+    for (int i = 0; i < 4; i++) {
+      conv_case(g, c, dts[d], cnn[i], true, true, true, 10 + (uint64_t)i);
+      conv_case(g, c, dts[d], cnn[i], false, false, false, 20 + (uint64_t)i);
+    }
+    for (int i = 0; i < (int)(sizeof odd / sizeof odd[0]); i++)
+      conv_case(g, c, dts[d], odd[i], i % 2 == 0, i % 3 != 1, i % 2 == 1, 30 + (uint64_t)i);
+    partial_outputs(g, c, dts[d]);
+  }
+  /* the training batch (fp32 sums of 200k products on the CPU side: 16-bit dtypes only) */
+  const ccase big[] = {{256, 32, 28, 28, 32, 3, 3, 1, 1}, {256, 64, 14, 14, 64, 3, 3, 1, 1}};
+  for (int d = 1; d < 3; d++)
+    for (int i = 0; i < 2; i++) conv_case(g, c, dts[d], big[i], true, true, true, 40 + (uint64_t)i);
+  for (int d = 0; d < 3; d++) {
+    pool_case(g, c, dts[d], 4, 28, 28, 32, 2, false, true);
+    pool_case(g, c, dts[d], 4, 14, 14, 64, 2, true, true);
+    pool_case(g, c, dts[d], 3, 13, 13, 5, 2, false, false);
+    pool_case(g, c, dts[d], 2, 7, 8, 3, 3, true, false);
+  }
+  const char *names[4] = {"y", "dx", "dw", "db"};
+  for (int d = 0; d < 3; d++) {
+    printf("worst %s:", nt_dtype_name(dts[d]));
+    for (int j = 0; j < 4; j++) printf(" %s %.2e", names[j], worst[d][j]);
+    printf("\n");
+  }
+  nt_ctx_free(c);
+  nt_ctx_free(g);
+  return nt_test_finish();
+}
