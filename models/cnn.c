@@ -1,5 +1,5 @@
 #include "models/cnn.h"
-#include "ops/conv2d.h"
+#include "ops/conv2d_nhwc.h"
 #include "ops/cross_entropy.h"
 #include "ops/dropout.h"
 #include "ops/elementwise.h"
@@ -130,8 +130,9 @@ static nt_status unit_hook(nt_ctx *ctx, nt_cnn *m, const nt_unit_hooks *h, int u
 static nt_status build_activations(nt_ctx *ctx, nt_cnn *m, nt_dtype dt, bool alloc) {
   const nt_cnn_config *c = &m->cfg;
   int64_t N = m->N, H = c->height, W = c->width;
-  int64_t s1[4] = {N, c->c1, H, W}, sp1[4] = {N, c->c1, H / 2, W / 2};
-  int64_t s3[4] = {N, c->c2, H / 2, W / 2}, sp2[4] = {N, c->c2, H / 4, W / 4};
+  /* channels last (NHWC), except p2: the last pool writes PyTorch's NCHW flatten order */
+  int64_t s1[4] = {N, H, W, c->c1}, sp1[4] = {N, H / 2, W / 2, c->c1};
+  int64_t s3[4] = {N, H / 2, W / 2, c->c2}, sp2[4] = {N, c->c2, H / 4, W / 4};
   int64_t sh[2] = {N, c->hidden}, sl[2] = {N, c->classes}, sn[1] = {N};
   /* the scratch holds the largest map of any layer (conv1/2 out, or conv3/4 out) */
   int64_t m1 = (int64_t)c->c1 * H * W, m2 = (int64_t)c->c2 * (H / 2) * (W / 2);
@@ -232,23 +233,27 @@ typedef struct {
   nt_tensor x, a1, a2, p1, arg1, a3, a4, p2, arg2, p2f, h, hd, logits;
 } views;
 
-/* conv2's and conv4's ReLU outputs (a2, a4) live in scratch buffer sa only while the forward
+/* Feature maps are channels last ([n, H, W, C]): the layout the tensor-core convolutions
+ * gather from. p2 (and arg2) is [n, C, H/4, W/4], written so by the last pool, so that the
+ * flatten before fc1 is PyTorch's (fc1.weight columns c*49 + h*7 + w, checkpoints unchanged).
+ * conv2's and conv4's ReLU outputs (a2, a4) live in scratch buffer sa only while the forward
  * pools them: backward does not need them. Their pooling is a max, so at each window's argmax
- * a2 equals p1: relu'(a2) there is p1 > 0, and every other position gets no gradient. Backward
- * masks dp1 with p1 > 0 before the max-pool backward scatters it, which gives conv2 exactly
- * the ReLU-masked gradient a2 would have given (likewise a4 with p2). */
+ * a2 equals p1: relu'(a2) there is p1 > 0, and every other position gets no gradient. The
+ * max-pool backward masks dp1 with p1 > 0 as it routes it, which gives conv2 exactly the
+ * ReLU-masked gradient a2 would have given (likewise a4 with p2). */
 
 static views make_views(const nt_cnn *m, const nt_tensor *x, int64_t n) {
   const nt_cnn_config *c = &m->cfg;
   int64_t H = c->height, W = c->width;
   views v;
-  v.x = *x;
-  v.a1 = v4(&m->a1, n, c->c1, H, W);
-  v.a2 = v4(&m->sa, n, c->c1, H, W);
-  v.p1 = v4(&m->p1, n, c->c1, H / 2, W / 2);
-  v.arg1 = v4(&m->arg1, n, c->c1, H / 2, W / 2);
-  v.a3 = v4(&m->a3, n, c->c2, H / 2, W / 2);
-  v.a4 = v4(&m->sa, n, c->c2, H / 2, W / 2);
+  int64_t xs[4] = {n, H, W, c->in_channels};
+  v.x = nt_tensor_view(x->data, x->dtype, x->device, 4, xs);
+  v.a1 = v4(&m->a1, n, H, W, c->c1);
+  v.a2 = v4(&m->sa, n, H, W, c->c1);
+  v.p1 = v4(&m->p1, n, H / 2, W / 2, c->c1);
+  v.arg1 = v4(&m->arg1, n, H / 2, W / 2, c->c1);
+  v.a3 = v4(&m->a3, n, H / 2, W / 2, c->c2);
+  v.a4 = v4(&m->sa, n, H / 2, W / 2, c->c2);
   v.p2 = v4(&m->p2, n, c->c2, H / 4, W / 4);
   v.arg2 = v4(&m->arg2, n, c->c2, H / 4, W / 4);
   v.p2f = v2(&m->p2, n, feat(c));
@@ -261,10 +266,15 @@ static views make_views(const nt_cnn *m, const nt_tensor *x, int64_t n) {
 static nt_status forward(nt_ctx *ctx, nt_cnn *m, const nt_tensor *x, bool train, views *v,
                          const nt_unit_hooks *hooks) {
   const nt_cnn_config *c = &m->cfg;
-  if (x->ndim != 4 || x->shape[1] != c->in_channels || x->shape[2] != c->height ||
-      x->shape[3] != c->width || x->shape[0] < 1 || x->shape[0] > m->N)
-    return NT_ERROR(ctx, NT_ERR_SHAPE, "CNN images must be [n <= %d, %d, %d, %d]", m->N,
-                    c->in_channels, c->height, c->width);
+  /* [n, H, W, in]; with one channel [n, 1, H, W] is the same memory */
+  const bool nhwc = x->ndim == 4 && x->shape[1] == c->height && x->shape[2] == c->width &&
+                    x->shape[3] == c->in_channels;
+  const bool one = x->ndim == 4 && c->in_channels == 1 && x->shape[1] == 1 &&
+                   x->shape[2] == c->height && x->shape[3] == c->width;
+  if ((!nhwc && !one) || x->shape[0] < 1 || x->shape[0] > m->N || !nt_tensor_is_contiguous(x))
+    return NT_ERROR(ctx, NT_ERR_SHAPE, "CNN images must be contiguous [n <= %d, %d, %d, %d] "
+                    "(channels last; [n, 1, H, W] for one channel)", m->N, c->height, c->width,
+                    c->in_channels);
   if (x->dtype != m->params.compute_dtype)
     return NT_ERROR(ctx, NT_ERR_DTYPE, "CNN images are %s, the model computes in %s",
                     nt_dtype_name(x->dtype), nt_dtype_name(m->params.compute_dtype));
@@ -275,13 +285,13 @@ static nt_status forward(nt_ctx *ctx, nt_cnn *m, const nt_tensor *x, bool train,
   nt_conv2d_params cp = {1, 1};
   /* conv + bias + ReLU in one op (the ReLU rides in the GEMM epilogue on the GPU) */
   nt_status st = unit_hook(ctx, m, hooks, m->unit[0], nt_unit_before_forward);
-  if (!st) st = nt_conv2d_relu_forward(ctx, &v->x, &m->w[W1], &m->w[B1], &v->a1, cp);
-  if (!st) st = nt_conv2d_relu_forward(ctx, &v->a1, &m->w[W2], &m->w[B2], &v->a2, cp);
-  if (!st) st = nt_maxpool2d_forward(ctx, &v->a2, &v->p1, &v->arg1, 2);
+  if (!st) st = nt_conv2d_nhwc_forward(ctx, &v->x, &m->w[W1], &m->w[B1], &v->a1, cp, true);
+  if (!st) st = nt_conv2d_nhwc_forward(ctx, &v->a1, &m->w[W2], &m->w[B2], &v->a2, cp, true);
+  if (!st) st = nt_maxpool2d_nhwc_forward(ctx, &v->a2, &v->p1, &v->arg1, 2, false);
   if (!st) st = unit_hook(ctx, m, hooks, m->unit[1], nt_unit_before_forward);
-  if (!st) st = nt_conv2d_relu_forward(ctx, &v->p1, &m->w[W3], &m->w[B3], &v->a3, cp);
-  if (!st) st = nt_conv2d_relu_forward(ctx, &v->a3, &m->w[W4], &m->w[B4], &v->a4, cp);
-  if (!st) st = nt_maxpool2d_forward(ctx, &v->a4, &v->p2, &v->arg2, 2);
+  if (!st) st = nt_conv2d_nhwc_forward(ctx, &v->p1, &m->w[W3], &m->w[B3], &v->a3, cp, true);
+  if (!st) st = nt_conv2d_nhwc_forward(ctx, &v->a3, &m->w[W4], &m->w[B4], &v->a4, cp, true);
+  if (!st) st = nt_maxpool2d_nhwc_forward(ctx, &v->a4, &v->p2, &v->arg2, 2, true);
   if (!st) st = unit_hook(ctx, m, hooks, m->unit[2], nt_unit_before_forward);
   if (!st) st = lin_fwd(ctx, m, 0, &v->p2f, &m->w[F1W], &m->w[F1B], &v->h, NT_ACT_RELU);
   const nt_tensor *hin = &v->h;
@@ -315,35 +325,20 @@ nt_status nt_cnn_eval(nt_ctx *ctx, nt_cnn *m, const nt_tensor *images, const nt_
   return st;
 }
 
-/* The conv's backward into dx (zeroed here; it must not alias dy) and the fp32 weight and
- * bias gradients; through its ReLU when y (the ReLU output) is given, the mask applied on the
- * fly. */
+/* The conv's backward: dx overwritten (it must not alias dy or x; NULL: not needed), the fp32
+ * weight and bias gradients accumulated; through its ReLU when y (the ReLU output) is given,
+ * the mask applied as dy is read. */
 static nt_status conv_backward(nt_ctx *ctx, const nt_tensor *y, const nt_tensor *dy,
                                const nt_tensor *x, const nt_tensor *w, nt_tensor *dx,
                                nt_tensor *dw, nt_tensor *db) {
   nt_conv2d_params cp = {1, 1};
-  nt_status st = dx ? nt_tensor_zero(ctx, dx) : NT_OK;
-  if (st) return st;
-  return y ? nt_conv2d_relu_backward(ctx, dy, y, x, w, dx, dw, db, cp)
-           : nt_conv2d_backward(ctx, dy, x, w, dx, dw, db, cp);
+  return nt_conv2d_nhwc_backward(ctx, dy, y, x, w, dx, dw, db, cp);
 }
 
 /* out = dy where y > 0, else 0 (out must not alias dy). */
 static nt_status relu_mask(nt_ctx *ctx, const nt_tensor *y, const nt_tensor *dy, nt_tensor *out) {
   nt_status st = nt_tensor_zero(ctx, out);
   return st ? st : nt_relu_backward(ctx, y, dy, out);
-}
-
-/* A pooled stage's gradient dp (of p = maxpool(relu(z)), in one scratch buffer) into dz in the
- * other: masked by p > 0 (what relu' of the unsaved conv output amounts to there), then
- * scattered to the argmax positions. dp's buffer is reused for dz, so the masked copy goes to
- * mp (a prefix of the other buffer) in between. */
-static nt_status pool_relu_backward(nt_ctx *ctx, const nt_tensor *p, const nt_tensor *dp,
-                                    const nt_tensor *argmax, nt_tensor *mp, nt_tensor *dz) {
-  nt_status st = relu_mask(ctx, p, dp, mp);
-  if (!st) st = nt_tensor_zero(ctx, dz);
-  if (!st) st = nt_maxpool2d_backward(ctx, mp, argmax, dz);
-  return st;
 }
 
 nt_status nt_cnn_train_step(nt_ctx *ctx, nt_cnn *m, const nt_tensor *images,
@@ -361,12 +356,11 @@ nt_status nt_cnn_train_step(nt_ctx *ctx, nt_cnn *m, const nt_tensor *images,
   bool drop = c->dropout > 0.0f;
   nt_tensor dh = v2(&m->dh, n, c->hidden), dh2 = v2(&m->dh2, n, c->hidden);
   /* The gradient maps alternate between the scratch buffers sa and sb: each op reads one and
-   * writes the other (views of both at each stage's shapes). */
+   * writes the other (views of both at each stage's shapes; dp2 is NCHW like p2). */
   nt_tensor dp2f = v2(&m->sa, n, feat(c)), dp2 = v4(&m->sa, n, c->c2, H / 4, W / 4);
-  nt_tensor mp2 = v4(&m->sb, n, c->c2, H / 4, W / 4), mp1 = v4(&m->sb, n, c->c1, H / 2, W / 2);
-  nt_tensor sA2 = v4(&m->sa, n, c->c2, H / 2, W / 2), sB2 = v4(&m->sb, n, c->c2, H / 2, W / 2);
-  nt_tensor sA1 = v4(&m->sa, n, c->c1, H, W), sB1 = v4(&m->sb, n, c->c1, H, W);
-  nt_tensor sAp = v4(&m->sa, n, c->c1, H / 2, W / 2);
+  nt_tensor sA2 = v4(&m->sa, n, H / 2, W / 2, c->c2), sB2 = v4(&m->sb, n, H / 2, W / 2, c->c2);
+  nt_tensor sA1 = v4(&m->sa, n, H, W, c->c1), sB1 = v4(&m->sb, n, H, W, c->c1);
+  nt_tensor sBp = v4(&m->sb, n, H / 2, W / 2, c->c1);
   /* head */
   if (!st) st = unit_hook(ctx, m, hooks, m->unit[2], nt_unit_before_backward);
   if (!st) st = nt_tensor_zero(ctx, &dh);
@@ -386,14 +380,15 @@ nt_status nt_cnn_train_step(nt_ctx *ctx, nt_cnn *m, const nt_tensor *images,
   if (!st) st = unit_hook(ctx, m, hooks, m->unit[2], nt_unit_grads_ready);
   /* stage 2, then stage 1 */
   if (!st) st = unit_hook(ctx, m, hooks, m->unit[1], nt_unit_before_backward);
-  if (!st) st = pool_relu_backward(ctx, &v.p2, &dp2, &v.arg2, &mp2, &sA2);        /* d z4 */
-  if (!st) st = conv_backward(ctx, NULL, &sA2, &v.a3, &m->w[W4], &sB2, &m->g[W4],
+  /* d z4 = pool backward of dp2 masked by p2 > 0 (relu' of the unsaved a4) */
+  if (!st) st = nt_maxpool2d_nhwc_backward(ctx, &dp2, &v.arg2, &v.p2, &sB2, 2, true);
+  if (!st) st = conv_backward(ctx, NULL, &sB2, &v.a3, &m->w[W4], &sA2, &m->g[W4],
                               &m->g[B4]);                                          /* d a3 */
-  if (!st) st = conv_backward(ctx, &v.a3, &sB2, &v.p1, &m->w[W3], &sAp, &m->g[W3],
+  if (!st) st = conv_backward(ctx, &v.a3, &sA2, &v.p1, &m->w[W3], &sBp, &m->g[W3],
                               &m->g[B3]);                                          /* d p1 */
   if (!st) st = unit_hook(ctx, m, hooks, m->unit[1], nt_unit_grads_ready);
   if (!st) st = unit_hook(ctx, m, hooks, m->unit[0], nt_unit_before_backward);
-  if (!st) st = pool_relu_backward(ctx, &v.p1, &sAp, &v.arg1, &mp1, &sA1);        /* d z2 */
+  if (!st) st = nt_maxpool2d_nhwc_backward(ctx, &sBp, &v.arg1, &v.p1, &sA1, 2, false); /* d z2 */
   if (!st) st = conv_backward(ctx, NULL, &sA1, &v.a1, &m->w[W2], &sB1, &m->g[W2],
                               &m->g[B2]);                                          /* d a1 */
   if (!st) st = conv_backward(ctx, &v.a1, &sB1, &v.x, &m->w[W1], NULL, &m->g[W1],

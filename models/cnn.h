@@ -4,7 +4,9 @@
  *   linear(c2 * H/4 * W/4 -> hidden) ReLU [dropout] linear(hidden -> classes)   (unit "head")
  * padding 1, so 28x28 -> 14x14 -> 7x7 (64 * 7 * 7 = 3136 features with the defaults).
  * Init as torch's defaults (uniform +-1/sqrt(fan_in) for weights and biases). Parameter names
- * conv1.weight ... fc2.bias; bench/bench_train.py's PyTorch model uses the same names. */
+ * conv1.weight ... fc2.bias, in PyTorch's layouts (conv weights [out, in, 3, 3], fc1 columns in
+ * NCHW flatten order), so bench/bench_train.py's PyTorch model takes the same tensors. The
+ * feature maps are channels last (NHWC, ops/conv2d_nhwc.h); the last pool writes NCHW. */
 #ifndef NT_MODELS_CNN_H
 #define NT_MODELS_CNN_H
 #include "core/nt.h"
@@ -40,7 +42,8 @@ nt_status nt_cnn_estimate(nt_ctx *ctx, const nt_cnn_config *cfg, nt_dtype comput
  * stay in the compute dtype. emulate: FP8 quantization with fp32 GEMMs (CPU, tests). */
 nt_status nt_cnn_enable_fp8(nt_ctx *ctx, nt_cnn *m, bool emulate);
 
-/* images: [n, in, H, W] in the compute dtype (normalised); labels: I32 [n]. Forward (dropout
+/* images: [n, H, W, in] channels last in the compute dtype (normalised; for in = 1, [n, 1, H,
+ * W] too, the same memory); labels: I32 [n]. Forward (dropout
  * on), loss, backward into the parameter gradients; loss gradient times *dloss_scale. hooks
  * (NULL: none) are called around the three units (models/module.h): before_forward for stage1,
  * stage2, head; before_backward and grads_ready for head, stage2, stage1. */

@@ -46,12 +46,17 @@ constexpr int kPad = 8;       /* halves of padding per shared row: conflict-free
  * to kBK): the first layer (C = 1, K = 9 -> 32) and odd test shapes. */
 struct igeom {
   int N, H, W, C, OH, OW, R, KH, KW, stride, padh, padw, Cp, Kp, M;
-  bool vec;
+  bool vec, out_vec;   /* out_vec (dw only): dy's rows of R channels in 16-byte chunks too */
 };
 
+bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* in / out: the GEMM's input and output tensors (16-byte chunks need aligned rows) */
 igeom make_geom(int N, int H, int W, int C, int OH, int OW, int R, int KH, int KW, int stride,
-                int padh, int padw) {
-  igeom g = {N, H, W, C, OH, OW, R, KH, KW, stride, padh, padw, 0, 0, N * OH * OW, C % 8 == 0};
+                int padh, int padw, const void *in, const void *out, const void *mask) {
+  const bool al = aligned16(in) && aligned16(mask);
+  igeom g = {N, H, W, C, OH, OW, R, KH, KW, stride, padh, padw, 0, 0, N * OH * OW,
+             al && C % 8 == 0, aligned16(out) && aligned16(mask) && R % 8 == 0};
   if (g.vec) {
     g.Cp = (C + kBK - 1) / kBK * kBK;
     g.Kp = KH * KW * g.Cp;
@@ -284,7 +289,7 @@ __global__ void __launch_bounds__(kThreads)
   const int n0 = blockIdx.x * BNW, m0 = blockIdx.y * BMW;
   const int p_begin = blockIdx.z * chunk;
   const int p_end = min(p_begin + chunk, g.M), OHW = g.OH * g.OW;
-  const bool dy_vec = g.R % 8 == 0;
+  const bool dy_vec = g.out_vec;
   constexpr int CPR = BMW / 8, RPP = kThreads / CPR;   /* dy chunks per row, rows per pass */
   /* vec x loader: column chunk (tid & 7) of rows (tid >> 3) + 16 i; its tap found once */
   const int xcol = n0 + (tid & 7) * 8, xtap = xcol / g.C, xci = xcol - xtap * g.C;
@@ -537,7 +542,7 @@ nt_status forward_t(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w, const n
                     nt_tensor *y, nt_conv2d_params p, bool relu) {
   const shape4 i = dims_of(x), o = dims_of(y);
   const igeom g = make_geom(i.N, i.H, i.W, i.C, o.H, o.W, o.C, (int)w->shape[2],
-                            (int)w->shape[3], p.stride, p.pad, p.pad);
+                            (int)w->shape[3], p.stride, p.pad, p.pad, x->data, y->data, nullptr);
   return run_conv<T>(ctx, x->dtype, (const T *)x->data, nullptr, (const T *)w->data, i.C, false,
                      b ? b->data : nullptr, b && b->dtype == NT_F32, relu, (T *)y->data, g);
 }
@@ -554,7 +559,7 @@ nt_status backward_t(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *relu_y,
     if (p.stride == 1 && p.pad < KH && p.pad < KW) {
       /* dx = conv of dy (C = Cout) with the flipped weight, padded K-1-pad: [N, H, W, Cin] */
       const igeom gx = make_geom(o.N, o.H, o.W, o.C, i.H, i.W, i.C, KH, KW, 1, KH - 1 - p.pad,
-                                 KW - 1 - p.pad);
+                                 KW - 1 - p.pad, dy->data, dx->data, mask);
       st = run_conv<T>(ctx, x->dtype, (const T *)dy->data, mask, (const T *)w->data, i.C, true, nullptr,
                        false, false, (T *)dx->data, gx);
     } else {
@@ -562,7 +567,8 @@ nt_status backward_t(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *relu_y,
     }
   }
   if (!st && dw) {
-    const igeom g = make_geom(i.N, i.H, i.W, i.C, o.H, o.W, o.C, KH, KW, p.stride, p.pad, p.pad);
+    const igeom g = make_geom(i.N, i.H, i.W, i.C, o.H, o.W, o.C, KH, KW, p.stride, p.pad, p.pad,
+                              x->data, dy->data, mask);
     st = run_wgrad<T>(ctx, (const T *)dy->data, mask, (const T *)x->data, g, dw, db);
   } else if (!st && db) {
     st = nt_conv2d_nhwc_wgrad_direct(ctx, dy, relu_y, x, nullptr, db, p);
