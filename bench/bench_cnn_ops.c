@@ -1,8 +1,8 @@
-/* The CNN's conv / maxpool ops at its training shapes (batch 128, Fashion-MNIST 28x28), each
- * timed alone, and the whole model's forward + backward as a sequence of op calls (no loss, no
- * optimizer): how far the ops are from the training step time.
+/* The CNN's conv / maxpool ops at its training shapes (batch 256 by default, Fashion-MNIST
+ * 28x28), each timed alone, and the whole model's forward + backward as a sequence of op calls
+ * (no loss, no optimizer): how far the ops are from the training step time.
  *
- *   bench_cnn_ops [--dtype f16|bf16|f32|all] [--repeats 20] [--steps 20]
+ *   bench_cnn_ops [--dtype f16|bf16|f32|all] [--batch 256] [--repeats 20] [--steps 20]
  *
  * Model: conv3x3 1->32, ReLU, conv 32->32, ReLU, maxpool 2, conv 32->64, ReLU, conv 64->64,
  * ReLU, maxpool 2, linear 3136->256, ReLU, linear 256->10. Weights and activations in the
@@ -10,13 +10,19 @@
  * f32, as cuDNN's default). Each op runs `steps` times per sample between CUDA events; the
  * median over `repeats` samples, per call, after warm-up. "graph": the `steps` calls captured
  * in one CUDA graph and replayed (launch overhead excluded); "eager": launched from the host.
- * Lines: "RESULT nt dtype op mode ms". Ops: convI fwd (conv + bias), convI fwd_relu (ReLU fused),
- * convI dx, convI dw_db, poolI fwd, poolI bwd, model fwd_bwd (ReLU fused into the conv's
- * forward and backward, gradients zeroed where the model zeroes them), model fwd_bwd_unfused
- * (conv, then separate ReLU forward; zero + ReLU backward, then conv backward). */
+ * Lines: "RESULT nt dtype op mode ms".
+ * Two layouts side by side:
+ *   NHWC, the model's (ops/conv2d_nhwc.h: implicit-GEMM tensor-core kernels): convI fwd,
+ *     convI fwd_relu, convI dx, convI dw_db (dx / dw with the ReLU mask where the model applies
+ *     it: conv1 and conv3), poolI fwd (pool2 writes NCHW), poolI bwd (masked by the pool's
+ *     output), model fwd_bwd (models/cnn.c's sequence of calls);
+ *   NCHW, im2col + cuBLASLt (ops/conv2d.h), the former path: the same names prefixed "im2col_"
+ *     (model: ReLU fused into the conv's forward and backward, gradients zeroed where that
+ *     model zeroed them). */
 #include "core/nt.h"
 #include "tools/ctx_env.h"
 #include "ops/conv2d.h"
+#include "ops/conv2d_nhwc.h"
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
 #include <stdio.h>
@@ -24,7 +30,7 @@
 #include <string.h>
 #include <cuda_runtime_api.h>
 
-#define NB 128
+static int NB = 256;
 
 static int cmp_float(const void *a, const void *b) {
   float x = *(const float *)a, y = *(const float *)b;
@@ -84,12 +90,12 @@ static nt_status time_op(nt_ctx *ctx, op_fn fn, void *arg, bool graph, int repea
 /* Every tensor of the model: activations, their gradients, parameters and gradients. */
 typedef struct {
   nt_dtype dt;
-  nt_tensor x, a1, a2, p1, a3, a4, p2, h, logits, z;   /* z: pre-ReLU scratch (unfused) */
+  nt_tensor x, a1, a2, p1, a3, a4, p2, h, logits;
   nt_tensor arg1, arg2;
   nt_tensor w[4], b[4], dw[4], db[4];                  /* convolutions */
   nt_tensor fw1, fb1, fw2, fb2, dfw1, dfb1, dfw2, dfb2; /* linear layers */
-  nt_tensor dlogits, dh, dpre, dflat, da4, da3, dp1, da2, da1, dz;
-  bool unfused;
+  nt_tensor dlogits, dh, dpre, dflat, da4, da3, dp1, da2, da1;
+  bool nhwc;   /* the NHWC ops on channels-last views of the same buffers */
 } model;
 
 static const int CIN[4] = {1, 32, 32, 64}, COUT[4] = {32, 32, 64, 64}, HW[4] = {28, 28, 14, 14};
@@ -119,8 +125,6 @@ static nt_status model_init(nt_ctx *ctx, model *m, nt_dtype dt) {
     if (!st) st = mk(ctx, &m->dw[i], NT_F32, 4, COUT[i], CIN[i], 3, 3, 0, 0.0f);
     if (!st) st = mk(ctx, &m->db[i], NT_F32, 1, COUT[i], 0, 0, 0, 0, 0.0f);
   }
-  if (!st) st = mk(ctx, &m->z, dt, 4, NB, 32, 28, 28, 0, 0.0f);
-  if (!st) st = mk(ctx, &m->dz, dt, 4, NB, 32, 28, 28, 0, 0.0f);
   if (!st) st = mk(ctx, &m->p1, dt, 4, NB, 32, 14, 14, 40, 1.0f);
   if (!st) st = mk(ctx, &m->p2, dt, 4, NB, 64, 7, 7, 41, 1.0f);
   if (!st) st = mk(ctx, &m->arg1, NT_I32, 4, NB, 32, 14, 14, 0, 0.0f);
@@ -151,9 +155,9 @@ static nt_status model_init(nt_ctx *ctx, model *m, nt_dtype dt) {
 
 static void model_free(nt_ctx *ctx, model *m) {
   nt_tensor *all[] = {&m->x, &m->a1, &m->a2, &m->p1, &m->a3, &m->a4, &m->p2, &m->h, &m->logits,
-                      &m->z, &m->arg1, &m->arg2, &m->fw1, &m->fb1, &m->fw2, &m->fb2, &m->dfw1,
+                      &m->arg1, &m->arg2, &m->fw1, &m->fb1, &m->fw2, &m->fb2, &m->dfw1,
                       &m->dfb1, &m->dfw2, &m->dfb2, &m->dlogits, &m->dh, &m->dpre, &m->dflat,
-                      &m->da4, &m->da3, &m->dp1, &m->da2, &m->da1, &m->dz};
+                      &m->da4, &m->da3, &m->dp1, &m->da2, &m->da1};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) nt_tensor_free(ctx, all[i]);
   for (int i = 0; i < 4; i++) {
     nt_tensor_free(ctx, &m->w[i]);
@@ -163,47 +167,68 @@ static void model_free(nt_ctx *ctx, model *m) {
   }
 }
 
-/* The input and output activation of conv i, and the input's gradient (NULL for conv 0). */
-static void conv_io(model *m, int i, nt_tensor **in, nt_tensor **out, nt_tensor **din) {
-  nt_tensor *ins[4] = {&m->x, &m->a1, &m->p1, &m->a3}, *outs[4] = {&m->a1, &m->a2, &m->a3, &m->a4};
-  nt_tensor *dins[4] = {NULL, &m->da1, &m->dp1, &m->da3};
-  *in = ins[i];
-  *out = outs[i];
-  *din = dins[i];
+/* t as [N, H, W, C] for the NHWC ops when m->nhwc (t is [N, C, H, W] or has that many elements):
+ * the same buffer, channels last. p2 and its gradient stay NCHW (the last pool writes it). */
+static nt_tensor lay(const model *m, const nt_tensor *t) {
+  if (!m->nhwc || t->ndim != 4) return *t;
+  const int64_t s[4] = {t->shape[0], t->shape[2], t->shape[3], t->shape[1]};
+  return nt_tensor_view(t->data, t->dtype, t->device, 4, s);
 }
 
-/* A view of the first `numel` elements of t with t's dtype as shape s (same-size scratch). */
-static nt_tensor as_shape(const nt_tensor *t, const nt_tensor *like) {
-  return nt_tensor_view(t->data, t->dtype, t->device, like->ndim, like->shape);
+/* The input and output activation of conv i, and the input's gradient (NULL for conv 0). */
+static void conv_io(model *m, int i, nt_tensor *in, nt_tensor *out, nt_tensor *din) {
+  nt_tensor *ins[4] = {&m->x, &m->a1, &m->p1, &m->a3}, *outs[4] = {&m->a1, &m->a2, &m->a3, &m->a4};
+  nt_tensor *dins[4] = {NULL, &m->da1, &m->dp1, &m->da3};
+  *in = lay(m, ins[i]);
+  *out = lay(m, outs[i]);
+  *din = dins[i] ? lay(m, dins[i]) : (nt_tensor){0};
 }
 
 static nt_status conv_fwd(nt_ctx *ctx, model *m, int i, bool relu) {
-  nt_tensor *in, *out, *din;
+  nt_tensor in, out, din;
   conv_io(m, i, &in, &out, &din);
   nt_conv2d_params p = {1, 1};
-  if (relu && !m->unfused) return nt_conv2d_relu_forward(ctx, in, &m->w[i], &m->b[i], out, p);
-  nt_tensor z = as_shape(&m->z, out);
-  nt_status st = nt_conv2d_forward(ctx, in, &m->w[i], &m->b[i], relu ? &z : out, p);
-  return st || !relu ? st : nt_relu_forward(ctx, &z, out);
+  if (m->nhwc) return nt_conv2d_nhwc_forward(ctx, &in, &m->w[i], &m->b[i], &out, p, relu);
+  return relu ? nt_conv2d_relu_forward(ctx, &in, &m->w[i], &m->b[i], &out, p)
+              : nt_conv2d_forward(ctx, &in, &m->w[i], &m->b[i], &out, p);
 }
 
-/* relu' from out, then the conv's backward into dx (zeroed first), dw, db: fused, or as
- * separate zero / ReLU backward / conv backward calls. */
-static nt_status conv_bwd(nt_ctx *ctx, model *m, int i, const nt_tensor *dout) {
-  nt_tensor *in, *out, *din;
+/* The conv's backward from dout into dx (i > 0 and want_dx), dw and db (want_dw). NHWC: as the
+ * model calls it (the ReLU mask of conv1 / conv3's output applied as dy is read; conv2 / conv4
+ * get dy already masked by the pool's backward), dx overwritten. NCHW: relu' from out fused,
+ * dx zeroed first (that op accumulates). */
+static nt_status conv_bwd(nt_ctx *ctx, model *m, int i, const nt_tensor *dout, bool want_dx,
+                          bool want_dw) {
+  nt_tensor in, out, din, dy = lay(m, dout);
   conv_io(m, i, &in, &out, &din);
   nt_conv2d_params p = {1, 1};
-  if (!m->unfused) {
-    nt_status st = din ? nt_tensor_zero(ctx, din) : NT_OK;
-    return st ? st : nt_conv2d_relu_backward(ctx, dout, out, in, &m->w[i], din, &m->dw[i],
-                                             &m->db[i], p);
+  nt_tensor *dx = want_dx && i > 0 ? &din : NULL, *dw = want_dw ? &m->dw[i] : NULL,
+            *db = want_dw ? &m->db[i] : NULL;
+  if (m->nhwc)
+    return nt_conv2d_nhwc_backward(ctx, &dy, i % 2 == 0 ? &out : NULL, &in, &m->w[i], dx, dw, db,
+                                   p);
+  nt_status st = dx ? nt_tensor_zero(ctx, dx) : NT_OK;
+  return st ? st : nt_conv2d_relu_backward(ctx, &dy, &out, &in, &m->w[i], dx, dw, db, p);
+}
+
+static nt_status pool_fwd(nt_ctx *ctx, model *m, int i) {
+  nt_tensor *x = i ? &m->a4 : &m->a2, *y = i ? &m->p2 : &m->p1, *am = i ? &m->arg2 : &m->arg1;
+  if (!m->nhwc) return nt_maxpool2d_forward(ctx, x, y, am, 2);
+  nt_tensor xh = lay(m, x), yh = i ? *y : lay(m, y), amh = i ? *am : lay(m, am);
+  return nt_maxpool2d_nhwc_forward(ctx, &xh, &yh, &amh, 2, i == 1);
+}
+
+/* dy (p's gradient) -> dx (the pooled map's); NHWC: masked by p > 0 and dx overwritten. */
+static nt_status pool_bwd(nt_ctx *ctx, model *m, int i) {
+  nt_tensor *dy = i ? &m->dflat : &m->dp1, *dx = i ? &m->da4 : &m->da2;
+  nt_tensor *y = i ? &m->p2 : &m->p1, *am = i ? &m->arg2 : &m->arg1;
+  if (!m->nhwc) {
+    nt_status st = nt_tensor_zero(ctx, dx);
+    return st ? st : nt_maxpool2d_backward(ctx, dy, am, dx);
   }
-  nt_tensor dz = as_shape(&m->dz, out);
-  nt_status st = nt_tensor_zero(ctx, &dz);   /* relu_backward accumulates */
-  if (!st) st = nt_relu_backward(ctx, out, dout, &dz);
-  if (!st && din) st = nt_tensor_zero(ctx, din);
-  if (!st) st = nt_conv2d_backward(ctx, &dz, in, &m->w[i], din, &m->dw[i], &m->db[i], p);
-  return st;
+  nt_tensor dyh = i ? *dy : lay(m, dy), yh = i ? *y : lay(m, y), amh = i ? *am : lay(m, am);
+  nt_tensor dxh = lay(m, dx);
+  return nt_maxpool2d_nhwc_backward(ctx, &dyh, &amh, &yh, &dxh, 2, i == 1);
 }
 
 static nt_status linear(nt_ctx *ctx, const nt_tensor *a, const nt_tensor *w, const nt_tensor *b,
@@ -235,9 +260,9 @@ static nt_status model_step(nt_ctx *ctx, void *arg) {
   nt_tensor flat, dflat;
   nt_status st = NT_OK;
   for (int i = 0; !st && i < 2; i++) st = conv_fwd(ctx, m, i, true);
-  if (!st) st = nt_maxpool2d_forward(ctx, &m->a2, &m->p1, &m->arg1, 2);
+  if (!st) st = pool_fwd(ctx, m, 0);
   for (int i = 2; !st && i < 4; i++) st = conv_fwd(ctx, m, i, true);
-  if (!st) st = nt_maxpool2d_forward(ctx, &m->a4, &m->p2, &m->arg2, 2);
+  if (!st) st = pool_fwd(ctx, m, 1);
   if (!st) st = nt_tensor_reshape(ctx, &m->p2, 2, flat_s, &flat);
   if (!st) st = nt_tensor_reshape(ctx, &m->dflat, 2, flat_s, &dflat);
   if (!st) st = linear(ctx, &flat, &m->fw1, &m->fb1, &m->h, NT_EPI_RELU);
@@ -247,14 +272,12 @@ static nt_status model_step(nt_ctx *ctx, void *arg) {
   if (!st) st = nt_tensor_zero(ctx, &m->dpre);
   if (!st) st = nt_relu_backward(ctx, &m->h, &m->dh, &m->dpre);
   if (!st) st = linear_bwd(ctx, &m->dpre, &flat, &m->fw1, &m->dfw1, &m->dfb1, &dflat);
-  if (!st) st = nt_tensor_zero(ctx, &m->da4);
-  if (!st) st = nt_maxpool2d_backward(ctx, &m->dflat, &m->arg2, &m->da4);
-  if (!st) st = conv_bwd(ctx, m, 3, &m->da4);
-  if (!st) st = conv_bwd(ctx, m, 2, &m->da3);
-  if (!st) st = nt_tensor_zero(ctx, &m->da2);
-  if (!st) st = nt_maxpool2d_backward(ctx, &m->dp1, &m->arg1, &m->da2);
-  if (!st) st = conv_bwd(ctx, m, 1, &m->da2);
-  if (!st) st = conv_bwd(ctx, m, 0, &m->da1);
+  if (!st) st = pool_bwd(ctx, m, 1);
+  if (!st) st = conv_bwd(ctx, m, 3, &m->da4, true, true);
+  if (!st) st = conv_bwd(ctx, m, 2, &m->da3, true, true);
+  if (!st) st = pool_bwd(ctx, m, 0);
+  if (!st) st = conv_bwd(ctx, m, 1, &m->da2, true, true);
+  if (!st) st = conv_bwd(ctx, m, 0, &m->da1, false, true);
   return st;
 }
 
@@ -269,27 +292,21 @@ static nt_status op_fwd_relu(nt_ctx *c, void *a) {
 }
 static nt_status op_dx(nt_ctx *c, void *a) {
   op_arg *o = a;
-  nt_tensor *in, *out, *din;
-  conv_io(o->m, o->i, &in, &out, &din);
-  nt_conv2d_params p = {1, 1};
-  return nt_conv2d_backward(c, out, in, &o->m->w[o->i], din, NULL, NULL, p);
+  nt_tensor *outs[4] = {&o->m->a1, &o->m->a2, &o->m->a3, &o->m->a4};
+  return conv_bwd(c, o->m, o->i, outs[o->i], true, false);
 }
 static nt_status op_dw(nt_ctx *c, void *a) {
   op_arg *o = a;
-  nt_tensor *in, *out, *din;
-  conv_io(o->m, o->i, &in, &out, &din);
-  nt_conv2d_params p = {1, 1};
-  return nt_conv2d_backward(c, out, in, &o->m->w[o->i], NULL, &o->m->dw[o->i], &o->m->db[o->i], p);
+  nt_tensor *outs[4] = {&o->m->a1, &o->m->a2, &o->m->a3, &o->m->a4};
+  return conv_bwd(c, o->m, o->i, outs[o->i], false, true);
 }
 static nt_status op_pool_fwd(nt_ctx *c, void *a) {
   op_arg *o = a;
-  return o->i == 0 ? nt_maxpool2d_forward(c, &o->m->a2, &o->m->p1, &o->m->arg1, 2)
-                   : nt_maxpool2d_forward(c, &o->m->a4, &o->m->p2, &o->m->arg2, 2);
+  return pool_fwd(c, o->m, o->i);
 }
 static nt_status op_pool_bwd(nt_ctx *c, void *a) {
   op_arg *o = a;
-  return o->i == 0 ? nt_maxpool2d_backward(c, &o->m->p1, &o->m->arg1, &o->m->da2)
-                   : nt_maxpool2d_backward(c, &o->m->p2, &o->m->arg2, &o->m->da4);
+  return pool_bwd(c, o->m, o->i);
 }
 
 static nt_status report(nt_ctx *ctx, const char *dt, const char *op, op_fn fn, void *arg,
@@ -312,27 +329,30 @@ static nt_status run_dtype(nt_ctx *ctx, nt_dtype dt, int repeats, int steps) {
   const char *dn = nt_dtype_name(dt);
   char name[64];
   nt_status st = model_init(ctx, &m, dt);
-  for (int i = 0; !st && i < 4; i++) {
-    op_arg a = {&m, i};
-    snprintf(name, sizeof name, "conv%d_fwd", i + 1);
-    st = report(ctx, dn, name, op_fwd, &a, repeats, steps);
-    snprintf(name, sizeof name, "conv%d_fwd_relu", i + 1);
-    if (!st) st = report(ctx, dn, name, op_fwd_relu, &a, repeats, steps);
-    snprintf(name, sizeof name, "conv%d_dx", i + 1);
-    if (!st && i > 0) st = report(ctx, dn, name, op_dx, &a, repeats, steps);
-    snprintf(name, sizeof name, "conv%d_dw_db", i + 1);
-    if (!st) st = report(ctx, dn, name, op_dw, &a, repeats, steps);
+  for (int l = 0; l < 2 && !st; l++) {
+    m.nhwc = l == 0;
+    const char *pre = m.nhwc ? "" : "im2col_";
+    for (int i = 0; !st && i < 4; i++) {
+      op_arg a = {&m, i};
+      snprintf(name, sizeof name, "%sconv%d_fwd", pre, i + 1);
+      st = report(ctx, dn, name, op_fwd, &a, repeats, steps);
+      snprintf(name, sizeof name, "%sconv%d_fwd_relu", pre, i + 1);
+      if (!st) st = report(ctx, dn, name, op_fwd_relu, &a, repeats, steps);
+      snprintf(name, sizeof name, "%sconv%d_dx", pre, i + 1);
+      if (!st && i > 0) st = report(ctx, dn, name, op_dx, &a, repeats, steps);
+      snprintf(name, sizeof name, "%sconv%d_dw_db", pre, i + 1);
+      if (!st) st = report(ctx, dn, name, op_dw, &a, repeats, steps);
+    }
+    for (int i = 0; !st && i < 2; i++) {
+      op_arg a = {&m, i};
+      snprintf(name, sizeof name, "%spool%d_fwd", pre, i + 1);
+      st = report(ctx, dn, name, op_pool_fwd, &a, repeats, steps);
+      snprintf(name, sizeof name, "%spool%d_bwd", pre, i + 1);
+      if (!st) st = report(ctx, dn, name, op_pool_bwd, &a, repeats, steps);
+    }
+    snprintf(name, sizeof name, "%smodel_fwd_bwd", pre);
+    if (!st) st = report(ctx, dn, name, model_step, &m, repeats, steps);
   }
-  for (int i = 0; !st && i < 2; i++) {
-    op_arg a = {&m, i};
-    snprintf(name, sizeof name, "pool%d_fwd", i + 1);
-    st = report(ctx, dn, name, op_pool_fwd, &a, repeats, steps);
-    snprintf(name, sizeof name, "pool%d_bwd", i + 1);
-    if (!st) st = report(ctx, dn, name, op_pool_bwd, &a, repeats, steps);
-  }
-  if (!st) st = report(ctx, dn, "model_fwd_bwd", model_step, &m, repeats, steps);
-  m.unfused = true;
-  if (!st) st = report(ctx, dn, "model_fwd_bwd_unfused", model_step, &m, repeats, steps);
   model_free(ctx, &m);
   return st;
 }
@@ -344,9 +364,10 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--repeats")) repeats = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--dtype")) dts = argv[i + 1];
+    else if (!strcmp(argv[i], "--batch")) NB = atoi(argv[i + 1]);
   }
-  if (repeats < 1 || steps < 1) {
-    fprintf(stderr, "bench_cnn_ops: --repeats and --steps must be >= 1\n");
+  if (repeats < 1 || steps < 1 || NB < 1) {
+    fprintf(stderr, "bench_cnn_ops: --repeats, --steps and --batch must be >= 1\n");
     return 2;
   }
   nt_ctx *ctx = NULL;

@@ -3,13 +3,14 @@ forward + ReLU, data gradient, weight + bias gradient through aten.convolution_b
 2x2 max-pools (aten.max_pool2d_with_indices and its backward), and the whole CNN as an nn.Module,
 forward + cross-entropy + backward (f16: torch.autocast(float16) over fp32 parameters, as a
 PyTorch user trains with a GradScaler; bf16: autocast(bfloat16); f32: plain, TF32 allowed as
-cuDNN's default). Batch 128, 28x28.
+cuDNN's default). Batch 256 (--batch), 28x28.
 
 Each op: `steps` calls per sample between CUDA events, median per call over `repeats` samples
 after warm-up, eager and replayed from one CUDA graph of the `steps` calls. Both memory formats
 (channels-first and torch.channels_last) are timed; the faster is reported with its name.
 Lines: "RESULT torch dtype op mode ms format".
-Usage: python3 bench/bench_cnn_ops.py [--dtype f16|bf16|f32|all] [--repeats 20] [--steps 20]"""
+Usage: python3 bench/bench_cnn_ops.py [--dtype f16|bf16|f32|all] [--batch 256] [--repeats 20]
+       [--steps 20]"""
 import argparse
 import statistics
 
@@ -17,7 +18,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-NB = 128
+NB = 256
 CONVS = [(1, 32, 28), (32, 32, 28), (32, 64, 14), (64, 64, 14)]  # Cin, Cout, H=W
 POOLS = [(32, 28), (64, 14)]
 DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
@@ -133,11 +134,14 @@ def model_fn(dt, fmt, dev, cache=True):
 
 
 def main():
+    global NB
     ap = argparse.ArgumentParser()
     ap.add_argument("--dtype", default="all")
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--batch", type=int, default=NB)
     args = ap.parse_args()
+    NB = args.batch
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = True
     torch.backends.cuda.matmul.allow_tf32 = True
