@@ -154,8 +154,8 @@ __global__ void __launch_bounds__(kThreads)
         const bool ok = a_base[i] >= 0 && ci < g.C && (unsigned)ih < (unsigned)g.H &&
                         (unsigned)iw < (unsigned)g.W;
         const int off = ok ? a_base[i] + (ih * g.W + iw) * g.C + ci : 0;
-        cp_async16(as + r * LD + aj * 8, x + off, ok);
-        if (MASK) cp_async16(ms + r * LD + aj * 8, mask + off, ok);
+        cp_async16_ca(as + r * LD + aj * 8, x + off, ok);
+        if (MASK) cp_async16_ca(ms + r * LD + aj * 8, mask + off, ok);
       }
     } else {
       /* one k column per thread (flat k = tap * C + c), rows (tid >> 5) + 4 i */
@@ -332,7 +332,7 @@ __global__ void __launch_bounds__(kThreads)
           ok = (unsigned)ih < (unsigned)g.H && (unsigned)iw < (unsigned)g.W;
           off = ok ? ((n * g.H + ih) * g.W + iw) * g.C + xci : 0;
         }
-        cp_async16(&Bs[s][r][(tid & 7) * 8], x + off, ok);
+        cp_async16_ca(&Bs[s][r][(tid & 7) * 8], x + off, ok);
       }
     } else {
       for (int e = tid; e < kBK * BNW; e += kThreads) {

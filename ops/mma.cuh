@@ -25,6 +25,12 @@ __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool pred
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)),
                "l"(src), "r"(pred ? 16 : 0));
 }
+/* The same, cached in L1 on the way (.ca): for gathers that read the same lines again soon,
+ * as a convolution's taps do. */
+__device__ __forceinline__ void cp_async16_ca(void *dst, const void *src, bool pred) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)),
+               "l"(src), "r"(pred ? 16 : 0));
+}
 /* 4-byte async copy (only 4-byte alignment needed); zero-fills the destination when !pred. */
 __device__ __forceinline__ void cp_async4(void *dst, const void *src, bool pred) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)),

@@ -1,9 +1,12 @@
 /* The CNN on the CPU: whole-model gradients against finite differences (every parameter
- * tensor along a random direction), accumulation, torch-style init bounds, layout, the 16-bit
- * paths close to fp32 (conv weight gradients through the compute-dtype scratch), dropout, and
- * clear errors. */
+ * tensor along a random direction), accumulation, torch-style init bounds, layout, the logits
+ * of its channels-last forward against PyTorch's NCHW forward built from the NCHW ops with the
+ * same parameters (fc1 columns in NCHW flatten order), the 16-bit paths close to fp32, dropout,
+ * and clear errors. */
 #include "tests/model_testutil.h"
 #include "models/cnn.h"
+#include "ops/conv2d.h"
+#include "ops/linear.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -191,11 +194,69 @@ static void test_dropout(nt_ctx *ctx) {
   nt_cnn_free(ctx, m);
 }
 
+/* The model's logits against an NCHW forward (conv ReLU conv ReLU pool ... flatten fc1 ReLU fc2)
+ * with the model's own parameter tensors: the channels-last layout inside the model must not
+ * change what the PyTorch-layout weights mean. 3 input channels: the image is [n, H, W, 3]
+ * for the model and its permutation [n, 3, H, W] for the reference. */
+static void test_nchw_equivalence(nt_ctx *ctx) {
+  nt_cnn_config c = {3, 8, 12, 4, 6, 16, 5, 0.0f};
+  enum { N = 2, H = 8, W = 12, C = 3 };
+  nt_cnn *m = NULL;
+  if (!CHECK_OK(ctx, nt_cnn_create(ctx, &c, NT_F32, N, &m))) return;
+  nt_params *p = nt_cnn_params(m);
+  CHECK_OK(ctx, nt_params_init(ctx, p, 11));
+  nt_test_rng r = {3};
+  float xh[N * H * W * C], xc[N * C * H * W];
+  nt_test_fill_uniform(&r, xh, N * H * W * C, -1, 1);
+  for (int n = 0; n < N; n++)
+    for (int ch = 0; ch < C; ch++)
+      for (int i = 0; i < H * W; i++) xc[(n * C + ch) * H * W + i] = xh[(n * H * W + i) * C + ch];
+  int64_t sh[4] = {N, H, W, C}, sc[4] = {N, C, H, W};
+  nt_tensor x = nt_tensor_view(xh, NT_F32, nt_cpu(), 4, sh), logits;
+  if (!CHECK_OK(ctx, nt_cnn_eval(ctx, m, &x, NULL, &logits))) return;
+  nt_tensor w[12];
+  const char *names[12] = {"conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias",
+                           "conv3.weight", "conv3.bias", "conv4.weight", "conv4.bias",
+                           "fc1.weight",   "fc1.bias",   "fc2.weight",   "fc2.bias"};
+  for (int i = 0; i < 12; i++) {
+    int u, k;
+    CHECK(nt_params_find(p, names[i], &u, &k), "%s", names[i]);
+    w[i] = nt_params_view(p, u, k, NT_VIEW_COMPUTE);
+  }
+  float a1[N * 4 * H * W], a2[N * 4 * H * W], p1[N * 4 * H * W / 4], a3[N * 6 * H * W / 4],
+      a4[N * 6 * H * W / 4], p2[N * 6 * H * W / 16], hid[N * 16], lg[N * 5];
+  int32_t am1[N * 4 * H * W / 4], am2[N * 6 * H * W / 16];
+  int64_t s1[4] = {N, 4, H, W}, s2[4] = {N, 4, H / 2, W / 2}, s3[4] = {N, 6, H / 2, W / 2},
+          s4[4] = {N, 6, H / 4, W / 4}, sf[2] = {N, 6 * (H / 4) * (W / 4)}, shd[2] = {N, 16},
+          sl[2] = {N, 5};
+  nt_device cpu = nt_cpu();
+  nt_tensor X = nt_tensor_view(xc, NT_F32, cpu, 4, sc), A1 = nt_tensor_view(a1, NT_F32, cpu, 4, s1),
+            A2 = nt_tensor_view(a2, NT_F32, cpu, 4, s1), P1 = nt_tensor_view(p1, NT_F32, cpu, 4, s2),
+            M1 = nt_tensor_view(am1, NT_I32, cpu, 4, s2), A3 = nt_tensor_view(a3, NT_F32, cpu, 4, s3),
+            A4 = nt_tensor_view(a4, NT_F32, cpu, 4, s3), P2 = nt_tensor_view(p2, NT_F32, cpu, 4, s4),
+            M2 = nt_tensor_view(am2, NT_I32, cpu, 4, s4), F = nt_tensor_view(p2, NT_F32, cpu, 2, sf),
+            HD = nt_tensor_view(hid, NT_F32, cpu, 2, shd), L = nt_tensor_view(lg, NT_F32, cpu, 2, sl);
+  nt_conv2d_params cp = {1, 1};
+  CHECK_OK(ctx, nt_conv2d_relu_forward(ctx, &X, &w[0], &w[1], &A1, cp));
+  CHECK_OK(ctx, nt_conv2d_relu_forward(ctx, &A1, &w[2], &w[3], &A2, cp));
+  CHECK_OK(ctx, nt_maxpool2d_forward(ctx, &A2, &P1, &M1, 2));
+  CHECK_OK(ctx, nt_conv2d_relu_forward(ctx, &P1, &w[4], &w[5], &A3, cp));
+  CHECK_OK(ctx, nt_conv2d_relu_forward(ctx, &A3, &w[6], &w[7], &A4, cp));
+  CHECK_OK(ctx, nt_maxpool2d_forward(ctx, &A4, &P2, &M2, 2));
+  CHECK_OK(ctx, nt_linear_forward(ctx, &F, &w[8], &w[9], &HD, NT_ACT_RELU, NULL));
+  CHECK_OK(ctx, nt_linear_forward(ctx, &HD, &w[10], &w[11], &L, NT_ACT_NONE, NULL));
+  double e = nt_test_rel_err(logits.data, lg, N * 5);
+  printf("  channels-last model vs NCHW forward: logits rel err %.3g\n", e);
+  CHECK(e < 1e-6, "channels-last logits match the NCHW forward: %g", e);
+  nt_cnn_free(ctx, m);
+}
+
 int main(void) {
   nt_ctx *ctx;
   if (nt_ctx_create(&ctx, nt_cpu())) return 1;
   test_gradcheck(ctx);
   test_init_layout(ctx);
+  test_nchw_equivalence(ctx);
   test_low_precision(ctx, NT_BF16, false, 2e-2);
   test_low_precision(ctx, NT_F16, false, 5e-3);
   test_low_precision(ctx, NT_BF16, true, 3e-2);   /* fc layers in FP8 (emulated) */
