@@ -13,9 +13,10 @@
  * Lines: "RESULT nt dtype op mode ms".
  * Two layouts side by side:
  *   NHWC, the model's (ops/conv2d_nhwc.h: implicit-GEMM tensor-core kernels): convI fwd,
- *     convI fwd_relu, convI dx, convI dw_db (dx / dw with the ReLU mask where the model applies
- *     it: conv1 and conv3), poolI fwd (pool2 writes NCHW), poolI bwd (masked by the pool's
- *     output), model fwd_bwd (models/cnn.c's sequence of calls);
+ *     convI fwd_relu, conv2 / conv4 fwd_relu_pool (the pool fused into the conv, the model's
+ *     call), convI dx, convI dw_db (dx / dw with the ReLU mask where the model applies it:
+ *     conv1 and conv3), poolI fwd (pool2 writes NCHW), poolI bwd (masked by the pool's output),
+ *     model fwd_bwd (models/cnn.c's sequence of calls);
  *   NCHW, im2col + cuBLASLt (ops/conv2d.h), the former path: the same names prefixed "im2col_"
  *     (model: ReLU fused into the conv's forward and backward, gradients zeroed where that
  *     model zeroed them). */
@@ -218,6 +219,18 @@ static nt_status pool_fwd(nt_ctx *ctx, model *m, int i) {
   return nt_maxpool2d_nhwc_forward(ctx, &xh, &yh, &amh, 2, i == 1);
 }
 
+/* NHWC conv i (1 or 3) + ReLU + pool (i / 2) in one op, as the model runs them. */
+static nt_status conv_pool_fwd(nt_ctx *ctx, model *m, int i) {
+  nt_tensor in, out, din;
+  conv_io(m, i, &in, &out, &din);
+  nt_conv2d_params p = {1, 1};
+  const int k = i / 2;
+  nt_tensor *y = k ? &m->p2 : &m->p1, *am = k ? &m->arg2 : &m->arg1;
+  nt_tensor yh = k ? *y : lay(m, y), amh = k ? *am : lay(m, am);
+  return nt_conv2d_nhwc_pool_forward(ctx, &in, &m->w[i], &m->b[i], &yh, &amh, p, true, k == 1,
+                                     NULL);
+}
+
 /* dy (p's gradient) -> dx (the pooled map's); NHWC: masked by p > 0 and dx overwritten. */
 static nt_status pool_bwd(nt_ctx *ctx, model *m, int i) {
   nt_tensor *dy = i ? &m->dflat : &m->dp1, *dx = i ? &m->da4 : &m->da2;
@@ -259,10 +272,13 @@ static nt_status model_step(nt_ctx *ctx, void *arg) {
   const int64_t flat_s[2] = {NB, 3136};
   nt_tensor flat, dflat;
   nt_status st = NT_OK;
-  for (int i = 0; !st && i < 2; i++) st = conv_fwd(ctx, m, i, true);
-  if (!st) st = pool_fwd(ctx, m, 0);
-  for (int i = 2; !st && i < 4; i++) st = conv_fwd(ctx, m, i, true);
-  if (!st) st = pool_fwd(ctx, m, 1);
+  /* NHWC: conv2 and conv4 with their pools fused, as models/cnn.c */
+  for (int k = 0; !st && k < 2; k++) {
+    st = conv_fwd(ctx, m, 2 * k, true);
+    if (!st && m->nhwc) st = conv_pool_fwd(ctx, m, 2 * k + 1);
+    if (!st && !m->nhwc) st = conv_fwd(ctx, m, 2 * k + 1, true);
+    if (!st && !m->nhwc) st = pool_fwd(ctx, m, k);
+  }
   if (!st) st = nt_tensor_reshape(ctx, &m->p2, 2, flat_s, &flat);
   if (!st) st = nt_tensor_reshape(ctx, &m->dflat, 2, flat_s, &dflat);
   if (!st) st = linear(ctx, &flat, &m->fw1, &m->fb1, &m->h, NT_EPI_RELU);
@@ -299,6 +315,10 @@ static nt_status op_dw(nt_ctx *c, void *a) {
   op_arg *o = a;
   nt_tensor *outs[4] = {&o->m->a1, &o->m->a2, &o->m->a3, &o->m->a4};
   return conv_bwd(c, o->m, o->i, outs[o->i], false, true);
+}
+static nt_status op_conv_pool(nt_ctx *c, void *a) {
+  op_arg *o = a;
+  return conv_pool_fwd(c, o->m, o->i);
 }
 static nt_status op_pool_fwd(nt_ctx *c, void *a) {
   op_arg *o = a;
@@ -338,6 +358,8 @@ static nt_status run_dtype(nt_ctx *ctx, nt_dtype dt, int repeats, int steps) {
       st = report(ctx, dn, name, op_fwd, &a, repeats, steps);
       snprintf(name, sizeof name, "%sconv%d_fwd_relu", pre, i + 1);
       if (!st) st = report(ctx, dn, name, op_fwd_relu, &a, repeats, steps);
+      snprintf(name, sizeof name, "conv%d_fwd_relu_pool", i + 1);
+      if (!st && m.nhwc && i % 2) st = report(ctx, dn, name, op_conv_pool, &a, repeats, steps);
       snprintf(name, sizeof name, "%sconv%d_dx", pre, i + 1);
       if (!st && i > 0) st = report(ctx, dn, name, op_dx, &a, repeats, steps);
       snprintf(name, sizeof name, "%sconv%d_dw_db", pre, i + 1);

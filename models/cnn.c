@@ -22,8 +22,8 @@ struct nt_cnn {
   nt_arena arena;
   /* saved activations (conv2's and conv4's ReLU outputs are not: see the forward) */
   nt_tensor a1, p1, arg1, a3, p2, arg2, h, hd, logits, losses, loss;
-  /* scratch: two of the largest feature map (the unsaved activations in the forward, the
-   * gradient maps in the backward), and the head's */
+  /* scratch: two of the largest feature map (the unsaved conv outputs in the forward where
+   * the pool is not fused into the conv, the gradient maps in the backward), and the head's */
   nt_tensor sa, sb, dh, dh2;
   uint64_t drop_off;
   nt_fp8_state *fp8;              /* FP8 delayed scaling for fc1, fc2, or NULL */
@@ -230,16 +230,16 @@ static nt_tensor v2(const nt_tensor *t, int64_t n, int64_t c) {
 }
 
 typedef struct {
-  nt_tensor x, a1, a2, p1, arg1, a3, a4, p2, arg2, p2f, h, hd, logits;
+  nt_tensor x, a1, p1, arg1, a3, p2, arg2, p2f, h, hd, logits;
 } views;
 
 /* Feature maps are channels last ([n, H, W, C]): the layout the tensor-core convolutions
  * gather from. p2 (and arg2) is [n, C, H/4, W/4], written so by the last pool, so that the
  * flatten before fc1 is PyTorch's (fc1.weight columns c*49 + h*7 + w, checkpoints unchanged).
- * conv2's and conv4's ReLU outputs (a2, a4) live in scratch buffer sa only while the forward
- * pools them: backward does not need them. Their pooling is a max, so at each window's argmax
- * a2 equals p1: relu'(a2) there is p1 > 0, and every other position gets no gradient. The
- * max-pool backward masks dp1 with p1 > 0 as it routes it, which gives conv2 exactly the
+ * conv2's and conv4's ReLU outputs (a2, a4) are never stored: the pool is fused into those
+ * convolutions, and backward does not need them. Their pooling is a max, so at each window's
+ * argmax a2 equals p1: relu'(a2) there is p1 > 0, and every other position gets no gradient.
+ * The max-pool backward masks dp1 with p1 > 0 as it routes it, which gives conv2 exactly the
  * ReLU-masked gradient a2 would have given (likewise a4 with p2). */
 
 static views make_views(const nt_cnn *m, const nt_tensor *x, int64_t n) {
@@ -249,11 +249,9 @@ static views make_views(const nt_cnn *m, const nt_tensor *x, int64_t n) {
   int64_t xs[4] = {n, H, W, c->in_channels};
   v.x = nt_tensor_view(x->data, x->dtype, x->device, 4, xs);
   v.a1 = v4(&m->a1, n, H, W, c->c1);
-  v.a2 = v4(&m->sa, n, H, W, c->c1);
   v.p1 = v4(&m->p1, n, H / 2, W / 2, c->c1);
   v.arg1 = v4(&m->arg1, n, H / 2, W / 2, c->c1);
   v.a3 = v4(&m->a3, n, H / 2, W / 2, c->c2);
-  v.a4 = v4(&m->sa, n, H / 2, W / 2, c->c2);
   v.p2 = v4(&m->p2, n, c->c2, H / 4, W / 4);
   v.arg2 = v4(&m->arg2, n, c->c2, H / 4, W / 4);
   v.p2f = v2(&m->p2, n, feat(c));
@@ -286,12 +284,13 @@ static nt_status forward(nt_ctx *ctx, nt_cnn *m, const nt_tensor *x, bool train,
   /* conv + bias + ReLU in one op (the ReLU rides in the GEMM epilogue on the GPU) */
   nt_status st = unit_hook(ctx, m, hooks, m->unit[0], nt_unit_before_forward);
   if (!st) st = nt_conv2d_nhwc_forward(ctx, &v->x, &m->w[W1], &m->w[B1], &v->a1, cp, true);
-  if (!st) st = nt_conv2d_nhwc_forward(ctx, &v->a1, &m->w[W2], &m->w[B2], &v->a2, cp, true);
-  if (!st) st = nt_maxpool2d_nhwc_forward(ctx, &v->a2, &v->p1, &v->arg1, 2, false);
+  /* conv + bias + ReLU + 2x2 max-pool in one op (on the GPU the pool is in the epilogue) */
+  if (!st) st = nt_conv2d_nhwc_pool_forward(ctx, &v->a1, &m->w[W2], &m->w[B2], &v->p1, &v->arg1,
+                                            cp, true, false, &m->sa);
   if (!st) st = unit_hook(ctx, m, hooks, m->unit[1], nt_unit_before_forward);
   if (!st) st = nt_conv2d_nhwc_forward(ctx, &v->p1, &m->w[W3], &m->w[B3], &v->a3, cp, true);
-  if (!st) st = nt_conv2d_nhwc_forward(ctx, &v->a3, &m->w[W4], &m->w[B4], &v->a4, cp, true);
-  if (!st) st = nt_maxpool2d_nhwc_forward(ctx, &v->a4, &v->p2, &v->arg2, 2, true);
+  if (!st) st = nt_conv2d_nhwc_pool_forward(ctx, &v->a3, &m->w[W4], &m->w[B4], &v->p2, &v->arg2,
+                                            cp, true, true, &m->sa);
   if (!st) st = unit_hook(ctx, m, hooks, m->unit[2], nt_unit_before_forward);
   if (!st) st = lin_fwd(ctx, m, 0, &v->p2f, &m->w[F1W], &m->w[F1B], &v->h, NT_ACT_RELU);
   const nt_tensor *hin = &v->h;

@@ -8,6 +8,9 @@
 nt_status nt_conv2d_nhwc_forward_cuda(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
                                       const nt_tensor *b, nt_tensor *y, nt_conv2d_params p,
                                       bool relu);
+nt_status nt_conv2d_nhwc_pool_forward_cuda(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
+                                           const nt_tensor *b, nt_tensor *y, nt_tensor *argmax,
+                                           nt_conv2d_params p, bool relu, bool y_nchw);
 nt_status nt_conv2d_nhwc_backward_cuda(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *relu_y,
                                        const nt_tensor *x, const nt_tensor *w, nt_tensor *dx,
                                        nt_tensor *dw, nt_tensor *db, nt_conv2d_params p);
@@ -165,6 +168,61 @@ nt_status nt_conv2d_nhwc_forward(nt_ctx *ctx, const nt_tensor *x, const nt_tenso
 #endif
   }
   return forward_cpu(ctx, x, w, b, y, p, relu, &d);
+}
+
+nt_status nt_conv2d_nhwc_pool_forward(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
+                                      const nt_tensor *b, nt_tensor *y, nt_tensor *argmax,
+                                      nt_conv2d_params p, bool relu, bool y_nchw,
+                                      nt_tensor *scratch) {
+  if (!x || !w || !y || !argmax)
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "conv2d_nhwc_pool_forward: NULL x, w, y or argmax");
+  if (x->ndim != 4 || w->ndim != 4 || p.stride < 1)
+    return NT_ERROR(ctx, NT_ERR_SHAPE, "conv2d_nhwc_pool_forward: x and w must be 4-D, stride >= 1");
+  /* the conv's output shape, for the checks of both ops */
+  const int64_t OH = (x->shape[1] + 2 * p.pad - w->shape[2]) / p.stride + 1,
+                OW = (x->shape[2] + 2 * p.pad - w->shape[3]) / p.stride + 1;
+  const int64_t sz[4] = {x->shape[0], OH, OW, w->shape[0]};
+  nt_tensor z = nt_tensor_view(NULL, x->dtype, x->device, 4, sz);
+  dims d;
+  nt_status st = check_conv(ctx, x, w, &z, p, &d, "conv2d_nhwc_pool_forward");
+  if (st) return st;
+  int64_t sb[1] = {d.Cout};
+  nt_tensor bl = nt_tensor_view(NULL, x->dtype, x->device, 1, sb);
+  if (b && (st = check_param(ctx, b, &bl, x->dtype, "conv2d_nhwc b [Cout]"))) return st;
+  const int64_t PH = OH / 2, PW = OW / 2;
+  const int64_t hwc[4] = {d.N, PH, PW, d.Cout}, chw[4] = {d.N, d.Cout, PH, PW};
+  const int64_t *want = y_nchw ? chw : hwc;
+  for (int i = 0; i < 4; i++)
+    if ((st = nt_check_dim(ctx, y, i, want[i], "conv2d_nhwc_pool y")) ||
+        (st = nt_check_dim(ctx, argmax, i, want[i], "conv2d_nhwc_pool argmax")))
+      return st;
+  if ((st = check_t(ctx, y, 4, x->dtype, "conv2d_nhwc_pool y")) ||
+      (st = check_t(ctx, argmax, 4, NT_I32, "conv2d_nhwc_pool argmax")))
+    return st;
+  if (OH < 2 || OW < 2)
+    return NT_ERROR(ctx, NT_ERR_SHAPE, "conv2d_nhwc_pool_forward: conv output %lldx%lld is "
+                    "smaller than the 2x2 window", (long long)OH, (long long)OW);
+#ifdef NT_HAVE_CUDA
+  if (x->device.type == NT_DEV_CUDA && x->dtype != NT_F32)
+    return nt_conv2d_nhwc_pool_forward_cuda(ctx, x, w, b, y, argmax, p, relu, y_nchw);
+#endif
+  /* the two ops through a scratch conv output */
+  nt_tensor t = {0}, own = {0};
+  if (scratch) {
+    if ((st = check_t(ctx, scratch, scratch->ndim, x->dtype, "conv2d_nhwc_pool scratch")))
+      return st;
+    if (nt_tensor_numel(scratch) < nt_tensor_numel(&z))
+      return NT_ERROR(ctx, NT_ERR_SHAPE, "conv2d_nhwc_pool scratch: %lld elements, %lld needed",
+                      (long long)nt_tensor_numel(scratch), (long long)nt_tensor_numel(&z));
+    t = nt_tensor_view(scratch->data, x->dtype, x->device, 4, sz);
+  } else {
+    st = nt_tensor_alloc(ctx, &own, x->dtype, 4, sz);
+    t = own;
+  }
+  if (!st) st = nt_conv2d_nhwc_forward(ctx, x, w, b, &t, p, relu);
+  if (!st) st = nt_maxpool2d_nhwc_forward(ctx, &t, y, argmax, 2, y_nchw);
+  nt_tensor_free(ctx, &own);
+  return st;
 }
 
 nt_status nt_conv2d_nhwc_backward(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *relu_y,

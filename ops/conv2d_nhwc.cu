@@ -28,6 +28,9 @@ nt_status nt_conv2d_nhwc_forward_cuda(nt_ctx *ctx, const nt_tensor *x, const nt_
 nt_status nt_conv2d_nhwc_backward_cuda(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *relu_y,
                                        const nt_tensor *x, const nt_tensor *w, nt_tensor *dx,
                                        nt_tensor *dw, nt_tensor *db, nt_conv2d_params p);
+nt_status nt_conv2d_nhwc_pool_forward_cuda(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
+                                           const nt_tensor *b, nt_tensor *y, nt_tensor *argmax,
+                                           nt_conv2d_params p, bool relu, bool y_nchw);
 }
 
 namespace {
@@ -47,6 +50,7 @@ constexpr int kPad = 8;       /* halves of padding per shared row: conflict-free
 struct igeom {
   int N, H, W, C, OH, OW, R, KH, KW, stride, padh, padw, Cp, Kp, M;
   bool vec, out_vec;   /* out_vec (dw only): dy's rows of R channels in 16-byte chunks too */
+  int PH, PW;          /* pooled forward: the 2x2 pool's output plane (M = N*PH*PW*4) */
 };
 
 bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
@@ -56,7 +60,7 @@ igeom make_geom(int N, int H, int W, int C, int OH, int OW, int R, int KH, int K
                 int padh, int padw, const void *in, const void *out, const void *mask) {
   const bool al = aligned16(in) && aligned16(mask);
   igeom g = {N, H, W, C, OH, OW, R, KH, KW, stride, padh, padw, 0, 0, N * OH * OW,
-             al && C % 8 == 0, aligned16(out) && aligned16(mask) && R % 8 == 0};
+             al && C % 8 == 0, aligned16(out) && aligned16(mask) && R % 8 == 0, 0, 0};
   if (g.vec) {
     g.Cp = (C + kBK - 1) / kBK * kBK;
     g.Kp = KH * KW * g.Cp;
@@ -68,6 +72,43 @@ igeom make_geom(int N, int H, int W, int C, int OH, int OW, int R, int KH, int K
 }
 
 template <typename T> __device__ __forceinline__ T zero() { return nt_from_f<T>(0.f); }
+
+/* The output pixel (n, oh, ow) of GEMM row m: row-major over [N, OH, OW]; with POOL, rows go
+ * window by window (m = 4 * pooled pixel + 2 * dy + dx) so that a 2x2 window is four adjacent
+ * rows, held by lanes L, L^4, L^8, L^12 of one warp in the mma accumulator layout. */
+template <bool POOL>
+__device__ __forceinline__ void pixel_of(int m, const igeom &g, int &n, int &oh, int &ow) {
+  if (POOL) {
+    const int q = m >> 2, phw = g.PH * g.PW;
+    n = q / phw;
+    const int r = q - n * phw, ph = r / g.PW, pw = r - ph * g.PW;
+    oh = 2 * ph + ((m >> 1) & 1);
+    ow = 2 * pw + (m & 1);
+  } else {
+    const int ohw = g.OH * g.OW;
+    n = m / ohw;
+    const int r = m - n * ohw;
+    oh = r / g.OW;
+    ow = r - oh * g.OW;
+  }
+}
+
+/* Whether (b at window position ib) replaces (a at ia) as a window's maximum: a NaN wins, then
+ * the larger value, ties to the earlier position (torch's max-pool, in any merge order). */
+__device__ __forceinline__ bool pool_better(float b, int ib, float a, int ia) {
+  const bool bn = isnan(b), an = isnan(a);
+  if (bn != an) return bn;
+  if (bn) return ib < ia;
+  return b > a || (b == a && ib < ia);
+}
+
+/* Where the forward kernel writes: y, or (pooled) y and argmax in the pool's layout. */
+struct conv_out {
+  const void *bias;   /* [R] f32 or T, or NULL */
+  bool bias_f32, relu, y_nchw;
+  void *y;
+  int *argmax;
+};
 
 /* Zeroes the 8 values of a 16-byte chunk of `a` where the matching chunk of `m` is not > 0 (the
  * ReLU mask of dy, applied in shared memory after the copy lands). */
@@ -112,11 +153,10 @@ __global__ void pack_weight(const T *__restrict__ w, T *__restrict__ wp, igeom g
  * all so the input is read once), four warps of 32 rows x BN, three cp.async stages (BN 64
  * with the mask: 77 KB of shared memory, two blocks per SM). The epilogue adds the bias
  * (f32 or T), applies the ReLU and writes rows of R contiguous channels. */
-template <typename T, int BN, bool MASK>
+template <typename T, int BN, bool MASK, bool POOL>
 __global__ void __launch_bounds__(kThreads)
     conv_igemm(const T *__restrict__ x, const T *__restrict__ mask, const T *__restrict__ wp,
-               const void *__restrict__ bias, bool bias_f32, bool relu, T *__restrict__ y,
-               igeom g) {
+               conv_out out, igeom g) {
   constexpr int BM = 128, LD = kBK + kPad, NT = BN / 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T *As = reinterpret_cast<T *>(smem_raw);   /* [kStages][BM][LD] */
@@ -124,7 +164,7 @@ __global__ void __launch_bounds__(kThreads)
   T *Ms = Bs + kStages * BN * LD;            /* [kStages][BM][LD], MASK only */
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
-  const int OHW = g.OH * g.OW, cpt = g.Cp / kBK;
+  const int cpt = g.Cp / kBK;
 
   /* vec loader: this thread's 8-channel chunk (aj) of rows (tid >> 2) + 32 i; each row's image
    * offset and top-left input corner, found once (-1: the row is past M). */
@@ -136,7 +176,8 @@ __global__ void __launch_bounds__(kThreads)
     a_base[i] = -1;
     a_ih[i] = a_iw[i] = 0;
     if (m < g.M) {
-      const int n = m / OHW, rem = m - n * OHW, oh = rem / g.OW, ow = rem - oh * g.OW;
+      int n, oh, ow;
+      pixel_of<POOL>(m, g, n, oh, ow);
       a_base[i] = n * g.H * g.W * g.C;
       a_ih[i] = oh * g.stride - g.padh;
       a_iw[i] = ow * g.stride - g.padw;
@@ -166,7 +207,8 @@ __global__ void __launch_bounds__(kThreads)
         const int r = (tid >> 5) + 4 * i, m = m0 + r;
         T v = zero<T>();
         if (kok && m < g.M) {
-          const int n = m / OHW, rem = m - n * OHW, oh = rem / g.OW, ow = rem - oh * g.OW;
+          int n, oh, ow;
+          pixel_of<POOL>(m, g, n, oh, ow);
           const int ih = oh * g.stride - g.padh + kh, iw = ow * g.stride - g.padw + kw;
           if ((unsigned)ih < (unsigned)g.H && (unsigned)iw < (unsigned)g.W) {
             const int off = ((n * g.H + ih) * g.W + iw) * g.C + ci;
@@ -236,25 +278,55 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int nt = 0; nt < NT; nt++) {
     const int co = n0 + nt * 8 + c2;
-    if (co >= g.R) continue;
-    const bool two = co + 1 < g.R;
+    const bool one = co < g.R, two = co + 1 < g.R;
     float b0 = 0.f, b1 = 0.f;
-    if (bias) {
-      b0 = bias_f32 ? ((const float *)bias)[co] : nt_to_f(((const T *)bias)[co]);
-      if (two) b1 = bias_f32 ? ((const float *)bias)[co + 1] : nt_to_f(((const T *)bias)[co + 1]);
+    if (out.bias && one) {
+      const float *bf = (const float *)out.bias;
+      const T *bt = (const T *)out.bias;
+      b0 = out.bias_f32 ? bf[co] : nt_to_f(bt[co]);
+      if (two) b1 = out.bias_f32 ? bf[co + 1] : nt_to_f(bt[co + 1]);
     }
 #pragma unroll
     for (int mt = 0; mt < 2; mt++)
 #pragma unroll
       for (int h = 0; h < 2; h++) {
         const int m = m0 + warp * 32 + mt * 16 + g8 + 8 * h;
-        if (m >= g.M) continue;
         float v0 = acc[mt][nt][2 * h] + b0, v1 = acc[mt][nt][2 * h + 1] + b1;
-        if (relu) {
+        if (out.relu) {
           v0 = v0 > 0.f || v0 != v0 ? v0 : 0.f;
           v1 = v1 > 0.f || v1 != v1 ? v1 : 0.f;
         }
-        T *dst = y + (long)m * g.R + co;
+        if (POOL) {
+          /* compare the values y would hold (rounded to T), as the unfused pool does; the
+           * four rows of a window are lanes xor 4 and xor 8 apart (all lanes shuffle) */
+          v0 = nt_to_f(nt_from_f<T>(v0));
+          v1 = nt_to_f(nt_from_f<T>(v1));
+          int i0 = g8 & 3, i1 = g8 & 3;
+#pragma unroll
+          for (int o = 4; o <= 8; o <<= 1) {
+            const float u0 = __shfl_xor_sync(0xffffffffu, v0, o);
+            const float u1 = __shfl_xor_sync(0xffffffffu, v1, o);
+            const int j0 = __shfl_xor_sync(0xffffffffu, i0, o);
+            const int j1 = __shfl_xor_sync(0xffffffffu, i1, o);
+            if (pool_better(u0, j0, v0, i0)) { v0 = u0; i0 = j0; }
+            if (pool_better(u1, j1, v1, i1)) { v1 = u1; i1 = j1; }
+          }
+          if ((g8 & 3) || m >= g.M || !one) continue;
+          const int q = m >> 2, phw = g.PH * g.PW, n = q / phw, r = q - n * phw;
+          const int ph = r / g.PW, pw = r - ph * g.PW;
+          const long at = out.y_nchw ? ((long)n * g.R + co) * phw + r : (long)q * g.R + co;
+          const long step = out.y_nchw ? phw : 1;
+          T *py = (T *)out.y;
+          py[at] = nt_from_f<T>(v0);
+          out.argmax[at] = (2 * ph + (i0 >> 1)) * g.OW + 2 * pw + (i0 & 1);
+          if (two) {
+            py[at + step] = nt_from_f<T>(v1);
+            out.argmax[at + step] = (2 * ph + (i1 >> 1)) * g.OW + 2 * pw + (i1 & 1);
+          }
+          continue;
+        }
+        if (m >= g.M || !one) continue;
+        T *dst = (T *)out.y + (long)m * g.R + co;
         if (two && (g.R & 1) == 0) {
           *reinterpret_cast<uint32_t *>(dst) = mma_op<T>::pack(v0, v1);
         } else {
@@ -449,12 +521,12 @@ unsigned grid_for(long n) {
   return (unsigned)(b < 1 ? 1 : b > 65535 * 8 ? 65535 * 8 : b);
 }
 
-/* out = conv(in) through the packed weight (forward, or dx with flip), bias / ReLU / mask as
- * the kernel describes. */
+/* out = conv(in) through the packed weight (forward, or dx with flip), with the mask (dx) or
+ * the pool (forward, out.argmax set: g.M counts the pooled windows' rows) as the kernel
+ * describes. */
 template <typename T>
 nt_status run_conv(nt_ctx *ctx, nt_dtype dt, const T *in, const T *mask, const T *w, int Cin,
-                   bool flip,
-                   const void *bias, bool bias_f32, bool relu, T *out, const igeom &g) {
+                   bool flip, const conv_out &out, const igeom &g) {
   cudaStream_t s = nt_cuda_stream(ctx);
   nt_tensor wp = {};
   const int64_t shape[2] = {g.R, g.Kp};
@@ -462,18 +534,19 @@ nt_status run_conv(nt_ctx *ctx, nt_dtype dt, const T *in, const T *mask, const T
   if (st) return st;
   pack_weight<T><<<grid_for((long)g.R * g.Kp), 256, 0, s>>>(w, (T *)wp.data, g, Cin, flip);
   st = NT_CUDA_LAUNCHED(ctx);
-  const bool wide = g.R > 32;
+  const bool wide = g.R > 32, pool = out.argmax != nullptr;
   const int BN = wide ? 64 : 32;
-  auto kernel = wide ? (mask ? conv_igemm<T, 64, true> : conv_igemm<T, 64, false>)
-                     : (mask ? conv_igemm<T, 32, true> : conv_igemm<T, 32, false>);
+  auto kernel = wide ? (mask ? conv_igemm<T, 64, true, false>
+                             : pool ? conv_igemm<T, 64, false, true> : conv_igemm<T, 64, false, false>)
+                     : (mask ? conv_igemm<T, 32, true, false>
+                             : pool ? conv_igemm<T, 32, false, true> : conv_igemm<T, 32, false, false>);
   const int bytes = kStages * ((mask ? 2 : 1) * 128 + BN) * (kBK + kPad) * (int)sizeof(T);
   if (!st)
     st = NT_CUDA(ctx, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            bytes));
   if (!st) {
     dim3 grid((unsigned)((g.M + 127) / 128), (unsigned)((g.R + BN - 1) / BN));
-    kernel<<<grid, kThreads, bytes, s>>>(in, mask, (const T *)wp.data, bias, bias_f32, relu,
-                                         out, g);
+    kernel<<<grid, kThreads, bytes, s>>>(in, mask, (const T *)wp.data, out, g);
     st = NT_CUDA_LAUNCHED(ctx);
   }
   nt_tensor_free(ctx, &wp);
@@ -543,8 +616,31 @@ nt_status forward_t(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w, const n
   const shape4 i = dims_of(x), o = dims_of(y);
   const igeom g = make_geom(i.N, i.H, i.W, i.C, o.H, o.W, o.C, (int)w->shape[2],
                             (int)w->shape[3], p.stride, p.pad, p.pad, x->data, y->data, nullptr);
+  const conv_out out = {b ? b->data : nullptr, b && b->dtype == NT_F32, relu, false, y->data,
+                        nullptr};
   return run_conv<T>(ctx, x->dtype, (const T *)x->data, nullptr, (const T *)w->data, i.C, false,
-                     b ? b->data : nullptr, b && b->dtype == NT_F32, relu, (T *)y->data, g);
+                     out, g);
+}
+
+/* p = maxpool2(conv(x)) in one kernel: the conv's rows in window order, the pool in the
+ * epilogue; the conv output is never stored. */
+template <typename T>
+nt_status forward_pool_t(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w, const nt_tensor *b,
+                         nt_tensor *y, nt_tensor *argmax, nt_conv2d_params p, bool relu,
+                         bool y_nchw) {
+  const shape4 i = dims_of(x);
+  const int KH = (int)w->shape[2], KW = (int)w->shape[3], R = (int)w->shape[0];
+  const int OH = (i.H + 2 * p.pad - KH) / p.stride + 1, OW = (i.W + 2 * p.pad - KW) / p.stride + 1;
+  igeom g = make_geom(i.N, i.H, i.W, i.C, OH, OW, R, KH, KW, p.stride, p.pad, p.pad, x->data,
+                      nullptr, nullptr);
+  g.PH = OH / 2;
+  g.PW = OW / 2;
+  g.M = i.N * g.PH * g.PW * 4;
+  if (g.M == 0) return NT_OK;
+  const conv_out out = {b ? b->data : nullptr, b && b->dtype == NT_F32, relu, y_nchw, y->data,
+                        (int *)argmax->data};
+  return run_conv<T>(ctx, x->dtype, (const T *)x->data, nullptr, (const T *)w->data, i.C, false,
+                     out, g);
 }
 
 template <typename T>
@@ -560,8 +656,9 @@ nt_status backward_t(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *relu_y,
       /* dx = conv of dy (C = Cout) with the flipped weight, padded K-1-pad: [N, H, W, Cin] */
       const igeom gx = make_geom(o.N, o.H, o.W, o.C, i.H, i.W, i.C, KH, KW, 1, KH - 1 - p.pad,
                                  KW - 1 - p.pad, dy->data, dx->data, mask);
-      st = run_conv<T>(ctx, x->dtype, (const T *)dy->data, mask, (const T *)w->data, i.C, true, nullptr,
-                       false, false, (T *)dx->data, gx);
+      const conv_out out = {nullptr, false, false, false, dx->data, nullptr};
+      st = run_conv<T>(ctx, x->dtype, (const T *)dy->data, mask, (const T *)w->data, i.C, true,
+                       out, gx);
     } else {
       st = nt_conv2d_nhwc_dgrad_direct(ctx, dy, relu_y, w, dx, p);
     }
@@ -597,6 +694,21 @@ extern "C" nt_status nt_conv2d_nhwc_forward_cuda(nt_ctx *ctx, const nt_tensor *x
     case NT_F16: return forward_t<__half>(ctx, x, w, b, y, p, relu);
     case NT_BF16: return forward_t<__nv_bfloat16>(ctx, x, w, b, y, p, relu);
     default: return NT_ERROR(ctx, NT_ERR_DTYPE, "conv2d_nhwc: unsupported dtype");
+  }
+}
+
+extern "C" nt_status nt_conv2d_nhwc_pool_forward_cuda(nt_ctx *ctx, const nt_tensor *x,
+                                                      const nt_tensor *w, const nt_tensor *b,
+                                                      nt_tensor *y, nt_tensor *argmax,
+                                                      nt_conv2d_params p, bool relu,
+                                                      bool y_nchw) {
+  nt_status st = nt_cuda_set_device(ctx);
+  if (st || (st = too_big(ctx, x, y, w))) return st;
+  switch (x->dtype) {
+    case NT_F16: return forward_pool_t<__half>(ctx, x, w, b, y, argmax, p, relu, y_nchw);
+    case NT_BF16:
+      return forward_pool_t<__nv_bfloat16>(ctx, x, w, b, y, argmax, p, relu, y_nchw);
+    default: return NT_ERROR(ctx, NT_ERR_DTYPE, "conv2d_nhwc_pool: no fused kernel for this dtype");
   }
 }
 

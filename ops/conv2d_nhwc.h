@@ -26,6 +26,18 @@ nt_status nt_conv2d_nhwc_backward(nt_ctx *ctx, const nt_tensor *dy, const nt_ten
                                   const nt_tensor *x, const nt_tensor *w, nt_tensor *dx,
                                   nt_tensor *dw, nt_tensor *db, nt_conv2d_params p);
 
+/* y = maxpool2d(conv2d(x, w) + b [, ReLU], kernel 2) without storing the conv's output: the
+ * same y and argmax as nt_conv2d_nhwc_forward followed by nt_maxpool2d_nhwc_forward(k = 2,
+ * y_nchw) (the conv's output rounded to the dtype before the max; argmax indexes the conv's
+ * output plane). CUDA F16 / BF16: one kernel (the pool in the GEMM's epilogue); elsewhere the
+ * two ops through `scratch` (contiguous, x's dtype, at least N*OH*OW*Cout elements; NULL:
+ * allocated per call). Backward: nt_maxpool2d_nhwc_backward with the mask y (for the ReLU),
+ * then nt_conv2d_nhwc_backward. */
+nt_status nt_conv2d_nhwc_pool_forward(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
+                                      const nt_tensor *b, nt_tensor *y, nt_tensor *argmax,
+                                      nt_conv2d_params p, bool relu, bool y_nchw,
+                                      nt_tensor *scratch);
+
 /* MaxPool2d (kernel k, stride k, no padding, floor) of x [N, H, W, C]. y and argmax (I32) are
  * [N, H/k, W/k, C], or [N, C, H/k, W/k] when y_nchw (the CNN's last pool writes PyTorch's
  * flatten order for fc1). argmax holds ih * W + iw of each window's maximum within its channel

@@ -7,7 +7,7 @@
  * accumulated onto a prefilled value, and a second backward must give bit-identical gradients
  * (fixed-order split-K). Relative errors ||gpu - ref|| / ||ref|| are printed per case (the
  * tolerances: F32 1e-5, F16 2e-3, BF16 1e-2). MaxPool must match exactly, in both y layouts,
- * with and without the mask. */
+ * with and without the mask, and so must the fused conv + pool forward against conv then pool. */
 #include "tests/testutil.h"
 #include "ops/conv2d_nhwc.h"
 #include <math.h>
@@ -184,6 +184,58 @@ static void partial_outputs(nt_ctx *g, nt_ctx *c, nt_dtype dt) {
   for (int i = 0; i < 10; i++) free(bufs[i]);
 }
 
+/* The conv + pool forward (pool in the conv's epilogue for F16 / BF16) against the GPU's own
+ * conv then pool: the same values and argmax, bit for bit (the conv's rows only move). */
+static void fused_pool_case(nt_ctx *g, nt_dtype dt, ccase k, bool nchw, uint64_t seed) {
+  const int OH = (k.H + 2 * k.pad - k.KH) / k.stride + 1,
+            OW = (k.W + 2 * k.pad - k.KW) / k.stride + 1, PH = OH / 2, PW = OW / 2;
+  const size_t nx = (size_t)k.N * k.H * k.W * k.Cin, nw = (size_t)k.Cout * k.Cin * k.KH * k.KW;
+  const size_t nz = (size_t)k.N * OH * OW * k.Cout, np = (size_t)k.N * PH * PW * k.Cout;
+  int64_t sx[4] = {k.N, k.H, k.W, k.Cin}, sw[4] = {k.Cout, k.Cin, k.KH, k.KW}, sb[1] = {k.Cout},
+          sz[4] = {k.N, OH, OW, k.Cout}, sp_hwc[4] = {k.N, PH, PW, k.Cout},
+          sp_chw[4] = {k.N, k.Cout, PH, PW};
+  const int64_t *sp = nchw ? sp_chw : sp_hwc;
+  nt_test_rng rng = {seed};
+  float *x = malloc(4 * nx), *w = malloc(4 * nw), *b = malloc(4 * k.Cout);
+  float *ya = malloc(4 * np), *yb = malloc(4 * np);
+  int32_t *aa = malloc(4 * np), *ab = malloc(4 * np);
+  nt_test_fill_uniform(&rng, x, (int64_t)nx, -1, 1);
+  nt_test_fill_uniform(&rng, w, (int64_t)nw, -1, 1);
+  nt_test_fill_uniform(&rng, b, k.Cout, -1, 1);
+  nt_conv2d_params p = {k.stride, k.pad};
+  nt_tensor tx = {0}, tw = {0}, tb = {0}, tz = {0}, t1 = {0}, t2 = {0}, m1 = {0}, m2 = {0};
+  bool ok = put(g, &tx, dt, 4, sx, x) && put(g, &tw, dt, 4, sw, w) &&
+            put(g, &tb, NT_F32, 1, sb, b) && CHECK_OK(g, nt_tensor_alloc(g, &tz, dt, 4, sz)) &&
+            CHECK_OK(g, nt_tensor_alloc(g, &t1, dt, 4, sp)) &&
+            CHECK_OK(g, nt_tensor_alloc(g, &t2, dt, 4, sp)) &&
+            CHECK_OK(g, nt_tensor_alloc(g, &m1, NT_I32, 4, sp)) &&
+            CHECK_OK(g, nt_tensor_alloc(g, &m2, NT_I32, 4, sp));
+  ok = ok && CHECK_OK(g, nt_conv2d_nhwc_forward(g, &tx, &tw, &tb, &tz, p, true)) &&
+       CHECK_OK(g, nt_maxpool2d_nhwc_forward(g, &tz, &t1, &m1, 2, nchw)) &&
+       CHECK_OK(g, nt_conv2d_nhwc_pool_forward(g, &tx, &tw, &tb, &t2, &m2, p, true, nchw, NULL)) &&
+       nt_test_download(g, &t1, ya) && nt_test_download(g, &t2, yb);
+  if (ok) {
+    nt_tensor ha = nt_tensor_view(aa, NT_I32, nt_cpu(), 4, sp),
+              hb = nt_tensor_view(ab, NT_I32, nt_cpu(), 4, sp);
+    ok = CHECK_OK(g, nt_tensor_copy(g, &ha, &m1)) && CHECK_OK(g, nt_tensor_copy(g, &hb, &m2));
+    int bad = 0;
+    for (size_t i = 0; ok && i < np; i++) bad += ya[i] != yb[i] || aa[i] != ab[i];
+    CHECK(ok && bad == 0, "conv+pool %s N%d %dx%dx%d->%d%s: %d of %zu outputs differ from conv "
+          "then pool", nt_dtype_name(dt), k.N, k.H, k.W, k.Cin, k.Cout, nchw ? " nchw-y" : "",
+          bad, np);
+  }
+  nt_tensor *all[8] = {&tx, &tw, &tb, &tz, &t1, &t2, &m1, &m2};
+  for (int i = 0; i < 8; i++) nt_tensor_free(g, all[i]);
+  free(x);
+  free(w);
+  free(b);
+  free(ya);
+  free(yb);
+  free(aa);
+  free(ab);
+  (void)nz;
+}
+
 static void pool_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, int N, int H, int W, int C, int k,
                       bool nchw, bool masked) {
   const int OH = H / k, OW = W / k;
@@ -269,6 +321,15 @@ int main(void) {
     pool_case(g, c, dts[d], 3, 13, 13, 5, 2, false, false);
     pool_case(g, c, dts[d], 2, 7, 8, 3, 3, true, false);
   }
+  /* conv + pool: the CNN's two (pool2 writes NCHW), odd planes (7x9 -> 3x4: the last conv row
+   * and column are dropped), Cin 1 / 3, Cout 5 / 24 / 72, a stride-2 conv */
+  const ccase fused[] = {{16, 32, 28, 28, 32, 3, 3, 1, 1}, {16, 64, 14, 14, 64, 3, 3, 1, 1},
+                         {3, 8, 7, 9, 24, 3, 3, 1, 1},     {2, 3, 6, 10, 5, 3, 3, 1, 1},
+                         {5, 1, 28, 28, 32, 3, 3, 1, 1},   {2, 16, 12, 12, 72, 3, 3, 1, 1},
+                         {2, 8, 15, 13, 16, 3, 3, 2, 1}};
+  for (int d = 0; d < 3; d++)
+    for (int i = 0; i < (int)(sizeof fused / sizeof fused[0]); i++)
+      fused_pool_case(g, dts[d], fused[i], i % 2 == 1, 50 + (uint64_t)i);
   const char *names[4] = {"y", "dx", "dw", "db"};
   for (int d = 0; d < 3; d++) {
     printf("worst %s:", nt_dtype_name(dts[d]));

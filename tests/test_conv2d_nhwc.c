@@ -189,6 +189,41 @@ static void pool_against_nchw(int N, int C, int H, int Wd, int k) {
   nt_ctx_free(c);
 }
 
+/* conv + pool on the CPU: conv then pool, with and without a caller's scratch; errors. */
+static void conv_pool(void) {
+  nt_ctx *c;
+  if (nt_ctx_create(&c, nt_cpu())) return;
+  enum { N = 2, H = 7, W = 9, CI = 3, CO = 4, PH = 3, PW = 4 };
+  const int nx = N * H * W * CI, nw = CO * CI * 9, nz = N * H * W * CO, np = N * PH * PW * CO;
+  nt_test_rng r = {9};
+  float x[nx], w[nw], b[CO], z[nz], y1[np], y2[np], y3[np], scr[nz];
+  int32_t a1[np], a2[np], a3[np];
+  nt_test_fill_uniform(&r, x, nx, -1, 1);
+  nt_test_fill_uniform(&r, w, nw, -1, 1);
+  nt_test_fill_uniform(&r, b, CO, -1, 1);
+  int64_t sx[4] = {N, H, W, CI}, sw[4] = {CO, CI, 3, 3}, sb[1] = {CO}, sz[4] = {N, H, W, CO},
+          sp[4] = {N, CO, PH, PW}, ss[1] = {nz}, small[1] = {nz - 1};
+  nt_device cpu = nt_cpu();
+  nt_tensor X = nt_tensor_view(x, NT_F32, cpu, 4, sx), Wt = nt_tensor_view(w, NT_F32, cpu, 4, sw),
+            B = nt_tensor_view(b, NT_F32, cpu, 1, sb), Z = nt_tensor_view(z, NT_F32, cpu, 4, sz),
+            Y1 = nt_tensor_view(y1, NT_F32, cpu, 4, sp), Y2 = nt_tensor_view(y2, NT_F32, cpu, 4, sp),
+            Y3 = nt_tensor_view(y3, NT_F32, cpu, 4, sp), A1 = nt_tensor_view(a1, NT_I32, cpu, 4, sp),
+            A2 = nt_tensor_view(a2, NT_I32, cpu, 4, sp), A3 = nt_tensor_view(a3, NT_I32, cpu, 4, sp),
+            S = nt_tensor_view(scr, NT_F32, cpu, 1, ss), Ss = nt_tensor_view(scr, NT_F32, cpu, 1, small);
+  nt_conv2d_params p = {1, 1};
+  CHECK_OK(c, nt_conv2d_nhwc_forward(c, &X, &Wt, &B, &Z, p, true));
+  CHECK_OK(c, nt_maxpool2d_nhwc_forward(c, &Z, &Y1, &A1, 2, true));
+  CHECK_OK(c, nt_conv2d_nhwc_pool_forward(c, &X, &Wt, &B, &Y2, &A2, p, true, true, NULL));
+  CHECK_OK(c, nt_conv2d_nhwc_pool_forward(c, &X, &Wt, &B, &Y3, &A3, p, true, true, &S));
+  CHECK(!memcmp(y1, y2, sizeof y1) && !memcmp(a1, a2, sizeof a1) && !memcmp(y1, y3, sizeof y1) &&
+        !memcmp(a1, a3, sizeof a1), "conv + pool equals conv then pool");
+  CHECK_ERR(c, NT_ERR_SHAPE,
+            nt_conv2d_nhwc_pool_forward(c, &X, &Wt, &B, &Y3, &A3, p, true, true, &Ss));
+  CHECK_ERR(c, NT_ERR_SHAPE,
+            nt_conv2d_nhwc_pool_forward(c, &X, &Wt, &B, &Y3, &A3, p, true, false, NULL));
+  nt_ctx_free(c);
+}
+
 static void errors(void) {
   nt_ctx *c;
   if (nt_ctx_create(&c, nt_cpu())) return;
@@ -221,6 +256,7 @@ int main(void) {
   pool_against_nchw(2, 3, 8, 8, 2);
   pool_against_nchw(2, 5, 7, 9, 2);
   pool_against_nchw(1, 4, 11, 11, 4);
+  conv_pool();
   errors();
   return nt_test_finish();
 }
