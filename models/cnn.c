@@ -39,12 +39,17 @@ static nt_status lin_fwd(nt_ctx *ctx, const nt_cnn *m, int k, const nt_tensor *x
   return nt_fp8_linear_forward(ctx, &c, x, w, b, y, act, NULL);
 }
 
+/* dx is overwritten (dw, db accumulate). */
 static nt_status lin_bwd(nt_ctx *ctx, const nt_cnn *m, int k, const nt_tensor *dy,
                          const nt_tensor *x, const nt_tensor *w, nt_tensor *dx, nt_tensor *dw,
                          nt_tensor *db) {
-  if (!m->fp8) return nt_linear_backward(ctx, dy, x, w, dx, dw, db);
+  if (!m->fp8) {
+    const nt_linear_bwd_opts o = {.overwrite_dx = true};
+    return nt_linear_backward_ex(ctx, dy, x, w, dx, dw, db, &o);
+  }
   nt_fp8_linear_cfg c = {m->fp8, k * NT_FP8_LINEAR_TENSORS, m->fp8_emulate};
-  return nt_fp8_linear_backward(ctx, &c, dy, x, w, dx, dw, db);
+  nt_status st = nt_tensor_zero(ctx, dx);   /* the FP8 backward accumulates into dx */
+  return st ? st : nt_fp8_linear_backward(ctx, &c, dy, x, w, dx, dw, db);
 }
 
 nt_status nt_cnn_enable_fp8(nt_ctx *ctx, nt_cnn *m, bool emulate) {
@@ -362,7 +367,6 @@ nt_status nt_cnn_train_step(nt_ctx *ctx, nt_cnn *m, const nt_tensor *images,
   nt_tensor sBp = v4(&m->sb, n, H / 2, W / 2, c->c1);
   /* head */
   if (!st) st = unit_hook(ctx, m, hooks, m->unit[2], nt_unit_before_backward);
-  if (!st) st = nt_tensor_zero(ctx, &dh);
   if (!st) st = lin_bwd(ctx, m, 1, &v.logits, drop ? &v.hd : &v.h, &m->w[F2W], &dh,
                                    &m->g[F2W], &m->g[F2B]);
   nt_tensor *dhr = &dh;
@@ -373,7 +377,6 @@ nt_status nt_cnn_train_step(nt_ctx *ctx, nt_cnn *m, const nt_tensor *images,
   }
   nt_tensor dpre = drop ? dh : dh2;   /* the buffer not holding d(h) */
   if (!st) st = relu_mask(ctx, &v.h, dhr, &dpre);
-  if (!st) st = nt_tensor_zero(ctx, &dp2f);
   if (!st) st = lin_bwd(ctx, m, 0, &dpre, &v.p2f, &m->w[F1W], &dp2f, &m->g[F1W],
                                    &m->g[F1B]);                                    /* d p2 */
   if (!st) st = unit_hook(ctx, m, hooks, m->unit[2], nt_unit_grads_ready);
