@@ -184,6 +184,17 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 
+  /* element loader (not vec): row tid's image offset and corner */
+  static_assert(BM == kThreads, "the element loader takes one row per thread");
+  int f_base = -1, f_ih = 0, f_iw = 0;
+  if (!g.vec && m0 + tid < g.M) {
+    int n, oh, ow;
+    pixel_of<POOL>(m0 + tid, g, n, oh, ow);
+    f_base = n * g.H * g.W * g.C;
+    f_ih = oh * g.stride - g.padh;
+    f_iw = ow * g.stride - g.padw;
+  }
+
   auto load_stage = [&](int s, int t) {
     T *as = As + s * BM * LD, *bs = Bs + s * BN * LD, *ms = Ms + s * BM * LD;
     if (g.vec) {
@@ -199,22 +210,20 @@ __global__ void __launch_bounds__(kThreads)
         if (MASK) cp_async16_ca(ms + r * LD + aj * 8, mask + off, ok);
       }
     } else {
-      /* one k column per thread (flat k = tap * C + c), rows (tid >> 5) + 4 i */
-      const int kk = tid & 31, k = t * kBK + kk, tap = k / g.C, ci = k - tap * g.C;
-      const int kh = tap / g.KW, kw = tap - kh * g.KW;
-      const bool kok = tap < g.KH * g.KW;
-      for (int i = 0; i < BM / 4; i++) {
-        const int r = (tid >> 5) + 4 * i, m = m0 + r;
+      /* one row per thread (BM == kThreads: row tid, its pixel found once), its 32 flat k
+       * = tap * C + c in turn: every thread has the same share of real taps (conv1: 9) */
+      const int r = tid;
+#pragma unroll 4
+      for (int kk = 0; kk < kBK; kk++) {
+        const int k = t * kBK + kk, tap = k / g.C, ci = k - tap * g.C;
+        const int kh = tap / g.KW, kw = tap - kh * g.KW;
+        const int ih = f_ih + kh, iw = f_iw + kw;
         T v = zero<T>();
-        if (kok && m < g.M) {
-          int n, oh, ow;
-          pixel_of<POOL>(m, g, n, oh, ow);
-          const int ih = oh * g.stride - g.padh + kh, iw = ow * g.stride - g.padw + kw;
-          if ((unsigned)ih < (unsigned)g.H && (unsigned)iw < (unsigned)g.W) {
-            const int off = ((n * g.H + ih) * g.W + iw) * g.C + ci;
-            v = x[off];
-            if (MASK && !(nt_to_f(mask[off]) > 0.f)) v = zero<T>();
-          }
+        if (f_base >= 0 && tap < g.KH * g.KW && (unsigned)ih < (unsigned)g.H &&
+            (unsigned)iw < (unsigned)g.W) {
+          const int off = f_base + (ih * g.W + iw) * g.C + ci;
+          v = x[off];
+          if (MASK && !(nt_to_f(mask[off]) > 0.f)) v = zero<T>();
         }
         as[r * LD + kk] = v;
       }
@@ -407,17 +416,25 @@ __global__ void __launch_bounds__(kThreads)
         cp_async16_ca(&Bs[s][r][(tid & 7) * 8], x + off, ok);
       }
     } else {
-      for (int e = tid; e < kBK * BNW; e += kThreads) {
-        const int r = e / BNW, c = e - r * BNW, p = p0 + r, col = n0 + c;
+      /* pixel row tid & 31 (found once per step), columns (tid >> 5) + 4 i: the real
+       * columns (conv1: 9) spread over all four warps */
+      const int r = tid & 31, p = p0 + r;
+      int base = -1, ih0 = 0, iw0 = 0;
+      if (p < p_end) {
+        const int n = p / OHW, rem = p - n * OHW, oh = rem / g.OW, ow = rem - oh * g.OW;
+        base = n * g.H * g.W * g.C;
+        ih0 = oh * g.stride - g.padh;
+        iw0 = ow * g.stride - g.padw;
+      }
+#pragma unroll 4
+      for (int i = 0; i < BNW / 4; i++) {
+        const int c = (tid >> 5) + 4 * i, col = n0 + c;
         const int tap = col / g.C, ci = col - tap * g.C;
+        const int kh = tap / g.KW, kw = tap - kh * g.KW, ih = ih0 + kh, iw = iw0 + kw;
         T v = zero<T>();
-        if (tap < g.KH * g.KW && p < p_end) {
-          const int kh = tap / g.KW, kw = tap - kh * g.KW;
-          const int n = p / OHW, rem = p - n * OHW, oh = rem / g.OW, ow = rem - oh * g.OW;
-          const int ih = oh * g.stride - g.padh + kh, iw = ow * g.stride - g.padw + kw;
-          if ((unsigned)ih < (unsigned)g.H && (unsigned)iw < (unsigned)g.W)
-            v = x[((n * g.H + ih) * g.W + iw) * g.C + ci];
-        }
+        if (base >= 0 && tap < g.KH * g.KW && (unsigned)ih < (unsigned)g.H &&
+            (unsigned)iw < (unsigned)g.W)
+          v = x[base + (ih * g.W + iw) * g.C + ci];
         Bs[s][r][c] = v;
       }
     }
