@@ -14,7 +14,7 @@ nt_status nt_conv2d_backward_cuda(nt_ctx *ctx, const nt_tensor *dy, const nt_ten
                                   nt_tensor *dw, nt_tensor *db, nt_conv2d_params p);
 #endif
 
-typedef struct { int64_t N, Cin, H, W, Cout, KH, KW, OH, OW; } conv_dims;
+typedef nt_conv_dims conv_dims;
 
 int nt_conv2d_chunk_images(int n, int64_t rows, double bytes, double mb) {
   if (n < 1) return 1;
@@ -58,21 +58,26 @@ static nt_status check_bias(nt_ctx *ctx, const nt_tensor *b, nt_dtype dt, int64_
   return st ? st : nt_check_dim(ctx, b, 0, cout, what);
 }
 
-static nt_status check_conv(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
-                            const nt_tensor *y, nt_conv2d_params p, conv_dims *d,
-                            const char *what) {
+nt_status nt_conv2d_check(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
+                          const nt_tensor *y, nt_conv2d_params p, bool nhwc, conv_dims *d,
+                          const char *what) {
   nt_status st;
   if (!x || !w || !y) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "%s: NULL x, w or y", what);
   if (!float_dtype(x->dtype))
     return NT_ERROR(ctx, NT_ERR_DTYPE, "%s: dtype %s not supported (f32, f16, bf16)", what,
                     nt_dtype_name(x->dtype));
-  if ((st = check_t(ctx, x, 4, x->dtype, "conv2d x [N, Cin, H, W]"))) return st;
+  const char *xs = nhwc ? "conv2d_nhwc x [N, H, W, Cin]" : "conv2d x [N, Cin, H, W]";
+  const char *ys = nhwc ? "conv2d_nhwc y [N, OH, OW, Cout]" : "conv2d y [N, Cout, OH, OW]";
+  if ((st = check_t(ctx, x, 4, x->dtype, xs))) return st;
   if ((st = check_t(ctx, w, 4, x->dtype, "conv2d w [Cout, Cin, KH, KW]"))) return st;
-  if ((st = check_t(ctx, y, 4, x->dtype, "conv2d y [N, Cout, OH, OW]"))) return st;
+  if ((st = check_t(ctx, y, 4, x->dtype, ys))) return st;
   if (p.stride < 1 || p.pad < 0)
     return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "%s: stride %d must be >= 1 and pad %d >= 0", what,
                     p.stride, p.pad);
-  d->N = x->shape[0]; d->Cin = x->shape[1]; d->H = x->shape[2]; d->W = x->shape[3];
+  d->N = x->shape[0];
+  d->Cin = x->shape[nhwc ? 3 : 1];
+  d->H = x->shape[nhwc ? 1 : 2];
+  d->W = x->shape[nhwc ? 2 : 3];
   d->Cout = w->shape[0]; d->KH = w->shape[2]; d->KW = w->shape[3];
   if (w->shape[1] != d->Cin)
     return NT_ERROR(ctx, NT_ERR_SHAPE, "%s: w has %lld input channels, x has %lld", what,
@@ -83,13 +88,13 @@ static nt_status check_conv(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
                     (long long)(d->H + 2 * p.pad), (long long)(d->W + 2 * p.pad));
   d->OH = (d->H + 2 * p.pad - d->KH) / p.stride + 1;
   d->OW = (d->W + 2 * p.pad - d->KW) / p.stride + 1;
-  const int64_t want[4] = {d->N, d->Cout, d->OH, d->OW};
+  const int64_t nchw[4] = {d->N, d->Cout, d->OH, d->OW}, hwc[4] = {d->N, d->OH, d->OW, d->Cout};
   for (int i = 0; i < 4; i++)
-    if ((st = nt_check_dim(ctx, y, i, want[i], "conv2d y [N, Cout, OH, OW]"))) return st;
+    if ((st = nt_check_dim(ctx, y, i, (nhwc ? hwc : nchw)[i], ys))) return st;
   return NT_OK;
 }
 
-static float *widen(const nt_tensor *t) {
+float *nt_conv2d_widen(const nt_tensor *t) {
   const int64_t n = nt_tensor_numel(t);
   float *f = malloc(sizeof(float) * (size_t)(n ? n : 1));
   for (int64_t i = 0; f && i < n; i++) f[i] = nt_load_f32(t->data, t->dtype, i);
@@ -99,7 +104,7 @@ static float *widen(const nt_tensor *t) {
 static nt_status conv_forward_cpu(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
                                   const nt_tensor *b, nt_tensor *y, nt_conv2d_params p,
                                   bool relu, const conv_dims *d) {
-  float *X = widen(x), *Wt = widen(w), *Bv = b ? widen(b) : NULL;
+  float *X = nt_conv2d_widen(x), *Wt = nt_conv2d_widen(w), *Bv = b ? nt_conv2d_widen(b) : NULL;
   nt_status st = NT_OK;
   if (!X || !Wt || (b && !Bv)) {
     st = NT_ERROR(ctx, NT_ERR_OOM, "conv2d: out of host memory");
@@ -141,7 +146,7 @@ static nt_status conv_backward_cpu(nt_ctx *ctx, const nt_tensor *dy, const nt_te
                                    const nt_tensor *x, const nt_tensor *w, nt_tensor *dx,
                                    nt_tensor *dw, nt_tensor *db, nt_conv2d_params p,
                                    const conv_dims *d) {
-  float *G = widen(dy), *X = widen(x), *Wt = widen(w);
+  float *G = nt_conv2d_widen(dy), *X = nt_conv2d_widen(x), *Wt = nt_conv2d_widen(w);
   for (int64_t i = 0; G && relu_y && i < nt_tensor_numel(dy); i++)
     if (!(nt_load_f32(relu_y->data, relu_y->dtype, i) > 0.0f)) G[i] = 0.0f;
   double *gx = calloc((size_t)nt_tensor_numel(x) + 1, sizeof(double));
@@ -183,7 +188,8 @@ done:
 static nt_status conv_forward(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
                               const nt_tensor *b, nt_tensor *y, nt_conv2d_params p, bool relu) {
   conv_dims d;
-  nt_status st = check_conv(ctx, x, w, y, p, &d, relu ? "conv2d_relu_forward" : "conv2d_forward");
+  nt_status st =
+      nt_conv2d_check(ctx, x, w, y, p, false, &d, relu ? "conv2d_relu_forward" : "conv2d_forward");
   if (st) return st;
   if (b && (st = check_bias(ctx, b, x->dtype, d.Cout, "conv2d b [Cout]"))) return st;
   if (x->device.type == NT_DEV_CUDA) {
@@ -210,7 +216,7 @@ static nt_status conv_backward(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor
                                const nt_tensor *x, const nt_tensor *w, nt_tensor *dx,
                                nt_tensor *dw, nt_tensor *db, nt_conv2d_params p) {
   conv_dims d;
-  nt_status st = check_conv(ctx, x, w, dy, p, &d,
+  nt_status st = nt_conv2d_check(ctx, x, w, dy, p, false, &d,
                             relu_y ? "conv2d_relu_backward" : "conv2d_backward");
   if (st) return st;
   if (relu_y && (st = check_t(ctx, relu_y, 4, x->dtype, "conv2d_relu_backward y"))) return st;

@@ -1,9 +1,23 @@
 /* Conv2d internals shared by ops/conv2d.c and ops/conv2d.cu (and tested on the CPU). */
 #ifndef NT_OPS_CONV2D_INTERNAL_H
 #define NT_OPS_CONV2D_INTERNAL_H
+#include <stdbool.h>
 #include <stdint.h>
-#include "core/status.h"
+#include "core/nt.h"
+#include "ops/conv2d.h"
 NT_EXTERN_C_BEGIN
+
+typedef struct { int64_t N, Cin, H, W, Cout, KH, KW, OH, OW; } nt_conv_dims;
+
+/* The checks every conv entry point makes on x, w and y (or dy): float dtypes, 4-D contiguous
+ * on ctx's device, stride >= 1, pad >= 0, the kernel inside the padded input, y's shape; x
+ * [N, Cin, H, W] and y [N, Cout, OH, OW], or with nhwc x [N, H, W, Cin] and y [N, OH, OW,
+ * Cout]. Fills d. */
+nt_status nt_conv2d_check(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
+                          const nt_tensor *y, nt_conv2d_params p, bool nhwc, nt_conv_dims *d,
+                          const char *what);
+/* A host copy of t's elements as fp32 (malloc; NULL when out of memory). */
+float *nt_conv2d_widen(const nt_tensor *t);
 
 /* The CUDA path works through a batch in chunks of images so that its scratch (im2col columns,
  * the permuted dy) stays bounded instead of growing with the batch. A chunk takes as many

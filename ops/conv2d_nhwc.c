@@ -1,6 +1,7 @@
 /* NHWC Conv2d: argument checks, dispatch, and the CPU reference by direct loops (inputs widened
  * to fp32 once, sums in fp64, results rounded once to the output dtype). */
 #include "ops/conv2d_nhwc.h"
+#include "ops/conv2d_internal.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,7 +17,7 @@ nt_status nt_conv2d_nhwc_backward_cuda(nt_ctx *ctx, const nt_tensor *dy, const n
                                        nt_tensor *dw, nt_tensor *db, nt_conv2d_params p);
 #endif
 
-typedef struct { int64_t N, H, W, C, Cout, KH, KW, OH, OW; } dims;
+typedef nt_conv_dims dims;
 
 static nt_status check_t(nt_ctx *ctx, const nt_tensor *t, int ndim, nt_dtype dt,
                          const char *what) {
@@ -37,70 +38,33 @@ static nt_status check_param(nt_ctx *ctx, const nt_tensor *t, const nt_tensor *l
   return st ? st : nt_check_same_shape(ctx, t, like, what);
 }
 
-static nt_status check_conv(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
-                            const nt_tensor *y, nt_conv2d_params p, dims *d, const char *what) {
-  nt_status st;
-  if (!x || !w || !y) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "%s: NULL x, w or y", what);
-  if (x->dtype != NT_F32 && x->dtype != NT_F16 && x->dtype != NT_BF16)
-    return NT_ERROR(ctx, NT_ERR_DTYPE, "%s: dtype %s not supported (f32, f16, bf16)", what,
-                    nt_dtype_name(x->dtype));
-  if ((st = check_t(ctx, x, 4, x->dtype, "conv2d_nhwc x [N, H, W, Cin]"))) return st;
-  if ((st = check_t(ctx, w, 4, x->dtype, "conv2d_nhwc w [Cout, Cin, KH, KW]"))) return st;
-  if ((st = check_t(ctx, y, 4, x->dtype, "conv2d_nhwc y [N, OH, OW, Cout]"))) return st;
-  if (p.stride < 1 || p.pad < 0)
-    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "%s: stride %d must be >= 1 and pad %d >= 0", what,
-                    p.stride, p.pad);
-  d->N = x->shape[0]; d->H = x->shape[1]; d->W = x->shape[2]; d->C = x->shape[3];
-  d->Cout = w->shape[0]; d->KH = w->shape[2]; d->KW = w->shape[3];
-  if (w->shape[1] != d->C)
-    return NT_ERROR(ctx, NT_ERR_SHAPE, "%s: w has %lld input channels, x has %lld", what,
-                    (long long)w->shape[1], (long long)d->C);
-  if (d->KH < 1 || d->KW < 1 || d->H + 2 * p.pad < d->KH || d->W + 2 * p.pad < d->KW)
-    return NT_ERROR(ctx, NT_ERR_SHAPE, "%s: kernel %lldx%lld does not fit the padded %lldx%lld "
-                    "input", what, (long long)d->KH, (long long)d->KW,
-                    (long long)(d->H + 2 * p.pad), (long long)(d->W + 2 * p.pad));
-  d->OH = (d->H + 2 * p.pad - d->KH) / p.stride + 1;
-  d->OW = (d->W + 2 * p.pad - d->KW) / p.stride + 1;
-  const int64_t want[4] = {d->N, d->OH, d->OW, d->Cout};
-  for (int i = 0; i < 4; i++)
-    if ((st = nt_check_dim(ctx, y, i, want[i], "conv2d_nhwc y [N, OH, OW, Cout]"))) return st;
-  return NT_OK;
-}
-
-static float *widen(const nt_tensor *t) {
-  const int64_t n = nt_tensor_numel(t);
-  float *f = malloc(sizeof(float) * (size_t)(n ? n : 1));
-  for (int64_t i = 0; f && i < n; i++) f[i] = nt_load_f32(t->data, t->dtype, i);
-  return f;
-}
-
 /* Calls body(xi, wi, yi) for every (output, tap, input channel) whose input is inside x:
  * the one loop nest shared by the forward and both gradients. */
-#define FOR_EACH_TAP(d, p, body)                                                              \
-  for (int64_t n = 0; n < (d)->N; n++)                                                        \
-    for (int64_t oh = 0; oh < (d)->OH; oh++)                                                  \
-      for (int64_t ow = 0; ow < (d)->OW; ow++)                                                \
-        for (int64_t co = 0; co < (d)->Cout; co++) {                                          \
-          const int64_t yi = ((n * (d)->OH + oh) * (d)->OW + ow) * (d)->Cout + co;            \
-          for (int64_t kh = 0; kh < (d)->KH; kh++) {                                          \
-            const int64_t ih = oh * (p).stride - (p).pad + kh;                                \
-            if (ih < 0 || ih >= (d)->H) continue;                                             \
-            for (int64_t kw = 0; kw < (d)->KW; kw++) {                                        \
-              const int64_t iw = ow * (p).stride - (p).pad + kw;                              \
-              if (iw < 0 || iw >= (d)->W) continue;                                           \
-              for (int64_t ci = 0; ci < (d)->C; ci++) {                                       \
-                const int64_t xi = ((n * (d)->H + ih) * (d)->W + iw) * (d)->C + ci;           \
-                const int64_t wi = ((co * (d)->C + ci) * (d)->KH + kh) * (d)->KW + kw;        \
-                body;                                                                         \
-              }                                                                               \
-            }                                                                                 \
-          }                                                                                   \
+#define FOR_EACH_TAP(d, p, body)                                                             \
+  for (int64_t n = 0; n < (d)->N; n++)                                                       \
+    for (int64_t oh = 0; oh < (d)->OH; oh++)                                                 \
+      for (int64_t ow = 0; ow < (d)->OW; ow++)                                               \
+        for (int64_t co = 0; co < (d)->Cout; co++) {                                         \
+          const int64_t yi = ((n * (d)->OH + oh) * (d)->OW + ow) * (d)->Cout + co;           \
+          for (int64_t kh = 0; kh < (d)->KH; kh++) {                                         \
+            const int64_t ih = oh * (p).stride - (p).pad + kh;                               \
+            if (ih < 0 || ih >= (d)->H) continue;                                            \
+            for (int64_t kw = 0; kw < (d)->KW; kw++) {                                       \
+              const int64_t iw = ow * (p).stride - (p).pad + kw;                             \
+              if (iw < 0 || iw >= (d)->W) continue;                                          \
+              for (int64_t ci = 0; ci < (d)->Cin; ci++) {                                    \
+                const int64_t xi = ((n * (d)->H + ih) * (d)->W + iw) * (d)->Cin + ci;        \
+                const int64_t wi = ((co * (d)->Cin + ci) * (d)->KH + kh) * (d)->KW + kw;     \
+                body;                                                                        \
+              }                                                                              \
+            }                                                                                \
+          }                                                                                  \
         }
 
 static nt_status forward_cpu(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
                              const nt_tensor *b, nt_tensor *y, nt_conv2d_params p, bool relu,
                              const dims *d) {
-  float *X = widen(x), *Wt = widen(w), *Bv = b ? widen(b) : NULL;
+  float *X = nt_conv2d_widen(x), *Wt = nt_conv2d_widen(w), *Bv = b ? nt_conv2d_widen(b) : NULL;
   const int64_t ny = nt_tensor_numel(y);
   double *acc = calloc((size_t)ny + 1, sizeof *acc);
   nt_status st = NT_OK;
@@ -122,7 +86,7 @@ done:
 static nt_status backward_cpu(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *relu_y,
                               const nt_tensor *x, const nt_tensor *w, nt_tensor *dx,
                               nt_tensor *dw, nt_tensor *db, nt_conv2d_params p, const dims *d) {
-  float *G = widen(dy), *X = widen(x), *Wt = widen(w);
+  float *G = nt_conv2d_widen(dy), *X = nt_conv2d_widen(x), *Wt = nt_conv2d_widen(w);
   const int64_t ny = nt_tensor_numel(dy), nx = nt_tensor_numel(x), nw = nt_tensor_numel(w);
   double *gx = calloc((size_t)nx + 1, sizeof(double));
   double *gw = calloc((size_t)nw + 1, sizeof(double));
@@ -155,7 +119,7 @@ nt_status nt_conv2d_nhwc_forward(nt_ctx *ctx, const nt_tensor *x, const nt_tenso
                                  const nt_tensor *b, nt_tensor *y, nt_conv2d_params p,
                                  bool relu) {
   dims d;
-  nt_status st = check_conv(ctx, x, w, y, p, &d, "conv2d_nhwc_forward");
+  nt_status st = nt_conv2d_check(ctx, x, w, y, p, true, &d, "conv2d_nhwc_forward");
   if (st) return st;
   int64_t sb[1] = {d.Cout};
   nt_tensor bl = nt_tensor_view(NULL, x->dtype, x->device, 1, sb);
@@ -177,14 +141,15 @@ nt_status nt_conv2d_nhwc_pool_forward(nt_ctx *ctx, const nt_tensor *x, const nt_
   if (!x || !w || !y || !argmax)
     return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "conv2d_nhwc_pool_forward: NULL x, w, y or argmax");
   if (x->ndim != 4 || w->ndim != 4 || p.stride < 1)
-    return NT_ERROR(ctx, NT_ERR_SHAPE, "conv2d_nhwc_pool_forward: x and w must be 4-D, stride >= 1");
+    return NT_ERROR(ctx, NT_ERR_SHAPE,
+                    "conv2d_nhwc_pool_forward: x and w must be 4-D, stride >= 1");
   /* the conv's output shape, for the checks of both ops */
   const int64_t OH = (x->shape[1] + 2 * p.pad - w->shape[2]) / p.stride + 1,
                 OW = (x->shape[2] + 2 * p.pad - w->shape[3]) / p.stride + 1;
   const int64_t sz[4] = {x->shape[0], OH, OW, w->shape[0]};
   nt_tensor z = nt_tensor_view(NULL, x->dtype, x->device, 4, sz);
   dims d;
-  nt_status st = check_conv(ctx, x, w, &z, p, &d, "conv2d_nhwc_pool_forward");
+  nt_status st = nt_conv2d_check(ctx, x, w, &z, p, true, &d, "conv2d_nhwc_pool_forward");
   if (st) return st;
   int64_t sb[1] = {d.Cout};
   nt_tensor bl = nt_tensor_view(NULL, x->dtype, x->device, 1, sb);
@@ -229,7 +194,7 @@ nt_status nt_conv2d_nhwc_backward(nt_ctx *ctx, const nt_tensor *dy, const nt_ten
                                   const nt_tensor *x, const nt_tensor *w, nt_tensor *dx,
                                   nt_tensor *dw, nt_tensor *db, nt_conv2d_params p) {
   dims d;
-  nt_status st = check_conv(ctx, x, w, dy, p, &d, "conv2d_nhwc_backward");
+  nt_status st = nt_conv2d_check(ctx, x, w, dy, p, true, &d, "conv2d_nhwc_backward");
   if (st) return st;
   if (relu_y && ((st = check_t(ctx, relu_y, 4, x->dtype, "conv2d_nhwc relu_y")) ||
                  (st = nt_check_same_shape(ctx, relu_y, dy, "conv2d_nhwc relu_y vs dy"))))

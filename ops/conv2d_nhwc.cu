@@ -267,7 +267,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int kk = 0; kk < kBK; kk += 16) {
       uint32_t a[2][4];
 #pragma unroll
-      for (int mt = 0; mt < 2; mt++) ldsm_x4(a[mt], a_frag_addr(as, LD, warp * 32 + mt * 16, kk, lane));
+      for (int mt = 0; mt < 2; mt++)
+        ldsm_x4(a[mt], a_frag_addr(as, LD, warp * 32 + mt * 16, kk, lane));
 #pragma unroll
       for (int np = 0; np < NT / 2; np++) {
         uint32_t b[4];
@@ -553,10 +554,12 @@ nt_status run_conv(nt_ctx *ctx, nt_dtype dt, const T *in, const T *mask, const T
   st = NT_CUDA_LAUNCHED(ctx);
   const bool wide = g.R > 32, pool = out.argmax != nullptr;
   const int BN = wide ? 64 : 32;
-  auto kernel = wide ? (mask ? conv_igemm<T, 64, true, false>
-                             : pool ? conv_igemm<T, 64, false, true> : conv_igemm<T, 64, false, false>)
-                     : (mask ? conv_igemm<T, 32, true, false>
-                             : pool ? conv_igemm<T, 32, false, true> : conv_igemm<T, 32, false, false>);
+  auto kernel = wide ? (mask   ? conv_igemm<T, 64, true, false>
+                        : pool ? conv_igemm<T, 64, false, true>
+                               : conv_igemm<T, 64, false, false>)
+                     : (mask   ? conv_igemm<T, 32, true, false>
+                        : pool ? conv_igemm<T, 32, false, true>
+                               : conv_igemm<T, 32, false, false>);
   const int bytes = kStages * ((mask ? 2 : 1) * 128 + BN) * (kBK + kPad) * (int)sizeof(T);
   if (!st)
     st = NT_CUDA(ctx, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -231,11 +231,16 @@ static void test_nchw_equivalence(nt_ctx *ctx) {
           sl[2] = {N, 5};
   nt_device cpu = nt_cpu();
   nt_tensor X = nt_tensor_view(xc, NT_F32, cpu, 4, sc), A1 = nt_tensor_view(a1, NT_F32, cpu, 4, s1),
-            A2 = nt_tensor_view(a2, NT_F32, cpu, 4, s1), P1 = nt_tensor_view(p1, NT_F32, cpu, 4, s2),
-            M1 = nt_tensor_view(am1, NT_I32, cpu, 4, s2), A3 = nt_tensor_view(a3, NT_F32, cpu, 4, s3),
-            A4 = nt_tensor_view(a4, NT_F32, cpu, 4, s3), P2 = nt_tensor_view(p2, NT_F32, cpu, 4, s4),
-            M2 = nt_tensor_view(am2, NT_I32, cpu, 4, s4), F = nt_tensor_view(p2, NT_F32, cpu, 2, sf),
-            HD = nt_tensor_view(hid, NT_F32, cpu, 2, shd), L = nt_tensor_view(lg, NT_F32, cpu, 2, sl);
+            A2 = nt_tensor_view(a2, NT_F32, cpu, 4, s1),
+            P1 = nt_tensor_view(p1, NT_F32, cpu, 4, s2),
+            M1 = nt_tensor_view(am1, NT_I32, cpu, 4, s2),
+            A3 = nt_tensor_view(a3, NT_F32, cpu, 4, s3),
+            A4 = nt_tensor_view(a4, NT_F32, cpu, 4, s3),
+            P2 = nt_tensor_view(p2, NT_F32, cpu, 4, s4),
+            M2 = nt_tensor_view(am2, NT_I32, cpu, 4, s4),
+            F = nt_tensor_view(p2, NT_F32, cpu, 2, sf),
+            HD = nt_tensor_view(hid, NT_F32, cpu, 2, shd),
+            L = nt_tensor_view(lg, NT_F32, cpu, 2, sl);
   nt_conv2d_params cp = {1, 1};
   CHECK_OK(ctx, nt_conv2d_relu_forward(ctx, &X, &w[0], &w[1], &A1, cp));
   CHECK_OK(ctx, nt_conv2d_relu_forward(ctx, &A1, &w[2], &w[3], &A2, cp));

@@ -55,8 +55,10 @@ static void against_nchw(ccase k, bool relu) {
             DYh = nt_tensor_view(dyh, NT_F32, cpu, 4, syh);
   nt_tensor DX = nt_tensor_view(dx, NT_F32, cpu, 4, sx),
             DXh = nt_tensor_view(dxh, NT_F32, cpu, 4, sxh);
-  nt_tensor DW = nt_tensor_view(dw, NT_F32, cpu, 4, sw), DWh = nt_tensor_view(dwh, NT_F32, cpu, 4, sw);
-  nt_tensor DB = nt_tensor_view(db, NT_F32, cpu, 1, sb), DBh = nt_tensor_view(dbh, NT_F32, cpu, 1, sb);
+  nt_tensor DW = nt_tensor_view(dw, NT_F32, cpu, 4, sw),
+            DWh = nt_tensor_view(dwh, NT_F32, cpu, 4, sw);
+  nt_tensor DB = nt_tensor_view(db, NT_F32, cpu, 1, sb),
+            DBh = nt_tensor_view(dbh, NT_F32, cpu, 1, sb);
   nt_conv2d_params p = {k.stride, k.pad};
   CHECK_OK(c, relu ? nt_conv2d_relu_forward(c, &X, &Wt, &B, &Y, p)
                    : nt_conv2d_forward(c, &X, &Wt, &B, &Y, p));
@@ -106,7 +108,8 @@ static void finite_differences(void) {
   nt_tensor X = nt_tensor_view(x, NT_F32, cpu, 4, sx), Wt = nt_tensor_view(w, NT_F32, cpu, 4, sw),
             B = nt_tensor_view(b, NT_F32, cpu, 1, sb), Y = nt_tensor_view(y, NT_F32, cpu, 4, sy),
             G = nt_tensor_view(g, NT_F32, cpu, 4, sy), DX = nt_tensor_view(dx, NT_F32, cpu, 4, sx),
-            DW = nt_tensor_view(dw, NT_F32, cpu, 4, sw), DB = nt_tensor_view(db, NT_F32, cpu, 1, sb);
+            DW = nt_tensor_view(dw, NT_F32, cpu, 4, sw),
+            DB = nt_tensor_view(db, NT_F32, cpu, 1, sb);
   nt_conv2d_params p = {1, 1};
   CHECK_OK(c, nt_conv2d_nhwc_forward(c, &X, &Wt, &B, &Y, p, true));
   float ysave[ny];
@@ -150,9 +153,12 @@ static void pool_against_nchw(int N, int C, int H, int Wd, int k) {
   nt_device cpu = nt_cpu();
   nt_tensor X = nt_tensor_view(x, NT_F32, cpu, 4, sx), Xh = nt_tensor_view(xh, NT_F32, cpu, 4, sxh),
             Y = nt_tensor_view(y, NT_F32, cpu, 4, sy), Yh = nt_tensor_view(yh, NT_F32, cpu, 4, sy),
-            A = nt_tensor_view(am, NT_I32, cpu, 4, sy), Ah = nt_tensor_view(amh, NT_I32, cpu, 4, sy),
-            MDY = nt_tensor_view(mdy, NT_F32, cpu, 4, sy), DYv = nt_tensor_view(dy, NT_F32, cpu, 4, sy),
-            DX = nt_tensor_view(dx, NT_F32, cpu, 4, sx), DXh = nt_tensor_view(dxh, NT_F32, cpu, 4, sxh),
+            A = nt_tensor_view(am, NT_I32, cpu, 4, sy),
+            Ah = nt_tensor_view(amh, NT_I32, cpu, 4, sy),
+            MDY = nt_tensor_view(mdy, NT_F32, cpu, 4, sy),
+            DYv = nt_tensor_view(dy, NT_F32, cpu, 4, sy),
+            DX = nt_tensor_view(dx, NT_F32, cpu, 4, sx),
+            DXh = nt_tensor_view(dxh, NT_F32, cpu, 4, sxh),
             M = nt_tensor_view(m, NT_F32, cpu, 4, sy);
   /* y in NCHW order straight from the NHWC input: the same values and argmax as the NCHW op */
   CHECK_OK(c, nt_maxpool2d_forward(c, &X, &Y, &A, k));
@@ -206,10 +212,14 @@ static void conv_pool(void) {
   nt_device cpu = nt_cpu();
   nt_tensor X = nt_tensor_view(x, NT_F32, cpu, 4, sx), Wt = nt_tensor_view(w, NT_F32, cpu, 4, sw),
             B = nt_tensor_view(b, NT_F32, cpu, 1, sb), Z = nt_tensor_view(z, NT_F32, cpu, 4, sz),
-            Y1 = nt_tensor_view(y1, NT_F32, cpu, 4, sp), Y2 = nt_tensor_view(y2, NT_F32, cpu, 4, sp),
-            Y3 = nt_tensor_view(y3, NT_F32, cpu, 4, sp), A1 = nt_tensor_view(a1, NT_I32, cpu, 4, sp),
-            A2 = nt_tensor_view(a2, NT_I32, cpu, 4, sp), A3 = nt_tensor_view(a3, NT_I32, cpu, 4, sp),
-            S = nt_tensor_view(scr, NT_F32, cpu, 1, ss), Ss = nt_tensor_view(scr, NT_F32, cpu, 1, small);
+            Y1 = nt_tensor_view(y1, NT_F32, cpu, 4, sp),
+            Y2 = nt_tensor_view(y2, NT_F32, cpu, 4, sp),
+            Y3 = nt_tensor_view(y3, NT_F32, cpu, 4, sp),
+            A1 = nt_tensor_view(a1, NT_I32, cpu, 4, sp),
+            A2 = nt_tensor_view(a2, NT_I32, cpu, 4, sp),
+            A3 = nt_tensor_view(a3, NT_I32, cpu, 4, sp),
+            S = nt_tensor_view(scr, NT_F32, cpu, 1, ss),
+            Ss = nt_tensor_view(scr, NT_F32, cpu, 1, small);
   nt_conv2d_params p = {1, 1};
   CHECK_OK(c, nt_conv2d_nhwc_forward(c, &X, &Wt, &B, &Z, p, true));
   CHECK_OK(c, nt_maxpool2d_nhwc_forward(c, &Z, &Y1, &A1, 2, true));
@@ -231,8 +241,10 @@ static void errors(void) {
   int64_t sx[4] = {2, 6, 6, 3}, sw[4] = {4, 3, 3, 3}, sy[4] = {2, 6, 6, 4}, bad[4] = {2, 6, 6, 5};
   int64_t sw2[4] = {4, 2, 3, 3};
   nt_device cpu = nt_cpu();
-  nt_tensor X = nt_tensor_view(buf, NT_F32, cpu, 4, sx), Wt = nt_tensor_view(buf, NT_F32, cpu, 4, sw),
-            Y = nt_tensor_view(buf, NT_F32, cpu, 4, sy), Yb = nt_tensor_view(buf, NT_F32, cpu, 4, bad),
+  nt_tensor X = nt_tensor_view(buf, NT_F32, cpu, 4, sx),
+            Wt = nt_tensor_view(buf, NT_F32, cpu, 4, sw),
+            Y = nt_tensor_view(buf, NT_F32, cpu, 4, sy),
+            Yb = nt_tensor_view(buf, NT_F32, cpu, 4, bad),
             W2 = nt_tensor_view(buf, NT_F32, cpu, 4, sw2);
   nt_conv2d_params p = {1, 1}, bp = {0, 1};
   CHECK_ERR(c, NT_ERR_SHAPE, nt_conv2d_nhwc_forward(c, &X, &Wt, NULL, &Yb, p, false));
