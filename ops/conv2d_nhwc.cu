@@ -212,20 +212,26 @@ __global__ void __launch_bounds__(kThreads)
     } else {
       /* one row per thread (BM == kThreads: row tid, its pixel found once), its 32 flat k
        * = tap * C + c in turn: every thread has the same share of real taps (conv1: 9) */
-      const int r = tid;
-#pragma unroll 4
+      /* (kh, kw, ci) of k = t * kBK, then stepped along with k (no division per element) */
+      const int r = tid, k0 = t * kBK, tap0 = k0 / g.C;
+      int ci = k0 - tap0 * g.C, kh = tap0 / g.KW, kw = tap0 - kh * g.KW;
       for (int kk = 0; kk < kBK; kk++) {
-        const int k = t * kBK + kk, tap = k / g.C, ci = k - tap * g.C;
-        const int kh = tap / g.KW, kw = tap - kh * g.KW;
         const int ih = f_ih + kh, iw = f_iw + kw;
         T v = zero<T>();
-        if (f_base >= 0 && tap < g.KH * g.KW && (unsigned)ih < (unsigned)g.H &&
+        if (f_base >= 0 && kh < g.KH && (unsigned)ih < (unsigned)g.H &&
             (unsigned)iw < (unsigned)g.W) {
           const int off = f_base + (ih * g.W + iw) * g.C + ci;
           v = x[off];
           if (MASK && !(nt_to_f(mask[off]) > 0.f)) v = zero<T>();
         }
         as[r * LD + kk] = v;
+        if (++ci == g.C) {
+          ci = 0;
+          if (++kw == g.KW) {
+            kw = 0;
+            kh++;
+          }
+        }
       }
     }
     for (int c = tid; c < BN * (kBK / 8); c += kThreads) {
@@ -367,6 +373,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ __align__(16) T As[kStages][kBK][LDA];
   __shared__ __align__(16) T Bs[kStages][kBK][LDB];
   __shared__ __align__(16) T Ms[MASK ? kStages : 1][kBK][LDA];
+  __shared__ int4 colinfo[BNW];   /* element x loader: (kh, kw, c, real) of each tile column */
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp >> 1, wn = warp & 1;
   const int n0 = blockIdx.x * BNW, m0 = blockIdx.y * BMW;
   const int p_begin = blockIdx.z * chunk;
@@ -429,13 +436,12 @@ __global__ void __launch_bounds__(kThreads)
       }
 #pragma unroll 4
       for (int i = 0; i < BNW / 4; i++) {
-        const int c = (tid >> 5) + 4 * i, col = n0 + c;
-        const int tap = col / g.C, ci = col - tap * g.C;
-        const int kh = tap / g.KW, kw = tap - kh * g.KW, ih = ih0 + kh, iw = iw0 + kw;
+        const int c = (tid >> 5) + 4 * i;
+        const int4 ci = colinfo[c];
+        const int ih = ih0 + ci.x, iw = iw0 + ci.y;
         T v = zero<T>();
-        if (base >= 0 && tap < g.KH * g.KW && (unsigned)ih < (unsigned)g.H &&
-            (unsigned)iw < (unsigned)g.W)
-          v = x[base + (ih * g.W + iw) * g.C + ci];
+        if (base >= 0 && ci.w && (unsigned)ih < (unsigned)g.H && (unsigned)iw < (unsigned)g.W)
+          v = x[base + (ih * g.W + iw) * g.C + ci.z];
         Bs[s][r][c] = v;
       }
     }
@@ -450,6 +456,11 @@ __global__ void __launch_bounds__(kThreads)
       for (int c = 0; c < 4; c++) acc[a][b][c] = 0.f;
   float dbacc = 0.f;
   const bool do_db = blockIdx.x == 0 && tid < BMW;
+  if (tid < BNW) {
+    const int col = n0 + tid, tap = col / g.C, kh = tap / g.KW;
+    colinfo[tid] = make_int4(kh, tap - kh * g.KW, col - tap * g.C, tap < g.KH * g.KW);
+  }
+  __syncthreads();
 
   const int KT = p_end > p_begin ? (p_end - p_begin + kBK - 1) / kBK : 0;
 #pragma unroll
