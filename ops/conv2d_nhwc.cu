@@ -521,27 +521,45 @@ __global__ void __launch_bounds__(kThreads)
   if (do_db && m0 + tid < g.R) dbpart[blockIdx.z * g.R + m0 + tid] = dbacc;
 }
 
-/* dw[co, c, kh, kw] += sum over splits of part[split][co][(kh*KW + kw)*C + c], then db[co] +=
- * sum of dbpart[split][co]: each sum in split order, so results do not depend on timing. */
+/* dw[co, c, kh, kw] += sum over splits of part[split][co][(kh*KW + kw)*C + c], and db[co] +=
+ * sum of dbpart[split][co]. Outputs are numbered dw first (co, col), then db (co); a block
+ * takes kRedCols consecutive outputs (j = threadIdx.x % kRedCols, coalesced) and spreads the
+ * splits over kRedGroups thread groups (split k to group k % kRedGroups, each in split order);
+ * thread group 0 then adds the groups' sums in group order. Fixed order throughout: the same
+ * bits on every run. */
+constexpr int kRedCols = 32, kRedGroups = 16;
 template <typename W, typename B>
-__global__ void wgrad_reduce(const float *__restrict__ part, const float *__restrict__ dbpart,
-                             int splits, igeom g, int cols, int Kc, W *__restrict__ dw,
-                             B *__restrict__ db) {
-  const unsigned nw = dw ? (unsigned)g.R * cols : 0u, total = nw + (db ? g.R : 0);
-  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
-       i += gridDim.x * blockDim.x) {
-    float s = 0.f;
-    if (i < nw) {
-      const int co = (int)(i / (unsigned)cols), col = (int)(i - (unsigned)co * cols);
-      for (int k = 0; k < splits; k++) s += part[((long)k * g.R + co) * Kc + col];
-      const int tap = col / g.C, c = col - tap * g.C, kh = tap / g.KW, kw = tap - kh * g.KW;
-      W *d = dw + ((co * g.C + c) * g.KH + kh) * g.KW + kw;
-      *d = nt_from_f<W>(nt_to_f(*d) + s);
-    } else {
-      const int co = (int)(i - nw);
-      for (int k = 0; k < splits; k++) s += dbpart[k * g.R + co];
-      db[co] = nt_from_f<B>(nt_to_f(db[co]) + s);
-    }
+__global__ void __launch_bounds__(kRedCols * kRedGroups)
+    wgrad_reduce(const float *__restrict__ part, const float *__restrict__ dbpart, int splits,
+                 igeom g, int cols, int Kc, W *__restrict__ dw, B *__restrict__ db) {
+  __shared__ float sums[kRedGroups][kRedCols];
+  const int j = threadIdx.x % kRedCols, grp = threadIdx.x / kRedCols;
+  const int nw = dw ? g.R * cols : 0, total = nw + (db ? g.R : 0);
+  const int i = blockIdx.x * kRedCols + j;
+  const bool is_w = i < nw;
+  int co = 0, col = 0;
+  if (is_w) {
+    co = i / cols;
+    col = i - co * cols;
+  } else {
+    co = i - nw;
+  }
+  float s = 0.f;
+  if (i < total)
+    for (int k = grp; k < splits; k += kRedGroups)
+      s += is_w ? part[((long)k * g.R + co) * Kc + col] : dbpart[(long)k * g.R + co];
+  sums[grp][j] = s;
+  __syncthreads();
+  if (grp != 0 || i >= total) return;
+  s = 0.f;
+#pragma unroll
+  for (int k = 0; k < kRedGroups; k++) s += sums[k][j];
+  if (is_w) {
+    const int tap = col / g.C, c = col - tap * g.C, kh = tap / g.KW, kw = tap - kh * g.KW;
+    W *d = dw + ((co * g.C + c) * g.KH + kh) * g.KW + kw;
+    *d = nt_from_f<W>(nt_to_f(*d) + s);
+  } else {
+    db[co] = nt_from_f<B>(nt_to_f(db[co]) + s);
   }
 }
 
@@ -588,7 +606,8 @@ template <typename T, typename W, typename B>
 nt_status launch_reduce(nt_ctx *ctx, const float *part, const float *dbpart, int splits,
                         const igeom &g, int cols, int Kc, nt_tensor *dw, nt_tensor *db) {
   const long total = (dw ? (long)g.R * cols : 0) + (db ? g.R : 0);
-  wgrad_reduce<W, B><<<grid_for(total), 256, 0, nt_cuda_stream(ctx)>>>(
+  wgrad_reduce<W, B><<<(unsigned)((total + kRedCols - 1) / kRedCols), kRedCols * kRedGroups, 0,
+                       nt_cuda_stream(ctx)>>>(
       part, dbpart, splits, g, cols, Kc, dw ? (W *)dw->data : (W *)nullptr,
       db ? (B *)db->data : (B *)nullptr);
   return NT_CUDA_LAUNCHED(ctx);
@@ -604,10 +623,10 @@ nt_status run_wgrad(nt_ctx *ctx, const T *dy, const T *mask, const T *x, const i
   int sms = 132, dev = 0;
   if (cudaGetDevice(&dev) == cudaSuccess)
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  /* about four blocks per SM in all, each split at least 8 k-steps long */
+  /* about four blocks per SM in all, each split at least 16 k-steps long */
   const int steps = (g.M + kBK - 1) / kBK;
   int splits = (4 * sms + tiles - 1) / tiles;
-  if (splits > steps / 8) splits = steps / 8;
+  if (splits > steps / 16) splits = steps / 16;
   if (splits < 1) splits = 1;
   const int chunk = (steps + splits - 1) / splits * kBK;
   splits = (g.M + chunk - 1) / chunk;
