@@ -311,10 +311,10 @@ int main(void) {
       conv_case(g, c, dts[d], odd[i], i % 2 == 0, i % 3 != 1, i % 2 == 1, 30 + (uint64_t)i);
     partial_outputs(g, c, dts[d]);
   }
-  /* the training batch (fp32 sums of 200k products on the CPU side: 16-bit dtypes only) */
+  /* the training batch (the most split-K partials): conv2 in f16, conv4 in bf16 (the CPU
+   * reference takes ~20 s each) */
   const ccase big[] = {{256, 32, 28, 28, 32, 3, 3, 1, 1}, {256, 64, 14, 14, 64, 3, 3, 1, 1}};
-  for (int d = 1; d < 3; d++)
-    for (int i = 0; i < 2; i++) conv_case(g, c, dts[d], big[i], true, true, true, 40 + (uint64_t)i);
+  for (int i = 0; i < 2; i++) conv_case(g, c, dts[1 + i], big[i], true, true, true, 40 + (uint64_t)i);
   for (int d = 0; d < 3; d++) {
     pool_case(g, c, dts[d], 4, 28, 28, 32, 2, false, true);
     pool_case(g, c, dts[d], 4, 14, 14, 64, 2, true, true);
