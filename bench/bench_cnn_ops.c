@@ -195,9 +195,9 @@ static nt_status conv_fwd(nt_ctx *ctx, model *m, int i, bool relu) {
 }
 
 /* The conv's backward from dout into dx (i > 0 and want_dx), dw and db (want_dw). NHWC: as the
- * model calls it (the ReLU mask of conv1 / conv3's output applied as dy is read; conv2 / conv4
- * get dy already masked by the pool's backward), dx overwritten. NCHW: relu' from out fused,
- * dx zeroed first (that op accumulates). */
+ * model calls it (dy already masked: by the pool's backward for conv2 / conv4, by the next
+ * conv's dx write for conv1 / conv3; conv2 / conv4 write dx masked by their input a1 / a3),
+ * dx overwritten. NCHW: relu' from out fused, dx zeroed first (that op accumulates). */
 static nt_status conv_bwd(nt_ctx *ctx, model *m, int i, const nt_tensor *dout, bool want_dx,
                           bool want_dw) {
   nt_tensor in, out, din, dy = lay(m, dout);
@@ -206,7 +206,7 @@ static nt_status conv_bwd(nt_ctx *ctx, model *m, int i, const nt_tensor *dout, b
   nt_tensor *dx = want_dx && i > 0 ? &din : NULL, *dw = want_dw ? &m->dw[i] : NULL,
             *db = want_dw ? &m->db[i] : NULL;
   if (m->nhwc)
-    return nt_conv2d_nhwc_backward(ctx, &dy, i % 2 == 0 ? &out : NULL, &in, &m->w[i], dx, dw, db,
+    return nt_conv2d_nhwc_backward(ctx, &dy, NULL, &in, &m->w[i], dx, i % 2 ? &in : NULL, dw, db,
                                    p);
   nt_status st = dx ? nt_tensor_zero(ctx, dx) : NT_OK;
   return st ? st : nt_conv2d_relu_backward(ctx, &dy, &out, &in, &m->w[i], dx, dw, db, p);

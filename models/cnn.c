@@ -330,13 +330,14 @@ nt_status nt_cnn_eval(nt_ctx *ctx, nt_cnn *m, const nt_tensor *images, const nt_
 }
 
 /* The conv's backward: dx overwritten (it must not alias dy or x; NULL: not needed), the fp32
- * weight and bias gradients accumulated; through its ReLU when y (the ReLU output) is given,
- * the mask applied as dy is read. */
-static nt_status conv_backward(nt_ctx *ctx, const nt_tensor *y, const nt_tensor *dy,
-                               const nt_tensor *x, const nt_tensor *w, nt_tensor *dx,
-                               nt_tensor *dw, nt_tensor *db) {
+ * weight and bias gradients accumulated. relu_x: x is the previous layer's ReLU output, and dx
+ * is written masked by x > 0, the gradient of that ReLU's input, so the previous layer's
+ * backward reads its dy as it is (no mask pass, no mask tile in its kernels). */
+static nt_status conv_backward(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *x,
+                               const nt_tensor *w, nt_tensor *dx, bool relu_x, nt_tensor *dw,
+                               nt_tensor *db) {
   nt_conv2d_params cp = {1, 1};
-  return nt_conv2d_nhwc_backward(ctx, dy, y, x, w, dx, dw, db, cp);
+  return nt_conv2d_nhwc_backward(ctx, dy, NULL, x, w, dx, relu_x ? x : NULL, dw, db, cp);
 }
 
 /* out = dy where y > 0, else 0 (out must not alias dy). */
@@ -384,16 +385,16 @@ nt_status nt_cnn_train_step(nt_ctx *ctx, nt_cnn *m, const nt_tensor *images,
   if (!st) st = unit_hook(ctx, m, hooks, m->unit[1], nt_unit_before_backward);
   /* d z4 = pool backward of dp2 masked by p2 > 0 (relu' of the unsaved a4) */
   if (!st) st = nt_maxpool2d_nhwc_backward(ctx, &dp2, &v.arg2, &v.p2, &sB2, 2, true);
-  if (!st) st = conv_backward(ctx, NULL, &sB2, &v.a3, &m->w[W4], &sA2, &m->g[W4],
-                              &m->g[B4]);                                          /* d a3 */
-  if (!st) st = conv_backward(ctx, &v.a3, &sA2, &v.p1, &m->w[W3], &sBp, &m->g[W3],
+  if (!st) st = conv_backward(ctx, &sB2, &v.a3, &m->w[W4], &sA2, true, &m->g[W4],
+                              &m->g[B4]);                                          /* d z3 */
+  if (!st) st = conv_backward(ctx, &sA2, &v.p1, &m->w[W3], &sBp, false, &m->g[W3],
                               &m->g[B3]);                                          /* d p1 */
   if (!st) st = unit_hook(ctx, m, hooks, m->unit[1], nt_unit_grads_ready);
   if (!st) st = unit_hook(ctx, m, hooks, m->unit[0], nt_unit_before_backward);
   if (!st) st = nt_maxpool2d_nhwc_backward(ctx, &sBp, &v.arg1, &v.p1, &sA1, 2, false); /* d z2 */
-  if (!st) st = conv_backward(ctx, NULL, &sA1, &v.a1, &m->w[W2], &sB1, &m->g[W2],
-                              &m->g[B2]);                                          /* d a1 */
-  if (!st) st = conv_backward(ctx, &v.a1, &sB1, &v.x, &m->w[W1], NULL, &m->g[W1],
+  if (!st) st = conv_backward(ctx, &sA1, &v.a1, &m->w[W2], &sB1, true, &m->g[W2],
+                              &m->g[B2]);                                          /* d z1 */
+  if (!st) st = conv_backward(ctx, &sB1, &v.x, &m->w[W1], NULL, false, &m->g[W1],
                               &m->g[B1]);
   if (!st) st = unit_hook(ctx, m, hooks, m->unit[0], nt_unit_grads_ready);
   if (!st && m->fp8) st = nt_fp8_update(ctx, m->fp8);

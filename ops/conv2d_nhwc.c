@@ -14,7 +14,8 @@ nt_status nt_conv2d_nhwc_pool_forward_cuda(nt_ctx *ctx, const nt_tensor *x, cons
                                            nt_conv2d_params p, bool relu, bool y_nchw);
 nt_status nt_conv2d_nhwc_backward_cuda(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *relu_y,
                                        const nt_tensor *x, const nt_tensor *w, nt_tensor *dx,
-                                       nt_tensor *dw, nt_tensor *db, nt_conv2d_params p);
+                                       const nt_tensor *dx_mask, nt_tensor *dw, nt_tensor *db,
+                                       nt_conv2d_params p);
 #endif
 
 typedef nt_conv_dims dims;
@@ -85,7 +86,8 @@ done:
 
 static nt_status backward_cpu(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *relu_y,
                               const nt_tensor *x, const nt_tensor *w, nt_tensor *dx,
-                              nt_tensor *dw, nt_tensor *db, nt_conv2d_params p, const dims *d) {
+                              const nt_tensor *dx_mask, nt_tensor *dw, nt_tensor *db,
+                              nt_conv2d_params p, const dims *d) {
   float *G = nt_conv2d_widen(dy), *X = nt_conv2d_widen(x), *Wt = nt_conv2d_widen(w);
   const int64_t ny = nt_tensor_numel(dy), nx = nt_tensor_numel(x), nw = nt_tensor_numel(w);
   double *gx = calloc((size_t)nx + 1, sizeof(double));
@@ -103,7 +105,10 @@ static nt_status backward_cpu(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor 
     gx[xi] += (double)G[yi] * Wt[wi];
     gw[wi] += (double)G[yi] * X[xi];
   });
-  for (int64_t i = 0; dx && i < nx; i++) nt_store_f32(dx->data, dx->dtype, i, (float)gx[i]);
+  for (int64_t i = 0; dx && i < nx; i++) {
+    const bool keep = !dx_mask || nt_load_f32(dx_mask->data, dx_mask->dtype, i) > 0.0f;
+    nt_store_f32(dx->data, dx->dtype, i, keep ? (float)gx[i] : 0.0f);
+  }
   for (int64_t i = 0; dw && i < nw; i++)
     nt_store_f32(dw->data, dw->dtype, i,
                  (float)((double)nt_load_f32(dw->data, dw->dtype, i) + gw[i]));
@@ -192,7 +197,8 @@ nt_status nt_conv2d_nhwc_pool_forward(nt_ctx *ctx, const nt_tensor *x, const nt_
 
 nt_status nt_conv2d_nhwc_backward(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *relu_y,
                                   const nt_tensor *x, const nt_tensor *w, nt_tensor *dx,
-                                  nt_tensor *dw, nt_tensor *db, nt_conv2d_params p) {
+                                  const nt_tensor *dx_mask, nt_tensor *dw, nt_tensor *db,
+                                  nt_conv2d_params p) {
   dims d;
   nt_status st = nt_conv2d_check(ctx, x, w, dy, p, true, &d, "conv2d_nhwc_backward");
   if (st) return st;
@@ -202,6 +208,10 @@ nt_status nt_conv2d_nhwc_backward(nt_ctx *ctx, const nt_tensor *dy, const nt_ten
   if (dx && ((st = check_t(ctx, dx, 4, x->dtype, "conv2d_nhwc dx")) ||
              (st = nt_check_same_shape(ctx, dx, x, "conv2d_nhwc dx vs x"))))
     return st;
+  if (dx && dx_mask && ((st = check_t(ctx, dx_mask, 4, x->dtype, "conv2d_nhwc dx_mask")) ||
+                        (st = nt_check_same_shape(ctx, dx_mask, x, "conv2d_nhwc dx_mask vs x"))))
+    return st;
+  if (!dx) dx_mask = NULL;
   if (dw && (st = check_param(ctx, dw, w, x->dtype, "conv2d_nhwc dw"))) return st;
   int64_t sb[1] = {d.Cout};
   nt_tensor bl = nt_tensor_view(NULL, x->dtype, x->device, 1, sb);
@@ -209,10 +219,10 @@ nt_status nt_conv2d_nhwc_backward(nt_ctx *ctx, const nt_tensor *dy, const nt_ten
   if (!dx && !dw && !db) return NT_OK;
   if (x->device.type == NT_DEV_CUDA) {
 #ifdef NT_HAVE_CUDA
-    return nt_conv2d_nhwc_backward_cuda(ctx, dy, relu_y, x, w, dx, dw, db, p);
+    return nt_conv2d_nhwc_backward_cuda(ctx, dy, relu_y, x, w, dx, dx_mask, dw, db, p);
 #else
     return NT_ERROR(ctx, NT_ERR_NO_DEVICE, "conv2d_nhwc: CUDA tensor without the CUDA backend");
 #endif
   }
-  return backward_cpu(ctx, dy, relu_y, x, w, dx, dw, db, p, &d);
+  return backward_cpu(ctx, dy, relu_y, x, w, dx, dx_mask, dw, db, p, &d);
 }

@@ -27,7 +27,8 @@ nt_status nt_conv2d_nhwc_forward_cuda(nt_ctx *ctx, const nt_tensor *x, const nt_
                                       bool relu);
 nt_status nt_conv2d_nhwc_backward_cuda(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *relu_y,
                                        const nt_tensor *x, const nt_tensor *w, nt_tensor *dx,
-                                       nt_tensor *dw, nt_tensor *db, nt_conv2d_params p);
+                                       const nt_tensor *dx_mask, nt_tensor *dw, nt_tensor *db,
+                                       nt_conv2d_params p);
 nt_status nt_conv2d_nhwc_pool_forward_cuda(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
                                            const nt_tensor *b, nt_tensor *y, nt_tensor *argmax,
                                            nt_conv2d_params p, bool relu, bool y_nchw);
@@ -108,6 +109,7 @@ struct conv_out {
   bool bias_f32, relu, y_nchw;
   void *y;
   int *argmax;
+  const void *ymask;  /* T in y's layout, or NULL: y is written as 0 where ymask <= 0 */
 };
 
 /* Zeroes the 8 values of a 16-byte chunk of `a` where the matching chunk of `m` is not > 0 (the
@@ -342,6 +344,11 @@ __global__ void __launch_bounds__(kThreads)
           continue;
         }
         if (m >= g.M || !one) continue;
+        if (out.ymask) {
+          const T *ym = (const T *)out.ymask + (long)m * g.R + co;
+          if (!(nt_to_f(ym[0]) > 0.f)) v0 = 0.f;
+          if (two && !(nt_to_f(ym[1]) > 0.f)) v1 = 0.f;
+        }
         T *dst = (T *)out.y + (long)m * g.R + co;
         if (two && (g.R & 1) == 0) {
           *reinterpret_cast<uint32_t *>(dst) = mma_op<T>::pack(v0, v1);
@@ -667,7 +674,7 @@ nt_status forward_t(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w, const n
   const igeom g = make_geom(i.N, i.H, i.W, i.C, o.H, o.W, o.C, (int)w->shape[2],
                             (int)w->shape[3], p.stride, p.pad, p.pad, x->data, y->data, nullptr);
   const conv_out out = {b ? b->data : nullptr, b && b->dtype == NT_F32, relu, false, y->data,
-                        nullptr};
+                        nullptr, nullptr};
   return run_conv<T>(ctx, x->dtype, (const T *)x->data, nullptr, (const T *)w->data, i.C, false,
                      out, g);
 }
@@ -688,15 +695,16 @@ nt_status forward_pool_t(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w, co
   g.M = i.N * g.PH * g.PW * 4;
   if (g.M == 0) return NT_OK;
   const conv_out out = {b ? b->data : nullptr, b && b->dtype == NT_F32, relu, y_nchw, y->data,
-                        (int *)argmax->data};
+                        (int *)argmax->data, nullptr};
   return run_conv<T>(ctx, x->dtype, (const T *)x->data, nullptr, (const T *)w->data, i.C, false,
                      out, g);
 }
 
 template <typename T>
 nt_status backward_t(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *relu_y,
-                     const nt_tensor *x, const nt_tensor *w, nt_tensor *dx, nt_tensor *dw,
-                     nt_tensor *db, nt_conv2d_params p) {
+                     const nt_tensor *x, const nt_tensor *w, nt_tensor *dx,
+                     const nt_tensor *dx_mask, nt_tensor *dw, nt_tensor *db,
+                     nt_conv2d_params p) {
   const shape4 i = dims_of(x), o = dims_of(dy);
   const int KH = (int)w->shape[2], KW = (int)w->shape[3];
   const T *mask = relu_y ? (const T *)relu_y->data : nullptr;
@@ -706,11 +714,12 @@ nt_status backward_t(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *relu_y,
       /* dx = conv of dy (C = Cout) with the flipped weight, padded K-1-pad: [N, H, W, Cin] */
       const igeom gx = make_geom(o.N, o.H, o.W, o.C, i.H, i.W, i.C, KH, KW, 1, KH - 1 - p.pad,
                                  KW - 1 - p.pad, dy->data, dx->data, mask);
-      const conv_out out = {nullptr, false, false, false, dx->data, nullptr};
+      const conv_out out = {nullptr, false, false, false, dx->data, nullptr,
+                            dx_mask ? dx_mask->data : nullptr};
       st = run_conv<T>(ctx, x->dtype, (const T *)dy->data, mask, (const T *)w->data, i.C, true,
                        out, gx);
     } else {
-      st = nt_conv2d_nhwc_dgrad_direct(ctx, dy, relu_y, w, dx, p);
+      st = nt_conv2d_nhwc_dgrad_direct(ctx, dy, relu_y, w, dx, dx_mask, p);
     }
   }
   if (!st && dw) {
@@ -765,8 +774,8 @@ extern "C" nt_status nt_conv2d_nhwc_pool_forward_cuda(nt_ctx *ctx, const nt_tens
 extern "C" nt_status nt_conv2d_nhwc_backward_cuda(nt_ctx *ctx, const nt_tensor *dy,
                                                   const nt_tensor *relu_y, const nt_tensor *x,
                                                   const nt_tensor *w, nt_tensor *dx,
-                                                  nt_tensor *dw, nt_tensor *db,
-                                                  nt_conv2d_params p) {
+                                                  const nt_tensor *dx_mask, nt_tensor *dw,
+                                                  nt_tensor *db, nt_conv2d_params p) {
   nt_status st = nt_cuda_set_device(ctx);
   if (st || (st = too_big(ctx, x, dy, w))) return st;
   if (nt_tensor_numel(dy) == 0) {
@@ -775,11 +784,12 @@ extern "C" nt_status nt_conv2d_nhwc_backward_cuda(nt_ctx *ctx, const nt_tensor *
   }
   switch (x->dtype) {
     case NT_F32:
-      st = dx ? nt_conv2d_nhwc_dgrad_direct(ctx, dy, relu_y, w, dx, p) : NT_OK;
+      st = dx ? nt_conv2d_nhwc_dgrad_direct(ctx, dy, relu_y, w, dx, dx_mask, p) : NT_OK;
       if (!st && (dw || db)) st = nt_conv2d_nhwc_wgrad_direct(ctx, dy, relu_y, x, dw, db, p);
       return st;
-    case NT_F16: return backward_t<__half>(ctx, dy, relu_y, x, w, dx, dw, db, p);
-    case NT_BF16: return backward_t<__nv_bfloat16>(ctx, dy, relu_y, x, w, dx, dw, db, p);
+    case NT_F16: return backward_t<__half>(ctx, dy, relu_y, x, w, dx, dx_mask, dw, db, p);
+    case NT_BF16:
+      return backward_t<__nv_bfloat16>(ctx, dy, relu_y, x, w, dx, dx_mask, dw, db, p);
     default: return NT_ERROR(ctx, NT_ERR_DTYPE, "conv2d_nhwc: unsupported dtype");
   }
 }

@@ -5,7 +5,10 @@
  *   unchanged), b [Cout] or NULL, y [N, OH, OW, Cout], OH = (H + 2*pad - KH) / stride + 1.
  * x, w, y, dy, dx share one dtype (F32, F16, BF16); b and db are that dtype or F32; dw is that
  * dtype or F32. relu: y = relu(conv + b) (forward); relu_y (backward, or NULL): the forward's
- * ReLU output, dy counts only where relu_y > 0 (the mask is applied as dy is read).
+ * ReLU output, dy counts only where relu_y > 0 (the mask is applied as dy is read); dx_mask
+ * (backward, or NULL; x's shape and dtype): dx is written only where dx_mask > 0, 0 elsewhere
+ * (pass x when x is a ReLU's output: dx is then the gradient of that ReLU's input, the mask
+ * applied as dx is written, so the next backward needs no relu_y).
  * Backward OVERWRITES dx (an activation gradient: no zeroing needed) and ACCUMULATES (+=) into
  * dw and db (parameter gradients); each may be NULL.
  * CPU: direct loops (fp64 sums). CUDA, F16 / BF16: implicit GEMM on tensor cores (ops/
@@ -24,7 +27,8 @@ nt_status nt_conv2d_nhwc_forward(nt_ctx *ctx, const nt_tensor *x, const nt_tenso
                                  bool relu);
 nt_status nt_conv2d_nhwc_backward(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *relu_y,
                                   const nt_tensor *x, const nt_tensor *w, nt_tensor *dx,
-                                  nt_tensor *dw, nt_tensor *db, nt_conv2d_params p);
+                                  const nt_tensor *dx_mask, nt_tensor *dw, nt_tensor *db,
+                                  nt_conv2d_params p);
 
 /* y = maxpool2d(conv2d(x, w) + b [, ReLU], kernel 2) without storing the conv's output: the
  * same y and argmax as nt_conv2d_nhwc_forward followed by nt_maxpool2d_nhwc_forward(k = 2,

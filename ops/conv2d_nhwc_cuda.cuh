@@ -10,7 +10,8 @@ nt_status nt_conv2d_nhwc_forward_direct(nt_ctx *ctx, const nt_tensor *x, const n
                                         const nt_tensor *b, nt_tensor *y, nt_conv2d_params p,
                                         bool relu);
 nt_status nt_conv2d_nhwc_dgrad_direct(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *relu_y,
-                                      const nt_tensor *w, nt_tensor *dx, nt_conv2d_params p);
+                                      const nt_tensor *w, nt_tensor *dx, const nt_tensor *dx_mask,
+                                      nt_conv2d_params p);
 nt_status nt_conv2d_nhwc_wgrad_direct(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *relu_y,
                                       const nt_tensor *x, nt_tensor *dw, nt_tensor *db,
                                       nt_conv2d_params p);

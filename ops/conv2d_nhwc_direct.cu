@@ -62,7 +62,8 @@ __global__ void fwd_direct(const T *__restrict__ x, const T *__restrict__ w, con
 /* One thread per dx[n, ih, iw, ci]: the outputs whose window covers it on the stride grid. */
 template <typename T>
 __global__ void dgrad_direct(const T *__restrict__ dy, const T *__restrict__ mask,
-                             const T *__restrict__ w, T *__restrict__ dx, dgeom g) {
+                             const T *__restrict__ w, T *__restrict__ dx,
+                             const T *__restrict__ dx_mask, dgeom g) {
   GRID_STRIDE(i, (long)g.N * g.H * g.W * g.C) {
     const int ci = (int)(i % (unsigned)g.C), q = (int)(i / (unsigned)g.C);
     const int n = q / (g.H * g.W), r = q - n * g.H * g.W, ih = r / g.W, iw = r - ih * g.W;
@@ -85,6 +86,7 @@ __global__ void dgrad_direct(const T *__restrict__ dy, const T *__restrict__ mas
         }
       }
     }
+    if (dx_mask && !(nt_to_f(dx_mask[i]) > 0.f)) acc = 0.f;
     dx[i] = nt_from_f<T>(acc);
   }
 }
@@ -148,10 +150,10 @@ nt_status fwd_t(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w, const nt_te
 
 template <typename T>
 nt_status dgrad_t(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *mask, const nt_tensor *w,
-                  nt_tensor *dx, nt_conv2d_params p) {
+                  nt_tensor *dx, const nt_tensor *dx_mask, nt_conv2d_params p) {
   dgrad_direct<T><<<grid_for(nt_tensor_numel(dx)), 256, 0, nt_cuda_stream(ctx)>>>(
       (const T *)dy->data, mask ? (const T *)mask->data : nullptr, (const T *)w->data,
-      (T *)dx->data, geom_of(dx, dy, w, p));
+      (T *)dx->data, dx_mask ? (const T *)dx_mask->data : nullptr, geom_of(dx, dy, w, p));
   return NT_CUDA_LAUNCHED(ctx);
 }
 
@@ -182,11 +184,12 @@ nt_status nt_conv2d_nhwc_forward_direct(nt_ctx *ctx, const nt_tensor *x, const n
 }
 
 nt_status nt_conv2d_nhwc_dgrad_direct(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *relu_y,
-                                      const nt_tensor *w, nt_tensor *dx, nt_conv2d_params p) {
+                                      const nt_tensor *w, nt_tensor *dx, const nt_tensor *dx_mask,
+                                      nt_conv2d_params p) {
   switch (dx->dtype) {
-    case NT_F32: return dgrad_t<float>(ctx, dy, relu_y, w, dx, p);
-    case NT_F16: return dgrad_t<__half>(ctx, dy, relu_y, w, dx, p);
-    case NT_BF16: return dgrad_t<__nv_bfloat16>(ctx, dy, relu_y, w, dx, p);
+    case NT_F32: return dgrad_t<float>(ctx, dy, relu_y, w, dx, dx_mask, p);
+    case NT_F16: return dgrad_t<__half>(ctx, dy, relu_y, w, dx, dx_mask, p);
+    case NT_BF16: return dgrad_t<__nv_bfloat16>(ctx, dy, relu_y, w, dx, dx_mask, p);
     default: return NT_ERROR(ctx, NT_ERR_DTYPE, "conv2d_nhwc: unsupported dtype");
   }
 }

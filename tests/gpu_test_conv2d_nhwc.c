@@ -87,8 +87,9 @@ static void conv_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, ccase k, bool f32_bias,
   memcpy(mask, ry, 4 * ny);
   free(nt_test_to_dtype(mask, ny, dt));
   nt_tensor cm = nt_tensor_view(mask, NT_F32, nt_cpu(), 4, sy);
+  /* with the ReLU: dy masked by y on the way in, dx masked by x on the way out */
   ok = ok && CHECK_OK(c, nt_conv2d_nhwc_backward(c, &cdy, relu ? &cm : NULL, &cx, &cw, &cdx,
-                                                 &cdw, &cdb, p));
+                                                 relu ? &cx : NULL, &cdw, &cdb, p));
   nt_tensor tx = {0}, tw = {0}, tb = {0}, ty = {0}, tdy = {0}, tm = {0}, tdx = {0}, tdw = {0},
             tdb = {0};
   ok = ok && put(g, &tx, dt, 4, sx, x) && put(g, &tw, dt, 4, sw, w) &&
@@ -104,8 +105,8 @@ static void conv_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, ccase k, bool f32_bias,
   /* two backward passes from the same prefilled dw / db: bit-identical */
   for (int pass = 0; pass < 2 && ok; pass++) {
     ok = nt_test_upload(g, &tdw, pw) && nt_test_upload(g, &tdb, pb) &&
-         CHECK_OK(g, nt_conv2d_nhwc_backward(g, &tdy, relu ? &tm : NULL, &tx, &tw, &tdx, &tdw,
-                                             &tdb, p)) &&
+         CHECK_OK(g, nt_conv2d_nhwc_backward(g, &tdy, relu ? &tm : NULL, &tx, &tw, &tdx,
+                                             relu ? &tx : NULL, &tdw, &tdb, p)) &&
          nt_test_download(g, &tdx, gdx) && nt_test_download(g, &tdw, pass ? gdw2 : gdw) &&
          nt_test_download(g, &tdb, pass ? gdb2 : gdb);
   }
@@ -163,13 +164,15 @@ static void partial_outputs(nt_ctx *g, nt_ctx *c, nt_dtype dt) {
             cdw = nt_tensor_view(rdw, NT_F32, nt_cpu(), 4, sw),
             cdb = nt_tensor_view(rdb, NT_F32, nt_cpu(), 1, sb);
   nt_tensor tx = {0}, tw = {0}, tdy = {0}, tdx = {0}, tdw = {0}, tdb = {0};
-  bool ok = CHECK_OK(c, nt_conv2d_nhwc_backward(c, &cdy, NULL, &cx, &cw, &cdx, &cdw, &cdb, p)) &&
+  bool ok = CHECK_OK(c, nt_conv2d_nhwc_backward(c, &cdy, NULL, &cx, &cw, &cdx, NULL, &cdw, &cdb,
+                                                p)) &&
             put(g, &tx, dt, 4, sx, x) && put(g, &tw, dt, 4, sw, w) &&
             put(g, &tdy, dt, 4, sy, dy) && put(g, &tdx, dt, 4, sx, x) &&
             put(g, &tdw, NT_F32, 4, sw, zero) && put(g, &tdb, NT_F32, 1, sb, zero);
-  ok = ok && CHECK_OK(g, nt_conv2d_nhwc_backward(g, &tdy, NULL, &tx, &tw, &tdx, NULL, NULL, p)) &&
-       CHECK_OK(g, nt_conv2d_nhwc_backward(g, &tdy, NULL, &tx, &tw, NULL, &tdw, NULL, p)) &&
-       CHECK_OK(g, nt_conv2d_nhwc_backward(g, &tdy, NULL, &tx, &tw, NULL, NULL, &tdb, p)) &&
+  ok = ok &&
+       CHECK_OK(g, nt_conv2d_nhwc_backward(g, &tdy, NULL, &tx, &tw, &tdx, NULL, NULL, NULL, p)) &&
+       CHECK_OK(g, nt_conv2d_nhwc_backward(g, &tdy, NULL, &tx, &tw, NULL, NULL, &tdw, NULL, p)) &&
+       CHECK_OK(g, nt_conv2d_nhwc_backward(g, &tdy, NULL, &tx, &tw, NULL, NULL, NULL, &tdb, p)) &&
        nt_test_download(g, &tdx, gdx) && nt_test_download(g, &tdw, gdw) &&
        nt_test_download(g, &tdb, gdb);
   if (ok) {

@@ -68,7 +68,11 @@ static void against_nchw(ccase k, bool relu) {
         k.stride, k.pad);
   CHECK_OK(c, relu ? nt_conv2d_relu_backward(c, &DY, &Y, &X, &Wt, &DX, &DW, &DB, p)
                    : nt_conv2d_backward(c, &DY, &X, &Wt, &DX, &DW, &DB, p));
-  CHECK_OK(c, nt_conv2d_nhwc_backward(c, &DYh, relu ? &Yh : NULL, &Xh, &Wt, &DXh, &DWh, &DBh, p));
+  /* with the ReLU also dx_mask = x: the NCHW dx masked by x > 0 */
+  CHECK_OK(c, nt_conv2d_nhwc_backward(c, &DYh, relu ? &Yh : NULL, &Xh, &Wt, &DXh,
+                                      relu ? &Xh : NULL, &DWh, &DBh, p));
+  for (int i = 0; relu && i < nx; i++)
+    if (!(x[i] > 0)) dx[i] = 0.0f;
   to_nhwc(dx, t, k.N, k.Cin, k.H, k.W);
   CHECK(nt_test_rel_err(dxh, t, nx) < 1e-6, "nhwc dx matches nchw");
   CHECK(nt_test_rel_err(dwh, dw, nw) < 1e-6, "nhwc dw accumulates as nchw");
@@ -115,7 +119,7 @@ static void finite_differences(void) {
   float ysave[ny];
   memcpy(ysave, y, sizeof y);
   nt_tensor YS = nt_tensor_view(ysave, NT_F32, cpu, 4, sy);
-  CHECK_OK(c, nt_conv2d_nhwc_backward(c, &G, &YS, &X, &Wt, &DX, &DW, &DB, p));
+  CHECK_OK(c, nt_conv2d_nhwc_backward(c, &G, &YS, &X, &Wt, &DX, NULL, &DW, &DB, p));
   const float h = 1e-2f;   /* L is linear in each input: only rounding limits h */
   double worst = 0;
   float *params[3] = {x, w, b}, *grads[3] = {dx, dw, db};
@@ -251,8 +255,12 @@ static void errors(void) {
   CHECK_ERR(c, NT_ERR_SHAPE, nt_conv2d_nhwc_forward(c, &X, &W2, NULL, &Y, p, false));
   CHECK_ERR(c, NT_ERR_INVALID_ARG, nt_conv2d_nhwc_forward(c, &X, &Wt, NULL, &Y, bp, false));
   CHECK_ERR(c, NT_ERR_INVALID_ARG, nt_conv2d_nhwc_forward(c, NULL, &Wt, NULL, &Y, p, false));
-  CHECK_ERR(c, NT_ERR_SHAPE, nt_conv2d_nhwc_backward(c, &Y, NULL, &X, &Wt, &Y, NULL, NULL, p));
-  CHECK_ERR(c, NT_ERR_SHAPE, nt_conv2d_nhwc_backward(c, &Y, NULL, &X, &Wt, NULL, &W2, NULL, p));
+  CHECK_ERR(c, NT_ERR_SHAPE,
+            nt_conv2d_nhwc_backward(c, &Y, NULL, &X, &Wt, &Y, NULL, NULL, NULL, p));
+  CHECK_ERR(c, NT_ERR_SHAPE,
+            nt_conv2d_nhwc_backward(c, &Y, NULL, &X, &Wt, NULL, NULL, &W2, NULL, p));
+  CHECK_ERR(c, NT_ERR_SHAPE,
+            nt_conv2d_nhwc_backward(c, &Y, NULL, &X, &Wt, &X, &Y, NULL, NULL, p));
   nt_ctx_free(c);
 }
 
