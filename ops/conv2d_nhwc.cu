@@ -8,6 +8,8 @@
  *                                       weight and pad KH-1-pad (stride 1): a conv of dy
  *   dw        dw [Cout, K]            = dy^T [Cout, M] @ A [M, K], split over M (split-K)
  *
+ *   conv+pool the forward with its rows in 2x2-window order and the max-pool in the epilogue
+ *
  * with K = KH*KW*C ordered (kh, kw, c): one tap's channels are contiguous in NHWC memory. The
  * weight is repacked per call into Wp [R, Kp] (R output channels; tiny next to the
  * activations) so that B tiles are plain 16-byte rows. The F32 path and the cases the tensor
@@ -153,8 +155,11 @@ __global__ void pack_weight(const T *__restrict__ w, T *__restrict__ wp, igeom g
  *   B (K x N): the packed weight, Wp rows are output channels (B^T row-major).
  * Tile 128 x BN x 32 (BN = 32 or 64: the CNN's channel counts, one block column covers them
  * all so the input is read once), four warps of 32 rows x BN, three cp.async stages (BN 64
- * with the mask: 77 KB of shared memory, two blocks per SM). The epilogue adds the bias
- * (f32 or T), applies the ReLU and writes rows of R contiguous channels. */
+ * with the mask: 77 KB of shared memory, two blocks per SM; without: 46 KB). The epilogue
+ * adds the bias (f32 or T), applies the ReLU and writes rows of R contiguous channels, zeroed
+ * where out.ymask <= 0 (dx of a conv whose input is a ReLU output). POOL: rows in window
+ * order (pixel_of), and the epilogue writes the 2x2 max and its argmax instead of y. Element
+ * loads instead of cp.async when C % 8 != 0 (conv1: C = 1, K = 9 in one 32-wide k-step). */
 template <typename T, int BN, bool MASK, bool POOL>
 __global__ void __launch_bounds__(kThreads)
     conv_igemm(const T *__restrict__ x, const T *__restrict__ mask, const T *__restrict__ wp,
