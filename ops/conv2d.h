@@ -1,6 +1,6 @@
 /* Conv2d as torch.nn.Conv2d (NCHW, groups 1, dilation 1; channels-last tensors and the CNN's
- * tensor-core kernels: ops/conv2d_nhwc.h): x [N, Cin, H, W], w [Cout, Cin, KH,
- * KW], b [Cout] or NULL, y [N, Cout, OH, OW], OH = (H + 2*pad - KH) / stride + 1 (same for OW).
+ * tensor-core kernels: ops/conv2d_nhwc.h): x [N, Cin, H, W], w [Cout, Cin, KH, KW], b [Cout]
+ * or NULL, y [N, Cout, OH, OW], OH = (H + 2*pad - KH) / stride + 1 (same for OW).
  * x, w, y, dy, dx share one dtype (F32, F16, BF16); b, db and dw are that dtype or F32 (an F32
  * dw takes the fp32 weight gradient directly: no compute-dtype copy to add). All tensors
  * contiguous. CPU: direct loops (fp64 sums); CUDA: im2col in the compute dtype (K = Cin*KH*KW
