@@ -91,6 +91,22 @@ void nt_trainer_whole_free(nt_trainer *T, nt_trainer_whole *w);
 /* st (a failure on T->host) with T->host's message moved to T->ctx. */
 nt_status nt_trainer_host_error(nt_trainer *T, nt_status st);
 
+/* Sharded checkpoints (train/train_shards.c). */
+/* The format a save writes (AUTO resolved: sharded when the strategy shards over N > 1). */
+nt_checkpoint_format nt_trainer_checkpoint_format(const nt_trainer *T);
+/* Every rank: writes its shard into a new checkpoint that rank 0 commits with `sidecar` (rank
+ * 0's text; others pass NULL) once every rank's file is on disk; `whole` (BOTH; rank 0) also
+ * writes the consolidated tensors: its gathered state, or (whole->adamw NULL) the model's.
+ * pre: a failure before the save (nothing is written; the ranks still take part, so that all
+ * fail alike). saved: rank 0's new directory. Every rank returns the same outcome. */
+nt_status nt_trainer_save_sharded(nt_trainer *T, nt_status pre, const char *sidecar,
+                                  nt_trainer_whole *whole, char *saved);
+/* Whether a checkpoint's manifest describes shards. */
+bool nt_trainer_manifest_sharded(const nt_json *manifest);
+/* Every rank: the parameters and moments it owns now, from the shards of the checkpoint in dir
+ * (its manifest given), at any old world size; every rank returns the same outcome. */
+nt_status nt_trainer_load_sharded(nt_trainer *T, const char *dir, const nt_json *manifest);
+
 /* Checkpoints (train/train_checkpoint.c). */
 nt_status nt_trainer_save(nt_trainer *T);
 /* A save point: saves unless there is no out-dir or this step is saved already. A failed save
