@@ -146,4 +146,5 @@ def main():
     print("OK")
 
 
-main()
+if __name__ == "__main__":
+    main()

@@ -9,6 +9,15 @@
 #                                   checkpoint (none for stage 1) with N ranks up to STEPS and
 #                                   compares the stage's losses (the last stage also the
 #                                   weights) with `ref gpt 3` (one process, batch 12)
+#   sharded_save                    GPT, 4 ranks (FULL_SHARD), global batch 12, 5 steps, three
+#                                   times: --checkpoint-format sharded, consolidated and both
+#   sharded_resume N STRATEGY       resumes the sharded save with N ranks up to step 20, saves
+#                                   sharded, and compares losses and weights (the shards
+#                                   consolidated) with `ref gpt 3`
+#   sharded_same                    the consolidated and the sharded save resumed by 2 ranks:
+#                                   bit-identical losses and weights; the `both` checkpoint's
+#                                   shards consolidate to its ckpt.safetensors exactly
+#   sharded_bad                     a shard file changed (same size) or missing: refused
 #   cnn_resume                      the CNN stopped mid-epoch by 2 ranks (FULL_SHARD), resumed
 #                                   by one process: the rest of the epoch as `ref cnn 2`
 #   killed  N                       kills rank 1 mid-run: mpirun must end non-zero in time
@@ -62,12 +71,82 @@ resume)
   from=()
   if [ "$stage" -gt 1 ]; then from=(--resume "$work/resume_$((stage - 1))"); fi
   mpi "$n" "$nt" "${gpt[@]}" --max-iters "$steps" --batch-size $((12 / n)) \
-      --sharding-strategy "$strategy" --out-dir "$out" "${from[@]}" || exit 1
+      --sharding-strategy "$strategy" --checkpoint-format consolidated --out-dir "$out" \
+      "${from[@]}" || exit 1
   first=$(( steps - 4 ))
   if [ "$last" = last ]; then
     exec $compare "$out" "$work/ref_gpt_3" --first-step "$first"
   fi
   exec $compare "$out" "$work/ref_gpt_3" --first-step "$first" --losses-only
+  ;;
+sharded_save)
+  for fmt in sharded consolidated both; do
+    rm -rf "$work/save_$fmt"
+    mpi 4 "$nt" "${gpt[@]}" --max-iters 5 --batch-size 3 --sharding-strategy FULL_SHARD \
+        --checkpoint-format "$fmt" --out-dir "$work/save_$fmt" || exit 1
+  done
+  ls "$work"/save_*/ckpt-5
+  ls "$work/save_sharded/ckpt-5" | grep -q 'shard-00003-of-00004' || { echo "FAIL: no shards"; exit 1; }
+  [ ! -e "$work/save_sharded/ckpt-5/ckpt.safetensors" ] || { echo "FAIL: consolidated file"; exit 1; }
+  [ -e "$work/save_both/ckpt-5/ckpt.safetensors" ] || { echo "FAIL: both: no consolidated file"; exit 1; }
+  echo OK
+  ;;
+sharded_resume)
+  n=$1 strategy=$2
+  out="$work/sharded_resume_$n"
+  rm -rf "$out"
+  mpi "$n" "$nt" "${gpt[@]}" --max-iters 20 --batch-size $((12 / n)) \
+      --sharding-strategy "$strategy" --checkpoint-format sharded \
+      --resume "$work/save_sharded" --out-dir "$out" || exit 1
+  exec $compare "$out" "$work/ref_gpt_3" --first-step 6
+  ;;
+sharded_same)
+  for fmt in sharded consolidated; do
+    rm -rf "$work/same_$fmt"
+    mpi 2 "$nt" "${gpt[@]}" --max-iters 10 --batch-size 6 --sharding-strategy SHARD_GRAD_OP \
+        --checkpoint-format consolidated --resume "$work/save_$fmt" \
+        --out-dir "$work/same_$fmt" || exit 1
+  done
+  $compare "$work/same_sharded" "$work/same_consolidated" --first-step 6 --rtol 0 || exit 1
+  exec python3 - "$here" "$work/save_both/ckpt-5" <<'PY'
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+from dist_compare_runs import consolidate, read_safetensors
+d = sys.argv[2]
+whole = read_safetensors(d + "/ckpt.safetensors")
+parts = consolidate(d, json.load(open(d + "/MANIFEST.json"))["sharded"])
+if sorted(whole) != sorted(parts):
+    sys.exit(f"FAIL: names differ: {sorted(set(whole) ^ set(parts))}")
+bad = [n for n in whole if not np.array_equal(whole[n], parts[n])]
+if bad:
+    sys.exit(f"FAIL: the shards and ckpt.safetensors differ in {bad}")
+print(f"both: {len(whole)} tensors, the shards consolidate to ckpt.safetensors exactly\nOK")
+PY
+  ;;
+sharded_bad)
+  for case in changed missing; do
+    bad="$work/bad_$case"
+    rm -rf "$bad"
+    cp -r "$work/save_sharded" "$bad"
+    rm -f "$bad/.lock"
+    f="$bad/ckpt-5/shard-00002-of-00004.safetensors"
+    if [ $case = changed ]; then
+      printf '\x01' | dd of="$f" bs=1 seek=$(( $(stat -c %s "$f") - 5 )) conv=notrunc 2>/dev/null
+      want="the SHA-256 of shard-00002-of-00004.safetensors does not match"
+    else
+      rm "$f"
+      want="is incomplete: shard-00002-of-00004.safetensors is missing"
+    fi
+    log="$work/bad_$case.log"
+    mpi 2 "$nt" "${gpt[@]}" --max-iters 10 --batch-size 6 --sharding-strategy FULL_SHARD \
+        --resume "$bad" --dist-timeout 20 >"$log" 2>&1
+    rc=$?
+    cat "$log"
+    [ "$rc" -ne 0 ] || { echo "FAIL: $case shard accepted"; exit 1; }
+    grep -q "$want" "$log" || { echo "FAIL: $case: no message '$want'"; exit 1; }
+  done
+  echo OK
   ;;
 cnn_resume)
   read -ra args <<<"$(cnn_args 2)"
