@@ -77,6 +77,11 @@ if(TARGET nanotrain AND MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
   # The CNN resumed mid-epoch at another world size (the position is kept in samples).
   nt_dn_test(dist_nt_cnn_resume_2_to_1 cnn_resume ${nt_dn_args})
   set_tests_properties(dist_nt_cnn_resume_2_to_1 PROPERTIES FIXTURES_REQUIRED dist_nt_ref_cnn_2)
+  # SIGTERM to one rank: every rank stops after the same step, saves it and exits 143.
+  nt_dn_test(dist_nt_stop_one_rank_3 stop ${nt_dn_args} 3)
+  nt_dn_test(dist_nt_stop_one_rank_2_log3 stop ${nt_dn_args} 2 3)
+  set_tests_properties(dist_nt_stop_one_rank_3 dist_nt_stop_one_rank_2_log3 PROPERTIES
+                       TIMEOUT 90 RESOURCE_LOCK dist_nt_stop)
   nt_dn_test(dist_nt_killed_rank killed ${nt_dn_args} 3)
   set_tests_properties(dist_nt_killed_rank PROPERTIES TIMEOUT 60)
   nt_dn_test(dist_nt_config_mismatch mismatch ${nt_dn_args})

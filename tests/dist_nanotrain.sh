@@ -20,6 +20,11 @@
 #   sharded_bad                     a shard file changed (same size) or missing: refused
 #   cnn_resume                      the CNN stopped mid-epoch by 2 ranks (FULL_SHARD), resumed
 #                                   by one process: the rest of the epoch as `ref cnn 2`
+#   stop    N [LOG]                 SIGTERM to rank 1 only: every rank stops after the same
+#                                   step, the sharded checkpoint of that step holds every rank's
+#                                   file, and every rank exits 143 (LOG: --log-interval, 0 by
+#                                   default: the ranks agree in the gather every 10 steps;
+#                                   else in the logged steps' loss gather)
 #   killed  N                       kills rank 1 mid-run: mpirun must end non-zero in time
 #   mismatch                        two ranks with different --lr: a clear error
 # Exit 77 (skipped) without mpirun, numpy or the data.
@@ -156,6 +161,39 @@ cnn_resume)
   "$nt" "${args[@]}" --batch-size 8 --max-iters 0 --resume "$work/cnn_resume_a" \
       --out-dir "$work/cnn_resume_b" || exit 1
   exec $compare "$work/cnn_resume_b" "$work/ref_cnn_2" --first-step 11
+  ;;
+stop)
+  n=$1 log=${2:-0}
+  out="$work/stop"
+  rm -rf "$out" "$work"/stop_rc.* "$work"/stop_pid.*
+  # each rank records its pid and exit status (the signal goes to the program itself)
+  W="$work" "$mpiexec" -np "$n" --oversubscribe --bind-to none bash -c \
+      '"$@" & p=$!; echo $p >"$W/stop_pid.$OMPI_COMM_WORLD_RANK"; wait $p
+       echo $? >"$W/stop_rc.$OMPI_COMM_WORLD_RANK"' _ \
+      "$nt" "${gpt[@]}" --max-iters 1000000 --batch-size 4 --log-interval "$log" \
+      --checkpoint-interval 1000000 --sharding-strategy FULL_SHARD --dist-timeout 30 \
+      --out-dir "$out" >"$work/stop.log" 2>&1 &
+  job=$!
+  for _ in $(seq 1 100); do [ -s "$work/stop_pid.1" ] && break; sleep 0.1; done
+  [ -s "$work/stop_pid.1" ] || { kill "$job"; echo "FAIL: the ranks did not start"; exit 1; }
+  sleep 3
+  kill -TERM "$(cat "$work/stop_pid.1")"
+  for _ in $(seq 1 300); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$job" 2>/dev/null; then kill "$job"; echo "FAIL: still running 30 s after the signal"; exit 1; fi
+  wait "$job"
+  cat "$work/stop.log"
+  for r in $(seq 0 $((n - 1))); do
+    rc=$(cat "$work/stop_rc.$r" 2>/dev/null)
+    echo "rank $r exited ${rc:-?}"
+    [ "$rc" = 143 ] || { echo "FAIL: rank $r did not exit 143"; exit 1; }
+  done
+  step=$(sed -n 's/.*stopping after this step (step \([0-9]*\)).*/\1/p' "$work/stop.log")
+  ckpt="$out/$(cat "$out/latest")"
+  echo "stopped at step $step; $ckpt: $(ls "$ckpt" | tr '\n' ' ')"
+  [ -n "$step" ] && [ "$ckpt" = "$out/ckpt-$step" ] || { echo "FAIL: no checkpoint of step $step"; exit 1; }
+  [ "$(ls "$ckpt" | grep -c "^shard-.*-of-0000$n.safetensors")" = "$n" ] \
+      || { echo "FAIL: not every rank's shard"; exit 1; }
+  echo OK
   ;;
 killed)
   n=$1

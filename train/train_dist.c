@@ -5,6 +5,7 @@
  * checkpoints. */
 #include "train/train_internal.h"
 #include "train/fsdp_step.h"
+#include "core/stop.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,12 +87,43 @@ nt_status nt_trainer_check_config(nt_trainer *T) {
   return nt_comm_check_config(T->comm, T->ctx, cfg, (size_t)len);
 }
 
+/* Every gather also carries each rank's pending stop signal: the first time any rank has one,
+ * every rank adopts the lowest rank's (nt_stop_request), so all of them stop after the same
+ * step and exit with the same status. */
 nt_status nt_trainer_gather(nt_trainer *T, double x, double *all) {
   if (!T->comm || T->world < 2) {
     all[0] = x;
     return NT_OK;
   }
-  return nt_comm_gather_bytes(T->comm, T->ctx, &x, sizeof x, all);
+  double mine[2] = {x, (double)nt_stop_requested()};
+  double *both = calloc((size_t)(2 * T->world), sizeof *both);
+  if (!both) return NT_ERROR(T->ctx, NT_ERR_OOM, "out of host memory gathering from the ranks");
+  nt_status st = nt_comm_gather_bytes(T->comm, T->ctx, mine, sizeof mine, both);
+  int sig = 0;
+  for (int r = 0; !st && r < T->world; r++) {
+    all[r] = both[2 * r];
+    if (!sig) sig = (int)both[2 * r + 1];
+  }
+  free(both);
+  if (!st && sig && !T->stop_sig) {
+    T->stop_sig = sig;
+    nt_stop_request(sig);
+  }
+  return st;
+}
+
+bool nt_trainer_stop_requested(nt_trainer *T) {
+  int mine = nt_stop_requested();   /* also arms the handler: a first signal only requests */
+  return T->comm && T->world > 1 ? T->stop_sig != 0 : mine != 0;
+}
+
+nt_status nt_trainer_agree_stop(nt_trainer *T) {
+  if (!T->comm || T->world < 2 || T->stop_sig) return NT_OK;
+  double *all = calloc((size_t)T->world, sizeof *all);
+  nt_status st = all ? nt_trainer_gather(T, 0, all)
+                     : NT_ERROR(T->ctx, NT_ERR_OOM, "out of host memory gathering from the ranks");
+  free(all);
+  return st;
 }
 
 /* ---- whole parameters for an evaluation (FULL_SHARD keeps only shards between steps) ---- */

@@ -52,6 +52,7 @@ typedef struct {
   nt_tensor *unsharded;         /* FULL_SHARD: whole compute units while evaluating */
   nt_ctx *host;                 /* a CPU context: the consolidated state lives in host memory */
   size_t train_peak;            /* the peak allocated by training (evaluations excluded) */
+  int stop_sig;                 /* several ranks: the stop signal they agreed on (0: none) */
 } nt_trainer;
 
 /* The dropout stream's seed of a rank (rank 0: base itself, as one process). */
@@ -70,8 +71,16 @@ nt_status nt_trainer_dist_init(nt_trainer *T, const nt_optimizer_options *oo,
 void nt_trainer_dist_free(nt_trainer *T);
 /* Stops with a clear error when the ranks' configurations differ. */
 nt_status nt_trainer_check_config(nt_trainer *T);
-/* Every rank's value of x into all[world] (all ranks call it; world 1: a copy). */
+/* Every rank's value of x into all[world] (all ranks call it; world 1: a copy). Each gather
+ * is also a point where the ranks agree on a stop request (SIGINT / SIGTERM reaching some of
+ * them): the loss gather of a logged step, a dedicated one every NT_STOP_AGREE_STEPS steps
+ * otherwise, after an evaluation and at the end of training. */
 nt_status nt_trainer_gather(nt_trainer *T, double x, double *all);
+#define NT_STOP_AGREE_STEPS 10
+/* A stop request as the loop sees it: this process's (one rank) or the agreed one. */
+bool nt_trainer_stop_requested(nt_trainer *T);
+/* A gather of nothing but the stop requests (no-op for one rank or once agreed). */
+nt_status nt_trainer_agree_stop(nt_trainer *T);
 /* FULL_SHARD: gathers every unit whole for an evaluation or sampling, and back (no-ops
  * otherwise). */
 nt_status nt_trainer_unshard(nt_trainer *T);
