@@ -82,6 +82,14 @@ if(TARGET nanotrain AND MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
   nt_dn_test(dist_nt_stop_one_rank_2_log3 stop ${nt_dn_args} 2 3)
   set_tests_properties(dist_nt_stop_one_rank_3 dist_nt_stop_one_rank_2_log3 PROPERTIES
                        TIMEOUT 90 RESOURCE_LOCK dist_nt_stop)
+  # GPU (label gpu): the FSDP step captured as a CUDA graph at world 1 (NCCL, and the LOCAL
+  # backend) against the same run eager.
+  foreach(s NO_SHARD SHARD_GRAD_OP FULL_SHARD)
+    foreach(b nccl local)
+      nt_dn_test(dist_gpu_graph_${s}_${b} graph ${nt_dn_args} ${s} ${b})
+      set_tests_properties(dist_gpu_graph_${s}_${b} PROPERTIES LABELS gpu)
+    endforeach()
+  endforeach()
   nt_dn_test(dist_nt_killed_rank killed ${nt_dn_args} 3)
   set_tests_properties(dist_nt_killed_rank PROPERTIES TIMEOUT 60)
   nt_dn_test(dist_nt_config_mismatch mismatch ${nt_dn_args})

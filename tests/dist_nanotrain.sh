@@ -25,6 +25,10 @@
 #                                   file, and every rank exits 143 (LOG: --log-interval, 0 by
 #                                   default: the ranks agree in the gather every 10 steps;
 #                                   else in the logged steps' loss gather)
+#   graph   STRATEGY BACKEND        GPU, world 1 (no mpirun), the FSDP runtime over BACKEND
+#                                   (nccl or local): 20 steps eager and with --cuda-graph; the
+#                                   graph run must use the graph and match the eager one (losses
+#                                   and weights, rtol 1e-6); exit 77 without a GPU
 #   killed  N                       kills rank 1 mid-run: mpirun must end non-zero in time
 #   mismatch                        two ranks with different --lr: a clear error
 # Exit 77 (skipped) without mpirun, numpy or the data.
@@ -194,6 +198,26 @@ stop)
   [ "$(ls "$ckpt" | grep -c "^shard-.*-of-0000$n.safetensors")" = "$n" ] \
       || { echo "FAIL: not every rank's shard"; exit 1; }
   echo OK
+  ;;
+graph)
+  strategy=$1 backend=$2
+  out="$work/graph_${strategy}_$backend"
+  rm -rf "$out"
+  args=(gpt --device cuda --dtype fp32 --dropout 0 --eps 1e-6 --log-interval 1 --no-progress
+        --num-workers 0 --n-layer 2 --n-head 2 --n-embd 64 --block-size 64 --eval-interval 0
+        --data synthetic --vocab-size 64 --max-iters 20 --batch-size 8
+        --sharding-strategy "$strategy" --dist-backend "$backend")
+  "$nt" "${args[@]}" --no-cuda-graph --out-dir "$out/eager" >"$out.eager.log" 2>&1
+  rc=$?
+  if [ $rc -ne 0 ] && grep -q "no usable GPU" "$out.eager.log"; then echo "no GPU: skipped"; exit 77; fi
+  cat "$out.eager.log"
+  [ $rc -eq 0 ] || { echo "FAIL: the eager run exited $rc"; exit 1; }
+  "$nt" "${args[@]}" --cuda-graph --out-dir "$out/graph" >"$out.graph.log" 2>&1
+  rc=$?
+  cat "$out.graph.log"
+  [ $rc -eq 0 ] || { echo "FAIL: the graph run exited $rc"; exit 1; }
+  grep -q "^done.*(CUDA graph)" "$out.graph.log" || { echo "FAIL: the step was not captured"; exit 1; }
+  exec $compare "$out/graph" "$out/eager" --rtol 1e-6
   ;;
 killed)
   n=$1

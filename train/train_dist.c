@@ -40,14 +40,14 @@ nt_status nt_trainer_dist_init(nt_trainer *T, const nt_optimizer_options *oo,
   so->hooks = &T->step_hooks;
   so->ranges = T->ranges;
   so->n_ranges = n;
-  /* The step under the FSDP runtime runs eagerly: collectives on the host (MPI) cannot be
-   * captured, and a captured NCCL step failed on the H200 (session 11: "waiting for a
-   * collective: invalid argument" with NO_SHARD and FULL_SHARD at world 1), so --cuda-graph is
-   * refused here rather than left to fail mid-run. */
-  if (so->cuda_graph > 0)
-    return NT_ERROR(T->ctx, NT_ERR_UNSUPPORTED, "--cuda-graph with data parallel (the FSDP "
-                    "runtime) is not supported yet: the step runs eagerly; drop the flag");
-  so->cuda_graph = 0;
+  /* The forward + backward under the FSDP runtime is captured as a CUDA graph only when asked
+   * (--cuda-graph; by default it runs eagerly) and only when every collective is enqueued on a
+   * stream: NCCL (its wait path is capture-aware, dist/comm_nccl.c) or the LOCAL backend of one
+   * rank. The MPI backend's collectives run on the host, which a capture cannot hold. */
+  if (so->cuda_graph > 0 && nt_ctx_is_cuda(ctx) && nt_comm_backend_of(T->comm) == NT_COMM_MPI)
+    return NT_ERROR(T->ctx, NT_ERR_UNSUPPORTED, "--cuda-graph with the MPI backend: its "
+                    "collectives run on the host and cannot be captured; drop the flag");
+  so->cuda_graph = so->cuda_graph > 0 ? 1 : 0;
   return NT_OK;
 }
 
