@@ -93,8 +93,10 @@ typedef struct {
    * rank r draws rows [r*B, (r+1)*B) of the global batch a single process with batch N*B
    * would draw, the CNN's loader takes DistributedSampler's share; dropout streams differ per
    * rank; only rank 0 prints and writes files (every rank's loss and peak memory are in
-   * metrics.jsonl). Checkpoints are consolidated (rank 0 writes the whole fp32 state); a
-   * resume reshards them at any world size. */
+   * metrics.jsonl). Checkpoints are consolidated or sharded (checkpoint_format); a resume
+   * reshards either at any world size. A stop request (SIGINT / SIGTERM) that reaches some
+   * ranks is agreed at the next gather (within 10 steps): every rank
+   * stops after the same step, saves and records the same signal (nt_stop_exit_code). */
   struct {
     nt_comm *comm;               /* not owned; NULL = world 1 (LOCAL semantics) */
     nt_fsdp_options fsdp;        /* strategy, prefetch, reduce dtype; param_dtype is the
