@@ -73,16 +73,13 @@ static nt_status agree(nt_trainer *T, nt_status st, const char *what) {
   if (!T->comm || T->world < 2) return st;
   int32_t mine = (int32_t)st, *all = calloc((size_t)T->world, sizeof *all);
   if (!all) return st ? st : NT_ERROR(T->ctx, NT_ERR_OOM, "out of host memory (%s)", what);
-  char keep[512];
-  snprintf(keep, sizeof keep, "%s", st ? nt_last_error(T->ctx) : "");
   nt_status g = nt_comm_gather_bytes(T->comm, T->ctx, &mine, sizeof mine, all);
   int bad = -1;
   for (int r = 0; !g && r < T->world && bad < 0; r++)
     if (all[r]) bad = r;
   nt_status code = bad >= 0 ? (nt_status)all[bad] : NT_OK;
   free(all);
-  if (g) return g;
-  if (st) return NT_ERROR(T->ctx, st, "%s", keep);
+  if (g || st) return g ? g : st;   /* a successful gather leaves this rank's message */
   if (bad >= 0)
     return NT_ERROR(T->ctx, code, "%s failed on rank %d (its message above)", what, bad);
   return NT_OK;
