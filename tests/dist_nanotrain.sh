@@ -175,12 +175,13 @@ stop)
       '"$@" & p=$!; echo $p >"$W/stop_pid.$OMPI_COMM_WORLD_RANK"; wait $p
        echo $? >"$W/stop_rc.$OMPI_COMM_WORLD_RANK"' _ \
       "$nt" "${gpt[@]}" --max-iters 1000000 --batch-size 4 --log-interval "$log" \
-      --checkpoint-interval 1000000 --sharding-strategy FULL_SHARD --dist-timeout 30 \
+      --checkpoint-interval 20 --sharding-strategy FULL_SHARD --dist-timeout 30 \
       --out-dir "$out" >"$work/stop.log" 2>&1 &
   job=$!
-  for _ in $(seq 1 100); do [ -s "$work/stop_pid.1" ] && break; sleep 0.1; done
-  [ -s "$work/stop_pid.1" ] || { kill "$job"; echo "FAIL: the ranks did not start"; exit 1; }
-  sleep 3
+  # the signal once training runs (a first checkpoint exists): before the loop polls, a signal
+  # ends a process at once, by design
+  for _ in $(seq 1 600); do [ -s "$out/latest" ] && [ -s "$work/stop_pid.1" ] && break; sleep 0.1; done
+  [ -s "$out/latest" ] || { kill "$job"; echo "FAIL: the ranks did not start training"; exit 1; }
   kill -TERM "$(cat "$work/stop_pid.1")"
   for _ in $(seq 1 300); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
   if kill -0 "$job" 2>/dev/null; then kill "$job"; echo "FAIL: still running 30 s after the signal"; exit 1; fi
