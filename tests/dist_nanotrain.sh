@@ -10,10 +10,11 @@
 #                                   compares the stage's losses (the last stage also the
 #                                   weights) with `ref gpt 3` (one process, batch 12)
 #   sharded_save                    GPT, 4 ranks (FULL_SHARD), global batch 12, 5 steps, three
-#                                   times: --checkpoint-format sharded, consolidated and both
+#                                   times: --checkpoint-format sharded, consolidated and both;
+#                                   and the same 4 ranks kept to step 20
 #   sharded_resume N STRATEGY       resumes the sharded save with N ranks up to step 20, saves
 #                                   sharded, and compares losses and weights (the shards
-#                                   consolidated) with `ref gpt 3`
+#                                   consolidated) with the 4 ranks kept and with `ref gpt 3`
 #   sharded_same                    the consolidated and the sharded save resumed by 2 ranks:
 #                                   bit-identical losses and weights; the `both` checkpoint's
 #                                   shards consolidate to its ckpt.safetensors exactly
@@ -94,6 +95,10 @@ sharded_save)
     mpi 4 "$nt" "${gpt[@]}" --max-iters 5 --batch-size 3 --sharding-strategy FULL_SHARD \
         --checkpoint-format "$fmt" --out-dir "$work/save_$fmt" || exit 1
   done
+  # the run that keeps its 4 ranks to step 20 (what a resumed run must match)
+  rm -rf "$work/save_kept"
+  mpi 4 "$nt" "${gpt[@]}" --max-iters 20 --batch-size 3 --sharding-strategy FULL_SHARD \
+      --out-dir "$work/save_kept" || exit 1
   ls "$work"/save_*/ckpt-5
   ls "$work/save_sharded/ckpt-5" | grep -q 'shard-00003-of-00004' || { echo "FAIL: no shards"; exit 1; }
   [ ! -e "$work/save_sharded/ckpt-5/ckpt.safetensors" ] || { echo "FAIL: consolidated file"; exit 1; }
@@ -107,6 +112,7 @@ sharded_resume)
   mpi "$n" "$nt" "${gpt[@]}" --max-iters 20 --batch-size $((12 / n)) \
       --sharding-strategy "$strategy" --checkpoint-format sharded \
       --resume "$work/save_sharded" --out-dir "$out" || exit 1
+  $compare "$out" "$work/save_kept" --first-step 6 || exit 1
   exec $compare "$out" "$work/ref_gpt_3" --first-step 6
   ;;
 sharded_same)
