@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *const kinds[3] = {"master", "exp_avg", "exp_avg_sq"};
 
@@ -213,6 +214,10 @@ nt_status nt_trainer_save_sharded(nt_trainer *T, nt_status pre, const char *side
   char tmp[PATH_MAX];
   snprintf(tmp, sizeof tmp, "%s", all[0].tmp);
   /* 2. every rank writes its file (rank 0 also the consolidated one for BOTH) */
+  if (!g && !st && access(tmp, F_OK))
+    st = NT_ERROR(ctx, NT_ERR_IO, "rank %d does not see %s, which rank 0 created: a sharded "
+                  "checkpoint needs a file system every rank shares (else use "
+                  "--checkpoint-format consolidated)", T->rank, tmp);
   if (!g && !st) st = write_shard(T, tmp, &mine.file);
   if (!g && !st && whole && T->rank == 0) {
     if (whole->adamw)   /* the gathered whole state, in host memory */
