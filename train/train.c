@@ -408,6 +408,9 @@ static nt_status train_step(nt_trainer *T) {
   T->iter++;
   T->res->steps = T->iter;
   if (due && T->ev_end) st = nt_event_record(ctx, T->ev_end, NULL);
+  /* several ranks agree on stop requests at the loss gather, or every NT_STOP_AGREE_STEPS */
+  if (!st && !(o->record_losses || due) && T->iter % NT_STOP_AGREE_STEPS == 0)
+    st = nt_trainer_agree_stop(T);
   if (st || !(o->record_losses || due)) return st;
   if (T->accum == 1) st = nt_model_read_scalar(ctx, T->model->ops->loss(T->model), &l);
   double one[1], *rank_loss = T->world > 1 ? calloc((size_t)T->world, sizeof *rank_loss) : one;
@@ -501,7 +504,8 @@ static nt_status evaluate(nt_trainer *T, bool final) {
   nt_status st = nt_trainer_unshard(T);   /* FULL_SHARD: whole parameters while evaluating */
   if (!st) st = T->model->ops->evaluate(T->ctx, T->model, &e);
   nt_trainer_reshard(T);
-  if (st || nt_stop_requested()) return st;   /* a stop during the evaluation: no record */
+  if (!st) st = nt_trainer_agree_stop(T);
+  if (st || nt_trainer_stop_requested(T)) return st;   /* a stop during it: no record */
   nt_train_result *r = T->res;
   r->train_loss = e.train_loss;
   r->val_loss = e.val_loss;
@@ -550,11 +554,11 @@ static nt_status train_loop(nt_trainer *T) {
   bool epoch_open = false;
   nt_status st = window_start(T);
   while (!st && T->iter < T->total_iters) {
-    if (nt_stop_requested()) return stop_now(T);
+    if (nt_trainer_stop_requested(T)) return stop_now(T);
     if (o->eval_interval > 0 && T->iter % o->eval_interval == 0 && T->last_eval_iter != T->iter) {
       st = evaluate(T, false);
       if (st) break;
-      if (nt_stop_requested()) return stop_now(T);
+      if (nt_trainer_stop_requested(T)) return stop_now(T);
     }
     if (!epoch_open) {
       st = md->ops->start_epoch(ctx, md, T->epoch, T->batch_in_epoch);
@@ -577,6 +581,8 @@ static nt_status train_loop(nt_trainer *T) {
         T->iter < T->total_iters)
       st = save(T, false);
   }
+  /* a request that reached some ranks after the last agreement: every rank exits alike */
+  if (!st) st = nt_trainer_agree_stop(T);
   /* the run ended exactly at an epoch's end */
   if (!st && nb > 0 && T->batch_in_epoch + T->accum > nb) st = end_epoch(T);
   /* the final evaluation (when the run evaluates at all and not already at this step), then

@@ -4,9 +4,10 @@
  * model's shape ("model_config"), the loop position with the RNG and optimizer step
  * ("position") and the loss scaler ("scaler"); a resume restores all of it, so it continues
  * bit-identically, and options given on the command line must agree with it.
- * Data parallel: the checkpoint is consolidated (the same files as one process: rank 0 writes
- * the whole fp32 state, gathered from every rank's shards under the sharded strategies), and a
- * resume at any world size reads it whole and keeps this rank's shards (train/train_dist.c). */
+ * Data parallel (--checkpoint-format): a consolidated checkpoint is the same files as one
+ * process (rank 0 writes the whole fp32 state, gathered from every rank's shards under the
+ * sharded strategies; a resume reads it whole and keeps this rank's shards, train_dist.c); a
+ * sharded one has a file per rank (train_shards.c). Either resumes at any world size. */
 #include "train/train_internal.h"
 #include "models/checkpoint.h"
 #include "models/limits.h"
@@ -160,32 +161,18 @@ nt_status nt_trainer_merge_config(nt_ctx *ctx, const nt_json *side, nt_train_opt
   return NT_OK;
 }
 
-nt_status nt_trainer_save(nt_trainer *T) {
+/* The sidecar's text (rank 0): everything but the tensors. */
+static nt_status sidecar_json(nt_trainer *T, bool whole_file, char **out) {
   const nt_train_options *o = T->o;
-  if (!o->out_dir) return NT_OK;
   nt_ctx *ctx = T->ctx;
-  /* every rank takes part in the gathers; rank 0 writes */
-  nt_trainer_whole whole;
-  memset(&whole, 0, sizeof whole);
-  if (sharded(T)) {
-    nt_status st = nt_trainer_consolidate(T, &whole, true);
-    if (st) return st;
-  }
-  if (T->rank != 0) {
-    nt_trainer_whole_free(T, &whole);
-    T->last_save_iter = T->iter;
-    return NT_OK;
-  }
+  *out = NULL;
   position pos = {T->iter, T->batch_in_epoch, T->eval_count, T->epoch, nt_ctx_seed(ctx),
                   nt_ctx_rng_offset(ctx), T->best_val, 0,
                   T->batch_in_epoch * o->batch_size * T->world};
   nt_scaler_state ss;
   nt_status st = nt_adamw_get_step(ctx, T->opt.adamw, &pos.optimizer_step);
   if (!st) st = nt_scaler_state_get(ctx, T->opt.scaler, &ss);
-  if (st) {
-    nt_trainer_whole_free(T, &whole);
-    return st;
-  }
+  if (st) return st;
   nt_jw w = {0};
   nt_jw_begin(&w, '{');
   nt_jw_key(&w, "format");
@@ -198,8 +185,8 @@ nt_status nt_trainer_save(nt_trainer *T) {
   nt_jw_str(&w, nt_precision_name(T->pol.precision));   /* effective, after any fallback */
   nt_jw_key(&w, "iter");   /* names the checkpoint's directory */
   nt_jw_i64(&w, T->iter);
-  nt_jw_key(&w, "tensors");
-  nt_jw_str(&w, "ckpt.safetensors");
+  nt_jw_key(&w, "tensors");   /* the consolidated file, or one file per rank (the manifest) */
+  nt_jw_str(&w, whole_file ? "ckpt.safetensors" : "sharded");
   nt_jw_key(&w, "config");
   nt_jw_begin(&w, '{');
   nt_state_write(&w, config_fields, NFIELDS(config_fields), o);
@@ -216,6 +203,8 @@ nt_status nt_trainer_save(nt_trainer *T) {
   nt_jw_i64(&w, T->accum);
   nt_jw_key(&w, "sharding_strategy");
   nt_jw_str(&w, nt_sharding_name(o->dist.fsdp.strategy));
+  nt_jw_key(&w, "checkpoint_format");
+  nt_jw_str(&w, nt_checkpoint_format_name(nt_trainer_checkpoint_format(T)));
   nt_jw_key(&w, "global_batch");
   nt_jw_i64(&w, o->batch_size * T->world * T->accum);
   nt_jw_end(&w, '}');
@@ -230,16 +219,34 @@ nt_status nt_trainer_save(nt_trainer *T) {
   nt_state_write(&w, nt_scaler_state_fields, nt_scaler_state_n_fields, &ss);
   nt_jw_end(&w, '}');
   nt_jw_end(&w, '}');
-  char *json = nt_jw_finish(&w);
-  char saved[4096] = "";
-  if (!json) st = NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for the checkpoint sidecar");
-  else if (sharded(T))   /* the consolidated state lives in host memory */
-    st = nt_trainer_host_error(T, nt_checkpoint_save_keep(T->host, o->out_dir, &whole.params,
-                                                          whole.adamw, json, o->keep_checkpoints,
-                                                          saved));
-  else
-    st = nt_checkpoint_save_keep(ctx, o->out_dir, T->model->params, T->opt.adamw, json,
-                                 o->keep_checkpoints, saved);
+  *out = nt_jw_finish(&w);
+  return *out ? NT_OK : NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for the checkpoint sidecar");
+}
+
+nt_status nt_trainer_save(nt_trainer *T) {
+  const nt_train_options *o = T->o;
+  if (!o->out_dir) return NT_OK;
+  nt_ctx *ctx = T->ctx;
+  nt_checkpoint_format fmt = nt_trainer_checkpoint_format(T);
+  bool shards = fmt == NT_CKPT_SHARDED || fmt == NT_CKPT_BOTH, whole_file = fmt != NT_CKPT_SHARDED;
+  /* the consolidated file of a sharded state: every rank takes part in the gathers */
+  nt_trainer_whole whole;
+  memset(&whole, 0, sizeof whole);
+  nt_status st = NT_OK;
+  if (sharded(T) && whole_file) st = nt_trainer_consolidate(T, &whole, true);
+  char *json = NULL, saved[4096] = "";
+  if (!st && T->rank == 0) st = sidecar_json(T, whole_file, &json);
+  if (shards) {   /* every rank writes its file; rank 0 commits (the outcome is shared) */
+    st = nt_trainer_save_sharded(T, st, json, whole_file ? &whole : NULL, saved);
+  } else if (!st && T->rank == 0) {
+    if (sharded(T))   /* the consolidated state lives in host memory */
+      st = nt_trainer_host_error(T, nt_checkpoint_save_keep(T->host, o->out_dir, &whole.params,
+                                                            whole.adamw, json,
+                                                            o->keep_checkpoints, saved));
+    else
+      st = nt_checkpoint_save_keep(ctx, o->out_dir, T->model->params, T->opt.adamw, json,
+                                   o->keep_checkpoints, saved);
+  }
   free(json);
   nt_trainer_whole_free(T, &whole);
   if (st) return st;
@@ -275,6 +282,30 @@ nt_status nt_trainer_read_sidecar(nt_ctx *ctx, const char *where, nt_json *root)
   return st;
 }
 
+/* Parameters and moments: from the shards when the checkpoint has them (each rank reads what
+ * it owns), else from the consolidated file (whole, then this rank's shards of it). */
+static nt_status load_state(nt_trainer *T, const char *where) {
+  char dir[4096];
+  nt_json m;
+  nt_status st = nt_checkpoint_manifest(T->ctx, where, dir, sizeof dir, &m);
+  if (st) return st;
+  if (nt_trainer_manifest_sharded(&m)) {
+    st = nt_trainer_load_sharded(T, dir, &m);
+  } else if (sharded(T)) {
+    nt_trainer_whole whole;
+    st = nt_trainer_consolidate(T, &whole, false);
+    if (!st)
+      st = nt_trainer_host_error(T, nt_checkpoint_load_tensors(T->host, dir, &whole.params,
+                                                               whole.adamw));
+    if (!st) st = nt_trainer_scatter(T, &whole);
+    nt_trainer_whole_free(T, &whole);
+  } else {
+    st = nt_checkpoint_load_tensors(T->ctx, dir, T->model->params, T->opt.adamw);
+  }
+  nt_json_free(&m);
+  return st;
+}
+
 nt_status nt_trainer_restore(nt_trainer *T, const nt_json *root) {
   nt_ctx *ctx = T->ctx;
   const char *where = T->o->resume;
@@ -289,17 +320,7 @@ nt_status nt_trainer_restore(nt_trainer *T, const nt_json *root) {
                               NFIELDS(position_fields), &pos, sizeof pos, "ckpt.json position");
   if (!st) st = nt_state_read(ctx, nt_json_get(root, "scaler"), nt_scaler_state_fields,
                               nt_scaler_state_n_fields, &ss, sizeof ss, "ckpt.json scaler");
-  if (!st && sharded(T)) {   /* the whole state, then this rank's shards of it */
-    nt_trainer_whole whole;
-    st = nt_trainer_consolidate(T, &whole, false);
-    if (!st)
-      st = nt_trainer_host_error(T, nt_checkpoint_load_tensors(T->host, where, &whole.params,
-                                                               whole.adamw));
-    if (!st) st = nt_trainer_scatter(T, &whole);
-    nt_trainer_whole_free(T, &whole);
-  } else if (!st) {
-    st = nt_checkpoint_load_tensors(ctx, where, T->model->params, T->opt.adamw);
-  }
+  if (!st) st = load_state(T, where);
   if (!st) st = nt_adamw_set_step(ctx, T->opt.adamw, pos.optimizer_step);
   if (!st && nt_scaler_enabled(T->opt.scaler)) st = nt_scaler_state_set(ctx, T->opt.scaler, &ss);
   if (st) return st;
