@@ -6,6 +6,8 @@
 #include "data/datasets.h"
 #include "data/idx.h"
 #include "data/loader.h"
+#include "dist/comm.h"
+#include "train/preflight.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +24,7 @@ typedef struct {
   nt_image_source train_src, test_src;   /* the loaders' datasets point at these */
   nt_loader *train, *test;
   uint64_t waited_ns;               /* the train loader's wait total at the latest batch */
+  nt_data_id data_id;               /* both whole sets (the checkpoint records it) */
 } cnn_run;
 
 static nt_status micro_step(nt_ctx *ctx, nt_model *md, const nt_model_batch *b,
@@ -123,6 +126,7 @@ static void write_config(nt_jw *w, const nt_model *md) {
   nt_jw_num(w, FASHION_MEAN);
   nt_jw_key(w, "std");
   nt_jw_num(w, FASHION_STD);
+  nt_data_id_write(w, &r->data_id);
 }
 
 static nt_status start_epoch(nt_ctx *ctx, nt_model *md, uint64_t epoch, int64_t skip) {
@@ -177,10 +181,20 @@ nt_status nt_model_cnn_create(nt_ctx *ctx, const nt_train_options *o, const nt_p
   md->ops = &cnn_ops;
   md->impl = r;
   nt_cnn_config cfg = o->cnn;
-  (void)config;   /* a resume's shape is in o already (train_checkpoint.c merges it) */
+  /* a resume's shape is in o already (train_checkpoint.c merges it); config is the
+   * checkpoint's model_config, whose data must be these */
   nt_image_set *trs = &r->train_set, *tes = &r->test_set;
   nt_status st = nt_fashion_mnist_load(ctx, o->data_dir, true, trs);
   if (!st) st = nt_fashion_mnist_load(ctx, o->data_dir, false, tes);
+  if (st) goto fail;
+  uint64_t h = NT_FNV_OFFSET;
+  for (int k = 0; k < 2; k++) {
+    const nt_image_set *set = k ? tes : trs;
+    h = nt_fnv1a(h, set->images.data, (size_t)set->images.numel);
+    h = nt_fnv1a(h, set->labels, (size_t)set->n * sizeof *set->labels);
+  }
+  r->data_id = (nt_data_id){"fashion-mnist", trs->n + tes->n, h};
+  if (config) st = nt_preflight_data(ctx, config, &r->data_id, o->data_dir);
   if (st) goto fail;
   r->full_train = trs->n;
   r->full_test = tes->n;

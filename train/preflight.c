@@ -1,5 +1,6 @@
 #include "train/preflight.h"
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 uint64_t nt_host_memory_available(void) {
@@ -42,4 +43,45 @@ nt_status nt_preflight_block(nt_ctx *ctx, int64_t train_tokens, int64_t val_toke
                     train_tokens < (int64_t)block + 1 ? "training" : "validation",
                     (long long)(train_tokens < (int64_t)block + 1 ? train_tokens : val_tokens));
   return NT_OK;
+}
+
+void nt_data_id_write(nt_jw *w, const nt_data_id *id) {
+  nt_jw_key(w, "data");
+  nt_jw_begin(w, '{');
+  nt_jw_key(w, "source");
+  nt_jw_str(w, id->source);
+  nt_jw_key(w, "items");
+  nt_jw_i64(w, id->items);
+  char hex[17];
+  snprintf(hex, sizeof hex, "%016llx", (unsigned long long)id->hash);
+  nt_jw_key(w, "fnv1a");
+  nt_jw_str(w, hex);
+  nt_jw_end(w, '}');
+}
+
+nt_status nt_preflight_data(nt_ctx *ctx, const nt_json *model_config, const nt_data_id *id,
+                            const char *data_dir) {
+  const nt_json *saved = nt_json_get(model_config, "data");
+  if (!saved) {
+    fprintf(stderr, "nanotrain: warning: the checkpoint does not record its training data; "
+            "resuming on %s unchecked\n", id->source);
+    return NT_OK;
+  }
+  const char *hex = nt_json_str(nt_json_get(saved, "fnv1a"), "");
+  char *end;
+  unsigned long long hash = strtoull(hex, &end, 16);
+  int64_t items;
+  nt_status st = nt_json_get_int_in(ctx, saved, "items", 0, INT64_MAX, &items);
+  if (!st && (strlen(hex) != 16 || *end))
+    st = NT_ERROR(ctx, NT_ERR_FORMAT, "field 'fnv1a' is '%s', expected 16 hex digits", hex);
+  if (st) return NT_ERROR(ctx, st, "ckpt.json model_config data: %s", nt_last_error(ctx));
+  if (items == id->items && hash == id->hash) return NT_OK;
+  bool shard = strcmp(id->source, "shakespeare") && strcmp(id->source, "synthetic") &&
+               strcmp(id->source, "fashion-mnist");
+  return NT_ERROR(ctx, NT_ERR_INVALID_ARG,
+                  "--resume: %s %s holds other data than the checkpoint was trained on (%lld "
+                  "items, fnv1a %016llx; the checkpoint's: %lld items, fnv1a %016llx); resume on "
+                  "the data it was trained on", shard ? "--data" : "--data-dir",
+                  shard ? id->source : data_dir ? data_dir : "(default)", (long long)id->items,
+                  (unsigned long long)id->hash, (long long)items, hash);
 }
