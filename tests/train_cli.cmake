@@ -86,6 +86,18 @@ if(TARGET nanotrain)
   add_test(NAME train_cli_vocab COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/vocab.sh ${nt}
            ${CMAKE_CURRENT_BINARY_DIR}/train_cli_vocab)
   set_tests_properties(train_cli_vocab PROPERTIES LABELS cpu)
+  # docs/resume.md's table: every option has a rule on resume, and each row behaves as written
+  # (tests/cli/resume_table.sh; its data are made by the script)
+  foreach(m gpt cnn)
+    set(tname train_cli_resume_table)
+    if(m STREQUAL "cnn")
+      set(tname train_cli_resume_table_cnn)
+    endif()
+    add_test(NAME ${tname} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/resume_table.sh ${nt}
+             ${CMAKE_SOURCE_DIR}/docs/resume.md ${CMAKE_SOURCE_DIR}/examples/nanotrain.c
+             ${CMAKE_CURRENT_BINARY_DIR}/${tname} ${m})
+    set_tests_properties(${tname} PROPERTIES LABELS cpu)
+  endforeach()
   # A failed checkpoint write warns, training goes on and saves later (tests/cli/save_fail.sh)
   add_test(NAME train_cli_save_fail COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/save_fail.sh ${nt}
            ${CMAKE_CURRENT_BINARY_DIR}/train_cli_save_fail)

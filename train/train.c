@@ -682,6 +682,12 @@ nt_status nt_train_run(nt_ctx *ctx, const nt_train_options *o, nt_train_result *
   if (!st) st = preflight_memory(&T);
   if (!st) st = trainer_init(&T);
   if (!st && o->resume) st = nt_trainer_restore(&T, &side);
+  if (!st && o->resume && T.iter >= T.total_iters) {
+    /* a resume that trains no further (sampling from a checkpoint) writes no file */
+    nt_metrics_log_close(T.log);
+    T.log = NULL;
+    T.prom_path[0] = 0;
+  }
   if (!st) {
     res->global_batch = T.model->items_per_step * T.world * T.accum;
     nt_trainer_print(&T, "%s\n", T.model->summary);

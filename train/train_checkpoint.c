@@ -195,9 +195,9 @@ nt_status nt_trainer_merge_config(nt_ctx *ctx, const nt_json *side, nt_train_opt
                                 over, n_over, what);
   if (!st && ck_global > 0 && o->batch_size * o->world_size * accum != ck_global)
     return NT_ERROR(ctx, NT_ERR_INVALID_ARG,
-                    "%s: a global batch of %lld (--batch-size %lld x %d rank(s) x %lld "
-                    "micro-step(s)) differs from the checkpoint's %lld: give the per-rank "
-                    "--batch-size that keeps it", what,
+                    "%s: a global batch of %lld (--batch-size %lld x %d rank(s) x "
+                    "--grad-accum-steps %lld) differs from the checkpoint's %lld: give the "
+                    "per-rank --batch-size that keeps it", what,
                     (long long)(o->batch_size * o->world_size * accum), (long long)o->batch_size,
                     o->world_size, (long long)accum, (long long)ck_global);
   const nt_json *mc = nt_json_get(side, "model_config");
