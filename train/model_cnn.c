@@ -209,6 +209,18 @@ nt_status nt_model_cnn_create(nt_ctx *ctx, const nt_train_options *o, const nt_p
   r->test_src = (nt_image_source){tes, false, {0, false, FASHION_MEAN, FASHION_STD}};
   nt_dataset tr_ds = nt_image_dataset(&r->train_src), te_ds = nt_image_dataset(&r->test_src);
   int64_t B = o->batch_size;
+  nt_dtype dt = pol->compute_dtype;
+  nt_model_sizes sizes;
+  st = nt_cnn_estimate(ctx, &cfg, dt, (int)B, &sizes);
+  if (st) goto fail;
+  /* memest's figures against free memory before anything large is allocated; on the host:
+   * both loaders' slots (fp32 images and labels) */
+  int64_t pixels = (int64_t)cfg.in_channels * cfg.height * cfg.width;
+  nt_memest_compute(&sizes, dt, B, pixels, cfg.classes, o->dist.fsdp.strategy, o->world_size,
+                    nt_ctx_is_cuda(ctx) ? NT_MEMEST_WORKSPACE_BYTES : 0, &md->estimate);
+  st = nt_preflight_run_memory(ctx, &md->estimate, (double)B * (double)(pixels + 1) * 4 *
+                                                       (2 * o->num_workers + 2) * 2);
+  if (st) goto fail;
   nt_loader_opts lo = nt_loader_default_opts();
   lo.batch_size = B;
   lo.shuffle = true;
@@ -223,19 +235,13 @@ nt_status nt_model_cnn_create(nt_ctx *ctx, const nt_train_options *o, const nt_p
   lo.rank = 0;                   /* every rank evaluates on the whole test set */
   lo.world_size = 1;
   if (!st) st = nt_loader_create(ctx, &te_ds, &lo, &r->test);
-  nt_dtype dt = pol->compute_dtype;
   if (!st) st = nt_cnn_create(ctx, &cfg, dt, (int)B, &r->m);
   if (!st) st = nt_params_init(ctx, nt_cnn_params(r->m), o->seed);
   if (!st && pol->fp8) st = nt_cnn_enable_fp8(ctx, r->m, false);
   int64_t xs[4] = {B, cfg.in_channels, cfg.height, cfg.width};
   if (!st) st = nt_tensor_alloc(ctx, &r->x, dt, 4, xs);
   if (!st) st = nt_tensor_alloc(ctx, &r->y, NT_I32, 1, &B);
-  nt_model_sizes sizes;
-  if (!st) st = nt_cnn_estimate(ctx, &cfg, dt, (int)B, &sizes);
   if (st) goto fail;
-  nt_memest_compute(&sizes, dt, B, (int64_t)cfg.in_channels * cfg.height * cfg.width,
-                    cfg.classes, o->dist.fsdp.strategy, o->world_size,
-                    nt_ctx_is_cuda(ctx) ? NT_MEMEST_WORKSPACE_BYTES : 0, &md->estimate);
   md->params = nt_cnn_params(r->m);
   md->compute = dt;
   md->items_per_step = B;

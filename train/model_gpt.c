@@ -382,6 +382,18 @@ nt_status nt_model_gpt_create(nt_ctx *ctx, const nt_train_options *o, const nt_p
   if (!st) st = nt_preflight_block(ctx, r->split, r->n - r->split, cfg.block_size);
   nt_dtype dt = pol->compute_dtype;
   int64_t B = o->batch_size, S = cfg.block_size;
+  nt_model *m = &r->base;
+  nt_model_sizes sizes;
+  if (!st) st = nt_gpt_estimate(ctx, &cfg, dt, (int)B, (int)S, &sizes);
+  if (!st) {
+    /* memest's figures against free memory before anything large is allocated (the tokens
+     * are loaded already); on the host: the batch buffers and the loader's slots of x and y */
+    nt_memest_compute(&sizes, dt, B, S, S * cfg.vocab_size, o->dist.fsdp.strategy,
+                      o->world_size, nt_ctx_is_cuda(ctx) ? NT_MEMEST_WORKSPACE_BYTES : 0,
+                      &m->estimate);
+    double batch = (double)B * (double)S * 2 * sizeof(int32_t);
+    st = nt_preflight_run_memory(ctx, &m->estimate, batch * (1 + 2 * o->num_workers + 2));
+  }
   if (!st) st = nt_gpt_create(ctx, &cfg, dt, (int)B, (int)S, &r->g);
   if (!st) st = nt_params_init(ctx, nt_gpt_params(r->g), o->seed);
   if (!st && pol->fp8) st = nt_gpt_enable_fp8(ctx, r->g, false);
@@ -412,16 +424,10 @@ nt_status nt_model_gpt_create(nt_ctx *ctx, const nt_train_options *o, const nt_p
     lo.world_size = o->world_size;
     st = nt_loader_create(ctx, &ds, &lo, &r->loader);
   }
-  nt_model *m = &r->base;
-  nt_model_sizes sizes;
-  if (!st) st = nt_gpt_estimate(ctx, &cfg, dt, (int)B, (int)S, &sizes);
   if (st) {
     gpt_free(ctx, m);
     return st;
   }
-  nt_memest_compute(&sizes, dt, B, S, S * cfg.vocab_size, o->dist.fsdp.strategy,
-                    o->world_size,
-                    nt_ctx_is_cuda(ctx) ? NT_MEMEST_WORKSPACE_BYTES : 0, &m->estimate);
   m->params = nt_gpt_params(r->g);
   m->compute = dt;
   m->items_per_step = B * S;

@@ -1,4 +1,6 @@
 #include "train/preflight.h"
+#include "core/memory.h"
+#include "core/cuda_util.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,22 +19,53 @@ uint64_t nt_host_memory_available(void) {
 nt_status nt_preflight_memory(nt_ctx *ctx, const nt_mem_estimate *est, double host_bytes,
                               double host_available, double device_free) {
   const double mib = 1048576.0, slack = 1.05;
+  char parts[320];
+  snprintf(parts, sizeof parts, "memest: %.0f MiB = parameters %.0f, gradients %.0f, master "
+           "%.0f, optimizer %.0f, activations %.0f, workspace %.0f MiB", est->total / mib,
+           est->parameters / mib, est->gradients / mib, est->master / mib,
+           est->optimizer / mib, est->activations / mib, est->workspace / mib);
   if (device_free >= 0 && est->total * slack > device_free)
     return NT_ERROR(ctx, NT_ERR_OOM,
-                    "the run needs about %.0f MiB of GPU memory (memest: parameters %.0f, "
-                    "gradients %.0f, master %.0f, optimizer %.0f, activations %.0f, workspace "
-                    "%.0f MiB) but %.0f MiB are free; reduce --batch-size or the model",
-                    est->total / mib, est->parameters / mib, est->gradients / mib,
-                    est->master / mib, est->optimizer / mib, est->activations / mib,
-                    est->workspace / mib, device_free / mib);
+                    "the run needs about %.0f MiB of GPU memory (%s) but %.0f MiB are free; "
+                    "reduce --batch-size or the model", est->total / mib, parts,
+                    device_free / mib);
   if (host_available > 0 && host_bytes * slack > host_available)
     return NT_ERROR(ctx, NT_ERR_OOM,
-                    "the run needs about %.0f MiB of host memory (%s) but %.0f MiB are "
-                    "available; reduce --batch-size, the model or the data",
-                    host_bytes / mib,
-                    device_free < 0 ? "memest's estimate plus the data" : "data and loader",
+                    "the run needs about %.0f MiB of host memory (%s%s%.0f MiB) but %.0f MiB "
+                    "are available; reduce --batch-size, the model or the data",
+                    host_bytes / mib, device_free < 0 ? parts : "",
+                    device_free < 0 ? "; data, loader and batches " : "data, loader and batches ",
+                    (host_bytes - (device_free < 0 ? est->total : 0)) / mib,
                     host_available / mib);
   return NT_OK;
+}
+
+/* Bytes free on the context's GPU (cudaMemGetInfo), -1 for a CPU context or when unknown. */
+static double device_free_bytes(nt_ctx *ctx) {
+#ifdef NT_HAVE_CUDA
+  if (!nt_ctx_is_cuda(ctx)) return -1;
+  int prev = 0;
+  size_t free_b = 0, total = 0;
+  if (cudaGetDevice(&prev) != cudaSuccess) return -1;
+  bool ok = cudaSetDevice(nt_ctx_device(ctx).index) == cudaSuccess &&
+            cudaMemGetInfo(&free_b, &total) == cudaSuccess;
+  cudaSetDevice(prev);
+  (void)cudaGetLastError();
+  return ok ? (double)free_b : -1;
+#else
+  (void)ctx;
+  return -1;
+#endif
+}
+
+nt_status nt_preflight_run_memory(nt_ctx *ctx, const nt_mem_estimate *est, double host_bytes) {
+  nt_mem_stats ms;
+  nt_mem_get_stats(ctx, &ms);
+  /* what the context's pool holds is the run's to use */
+  double held = (double)ms.reserved, dev = device_free_bytes(ctx);
+  double host = (double)nt_host_memory_available();
+  if (dev >= 0) return nt_preflight_memory(ctx, est, host_bytes, host, dev + held);
+  return nt_preflight_memory(ctx, est, est->total + host_bytes, host > 0 ? host + held : 0, -1);
 }
 
 nt_status nt_preflight_block(nt_ctx *ctx, int64_t train_tokens, int64_t val_tokens, int block) {

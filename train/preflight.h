@@ -19,6 +19,11 @@ uint64_t nt_host_memory_available(void);
 nt_status nt_preflight_memory(nt_ctx *ctx, const nt_mem_estimate *est, double host_bytes,
                               double host_available, double device_free);
 
+/* Before a model allocates: memest's estimate against what the context's GPU has free (plus
+ * what its pool holds), and host_bytes (the data, the loader's slots, host batch buffers; on a
+ * CPU context est->total is added) against MemAvailable. nt_preflight_memory's errors. */
+nt_status nt_preflight_run_memory(nt_ctx *ctx, const nt_mem_estimate *est, double host_bytes);
+
 /* A GPT sample is block + 1 tokens: each split must hold one. NT_ERR_INVALID_ARG naming the
  * split and both lengths otherwise. */
 nt_status nt_preflight_block(nt_ctx *ctx, int64_t train_tokens, int64_t val_tokens, int block);
