@@ -29,6 +29,15 @@ if(TARGET nanotrain)
               "--block-size 1000000 needs 1000001 tokens per sample but the validation split"
               ${nt} gpt --device cpu --data synthetic --vocab-size 50 --n-layer 1 --n-head 2
               --n-embd 32 --block-size 1000000 --batch-size 1 --max-iters 1)
+  set_tests_properties(train_cli_block_split PROPERTIES TIMEOUT 30)
+  # memest's estimate over free memory: refused before training (tests/cli/preflight.sh)
+  add_test(NAME train_cli_preflight_memory COMMAND bash
+           ${CMAKE_CURRENT_SOURCE_DIR}/cli/preflight.sh ${nt} cpu)
+  set_tests_properties(train_cli_preflight_memory PROPERTIES LABELS cpu TIMEOUT 60)
+  add_test(NAME gpu_train_cli_preflight_memory COMMAND bash
+           ${CMAKE_CURRENT_SOURCE_DIR}/cli/preflight.sh ${nt} cuda)
+  set_tests_properties(gpu_train_cli_preflight_memory PROPERTIES LABELS gpu TIMEOUT 60
+                       SKIP_RETURN_CODE 77)
   nt_cli_test(train_cli_extra_arg 2 "unexpected argument 'extra'" ${nt} gpt extra)
   set(tiny_base --device cpu --data synthetic --vocab-size 50 --n-layer 1 --n-head 2 --n-embd 32
       --block-size 16 --batch-size 4 --eval-interval 5 --eval-iters 2 --log-interval 5
