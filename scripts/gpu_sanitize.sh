@@ -11,10 +11,10 @@
 # 3 no errors, but some run timed out or was not run (the table says which).
 # CUDA API errors are not counted (--report-api-errors no): some tests provoke them on purpose
 # (out of memory, bad arguments) and every call's status is checked by the code itself.
-# The library's caching allocator hands out pieces of larger cudaMalloc segments, so memcheck
-# sees an out-of-bounds access only when it leaves a segment; racecheck and initcheck are
-# unaffected. GEMM autotuning and the widened search are off (NT_GEMM_AUTOTUNE=0,
-# NT_GEMM_SEARCH=0): fewer cuBLASLt launches under the sanitizer's slow-down.
+# The pool's caching is off (NT_MEM_CACHE=0: every tensor its own cudaMalloc of exactly its
+# size), so memcheck sees an access past any tensor's end, not only past a pooled segment's.
+# GEMM autotuning and the widened search are off (NT_GEMM_AUTOTUNE=0, NT_GEMM_SEARCH=0): fewer
+# cuBLASLt launches under the sanitizer's slow-down.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -35,7 +35,7 @@ if [[ ! -x $build/nanotrain ]]; then
   scripts/build.sh "$build" -DNT_CUDA_ARCHS=90a >"$logs/build.log" 2>&1 ||
     { tail -20 "$logs/build.log"; exit 1; }
 fi
-export NT_GEMM_AUTOTUNE=0 NT_GEMM_SEARCH=0
+export NT_GEMM_AUTOTUNE=0 NT_GEMM_SEARCH=0 NT_MEM_CACHE=0
 
 # a Fashion-MNIST-shaped set for the CNN (random images; plain IDX under the .gz names, which
 # the reader accepts): no dataset needed
@@ -82,7 +82,8 @@ errors_total=0 failed=0 incomplete=0
   echo "# compute-sanitizer ($(date -u '+%Y-%m-%d %H:%M UTC'))"
   echo
   echo "$("$cs" --version | tail -1); $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
-  echo "Budget ${budget} s, at most ${per_run} s a run; NT_GEMM_AUTOTUNE=0 NT_GEMM_SEARCH=0."
+  echo "Budget ${budget} s, at most ${per_run} s a run; NT_MEM_CACHE=0 NT_GEMM_AUTOTUNE=0" \
+       "NT_GEMM_SEARCH=0."
   echo
   echo "| test | tool | result | errors | seconds |"
   echo "|---|---|---|---:|---:|"
