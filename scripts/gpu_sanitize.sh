@@ -37,18 +37,9 @@ if [[ ! -x $build/nanotrain ]]; then
 fi
 export NT_GEMM_AUTOTUNE=0 NT_GEMM_SEARCH=0 NT_MEM_CACHE=0
 
-# a Fashion-MNIST-shaped set for the CNN (random images; plain IDX under the .gz names, which
-# the reader accepts): no dataset needed
+# a Fashion-MNIST-shaped set of random images for the CNN: no dataset needed
 fashion=$logs/fashion
-mkdir -p "$fashion"
-be32() { for s in 24 16 8 0; do printf "\\x$(printf %02x $(($1 >> s & 255)))"; done; }
-for split in train:64 t10k:32; do
-  name=${split%:*} n=${split#*:}
-  { printf '\x00\x00\x08\x03'; be32 "$n"; be32 28; be32 28; head -c $((n * 784)) /dev/urandom; } \
-    >"$fashion/$name-images-idx3-ubyte.gz"
-  { printf '\x00\x00\x08\x01'; be32 "$n"; for i in $(seq "$n"); do printf "\\x0$((i % 10))"; done; } \
-    >"$fashion/$name-labels-idx1-ubyte.gz"
-done
+bash tests/cli/fashion_like.sh "$fashion" 64 32 || exit 1
 
 t=$build/tests
 nt=$build/nanotrain

@@ -6,7 +6,8 @@
 #     the same config and model_config (the settings are restored);
 #  3. each row's test arguments are given to a resume of that checkpoint: a "checked" row must
 #     exit 2 with a message naming the option, "override" and "free" rows must exit 0.
-# The data are made here (a small text; a small Fashion-MNIST-shaped set), so nothing is skipped.
+# The data are made here (a small text; a Fashion-MNIST-shaped set, fashion_like.sh), so nothing
+# is skipped.
 # Usage: resume_table.sh NANOTRAIN DOC NANOTRAIN_SOURCE WORK_DIR gpt|cnn
 set -u
 nt=$1 doc=$2 src=$3 work=$4 model=$5
@@ -34,17 +35,6 @@ for o in $(sort -u "$work/opts_help" "$work/opts_src" | comm -13 - "$work/opts_d
 done
 
 # ---- data and the base checkpoint ----
-be32() {   # a big-endian 32-bit integer
-  for shift in 24 16 8 0; do printf "\\x$(printf %02x $(($1 >> shift & 255)))"; done
-}
-# a Fashion-MNIST-shaped split: n random 28x28 images and labels 0..9 (plain IDX files under
-# the .gz names: the reader takes plain files too)
-idx_split() {   # dir split n
-  { printf '\x00\x00\x08\x03'; be32 "$3"; be32 28; be32 28; head -c $(($3 * 784)) /dev/urandom; } \
-    >"$1/$2-images-idx3-ubyte.gz"
-  { printf '\x00\x00\x08\x01'; be32 "$3"; for i in $(seq "$3"); do printf "\\x0$((i % 10))"; done; } \
-    >"$1/$2-labels-idx1-ubyte.gz"
-}
 mkdir -p "$work/data" "$work/other"
 common=(--lr 0.002 --min-lr 0.0003 --weight-decay 0.05 --beta1 0.85 --beta2 0.95 --eps 1e-7
         --warmup-iters 2 --lr-decay-iters 50 --grad-clip 0.7 --seed 11 --dropout 0.05
@@ -58,7 +48,7 @@ if [[ $model == gpt ]]; then
         --num-workers 1)
   step=5 more=6
 else
-  for d in data other; do idx_split "$work/$d" train 64; idx_split "$work/$d" t10k 32; done
+  for d in data other; do bash "$(dirname "$0")/fashion_like.sh" "$work/$d" 64 32; done
   base=(cnn "${common[@]}" --widths 4,8,16 --batch-size 16 --epochs 1 --max-iters 2
         --train-subset 64 --test-subset 32 --num-workers 2)
   step=2 more=3
