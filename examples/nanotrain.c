@@ -417,8 +417,8 @@ static int parse_cli(int argc, char **argv, cli *c) {
     if (!strcmp(argv[i], "--model") && i + 1 < argc) m = argv[i + 1];
     else if (!strncmp(argv[i], "--model=", 8)) m = argv[i] + 8;
     else if (i == 1 && argv[i][0] != '-') m = argv[i];
-    if (m && !strcmp(m, "cnn")) c->model = NT_MODEL_CNN;
-    else if (m && strcmp(m, "gpt")) return bad("model", m, "expected gpt or cnn");
+    if (m && strcmp(m, "gpt") && strcmp(m, "cnn")) return bad("model", m, "expected gpt or cnn");
+    if (m) c->model = strcmp(m, "cnn") ? NT_MODEL_GPT : NT_MODEL_CNN;   /* the last one wins */
   }
   nt_train_options o = nt_train_defaults(c->model);
   o.keep_checkpoints = NT_CHECKPOINT_KEEP_DEFAULT;

@@ -5,7 +5,6 @@
 #include "core/cuda_util.h"
 #include "models/checkpoint.h"
 #include "core/stop.h"
-#include "train/preflight.h"
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -98,37 +97,6 @@ static double peak_flops(nt_ctx *ctx, nt_precision p) {
   (void)p;
   return 0;
 #endif
-}
-
-/* Bytes free on the context's GPU (cudaMemGetInfo), -1 for a CPU context or when unknown. */
-static double device_free_bytes(nt_ctx *ctx) {
-#ifdef NT_HAVE_CUDA
-  if (!nt_ctx_is_cuda(ctx)) return -1;
-  int prev = 0;
-  size_t free_b = 0, total = 0;
-  if (cudaGetDevice(&prev) != cudaSuccess) return -1;
-  bool ok = cudaSetDevice(nt_ctx_device(ctx).index) == cudaSuccess &&
-            cudaMemGetInfo(&free_b, &total) == cudaSuccess;
-  cudaSetDevice(prev);
-  (void)cudaGetLastError();
-  return ok ? (double)free_b : -1;
-#else
-  (void)ctx;
-  return -1;
-#endif
-}
-
-/* Before training: memest's estimate against what is free. The model's parameters are
- * allocated already (they are in the estimate too), so what the context's pool holds counts
- * as available to the run. */
-static nt_status preflight_memory(nt_trainer *T) {
-  nt_mem_stats ms;
-  nt_mem_get_stats(T->ctx, &ms);
-  const nt_mem_estimate *est = &T->model->estimate;
-  double held = (double)ms.reserved, dev = device_free_bytes(T->ctx);
-  double host = (double)nt_host_memory_available();
-  if (dev >= 0) return nt_preflight_memory(T->ctx, est, 0, host, dev + held);
-  return nt_preflight_memory(T->ctx, est, est->total, host > 0 ? host + held : 0, -1);
 }
 
 /* The step's body: the model's micro-step on the staged batch. */
@@ -685,9 +653,14 @@ nt_status nt_train_run(nt_ctx *ctx, const nt_train_options *o, nt_train_result *
    * stream) */
   nt_ctx_manual_seed(ctx, nt_train_dropout_seed(run.seed + 2, run.rank));
   nt_ctx_set_rng_offset(ctx, 0);
-  if (!st) st = preflight_memory(&T);
   if (!st) st = trainer_init(&T);
   if (!st && o->resume) st = nt_trainer_restore(&T, &side);
+  if (!st && o->resume && T.iter >= T.total_iters) {
+    /* a resume that trains no further (sampling from a checkpoint) writes no file */
+    nt_metrics_log_close(T.log);
+    T.log = NULL;
+    T.prom_path[0] = 0;
+  }
   if (!st) {
     res->global_batch = T.model->items_per_step * T.world * T.accum;
     nt_trainer_print(&T, "%s\n", T.model->summary);

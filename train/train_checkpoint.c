@@ -12,6 +12,7 @@
 #include "models/checkpoint.h"
 #include "models/limits.h"
 #include "models/state.h"
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,13 +110,76 @@ static bool is_given(const nt_train_options *o, const char *name) {
   return false;
 }
 
+/* The kind of GPT data a --data value names: shakespeare, synthetic, or a token shard. */
+static const char *data_kind(const char *src) {
+  return !strcmp(src, "shakespeare") || !strcmp(src, "synthetic") ? src : "a token shard";
+}
+
+/* Options that set several saved fields at once, or a field under another name (--widths,
+ * --preset, --no-decay-lr), and the GPT's data source: a conflict names the option as typed
+ * with both values; an absent --data takes the checkpoint's. Run before the tables' merge (so
+ * a field given on its own, e.g. --n-layer after --preset, is that merge's). */
+static nt_status merge_composite(nt_ctx *ctx, const nt_json *side, nt_train_options *o) {
+  const nt_json *cfg = nt_json_get(side, "config"), *mc = nt_json_get(side, "model_config");
+  char msg[512] = "";
+  size_t used = 0;
+  int n = 0;
+#define CONFLICT(...) do { \
+    int w_ = snprintf(msg + used, sizeof msg - used, "%s", n++ ? ", " : ""); \
+    if (w_ > 0 && (size_t)w_ < sizeof msg - used) used += (size_t)w_; \
+    w_ = snprintf(msg + used, sizeof msg - used, __VA_ARGS__); \
+    if (w_ > 0 && (size_t)w_ < sizeof msg - used) used += (size_t)w_; \
+  } while (0)
+  const nt_json *decay = nt_json_get(cfg, "decay_lr");
+  if (is_given(o, "no-decay-lr") && decay && decay->type == NT_JSON_BOOL && decay->b)
+    CONFLICT("--no-decay-lr (the checkpoint decays the learning rate)");
+  if (o->model == NT_MODEL_CNN && is_given(o, "widths")) {
+    int64_t c1 = nt_json_get_i64(mc, "c1", -1), c2 = nt_json_get_i64(mc, "c2", -1),
+            h = nt_json_get_i64(mc, "hidden", -1);
+    if (c1 != o->cnn.c1 || c2 != o->cnn.c2 || h != o->cnn.hidden)
+      CONFLICT("--widths %d,%d,%d (the checkpoint has %lld,%lld,%lld)", o->cnn.c1, o->cnn.c2,
+               o->cnn.hidden, (long long)c1, (long long)c2, (long long)h);
+  }
+  if (o->model == NT_MODEL_GPT && is_given(o, "preset")) {
+    /* the preset's fields not given on their own; a text corpus sets the vocabulary size */
+    struct { const char *opt, *key; double mine; } f[] = {
+        {"n-layer", "n_layer", o->gpt.n_layer},       {"n-head", "n_head", o->gpt.n_head},
+        {"n-embd", "n_embd", o->gpt.n_embd},          {"block-size", "block_size", o->gpt.block_size},
+        {"vocab-size", "vocab_size", o->gpt.vocab_size}, {"dropout", "dropout", o->gpt.dropout}};
+    bool text = nt_json_get(mc, "vocab") != NULL;
+    char diff[256] = "";
+    size_t dn = 0;
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+      if (is_given(o, f[i].opt) || (text && !strcmp(f[i].key, "vocab_size"))) continue;
+      double ck = nt_json_get_num(mc, f[i].key, NAN);
+      if ((float)ck == (float)f[i].mine) continue;
+      int w = snprintf(diff + dn, sizeof diff - dn, "%s%s %g (the checkpoint has %g)",
+                       dn ? ", " : "", f[i].key, f[i].mine, ck);
+      if (w > 0 && (size_t)w < sizeof diff - dn) dn += (size_t)w;
+    }
+    if (dn) CONFLICT("--preset: %s", diff);
+  }
+  const char *ck_data = nt_json_str(nt_json_get(nt_json_get(mc, "data"), "source"), NULL);
+  if (o->model == NT_MODEL_GPT && ck_data && strcmp(ck_data, "fashion-mnist")) {
+    if (!is_given(o, "data")) o->gpt_data = ck_data;   /* (the sidecar outlives the run) */
+    else if (strcmp(data_kind(o->gpt_data), data_kind(ck_data)))
+      CONFLICT("--data %s (the checkpoint has %s)", o->gpt_data, ck_data);
+  }
+#undef CONFLICT
+  if (!n) return NT_OK;
+  return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "--resume: %s conflict%s with the checkpoint; drop "
+                  "%s to continue the run as saved", msg, n > 1 ? "" : "s", n > 1 ? "them" : "it");
+}
+
 nt_status nt_trainer_merge_config(nt_ctx *ctx, const nt_json *side, nt_train_options *o) {
   const char *what = "--resume";
   const char *model = nt_json_str(nt_json_get(side, "model"), "");
   const char *want = o->model == NT_MODEL_GPT ? "gpt" : "cnn";
   if (strcmp(model, want))
-    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "%s %s: a '%s' checkpoint cannot resume a '%s' run",
-                    what, o->resume, model, want);
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "%s %s: --model %s conflicts with the checkpoint "
+                    "(a '%s' model)", what, o->resume, want, model);
+  nt_status st0 = merge_composite(ctx, side, o);
+  if (st0) return st0;
   /* Data parallel: --batch-size is per rank, so a resume at another world size (or another
    * number of micro-steps) may change it as long as the global batch stays the same. */
   const nt_json *dp = nt_json_get(side, "data_parallel");
@@ -132,9 +196,9 @@ nt_status nt_trainer_merge_config(nt_ctx *ctx, const nt_json *side, nt_train_opt
                                 over, n_over, what);
   if (!st && ck_global > 0 && o->batch_size * o->world_size * accum != ck_global)
     return NT_ERROR(ctx, NT_ERR_INVALID_ARG,
-                    "%s: a global batch of %lld (--batch-size %lld x %d rank(s) x %lld "
-                    "micro-step(s)) differs from the checkpoint's %lld: give the per-rank "
-                    "--batch-size that keeps it", what,
+                    "%s: a global batch of %lld (--batch-size %lld x %d rank(s) x "
+                    "--grad-accum-steps %lld) differs from the checkpoint's %lld: give the "
+                    "per-rank --batch-size that keeps it", what,
                     (long long)(o->batch_size * o->world_size * accum), (long long)o->batch_size,
                     o->world_size, (long long)accum, (long long)ck_global);
   const nt_json *mc = nt_json_get(side, "model_config");
