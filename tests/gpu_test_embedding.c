@@ -6,7 +6,7 @@
 
 /* The forward gathers rows: exact in every dtype (measured 0 in f16 and bf16 on the H200,
  * 2026-12-04 03:20). The fp32 weight gradients: about twice the worst measured, 1.15e-7. */
-static const double tol_grad = 2.3e-7;
+static const double tol_grad = 2.2e-7;
 
 static void run_case(nt_ctx *cc, nt_ctx *gc, nt_test_rng *r, nt_dtype dt, int64_t B, int64_t T,
                      int64_t C, int64_t V, int64_t Tmax, int use_wpe) {

@@ -45,7 +45,7 @@ typedef struct {
 static const vs_cpu_bound gpt_bounds[] = {
     /* dtype, fp8, loss, grads          measured: loss gap, grads */
     {NT_F32, false, 2.7e-7, 1.7e-6},  /* equal to 6 decimals (0 to 1.36e-7), 8.64e-7 */
-    {NT_BF16, false, 1.8e-5, 1.3e-2}, /* 9.12e-6, 6.65e-3 */
+    {NT_BF16, false, 1.75e-5, 1.3e-2}, /* 9.12e-6 (8.98e-6 to 9.26e-6), 6.65e-3 */
     {NT_F16, false, 2.8e-6, 1.6e-3},  /* 1.43e-6 (1.28e-6 to 1.57e-6), 8.27e-4 */
     {NT_BF16, true, 4.3e-5, 0.15},    /* 2.17e-5, 0.0795 */
 };
