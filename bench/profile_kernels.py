@@ -64,8 +64,8 @@ def read_log(path):
         if "Metric Name" in row:                       # ncu
             if row.get("Metric Name") != "gpu__time_duration.sum":
                 continue
-            scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3,
-                     "second": 1e6}.get(row["Metric Unit"], 1.0)
+            scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3,
+                     "ms": 1e3, "second": 1e6, "s": 1e6}[row["Metric Unit"]]
             name, calls = row["Kernel Name"], 1
             us = float(row["Metric Value"].replace(",", "")) * scale
         elif "kernel" in row:                          # profile_torch.py

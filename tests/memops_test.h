@@ -154,9 +154,19 @@ static inline void memops_pair_free(nt_ctx *cc, nt_ctx *gc, memops_pair *p) {
   nt_tensor_free(gc, &p->g);
 }
 
-/* ||gpu - cpu|| / ||cpu||. */
+/* ||gpu - cpu|| / ||cpu||, recorded as a measured error of its dtype (nt_test_note). */
 static inline double memops_pair_err(nt_ctx *cc, nt_ctx *gc, const memops_pair *p) {
-  return memops_rel_err_t(gc, &p->g, cc, &p->c);
+  return nt_test_note(p->g.dtype, memops_rel_err_t(gc, &p->g, cc, &p->c));
+}
+
+/* A GPU test's bounds on ||gpu - cpu|| / ||cpu||, one per tensor dtype, set from the worst
+ * error the H200 measured in each (the `measured:` lines; docs/tolerances.md). */
+typedef struct {
+  double f32, f16, bf16;
+} memops_bounds;
+
+static inline double memops_bound(const memops_bounds *b, nt_dtype dt) {
+  return dt == NT_F32 ? b->f32 : dt == NT_F16 ? b->f16 : b->bf16;
 }
 
 /* Bitwise equality of two GPU tensors' contents. */
