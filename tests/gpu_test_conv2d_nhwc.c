@@ -5,8 +5,9 @@
  * kernel), pad 0, a 3x5 kernel; bias f32 or the dtype, fused ReLU (forward) and the ReLU mask
  * (backward), dw f32 or the dtype; dx must be overwritten (prefilled with garbage), dw / db
  * accumulated onto a prefilled value, and a second backward must give bit-identical gradients
- * (fixed-order split-K). Relative errors ||gpu - ref|| / ||ref|| are printed per case (the
- * tolerances: F32 1e-5, F16 2e-3, BF16 1e-2). MaxPool must match exactly, in both y layouts,
+ * (fixed-order split-K). Relative errors ||gpu - ref|| / ||ref|| are printed per case, and the
+ * worst per dtype at the end; the bounds (below) are under twice the H200's worst. MaxPool
+ * must match exactly, in both y layouts,
  * with and without the mask, and so must the fused conv + pool forward against conv then pool. */
 #include "tests/testutil.h"
 #include "ops/conv2d_nhwc.h"
@@ -26,12 +27,22 @@ static bool put(nt_ctx *g, nt_tensor *dev, nt_dtype dt, int ndim, const int64_t 
 
 static double worst[3][4];   /* [dtype][y, dx, dw, db] */
 
+/* Bounds on ||gpu - ref|| / ||ref||, [f32, f16, bf16][y, dx, dw, db]: under twice the worst
+ * the H200 measured over these cases (session 12, 03:20 UTC):
+ *   f32  y 4.17e-7 dx 4.15e-7 dw 1.57e-7 db 1.82e-7
+ *   f16  y 2.12e-4 dx 2.12e-4 dw 2.28e-4 db 2.41e-4
+ *   bf16 y 1.89e-3 dx 1.68e-3 dw 2.16e-3 db 2.07e-3 */
+static const double bound[3][4] = {{8e-7, 8e-7, 3e-7, 3.6e-7},
+                                   {4.2e-4, 4.2e-4, 4.5e-4, 4.8e-4},
+                                   {3.7e-3, 3.3e-3, 4.3e-3, 4.1e-3}};
+
 static int dt_index(nt_dtype dt) { return dt == NT_F32 ? 0 : dt == NT_F16 ? 1 : 2; }
 
 static double check_err(nt_dtype dt, int what, const float *got, const float *ref, size_t n,
                         const char *label, const char *name) {
   double e = nt_test_rel_err(got, ref, (int64_t)n);
-  CHECK(e < nt_test_tol(dt), "%s: %s rel err %.3g", label, name, e);
+  CHECK(e < bound[dt_index(dt)][what], "%s: %s rel err %.3g (bound %.2g)", label, name, e,
+        bound[dt_index(dt)][what]);
   if (e > worst[dt_index(dt)][what]) worst[dt_index(dt)][what] = e;
   return e;
 }
@@ -178,8 +189,9 @@ static void partial_outputs(nt_ctx *g, nt_ctx *c, nt_dtype dt) {
   if (ok) {
     double ex = nt_test_rel_err(gdx, rdx, (int64_t)nx), ew = nt_test_rel_err(gdw, rdw, (int64_t)nw),
            eb = nt_test_rel_err(gdb, rdb, 16);
-    CHECK(ex < nt_test_tol(dt) && ew < nt_test_tol(dt) && eb < nt_test_tol(dt),
-          "%s: dx / dw / db alone: %.3g %.3g %.3g", nt_dtype_name(dt), ex, ew, eb);
+    const double *b = bound[dt_index(dt)];
+    CHECK(ex < b[1] && ew < b[2] && eb < b[3], "%s: dx / dw / db alone: %.3g %.3g %.3g",
+          nt_dtype_name(dt), ex, ew, eb);
   }
   nt_tensor *all[6] = {&tx, &tw, &tdy, &tdx, &tdw, &tdb};
   for (int i = 0; i < 6; i++) nt_tensor_free(g, all[i]);
