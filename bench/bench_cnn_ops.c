@@ -10,19 +10,15 @@
  * f32, as cuDNN's default). Each op runs `steps` times per sample between CUDA events; the
  * median over `repeats` samples, per call, after warm-up. "graph": the `steps` calls captured
  * in one CUDA graph and replayed (launch overhead excluded); "eager": launched from the host.
- * Lines: "RESULT nt dtype op mode ms".
- * Two layouts side by side:
- *   NHWC, the model's (ops/conv2d_nhwc.h: implicit-GEMM tensor-core kernels): convI fwd,
- *     convI fwd_relu, conv2 / conv4 fwd_relu_pool (the pool fused into the conv, the model's
- *     call), convI dx, convI dw_db (dx / dw with the ReLU mask where the model applies it:
- *     conv1 and conv3), poolI fwd (pool2 writes NCHW), poolI bwd (masked by the pool's output),
- *     model fwd_bwd (models/cnn.c's sequence of calls);
- *   NCHW, im2col + cuBLASLt (ops/conv2d.h), the former path: the same names prefixed "im2col_"
- *     (model: ReLU fused into the conv's forward and backward, gradients zeroed where that
- *     model zeroed them). */
+ * Lines: "RESULT nt dtype op mode ms". The ops are the model's, channels last (ops/conv2d_nhwc.h:
+ * implicit-GEMM tensor-core kernels): convI fwd, convI fwd_relu, conv2 / conv4 fwd_relu_pool
+ * (the pool fused into the conv, the model's call), convI dx (conv2 / conv4 write it masked by
+ * their input, as the model), convI dw_db, poolI fwd (pool2 writes NCHW), poolI bwd (masked by
+ * the pool's output), model fwd_bwd (models/cnn.c's sequence of calls). The NCHW im2col path
+ * this replaced measured 1.81 ms for model fwd_bwd at batch 256 (f16, graph) against 0.72 ms
+ * (H200, session 12). */
 #include "core/nt.h"
 #include "tools/ctx_env.h"
-#include "ops/conv2d.h"
 #include "ops/conv2d_nhwc.h"
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
@@ -96,7 +92,6 @@ typedef struct {
   nt_tensor w[4], b[4], dw[4], db[4];                  /* convolutions */
   nt_tensor fw1, fb1, fw2, fb2, dfw1, dfb1, dfw2, dfb2; /* linear layers */
   nt_tensor dlogits, dh, dpre, dflat, da4, da3, dp1, da2, da1;
-  bool nhwc;   /* the NHWC ops on channels-last views of the same buffers */
 } model;
 
 static const int CIN[4] = {1, 32, 32, 64}, COUT[4] = {32, 32, 64, 64}, HW[4] = {28, 28, 14, 14};
@@ -149,8 +144,14 @@ static nt_status model_init(nt_ctx *ctx, model *m, nt_dtype dt) {
   if (!st) st = mk(ctx, &m->dp1, dt, 4, NB, 32, 14, 14, 0, 0.0f);
   if (!st) st = mk(ctx, &m->da2, dt, 4, NB, 32, 28, 28, 0, 0.0f);
   if (!st) st = mk(ctx, &m->da1, dt, 4, NB, 32, 28, 28, 0, 0.0f);
-  if (!st) st = nt_maxpool2d_forward(ctx, &m->a2, &m->p1, &m->arg1, 2);
-  if (!st) st = nt_maxpool2d_forward(ctx, &m->a4, &m->p2, &m->arg2, 2);
+  /* argmax for the pool backward ops timed alone (channels-last views, as lay() below) */
+  const int64_t s2[4] = {NB, 28, 28, 32}, s1[4] = {NB, 14, 14, 32}, s4[4] = {NB, 14, 14, 64};
+  nt_tensor a2 = nt_tensor_view(m->a2.data, dt, m->a2.device, 4, s2),
+            p1 = nt_tensor_view(m->p1.data, dt, m->p1.device, 4, s1),
+            g1 = nt_tensor_view(m->arg1.data, NT_I32, m->arg1.device, 4, s1),
+            a4 = nt_tensor_view(m->a4.data, dt, m->a4.device, 4, s4);
+  if (!st) st = nt_maxpool2d_nhwc_forward(ctx, &a2, &p1, &g1, 2, false);
+  if (!st) st = nt_maxpool2d_nhwc_forward(ctx, &a4, &m->p2, &m->arg2, 2, true);
   return st;
 }
 
@@ -168,10 +169,10 @@ static void model_free(nt_ctx *ctx, model *m) {
   }
 }
 
-/* t as [N, H, W, C] for the NHWC ops when m->nhwc (t is [N, C, H, W] or has that many elements):
- * the same buffer, channels last. p2 and its gradient stay NCHW (the last pool writes it). */
-static nt_tensor lay(const model *m, const nt_tensor *t) {
-  if (!m->nhwc || t->ndim != 4) return *t;
+/* t ([N, C, H, W] as allocated) viewed as [N, H, W, C]: the same buffer, channels last. p2 and
+ * its gradient stay NCHW (the last pool writes it). */
+static nt_tensor lay(const nt_tensor *t) {
+  if (t->ndim != 4) return *t;
   const int64_t s[4] = {t->shape[0], t->shape[2], t->shape[3], t->shape[1]};
   return nt_tensor_view(t->data, t->dtype, t->device, 4, s);
 }
@@ -180,67 +181,56 @@ static nt_tensor lay(const model *m, const nt_tensor *t) {
 static void conv_io(model *m, int i, nt_tensor *in, nt_tensor *out, nt_tensor *din) {
   nt_tensor *ins[4] = {&m->x, &m->a1, &m->p1, &m->a3}, *outs[4] = {&m->a1, &m->a2, &m->a3, &m->a4};
   nt_tensor *dins[4] = {NULL, &m->da1, &m->dp1, &m->da3};
-  *in = lay(m, ins[i]);
-  *out = lay(m, outs[i]);
-  *din = dins[i] ? lay(m, dins[i]) : (nt_tensor){0};
+  *in = lay(ins[i]);
+  *out = lay(outs[i]);
+  *din = dins[i] ? lay(dins[i]) : (nt_tensor){0};
 }
 
 static nt_status conv_fwd(nt_ctx *ctx, model *m, int i, bool relu) {
   nt_tensor in, out, din;
   conv_io(m, i, &in, &out, &din);
   nt_conv2d_params p = {1, 1};
-  if (m->nhwc) return nt_conv2d_nhwc_forward(ctx, &in, &m->w[i], &m->b[i], &out, p, relu);
-  return relu ? nt_conv2d_relu_forward(ctx, &in, &m->w[i], &m->b[i], &out, p)
-              : nt_conv2d_forward(ctx, &in, &m->w[i], &m->b[i], &out, p);
+  return nt_conv2d_nhwc_forward(ctx, &in, &m->w[i], &m->b[i], &out, p, relu);
 }
 
-/* The conv's backward from dout into dx (i > 0 and want_dx), dw and db (want_dw). NHWC: as the
- * model calls it (dy already masked: by the pool's backward for conv2 / conv4, by the next
- * conv's dx write for conv1 / conv3; conv2 / conv4 write dx masked by their input a1 / a3),
- * dx overwritten. NCHW: relu' from out fused, dx zeroed first (that op accumulates). */
+/* The conv's backward from dout into dx (i > 0 and want_dx), dw and db (want_dw), as the model
+ * calls it: dy already masked (by the pool's backward for conv2 / conv4, by the next conv's dx
+ * write for conv1 / conv3), conv2 / conv4 write dx masked by their input a1 / a3. */
 static nt_status conv_bwd(nt_ctx *ctx, model *m, int i, const nt_tensor *dout, bool want_dx,
                           bool want_dw) {
-  nt_tensor in, out, din, dy = lay(m, dout);
+  nt_tensor in, out, din, dy = lay(dout);
   conv_io(m, i, &in, &out, &din);
   nt_conv2d_params p = {1, 1};
   nt_tensor *dx = want_dx && i > 0 ? &din : NULL, *dw = want_dw ? &m->dw[i] : NULL,
             *db = want_dw ? &m->db[i] : NULL;
-  if (m->nhwc)
-    return nt_conv2d_nhwc_backward(ctx, &dy, NULL, &in, &m->w[i], dx, i % 2 ? &in : NULL, dw, db,
-                                   p);
-  nt_status st = dx ? nt_tensor_zero(ctx, dx) : NT_OK;
-  return st ? st : nt_conv2d_relu_backward(ctx, &dy, &out, &in, &m->w[i], dx, dw, db, p);
+  return nt_conv2d_nhwc_backward(ctx, &dy, NULL, &in, &m->w[i], dx, i % 2 ? &in : NULL, dw, db,
+                                 p);
 }
 
 static nt_status pool_fwd(nt_ctx *ctx, model *m, int i) {
   nt_tensor *x = i ? &m->a4 : &m->a2, *y = i ? &m->p2 : &m->p1, *am = i ? &m->arg2 : &m->arg1;
-  if (!m->nhwc) return nt_maxpool2d_forward(ctx, x, y, am, 2);
-  nt_tensor xh = lay(m, x), yh = i ? *y : lay(m, y), amh = i ? *am : lay(m, am);
+  nt_tensor xh = lay(x), yh = i ? *y : lay(y), amh = i ? *am : lay(am);
   return nt_maxpool2d_nhwc_forward(ctx, &xh, &yh, &amh, 2, i == 1);
 }
 
-/* NHWC conv i (1 or 3) + ReLU + pool (i / 2) in one op, as the model runs them. */
+/* Conv i (1 or 3) + ReLU + pool (i / 2) in one op, as the model runs them. */
 static nt_status conv_pool_fwd(nt_ctx *ctx, model *m, int i) {
   nt_tensor in, out, din;
   conv_io(m, i, &in, &out, &din);
   nt_conv2d_params p = {1, 1};
   const int k = i / 2;
   nt_tensor *y = k ? &m->p2 : &m->p1, *am = k ? &m->arg2 : &m->arg1;
-  nt_tensor yh = k ? *y : lay(m, y), amh = k ? *am : lay(m, am);
+  nt_tensor yh = k ? *y : lay(y), amh = k ? *am : lay(am);
   return nt_conv2d_nhwc_pool_forward(ctx, &in, &m->w[i], &m->b[i], &yh, &amh, p, true, k == 1,
                                      NULL);
 }
 
-/* dy (p's gradient) -> dx (the pooled map's); NHWC: masked by p > 0 and dx overwritten. */
+/* dy (p's gradient) -> dx (the pooled map's), masked by p > 0, dx overwritten. */
 static nt_status pool_bwd(nt_ctx *ctx, model *m, int i) {
   nt_tensor *dy = i ? &m->dflat : &m->dp1, *dx = i ? &m->da4 : &m->da2;
   nt_tensor *y = i ? &m->p2 : &m->p1, *am = i ? &m->arg2 : &m->arg1;
-  if (!m->nhwc) {
-    nt_status st = nt_tensor_zero(ctx, dx);
-    return st ? st : nt_maxpool2d_backward(ctx, dy, am, dx);
-  }
-  nt_tensor dyh = i ? *dy : lay(m, dy), yh = i ? *y : lay(m, y), amh = i ? *am : lay(m, am);
-  nt_tensor dxh = lay(m, dx);
+  nt_tensor dyh = i ? *dy : lay(dy), yh = i ? *y : lay(y), amh = i ? *am : lay(am);
+  nt_tensor dxh = lay(dx);
   return nt_maxpool2d_nhwc_backward(ctx, &dyh, &amh, &yh, &dxh, 2, i == 1);
 }
 
@@ -272,12 +262,10 @@ static nt_status model_step(nt_ctx *ctx, void *arg) {
   const int64_t flat_s[2] = {NB, 3136};
   nt_tensor flat, dflat;
   nt_status st = NT_OK;
-  /* NHWC: conv2 and conv4 with their pools fused, as models/cnn.c */
+  /* conv2 and conv4 with their pools fused, as models/cnn.c */
   for (int k = 0; !st && k < 2; k++) {
     st = conv_fwd(ctx, m, 2 * k, true);
-    if (!st && m->nhwc) st = conv_pool_fwd(ctx, m, 2 * k + 1);
-    if (!st && !m->nhwc) st = conv_fwd(ctx, m, 2 * k + 1, true);
-    if (!st && !m->nhwc) st = pool_fwd(ctx, m, k);
+    if (!st) st = conv_pool_fwd(ctx, m, 2 * k + 1);
   }
   if (!st) st = nt_tensor_reshape(ctx, &m->p2, 2, flat_s, &flat);
   if (!st) st = nt_tensor_reshape(ctx, &m->dflat, 2, flat_s, &dflat);
@@ -349,32 +337,27 @@ static nt_status run_dtype(nt_ctx *ctx, nt_dtype dt, int repeats, int steps) {
   const char *dn = nt_dtype_name(dt);
   char name[64];
   nt_status st = model_init(ctx, &m, dt);
-  for (int l = 0; l < 2 && !st; l++) {
-    m.nhwc = l == 0;
-    const char *pre = m.nhwc ? "" : "im2col_";
-    for (int i = 0; !st && i < 4; i++) {
-      op_arg a = {&m, i};
-      snprintf(name, sizeof name, "%sconv%d_fwd", pre, i + 1);
-      st = report(ctx, dn, name, op_fwd, &a, repeats, steps);
-      snprintf(name, sizeof name, "%sconv%d_fwd_relu", pre, i + 1);
-      if (!st) st = report(ctx, dn, name, op_fwd_relu, &a, repeats, steps);
-      snprintf(name, sizeof name, "conv%d_fwd_relu_pool", i + 1);
-      if (!st && m.nhwc && i % 2) st = report(ctx, dn, name, op_conv_pool, &a, repeats, steps);
-      snprintf(name, sizeof name, "%sconv%d_dx", pre, i + 1);
-      if (!st && i > 0) st = report(ctx, dn, name, op_dx, &a, repeats, steps);
-      snprintf(name, sizeof name, "%sconv%d_dw_db", pre, i + 1);
-      if (!st) st = report(ctx, dn, name, op_dw, &a, repeats, steps);
-    }
-    for (int i = 0; !st && i < 2; i++) {
-      op_arg a = {&m, i};
-      snprintf(name, sizeof name, "%spool%d_fwd", pre, i + 1);
-      st = report(ctx, dn, name, op_pool_fwd, &a, repeats, steps);
-      snprintf(name, sizeof name, "%spool%d_bwd", pre, i + 1);
-      if (!st) st = report(ctx, dn, name, op_pool_bwd, &a, repeats, steps);
-    }
-    snprintf(name, sizeof name, "%smodel_fwd_bwd", pre);
-    if (!st) st = report(ctx, dn, name, model_step, &m, repeats, steps);
+  for (int i = 0; !st && i < 4; i++) {
+    op_arg a = {&m, i};
+    snprintf(name, sizeof name, "conv%d_fwd", i + 1);
+    st = report(ctx, dn, name, op_fwd, &a, repeats, steps);
+    snprintf(name, sizeof name, "conv%d_fwd_relu", i + 1);
+    if (!st) st = report(ctx, dn, name, op_fwd_relu, &a, repeats, steps);
+    snprintf(name, sizeof name, "conv%d_fwd_relu_pool", i + 1);
+    if (!st && i % 2) st = report(ctx, dn, name, op_conv_pool, &a, repeats, steps);
+    snprintf(name, sizeof name, "conv%d_dx", i + 1);
+    if (!st && i > 0) st = report(ctx, dn, name, op_dx, &a, repeats, steps);
+    snprintf(name, sizeof name, "conv%d_dw_db", i + 1);
+    if (!st) st = report(ctx, dn, name, op_dw, &a, repeats, steps);
   }
+  for (int i = 0; !st && i < 2; i++) {
+    op_arg a = {&m, i};
+    snprintf(name, sizeof name, "pool%d_fwd", i + 1);
+    st = report(ctx, dn, name, op_pool_fwd, &a, repeats, steps);
+    snprintf(name, sizeof name, "pool%d_bwd", i + 1);
+    if (!st) st = report(ctx, dn, name, op_pool_bwd, &a, repeats, steps);
+  }
+  if (!st) st = report(ctx, dn, "model_fwd_bwd", model_step, &m, repeats, steps);
   model_free(ctx, &m);
   return st;
 }

@@ -3,8 +3,6 @@
 # with cuDNN (bench_cnn_ops.py, the faster of nchw / channels_last) at the same shapes and
 # dtypes, in one table; x = torch_ms / nanotrain_ms (>= 1.00: nanotrain at least as fast).
 # "graph": ops replayed from a CUDA graph (no launch overhead); "eager": launched one by one.
-# nanotrain's rows: the NHWC implicit-GEMM ops (the model's); "im2col_" rows: the former NCHW
-# im2col + cuBLASLt path, for the A/B (torch has no such rows).
 # Usage: bench/run_cnn_ops.sh [build-dir (default build)] [dtype: f16|bf16|f32|all (default all)]
 #        [batch (default 256)]
 set -euo pipefail
@@ -41,7 +39,7 @@ printf '%s\n%s\n' "$out_nt" "$out_pt" | awk -v nb="$nb" '
     }
     for (i = 0; i < n; i++) {
       split(order[i], p, SUBSEP)
-      if (p[2] != "model_fwd_bwd" && p[2] != "im2col_model_fwd_bwd") continue
+      if (p[2] != "model_fwd_bwd") continue
       for (j = 0; j < 2; j++) {
         m = j ? "eager" : "graph"; a = v["nt", order[i], m]; b = v["torch", order[i], m]
         printf "%s %s %s: nt %s ms (%s images/s), torch %s ms (%s images/s)\n", p[1], p[2], m,
