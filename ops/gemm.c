@@ -22,8 +22,8 @@ void nt_gemm_tanh_gelu(float x, float *gelu, float *dgelu) {
 }
 
 static const char *epi_name(nt_gemm_epilogue e) {
-  static const char *n[] = {"NONE", "BIAS", "GELU_AUX", "RELU", "DGELU", "BGRADA"};
-  return ((int)e >= 0 && e <= NT_EPI_BGRADA) ? n[e] : "?";
+  static const char *n[] = {"NONE", "BIAS", "GELU_AUX", "RELU", "DGELU", "BGRADA", "DGELU_BGRAD"};
+  return ((int)e >= 0 && e <= NT_EPI_DGELU_BGRAD) ? n[e] : "?";
 }
 
 static bool is_fp8(nt_dtype t) { return t == NT_FP8_E4M3 || t == NT_FP8_E5M2; }
@@ -73,9 +73,10 @@ static nt_status check_epilogue(nt_ctx *ctx, nt_gemm_problem *p) {
   const nt_gemm_opts *o = p->o;
   char b1[96], b2[96];
   nt_gemm_epilogue e = o->epilogue;
-  if ((int)e < 0 || e > NT_EPI_BGRADA)
+  if ((int)e < 0 || e > NT_EPI_DGELU_BGRAD)
     return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "gemm: unknown epilogue %d", (int)e);
-  if (p->batch > 1 && (e == NT_EPI_GELU_AUX || e == NT_EPI_DGELU || e == NT_EPI_BGRADA))
+  bool dgelu = e == NT_EPI_DGELU || e == NT_EPI_DGELU_BGRAD;
+  if (p->batch > 1 && (e == NT_EPI_GELU_AUX || dgelu || e == NT_EPI_BGRADA))
     return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "gemm: epilogue %s on a batched product (batch %lld)",
                     epi_name(e), (long long)p->batch);
   bool wants_bias = e == NT_EPI_BIAS || e == NT_EPI_GELU_AUX || e == NT_EPI_RELU;
@@ -92,7 +93,7 @@ static nt_status check_epilogue(nt_ctx *ctx, nt_gemm_problem *p) {
     nt_status st = nt_check_device(ctx, bias, "gemm bias");
     if (st) return st;
   }
-  if (e == NT_EPI_GELU_AUX || e == NT_EPI_DGELU) {
+  if (e == NT_EPI_GELU_AUX || dgelu) {
     const nt_tensor *x = o->aux;
     if (!x)
       return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "gemm: epilogue %s needs the aux tensor",
@@ -109,19 +110,38 @@ static nt_status check_epilogue(nt_ctx *ctx, nt_gemm_problem *p) {
     p->x_m = x->stride[x->ndim - 2];
     p->x_batch = 0;
   }
-  if (e == NT_EPI_BGRADA) {
+  if (e == NT_EPI_BGRADA || e == NT_EPI_DGELU_BGRAD) {
     const nt_tensor *g = o->bias_grad;
-    if (!g) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "gemm: epilogue BGRADA without bias_grad");
-    if (g->ndim != 1 || g->shape[0] != p->M || (g->shape[0] > 1 && g->stride[0] != 1))
-      return NT_ERROR(ctx, NT_ERR_SHAPE, "gemm: bias_grad must be a contiguous [%lld] (M), got %s",
-                      (long long)p->M, nt_tensor_describe(g, b1, sizeof b1));
+    int64_t len = e == NT_EPI_BGRADA ? p->M : p->N;
+    if (!g)
+      return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "gemm: epilogue %s without bias_grad", epi_name(e));
+    if (g->ndim != 1 || g->shape[0] != len || (g->shape[0] > 1 && g->stride[0] != 1))
+      return NT_ERROR(ctx, NT_ERR_SHAPE, "gemm: bias_grad must be a contiguous [%lld] (%s), got %s",
+                      (long long)len, e == NT_EPI_BGRADA ? "M" : "N",
+                      nt_tensor_describe(g, b1, sizeof b1));
     nt_status st = nt_check_dtype(ctx, g, NT_F32, "gemm bias_grad");
     if (!st) st = nt_check_device(ctx, g, "gemm bias_grad");
     if (st) return st;
     if (is_fp8(p->A->dtype))
-      return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "gemm: BGRADA with FP8 inputs");
+      return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "gemm: %s with FP8 inputs", epi_name(e));
   }
   return NT_OK;
+}
+
+/* opts.c: read only at beta != 0; it stands in for D as C, so it must look exactly like D. */
+static nt_status check_c(nt_ctx *ctx, const nt_gemm_problem *p) {
+  const nt_tensor *c = p->o->c, *D = p->D;
+  char b1[96], b2[96];
+  if (!c || p->o->beta == 0.0f) return NT_OK;
+  bool same = c->ndim == D->ndim && c->dtype == D->dtype;
+  for (int i = 0; same && i < D->ndim; i++)
+    same = c->shape[i] == D->shape[i] && (D->shape[i] == 1 || c->stride[i] == D->stride[i]);
+  if (!same)
+    return NT_ERROR(ctx, NT_ERR_SHAPE, "gemm: C %s must have D's shape, strides and dtype (D %s)",
+                    nt_tensor_describe(c, b1, sizeof b1), nt_tensor_describe(D, b2, sizeof b2));
+  if (is_fp8(p->A->dtype))
+    return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "gemm: a separate C with FP8 inputs");
+  return nt_check_device(ctx, c, "gemm C");
 }
 
 nt_status nt_gemm(nt_ctx *ctx, const nt_tensor *A, const nt_tensor *B, nt_tensor *D,
@@ -170,7 +190,7 @@ nt_status nt_gemm(nt_ctx *ctx, const nt_tensor *A, const nt_tensor *B, nt_tensor
                     "or 1; D is 3-D when A or B is batched)", (long long)na, (long long)nb,
                     (long long)nd);
   p.batch = nd;
-  if ((st = check_epilogue(ctx, &p))) return st;
+  if ((st = check_epilogue(ctx, &p)) || (st = check_c(ctx, &p))) return st;
   if (p.M == 0 || p.N == 0 || p.batch == 0) return NT_OK;
 
   if (nt_ctx_is_cuda(ctx)) {
@@ -231,10 +251,12 @@ nt_status nt_gemm_cpu(nt_ctx *ctx, const nt_gemm_problem *p) {
     return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "gemm (CPU): dims beyond 2^31");
   size_t es = sizeof(float);
   float *fa = NULL, *fb = NULL, *acc = NULL;
+  double *colsum = NULL;
   nt_status st;
   if ((st = nt_alloc(ctx, (size_t)(M * K + 1) * es, (void **)&fa))) goto done;
   if ((st = nt_alloc(ctx, (size_t)(K * N + 1) * es, (void **)&fb))) goto done;
   if ((st = nt_alloc(ctx, (size_t)(M * N + 1) * es, (void **)&acc))) goto done;
+  if ((st = nt_alloc(ctx, (size_t)(N + 1) * sizeof(double), (void **)&colsum))) goto done;
   /* FP8: the stored values are value * scale; the product is scaled back. */
   float sa = o->scale_inv_a ? *o->scale_inv_a : 1.0f, sb = o->scale_inv_b ? *o->scale_inv_b : 1.0f;
   if (!is_fp8(p->A->dtype)) sa = sb = 1.0f;
@@ -247,8 +269,10 @@ nt_status nt_gemm_cpu(nt_ctx *ctx, const nt_gemm_problem *p) {
     const char *pa = (const char *)p->A->data + (size_t)(b * p->a_batch) * ea;
     const char *pb = (const char *)p->B->data + (size_t)(b * p->b_batch) * eb;
     char *pd = (char *)p->D->data + (size_t)(b * p->d_batch) * ed;
+    const char *pc = o->c ? (const char *)o->c->data + (size_t)(b * p->d_batch) * ed : pd;
     sg_operand oa = operand(p->A, pa, M, K, p->a_m, p->a_k, sa, fa);
     sg_operand ob = operand(p->B, pb, K, N, p->b_k, p->b_n, sb, fb);
+    memset(colsum, 0, (size_t)N * sizeof(double));
     if (K == 0) {
       memset(acc, 0, (size_t)(M * N) * es);
     } else {
@@ -260,7 +284,7 @@ nt_status nt_gemm_cpu(nt_ctx *ctx, const nt_gemm_problem *p) {
       for (int64_t n = 0; n < N; n++) {
         int64_t di = m * p->d_m + n * p->d_n;
         float v = acc[m * N + n];
-        if (o->beta != 0.0f) v += o->beta * nt_load_f32(pd, p->D->dtype, di);
+        if (o->beta != 0.0f) v += o->beta * nt_load_f32(pc, p->D->dtype, di);
         if (bias) v += nt_load_f32(bias->data, bias->dtype, n);
         switch (e) {
           case NT_EPI_GELU_AUX: {
@@ -269,16 +293,22 @@ nt_status nt_gemm_cpu(nt_ctx *ctx, const nt_gemm_problem *p) {
             break;
           }
           case NT_EPI_RELU: v = act_relu(v); break;
-          case NT_EPI_DGELU: {
+          case NT_EPI_DGELU:
+          case NT_EPI_DGELU_BGRAD: {
             float g;
             nt_gemm_tanh_gelu(nt_load_f32(o->aux->data, o->aux->dtype, m * p->x_m + n), NULL, &g);
             v *= g;
+            if (e == NT_EPI_DGELU_BGRAD) colsum[n] += v;
             break;
           }
           default: break;
         }
         nt_store_f32(pd, p->D->dtype, di, v);
       }
+    }
+    if (e == NT_EPI_DGELU_BGRAD) {
+      float *g = (float *)o->bias_grad->data;
+      for (int64_t n = 0; n < N; n++) g[n] += (float)colsum[n];
     }
     if (e == NT_EPI_BGRADA) {
       float *g = (float *)o->bias_grad->data;
@@ -293,5 +323,41 @@ done:
   nt_free(ctx, fa);
   nt_free(ctx, fb);
   nt_free(ctx, acc);
+  nt_free(ctx, colsum);
   return st;
+}
+
+nt_status nt_gemm_bias_grad(nt_ctx *ctx, const nt_tensor *dy, nt_tensor *db) {
+  char b1[96], b2[96];
+  if (!dy || !db) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "gemm_bias_grad: dy and db are required");
+  nt_status st;
+  if ((st = nt_check_device(ctx, dy, "gemm_bias_grad dy")) ||
+      (st = nt_check_device(ctx, db, "gemm_bias_grad db")) ||
+      (st = nt_check_dtype(ctx, db, NT_F32, "gemm_bias_grad db")))
+    return st;
+  if (dy->dtype != NT_F32 && dy->dtype != NT_F16 && dy->dtype != NT_BF16)
+    return NT_ERROR(ctx, NT_ERR_DTYPE, "gemm_bias_grad: dy is %s (F32, F16 or BF16)",
+                    nt_dtype_name(dy->dtype));
+  if (dy->ndim != 2 || (dy->shape[1] > 1 && dy->stride[1] != 1) || db->ndim != 1 ||
+      db->shape[0] != dy->shape[1] || (db->shape[0] > 1 && db->stride[0] != 1))
+    return NT_ERROR(ctx, NT_ERR_SHAPE,
+                    "gemm_bias_grad: dy %s must be [M, N] with unit stride along N and db %s a "
+                    "contiguous [N]", nt_tensor_describe(dy, b1, sizeof b1),
+                    nt_tensor_describe(db, b2, sizeof b2));
+  int64_t M = dy->shape[0], N = dy->shape[1];
+  if (M == 0 || N == 0) return NT_OK;
+  if (nt_ctx_is_cuda(ctx)) {
+#ifdef NT_HAVE_CUDA
+    return nt_gemmk_colsum_add(ctx, dy->dtype, dy->data, dy->stride[0], M, N, (float *)db->data);
+#else
+    return NT_ERROR(ctx, NT_ERR_NO_DEVICE, "gemm_bias_grad: CUDA tensors without the CUDA backend");
+#endif
+  }
+  float *g = (float *)db->data;
+  for (int64_t n = 0; n < N; n++) {
+    double s = 0.0;
+    for (int64_t m = 0; m < M; m++) s += nt_load_f32(dy->data, dy->dtype, m * dy->stride[0] + n);
+    g[n] += (float)s;
+  }
+  return NT_OK;
 }

@@ -207,6 +207,14 @@ static const void *bias_ptr(const nt_gemm_problem *p) {
   return (uses && p->o->bias) ? p->o->bias->data : NULL;
 }
 
+/* C when it is not D (opts.c at beta != 0), else NULL. */
+static const void *c_pointer(const nt_gemm_problem *p) {
+  const nt_tensor *c = p->o->c;
+  return (c && p->o->beta != 0.0f && c->data != p->D->data) ? c->data : NULL;
+}
+
+static bool is_dgelu(nt_gemm_epilogue e) { return e == NT_EPI_DGELU || e == NT_EPI_DGELU_BGRAD; }
+
 static nt_status make_key(nt_ctx *ctx, const gemm_cache *c, const nt_gemm_problem *p,
                           plan_key *k) {
   char b1[96], b2[96];
@@ -240,7 +248,8 @@ static nt_status make_key(nt_ctx *ctx, const gemm_cache *c, const nt_gemm_proble
   k->has_bias = bias != NULL;
   k->tbias = bias ? (int32_t)p->o->bias->dtype : -1;
   k->align_bias = align_of(bias);
-  if (p->o->epilogue == NT_EPI_GELU_AUX || p->o->epilogue == NT_EPI_DGELU) {
+  if (p->o->epilogue == NT_EPI_GELU_AUX || p->o->epilogue == NT_EPI_DGELU ||
+      p->o->epilogue == NT_EPI_DGELU_BGRAD) {
     k->ldx = p->M == 1 ? p->N : p->x_m;
     k->align_aux = align_of(p->o->aux->data);
   }
@@ -248,6 +257,11 @@ static nt_status make_key(nt_ctx *ctx, const gemm_cache *c, const nt_gemm_proble
   k->align_a = align_batched(p->B->data, p->b_batch, p->B->dtype, p->batch);
   k->align_b = align_batched(p->A->data, p->a_batch, p->A->dtype, p->batch);
   k->align_d = align_batched(p->D->data, p->d_batch, p->D->dtype, p->batch);
+  const void *cp = c_pointer(p);
+  if (cp) {  /* C shares D's layout and alignment promise */
+    int32_t ac = align_batched(cp, p->d_batch, p->D->dtype, p->batch);
+    if (ac < k->align_d) k->align_d = ac;
+  }
   if (is_fp8(p->A->dtype)) {
     k->has_scale = (p->o->scale_inv_a ? 1 : 0) | (p->o->scale_inv_b ? 2 : 0);
     if (c->cc < 89)
@@ -340,7 +354,7 @@ static nt_status try_desc(nt_ctx *ctx, gemm_cache *c, plan *pl, const nt_gemm_pr
     if ((st = SET(ctx, d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bt))) goto fail;
   }
   if (epi == CUBLASLT_EPILOGUE_GELU_AUX || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
-      epi == CUBLASLT_EPILOGUE_DGELU) {
+      epi == CUBLASLT_EPILOGUE_DGELU || epi == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
     void *aux = p->o->aux->data;
     int64_t ldx = k->ldx;
     if ((st = SET(ctx, d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux))) goto fail;
@@ -383,7 +397,7 @@ cublasStatus_t nt_gemm_lt_launch(nt_ctx *ctx, const plan *pl, const nt_gemm_prob
                                  const cublasLtMatmulAlgo_t *algo, void *d_out, const void *c_in) {
   float alpha = p->alpha, beta = p->o->beta;
   return cublasLtMatmul((cublasLtHandle_t)ctx->cublaslt, pl->desc, &alpha, p->B->data, pl->la,
-                        p->A->data, pl->lb, &beta, pl->lc ? c_in : d_out,
+                        p->A->data, pl->lb, &beta, (pl->lc || c_in) ? c_in : d_out,
                         nt_gemm_lt_c_layout(pl), d_out, pl->ld, algo, ctx->workspace,
                         ctx->workspace_bytes, nt_cuda_stream(ctx));
 }
@@ -431,7 +445,7 @@ static nt_status run_matmul(nt_ctx *ctx, gemm_cache *c, plan *pl, const nt_gemm_
                                         nt_cuda_stream(ctx)));
       if (st) break;
     }
-    s = nt_gemm_lt_launch(ctx, pl, p, &pl->algo, p->D->data, copy);
+    s = nt_gemm_lt_launch(ctx, pl, p, &pl->algo, p->D->data, copy ? copy : c_pointer(p));
     if (!may_copy_c(pl, s)) break;
     if ((st = use_c_copy(ctx, c, pl))) break;
   }
@@ -499,10 +513,22 @@ static nt_status build_plan(nt_ctx *ctx, gemm_cache *c, const plan_key *k,
     case NT_EPI_DGELU:
       if (k->ldx % 8 == 0) st = try_desc(ctx, c, pl, p, CUBLASLT_EPILOGUE_DGELU, -1, NULL, res, &n);
       break;
+    case NT_EPI_DGELU_BGRAD:
+      if (k->ldx % 8) break;
+      if ((st = nt_alloc(ctx, (size_t)p->N * sizeof(float), &pl->bgrad))) goto fail;
+      pl->bgrad_n = p->N;
+      pl->bgrad_dt = NT_F32;
+      st = try_desc(ctx, c, pl, p, CUBLASLT_EPILOGUE_DGELU_BGRAD, CUDA_R_32F, pl->bgrad, res, &n);
+      if (!st && n == 0 && dt != NT_F32) {
+        pl->bgrad_dt = dt;
+        st = try_desc(ctx, c, pl, p, CUBLASLT_EPILOGUE_DGELU_BGRAD, -1, pl->bgrad, res, &n);
+      }
+      break;
     case NT_EPI_BGRADA:
       if (!k->alpha_one) break;  /* cuBLASLt may scale the bias gradient: keep it exact */
       /* An fp32 gradient vector first (no rounding), then one in D's dtype. */
       if ((st = nt_alloc(ctx, (size_t)p->M * sizeof(float), &pl->bgrad))) goto fail;
+      pl->bgrad_n = p->M;
       pl->bgrad_dt = NT_F32;
       st = try_desc(ctx, c, pl, p, CUBLASLT_EPILOGUE_BGRADB, CUDA_R_32F, pl->bgrad, res, &n);
       if (!st && n == 0 && dt != NT_F32) {
@@ -579,6 +605,12 @@ static nt_status split_epilogue(nt_ctx *ctx, const nt_gemm_problem *p) {
                                bias, bias_dt, p->M, p->N, p->batch, NT_GEMMK_ACT_GELU);
     case NT_EPI_DGELU:
       return nt_gemmk_dgelu(ctx, dt, p->D->data, p->d_m, o->aux->data, p->x_m, p->M, p->N);
+    case NT_EPI_DGELU_BGRAD: {
+      nt_status st = nt_gemmk_dgelu(ctx, dt, p->D->data, p->d_m, o->aux->data, p->x_m, p->M, p->N);
+      if (st) return st;
+      return nt_gemmk_colsum_add(ctx, dt, p->D->data, p->d_m, p->M, p->N,
+                                 (float *)o->bias_grad->data);
+    }
     case NT_EPI_BGRADA:
       return nt_gemmk_rowsum_add(ctx, p->A->dtype, p->A->data, p->a_m, p->a_k, p->M, p->K,
                                  (float *)o->bias_grad->data);
@@ -635,7 +667,7 @@ nt_status nt_gemm_cuda(nt_ctx *ctx, const nt_gemm_problem *orig) {
   if (!pl->split) {
     const void *bias = bias_ptr(p);
     if (bias && (st = SET(ctx, pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias))) return st;
-    if ((p->o->epilogue == NT_EPI_GELU_AUX || p->o->epilogue == NT_EPI_DGELU)) {
+    if (p->o->epilogue == NT_EPI_GELU_AUX || is_dgelu(p->o->epilogue)) {
       void *aux = p->o->aux->data;
       if ((st = SET(ctx, pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux))) return st;
     }
@@ -650,8 +682,9 @@ nt_status nt_gemm_cuda(nt_ctx *ctx, const nt_gemm_problem *orig) {
   }
   if ((st = run_matmul(ctx, c, pl, p))) return st;
   if (pl->split) return split_epilogue(ctx, p);
-  if (p->o->epilogue == NT_EPI_BGRADA)
-    return nt_gemmk_add_f32(ctx, (float *)p->o->bias_grad->data, pl->bgrad, pl->bgrad_dt, p->M);
+  if (pl->bgrad)
+    return nt_gemmk_add_f32(ctx, (float *)p->o->bias_grad->data, pl->bgrad, pl->bgrad_dt,
+                            pl->bgrad_n);
   return NT_OK;
 }
 
