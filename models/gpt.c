@@ -22,9 +22,10 @@ enum { LN1_W, LN1_B, QKV_W, QKV_B, PROJ_W, PROJ_B, LN2_W, LN2_B, FC_W, FC_B, FCP
 typedef struct {
   pv p[NP];
   int unit, pidx[NP];             /* the block's nt_params unit and its parameters' indices */
-  /* saved activations (the GELU output is not kept: backward recomputes it from fc_pre) */
+  /* saved activations; fc_pre is c_fc's output, act = gelu(fc_pre) (both kept: backward
+   * needs fc_pre for GELU's derivative and act for mlp.c_proj's weight gradient) */
   nt_tensor ln1, ln1_mean, ln1_rstd, qkv, lse, ym, x1, ln2, ln2_mean, ln2_rstd;
-  nt_tensor fc_pre, x2;
+  nt_tensor fc_pre, act, x2;
   /* qkv [B, T, 3C] is the attention's input and ym [B, T, C] its output: the kernels read and
    * write head views of them in place (no split or merge copies). */
   uint64_t att_off, mlp_off, attp_off;   /* dropout stream offsets of the last training
@@ -46,8 +47,8 @@ struct nt_gpt {
   /* scratch shared by all layers: dres, dtmp, dc, and views into `shared` (see
    * build_activations) */
   nt_tensor dres, dtmp, dc, shared;
-  nt_tensor act, tmp;               /* forward */
-  nt_tensor dpre;                   /* MLP backward (with act: gelu(fc_pre) recomputed) */
+  nt_tensor tmp;                    /* forward */
+  nt_tensor dpre;                   /* MLP backward */
   nt_tensor dqkv;                   /* attention backward */
   uint64_t emb_off;
   int b, t;                       /* sizes of the last forward */
@@ -63,6 +64,26 @@ static nt_status lin_fwd(nt_ctx *ctx, const nt_gpt *g, int l, int k, const nt_te
   if (!g->fp8) return nt_linear_forward(ctx, x, w, b, y, act, pre);
   nt_fp8_linear_cfg c = {g->fp8, (4 * l + k) * NT_FP8_LINEAR_TENSORS, g->fp8_emulate};
   return nt_fp8_linear_forward(ctx, &c, x, w, b, y, act, pre);
+}
+
+/* A residual branch's output projection (linear layer k of block l) and the residual add:
+ * out = res + dropout(x W^T + b). Without dropout the add rides on the GEMM (res is its C
+ * operand: one launch, one rounding); with dropout, or in FP8, the projection goes to `tmp`,
+ * then dropout (into `dropped`) and the add follow. */
+static nt_status proj_residual(nt_ctx *ctx, const nt_gpt *g, int l, int k, float p,
+                               uint64_t off, const nt_tensor *x, const nt_tensor *w,
+                               const nt_tensor *b, const nt_tensor *res, nt_tensor *tmp,
+                               nt_tensor *dropped, nt_tensor *out) {
+  if (p <= 0.0f && !g->fp8) {
+    nt_linear_fwd_opts o = {.residual = res};
+    return nt_linear_forward_ex(ctx, x, w, b, out, NT_ACT_NONE, NULL, &o);
+  }
+  nt_status st = lin_fwd(ctx, g, l, k, x, w, b, tmp, NT_ACT_NONE, NULL);
+  if (st) return st;
+  if (p <= 0.0f) return nt_add(ctx, res, tmp, out);
+  st = nt_dropout_forward(ctx, tmp, dropped, p, nt_ctx_seed(ctx), off);
+  if (!st) st = nt_add(ctx, res, dropped, out);
+  return st;
 }
 
 /* Backward of linear layer k of block l: dx = dy W (overwritten: every dx in the model is a
@@ -82,16 +103,20 @@ static nt_status lin_bwd(nt_ctx *ctx, const nt_gpt *g, int l, int k, const nt_te
 }
 
 /* Backward of block l's mlp.c_proj, whose input was act = gelu(pre): act holds gelu(pre)
- * (recomputed by the caller; the input of the weight gradient), dpre is scratch. On return
+ * (kept from the forward; the input of the weight gradient), dpre is scratch. On return
  * *dpre_out points at the gradient of pre: dpre, where the GELU backward rides on the dx
- * GEMM's epilogue, or act (FP8: a GEMM into dpre, then a separate GELU backward into act,
- * which the weight gradient no longer needs). */
+ * GEMM's epilogue (which also adds c_fc's bias gradient: *fc_db_done), or act (FP8: a GEMM
+ * into dpre, then a separate GELU backward into act, which the weight gradient no longer
+ * needs). */
 static nt_status mlp_proj_bwd(nt_ctx *ctx, nt_gpt *g, int l, const nt_tensor *dy,
                               const nt_tensor *pre, nt_tensor *act, nt_tensor *dpre,
-                              nt_tensor **dpre_out) {
+                              nt_tensor **dpre_out, bool *fc_db_done) {
   pv *P = g->layers[l].p;
+  *fc_db_done = !g->fp8;
   if (!g->fp8) {
-    nt_linear_bwd_opts o = {.overwrite_dx = true, .dgelu_pre = pre};
+    /* The same epilogue sums dpre's columns: c_fc's bias gradient. */
+    nt_linear_bwd_opts o = {.overwrite_dx = true, .dgelu_pre = pre,
+                            .dgelu_bias_grad = &P[FC_B].g};
     *dpre_out = dpre;
     return nt_linear_backward_ex(ctx, dy, act, &P[FCP_W].w, dpre, &P[FCP_W].g, &P[FCP_B].g, &o);
   }
@@ -238,6 +263,7 @@ static nt_status build_activations(nt_ctx *ctx, nt_gpt *g, nt_dtype dt, bool all
     ADD(L->ln2_mean, NT_F32, 1, sN);
     ADD(L->ln2_rstd, NT_F32, 1, sN);
     ADD(L->fc_pre, dt, 3, s4C);
+    ADD(L->act, dt, 3, s4C);
     ADD(L->x2, dt, 3, sC);
   }
   ADD(g->lnf, dt, 3, sC);
@@ -252,12 +278,9 @@ static nt_status build_activations(nt_ctx *ctx, nt_gpt *g, nt_dtype dt, bool all
   ADD(g->dc, dt, 3, sC);
   /* The forward, the MLP branch's backward and the attention branch's backward never hold
    * live scratch at the same time (one stream, one after the other): their buffers are
-   * carved from one region, each phase's laid out from its start. `act` is the forward's
-   * GELU output and, in the MLP backward, gelu(fc_pre) recomputed. */
+   * carved from one region, each phase's laid out from its start. */
   struct { nt_tensor *t; int nd; const int64_t *shape; bool first; } carve[] = {
-      {&g->act, 3, s4C, true}, {&g->tmp, 3, sC, false},
-      {&g->act, 3, s4C, true}, {&g->dpre, 3, s4C, false},
-      {&g->dqkv, 3, s3C, true}};
+      {&g->tmp, 3, sC, true}, {&g->dpre, 3, s4C, true}, {&g->dqkv, 3, s3C, true}};
   enum { NCARVE = sizeof carve / sizeof carve[0] };
   size_t offs[NCARVE], off = 0, region = 0, es = nt_dtype_size(dt);
   for (int i = 0; i < NCARVE; i++) {
@@ -399,15 +422,6 @@ static nt_attention_opts attention_opts(nt_ctx *ctx, float p, uint64_t off) {
   return o;
 }
 
-/* out = res + dropout(branch); `scratch` holds the dropped branch. */
-static nt_status residual_add(nt_ctx *ctx, float p, uint64_t off, const nt_tensor *res,
-                              const nt_tensor *branch, nt_tensor *scratch, nt_tensor *out) {
-  if (p <= 0.0f) return nt_add(ctx, res, branch, out);
-  nt_status st = nt_dropout_forward(ctx, branch, scratch, p, nt_ctx_seed(ctx), off);
-  if (!st) st = nt_add(ctx, res, scratch, out);
-  return st;
-}
-
 static nt_status forward(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, bool train,
                          const nt_unit_hooks *hooks) {
   const nt_gpt_config *c = &g->cfg;
@@ -443,7 +457,7 @@ static nt_status forward(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, bool t
     nt_tensor lse = nt_prefix_view(&L->lse, 3, lsh);
     nt_tensor x1 = v3(&L->x1, b, t, C), ln2 = v3(&L->ln2, b, t, C);
     nt_tensor m2 = v1(&L->ln2_mean, N), r2 = v1(&L->ln2_rstd, N);
-    nt_tensor pre = v3(&L->fc_pre, b, t, 4 * C), act = v3(&g->act, b, t, 4 * C);
+    nt_tensor pre = v3(&L->fc_pre, b, t, 4 * C), act = v3(&L->act, b, t, 4 * C);
     nt_tensor x2 = v3(&L->x2, b, t, C);
     if (p > 0.0f) {
       L->att_off = nt_ctx_rng_reserve(ctx, (uint64_t)N * (uint64_t)C);
@@ -456,15 +470,13 @@ static nt_status forward(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, bool t
     if (!st) st = lin_fwd(ctx, g, l, 0, &ln1, &L->p[QKV_W].w, &L->p[QKV_B].w, &qkv,
                                     NT_ACT_NONE, NULL);
     if (!st) st = nt_attention_forward_ex(ctx, &q, &k, &v, &att, &lse, &ao);
-    if (!st) st = lin_fwd(ctx, g, l, 1, &ym, &L->p[PROJ_W].w, &L->p[PROJ_B].w, &tmp,
-                                    NT_ACT_NONE, NULL);
-    if (!st) st = residual_add(ctx, p, L->att_off, &x, &tmp, &dropped, &x1);
+    if (!st) st = proj_residual(ctx, g, l, 1, p, L->att_off, &ym, &L->p[PROJ_W].w,
+                                &L->p[PROJ_B].w, &x, &tmp, &dropped, &x1);
     if (!st) st = nt_layernorm_forward(ctx, &x1, &L->p[LN2_W].w, &L->p[LN2_B].w, &ln2, &m2, &r2);
     if (!st) st = lin_fwd(ctx, g, l, 2, &ln2, &L->p[FC_W].w, &L->p[FC_B].w, &act, NT_ACT_GELU,
                                     &pre);
-    if (!st) st = lin_fwd(ctx, g, l, 3, &act, &L->p[FCP_W].w, &L->p[FCP_B].w, &tmp,
-                                    NT_ACT_NONE, NULL);
-    if (!st) st = residual_add(ctx, p, L->mlp_off, &x1, &tmp, &dropped, &x2);
+    if (!st) st = proj_residual(ctx, g, l, 3, p, L->mlp_off, &act, &L->p[FCP_W].w,
+                                &L->p[FCP_B].w, &x1, &tmp, &dropped, &x2);
     x = x2;
   }
   nt_tensor lnf = v3(&g->lnf, b, t, C), mf = v1(&g->lnf_mean, N), rf = v1(&g->lnf_rstd, N);
@@ -527,7 +539,7 @@ static nt_status block_backward(nt_ctx *ctx, nt_gpt *g, gpt_layer *L, const nt_t
   int64_t b = g->b, t = g->t, C = g->cfg.n_embd, H = g->cfg.n_head, D = C / H, N = b * t;
   float p = g->cfg.dropout;
   nt_tensor dres = v3(&g->dres, b, t, C), dtmp = v3(&g->dtmp, b, t, C), dc = v3(&g->dc, b, t, C);
-  nt_tensor act = v3(&g->act, b, t, 4 * C), dpre = v3(&g->dpre, b, t, 4 * C);
+  nt_tensor act = v3(&L->act, b, t, 4 * C), dpre = v3(&g->dpre, b, t, 4 * C);
   nt_tensor dqkv = v3(&g->dqkv, b, t, 3 * C), datt = heads(&dc, H, D, 0);
   nt_tensor dq = heads(&dqkv, H, D, 0), dk = heads(&dqkv, H, D, 1), dv = heads(&dqkv, H, D, 2);
   nt_tensor ln1 = v3(&L->ln1, b, t, C), m1 = v1(&L->ln1_mean, N), r1 = v1(&L->ln1_rstd, N);
@@ -548,10 +560,10 @@ static nt_status block_backward(nt_ctx *ctx, nt_gpt *g, gpt_layer *L, const nt_t
     st = dropout_grad(ctx, p, L->mlp_off, &dres, &dtmp);
     dbranch = &dtmp;
   }
-  /* The GELU output was not kept: recompute it, the input of mlp.c_proj's weight gradient. */
-  if (!st) st = nt_gelu_forward(ctx, &pre, &act);
-  if (!st) st = mlp_proj_bwd(ctx, g, l, dbranch, &pre, &act, &dpre, &dpre_out);
-  if (!st) st = lin_bwd(ctx, g, l, 2, dpre_out, &ln2, &P[FC_W].w, &dc, &P[FC_W].g, &P[FC_B].g);
+  bool fc_db_done = false;
+  if (!st) st = mlp_proj_bwd(ctx, g, l, dbranch, &pre, &act, &dpre, &dpre_out, &fc_db_done);
+  if (!st) st = lin_bwd(ctx, g, l, 2, dpre_out, &ln2, &P[FC_W].w, &dc, &P[FC_W].g,
+                        fc_db_done ? NULL : &P[FC_B].g);
   if (!st) st = nt_layernorm_backward(ctx, &dc, &x1, &P[LN2_W].w, &m2, &r2, &dres, &P[LN2_W].g,
                                       &P[LN2_B].g);
   /* attention branch: x1 = x + drop(c_proj(attn(c_attn(ln1(x))))), attn on head views */
