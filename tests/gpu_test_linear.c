@@ -1,8 +1,9 @@
-/* Linear on the GPU against the CPU: forward with each activation (with and without bias) and
- * backward (dx, dW, db; fused bias gradient, db alone, bf16 db), both called twice so the
- * accumulation (+=) is compared too; nt_linear_backward_ex with dx overwritten (NaN-filled
- * before) and with the GELU backward fused into dx (odd sizes: the split epilogue; aligned
- * ones: cuBLASLt's DGELU). Tolerances: docs/semantics.md#test-tolerances. */
+/* Linear on the GPU against the CPU: forward with each activation (with and without bias), and
+ * with a residual added in the GEMM; backward (dx, dW, db; db as column sums, db alone, bf16
+ * db), both called twice so the accumulation (+=) is compared too; nt_linear_backward_ex with
+ * dx overwritten (NaN-filled before) and with the GELU backward fused into dx, with the
+ * preceding layer's bias gradient from the same epilogue (odd sizes: the split epilogue;
+ * aligned ones: cuBLASLt's DGELU_BGRAD). Tolerances: docs/semantics.md#test-tolerances. */
 #include "tests/testutil.h"
 #include "ops/linear.h"
 #include <math.h>
@@ -81,6 +82,23 @@ static void test_forward(nt_dtype dt) {
         compare(&pre, name, dt, 0);
       }
     }
+  /* the residual as the GEMM's C: a separate tensor, then y itself (in place) */
+  pair res;
+  if (pair_make(&res, dt, 3, ys, &r, 0)) {
+    for (int inplace = 0; inplace < 2; inplace++) {
+      nt_linear_fwd_opts fc = {.residual = inplace ? &y.h : &res.h};
+      nt_linear_fwd_opts fg = {.residual = inplace ? &y.d : &res.d};
+      if (!CHECK_OK(cpu, nt_linear_forward_ex(cpu, &x.h, &w.h, &b.h, &y.h, NT_ACT_NONE, NULL,
+                                              &fc)) ||
+          !CHECK_OK(gpu, nt_linear_forward_ex(gpu, &x.d, &w.d, &b.d, &y.d, NT_ACT_NONE, NULL,
+                                              &fg)))
+        break;
+      snprintf(name, sizeof name, "%s forward + residual%s", nt_dtype_name(dt),
+               inplace ? " (in place)" : "");
+      compare(&y, name, dt, 0);
+    }
+    pair_free(&res);
+  }
   pair_free(&x); pair_free(&w); pair_free(&b); pair_free(&y); pair_free(&pre);
 }
 
@@ -123,12 +141,13 @@ static void test_backward(nt_dtype dt, nt_dtype grad_dt) {
  * one overwrite without it. */
 static void test_backward_ex(nt_dtype dt, int64_t rows, int64_t in, int64_t out) {
   nt_test_rng r = {300 + dt + rows};
-  pair pre, x, w, dy, dx, dw, db;
-  int64_t xs[2] = {rows, in}, ws[2] = {out, in}, bs[1] = {out}, ys[2] = {rows, out};
+  pair pre, x, w, dy, dx, dw, db, dbp;
+  int64_t xs[2] = {rows, in}, ws[2] = {out, in}, bs[1] = {out}, ys[2] = {rows, out},
+          ps[1] = {in};
   if (!pair_make(&pre, dt, 2, xs, &r, 0) || !pair_make(&x, dt, 2, xs, NULL, 0) ||
       !pair_make(&w, dt, 2, ws, &r, 0) || !pair_make(&dy, dt, 2, ys, &r, 0) ||
       !pair_make(&dx, dt, 2, xs, NULL, NAN) || !pair_make(&dw, NT_F32, 2, ws, NULL, -0.5f) ||
-      !pair_make(&db, NT_F32, 1, bs, NULL, 0.125f))
+      !pair_make(&db, NT_F32, 1, bs, NULL, 0.125f) || !pair_make(&dbp, NT_F32, 1, ps, NULL, 1.0f))
     return;
   /* pre in [-2, 2] (both branches of the GELU's curve), x = gelu(pre) as the forward gives */
   for (int64_t i = 0; i < rows * in; i++) {
@@ -142,8 +161,8 @@ static void test_backward_ex(nt_dtype dt, int64_t rows, int64_t in, int64_t out)
     return;
   char name[96];
   for (int rep = 0; rep < 2; rep++) {
-    nt_linear_bwd_opts oc = {.overwrite_dx = true, .dgelu_pre = &pre.h};
-    nt_linear_bwd_opts og = {.overwrite_dx = true, .dgelu_pre = &pre.d};
+    nt_linear_bwd_opts oc = {.overwrite_dx = true, .dgelu_pre = &pre.h, .dgelu_bias_grad = &dbp.h};
+    nt_linear_bwd_opts og = {.overwrite_dx = true, .dgelu_pre = &pre.d, .dgelu_bias_grad = &dbp.d};
     if (!CHECK_OK(cpu, nt_linear_backward_ex(cpu, &dy.h, &x.h, &w.h, &dx.h, &dw.h, &db.h, &oc)) ||
         !CHECK_OK(gpu, nt_linear_backward_ex(gpu, &dy.d, &x.d, &w.d, &dx.d, &dw.d, &db.d, &og)))
       break;
@@ -157,6 +176,9 @@ static void test_backward_ex(nt_dtype dt, int64_t rows, int64_t in, int64_t out)
     snprintf(name, sizeof name, "%s %lldx%lldx%lld ex db f32 (call %d)", nt_dtype_name(dt),
              (long long)rows, (long long)in, (long long)out, rep + 1);
     compare(&db, name, dt, 0);
+    snprintf(name, sizeof name, "%s %lldx%lldx%lld dgelu_bias_grad (call %d)", nt_dtype_name(dt),
+             (long long)rows, (long long)in, (long long)out, rep + 1);
+    compare(&dbp, name, dt, 1e-3);   /* sums of dx: dx's tolerance */
   }
   pair_free(&dx);
   if (pair_make(&dx, dt, 2, xs, NULL, NAN)) {
@@ -169,7 +191,7 @@ static void test_backward_ex(nt_dtype dt, int64_t rows, int64_t in, int64_t out)
     }
   }
   pair_free(&pre); pair_free(&x); pair_free(&w); pair_free(&dy); pair_free(&dx);
-  pair_free(&dw); pair_free(&db);
+  pair_free(&dw); pair_free(&db); pair_free(&dbp);
 }
 
 int main(void) {
