@@ -329,7 +329,8 @@ done:
 
 nt_status nt_gemm_bias_grad(nt_ctx *ctx, const nt_tensor *dy, nt_tensor *db) {
   char b1[96], b2[96];
-  if (!dy || !db) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "gemm_bias_grad: dy and db are required");
+  if (!dy || !db)
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "gemm_bias_grad: dy and db are required");
   nt_status st;
   if ((st = nt_check_device(ctx, dy, "gemm_bias_grad dy")) ||
       (st = nt_check_device(ctx, db, "gemm_bias_grad db")) ||

@@ -515,13 +515,24 @@ static nt_status build_plan(nt_ctx *ctx, gemm_cache *c, const plan_key *k,
       break;
     case NT_EPI_DGELU_BGRAD:
       if (k->ldx % 8) break;
-      if ((st = nt_alloc(ctx, (size_t)p->N * sizeof(float), &pl->bgrad))) goto fail;
-      pl->bgrad_n = p->N;
-      pl->bgrad_dt = NT_F32;
-      st = try_desc(ctx, c, pl, p, CUBLASLT_EPILOGUE_DGELU_BGRAD, CUDA_R_32F, pl->bgrad, res, &n);
-      if (!st && n == 0 && dt != NT_F32) {
-        pl->bgrad_dt = dt;
-        st = try_desc(ctx, c, pl, p, CUBLASLT_EPILOGUE_DGELU_BGRAD, -1, pl->bgrad, res, &n);
+      /* The fused bias gradient (unscaled D: alpha 1 only), else DGELU with the column sums
+       * as a kernel after it, before the fully split path. */
+      if (k->alpha_one) {
+        if ((st = nt_alloc(ctx, (size_t)p->N * sizeof(float), &pl->bgrad))) goto fail;
+        pl->bgrad_n = p->N;
+        pl->bgrad_dt = NT_F32;
+        st = try_desc(ctx, c, pl, p, CUBLASLT_EPILOGUE_DGELU_BGRAD, CUDA_R_32F, pl->bgrad, res,
+                      &n);
+        if (!st && n == 0 && dt != NT_F32) {
+          pl->bgrad_dt = dt;
+          st = try_desc(ctx, c, pl, p, CUBLASLT_EPILOGUE_DGELU_BGRAD, -1, pl->bgrad, res, &n);
+        }
+      }
+      if (!st && n == 0) {
+        nt_free(ctx, pl->bgrad);
+        pl->bgrad = NULL;
+        pl->colsum_after = true;
+        st = try_desc(ctx, c, pl, p, CUBLASLT_EPILOGUE_DGELU, -1, NULL, res, &n);
       }
       break;
     case NT_EPI_BGRADA:
@@ -682,6 +693,9 @@ nt_status nt_gemm_cuda(nt_ctx *ctx, const nt_gemm_problem *orig) {
   }
   if ((st = run_matmul(ctx, c, pl, p))) return st;
   if (pl->split) return split_epilogue(ctx, p);
+  if (pl->colsum_after)
+    return nt_gemmk_colsum_add(ctx, p->D->dtype, p->D->data, p->d_m, p->M, p->N,
+                               (float *)p->o->bias_grad->data);
   if (pl->bgrad)
     return nt_gemmk_add_f32(ctx, (float *)p->o->bias_grad->data, pl->bgrad, pl->bgrad_dt,
                             pl->bgrad_n);

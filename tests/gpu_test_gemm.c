@@ -310,6 +310,9 @@ static void test_epilogues(ctxs *c) {
   g.M = 64; g.N = 95; g.K = 80; g.tb = true;
   g.epi = NT_EPI_DGELU_BGRAD;
   run_case(c, &g, "bf16 DGELU_BGRAD 64x95x80 (split)");
+  /* alpha != 1: cuBLASLt's DGELU, then the column-sum kernel */
+  g.N = 96; g.alpha = 0.5f;
+  run_case(c, &g, "bf16 DGELU_BGRAD alpha 0.5 64x96x80 (DGELU + column sums)");
   /* A separate C: the projection + residual add of a transformer block, one launch. */
   for (int i = 0; i < NKINDS; i++) {
     if (kinds[i].in != kinds[i].out || kinds[i].tf32) continue;
@@ -364,8 +367,8 @@ static void test_bias_grad(ctxs *c) {
       if (ok) {
         bool fin;
         double e = rel_err(g1, gc, NT_F32, N, &fin);
-        CHECK(e < 1e-5 && fin, "bias_grad %s %lldx%lld ld %lld: rel err %.3g", nt_dtype_name(dts[d]),
-              (long long)M, (long long)N, (long long)ld, e);
+        CHECK(e < 1e-5 && fin, "bias_grad %s %lldx%lld ld %lld: rel err %.3g",
+              nt_dtype_name(dts[d]), (long long)M, (long long)N, (long long)ld, e);
         CHECK(!memcmp(g1, g2, (size_t)N * 4), "bias_grad %s %lldx%lld: two runs bitwise equal",
               nt_dtype_name(dts[d]), (long long)M, (long long)N);
         printf("  bias_grad %-5s %6lld x %5lld ld %5lld  rel err %.2e\n", nt_dtype_name(dts[d]),

@@ -195,7 +195,8 @@ static void run_case(nt_ctx *ctx, const gcase *c, const char *name) {
     CHECK(worst < 1e-5, "%s: bias_grad accumulated wrong (worst %.3g)", name, worst);
   }
   if (c->epi == NT_EPI_DGELU_BGRAD) {  /* column sums of the unrounded D */
-    double *want = malloc(sizeof(double) * (size_t)c->N), *have = malloc(sizeof(double) * (size_t)c->N);
+    double *want = malloc(sizeof(double) * (size_t)c->N);
+    double *have = malloc(sizeof(double) * (size_t)c->N);
     for (int64_t j = 0; j < c->N; j++) {
       want[j] = 0.0;
       for (int64_t m = 0; m < c->M; m++) want[j] += ref[m * c->N + j];
