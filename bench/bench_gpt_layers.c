@@ -9,7 +9,10 @@
  *   - a projection followed by the residual add: BIAS epilogue + nt_add against the residual
  *     as the GEMM's C operand (one launch);
  *   - the GELU recompute the backward no longer does (nt_gelu_forward at [R, 4C]), and the
- *     LayerNorm backward (its dweight/dbias finalize included).
+ *     LayerNorm backward (its dweight/dbias finalize included);
+ *   - shakespeare_char's head (vocabulary 65): its three GEMMs with the logits' rows 65
+ *     elements apart (130 bytes: no aligned tensor-core kernel) against 72 (the padded row
+ *     stride the GPU model now uses).
  *
  *   bench_gpt_layers [--model small|gpt2|all] [--windows 9]
  *
@@ -69,7 +72,9 @@ enum {
   K_FWD_ADD,       /* BIAS epilogue into scratch + nt_add */
   K_FWD_RES,       /* BIAS epilogue with the residual as C */
   K_GELU,          /* nt_gelu_forward [R, 4C] */
-  K_LN_BWD         /* nt_layernorm_backward [R, C] */
+  K_LN_BWD,        /* nt_layernorm_backward [R, C] */
+  K_HEAD65,        /* the char head's forward, dx and dW GEMMs, logits rows 65 apart */
+  K_HEAD72         /* the same, rows 72 apart */
 };
 
 static const bench_case cases[] = {
@@ -98,6 +103,8 @@ static const bench_case cases[] = {
     {"fcproj.fwd.bias+residual_c", 4, 1, K_FWD_RES},
     {"mlp.gelu_recompute", 1, 4, K_GELU},
     {"ln.backward", 1, 1, K_LN_BWD},
+    {"head65.fwd+dx+dW.ld65", 0, 0, K_HEAD65},
+    {"head65.fwd+dx+dW.ld72", 0, 0, K_HEAD72},
 };
 
 /* One call of case c on rotation r. */
@@ -153,6 +160,21 @@ static nt_status run_case(nt_ctx *ctx, setup *s, const bench_case *c, int r) {
       nt_tensor lw = v1(&b->lnw, in), ldw = v1(&b->dw, in), ldb = v1(&b->db, in);
       nt_tensor m = v1(&b->mean, R), rs = v1(&b->rstd, R);
       return nt_layernorm_backward(ctx, &ly, &lx, &lw, &m, &rs, &ldx, &ldw, &ldb);
+    }
+    case K_HEAD65:
+    case K_HEAD72: {
+      const int64_t V = 65, C = s->C;
+      nt_tensor lnf = v2(&b->x, R, C), wte = v2(&b->w, V, C), dlnf = v2(&b->dy, R, C);
+      nt_tensor dwte = v2(&b->dw, V, C), logits = v2(&b->out, R, V);
+      logits.stride[0] = c->kind == K_HEAD72 ? 72 : V;
+      o.trans_b = true;
+      st = nt_gemm(ctx, &lnf, &wte, &logits, &o);
+      o = nt_gemm_defaults();
+      if (!st) st = nt_gemm(ctx, &logits, &wte, &dlnf, &o);
+      o.trans_a = true;
+      o.beta = 1.0f;
+      if (!st) st = nt_gemm(ctx, &logits, &lnf, &dwte, &o);
+      return st;
     }
   }
   return NT_ERR_INVALID_ARG;
@@ -301,6 +323,8 @@ int main(int argc, char **argv) {
     nt_status st = setup_alloc(ctx, &s, models[m].R, models[m].C);
     for (size_t i = 0; !st && i < sizeof cases / sizeof cases[0]; i++) {
       double us = 0;
+      bool head = cases[i].kind == K_HEAD65 || cases[i].kind == K_HEAD72;
+      if (head && m != 0) continue;   /* GPT-2's vocabulary (50304) is aligned already */
       nt_status cst = time_case(ctx, &s, &cases[i], windows, &us);
       if (cst) {
         fprintf(stderr, "bench_gpt_layers: %s %s: %s\n", models[m].name, cases[i].name,

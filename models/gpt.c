@@ -42,6 +42,9 @@ struct nt_gpt {
   nt_arena arena;
   nt_tensor x0, lnf, lnf_mean, lnf_rstd, logits, losses, loss;
   int Vp;                         /* vocabulary padded for the head's GEMMs */
+  int Ls;                         /* the logits' row stride: Vp, rounded up to 8 on the GPU (a
+                                     16-byte aligned row for cuBLASLt's tensor-core kernels when
+                                     Vp is not, e.g. the char model's 65) */
   nt_tensor vmask;                /* [Vp] in the compute dtype (so cuBLASLt fuses it as the head
                                      GEMM's bias): 0, then a large negative on the padding */
   /* scratch shared by all layers: dres, dtmp, dc, and views into `shared` (see
@@ -241,10 +244,11 @@ static nt_status build_params(nt_ctx *ctx, nt_gpt *g, nt_dtype dt, bool alloc) {
 
 static nt_status build_activations(nt_ctx *ctx, nt_gpt *g, nt_dtype dt, bool alloc) {
   const nt_gpt_config *c = &g->cfg;
+  g->Ls = nt_ctx_is_cuda(ctx) ? (g->Vp + 7) / 8 * 8 : g->Vp;
   int64_t B = g->B, T = g->T, C = c->n_embd, H = c->n_head, N = B * T;
   int64_t sC[3] = {B, T, C}, s3C[3] = {B, T, 3 * C}, s4C[3] = {B, T, 4 * C};
   int64_t sL[3] = {B, H, T}, sN[1] = {N};
-  int64_t sV[2] = {N, g->Vp}, sVp[1] = {g->Vp};
+  int64_t sV[2] = {N, g->Ls}, sVp[1] = {g->Vp};
   nt_arena *a = &g->arena;
   nt_status st = NT_OK;
 #define ADD(t, dtype, nd, shp) \
@@ -396,6 +400,12 @@ static nt_tensor v2(const nt_tensor *t, int64_t n, int64_t c) {
   int64_t sh[2] = {n, c};
   return nt_prefix_view(t, 2, sh);
 }
+/* The logits of n rows: [n, Vp], rows Ls apart. */
+static nt_tensor logits_view(const nt_gpt *g, int64_t n) {
+  nt_tensor t = v2(&g->logits, n, g->Ls);
+  t.shape[1] = g->Vp;
+  return t;
+}
 
 /* Head h of part `part` (0 q, 1 k, 2 v; 0 for a [B, T, C] tensor) of x [b, t, W] as a
  * [b, H, t, D] view: columns part*H*D + h*D .. + D of every row, no copy. */
@@ -480,7 +490,7 @@ static nt_status forward(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, bool t
     x = x2;
   }
   nt_tensor lnf = v3(&g->lnf, b, t, C), mf = v1(&g->lnf_mean, N), rf = v1(&g->lnf_rstd, N);
-  nt_tensor lnf2 = v2(&g->lnf, N, C), logits = v2(&g->logits, N, g->Vp);
+  nt_tensor lnf2 = v2(&g->lnf, N, C), logits = logits_view(g, N);
   if (!st) st = unit_hook(ctx, g, hooks, g->lnf_unit, nt_unit_before_forward);
   if (!st) st = nt_layernorm_forward(ctx, &x, &g->lnf_w.w, &g->lnf_b.w, &lnf, &mf, &rf);
   /* Tied head: logits = lnf @ wte^T. With a padded vocabulary the bias epilogue pushes the
@@ -508,7 +518,7 @@ static nt_status check_targets(nt_ctx *ctx, const nt_gpt *g, const nt_tensor *ta
 
 nt_status nt_gpt_logits(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, nt_tensor *logits) {
   nt_status st = forward(ctx, g, tokens, false, NULL);
-  if (!st) *logits = v2(&g->logits, (int64_t)g->b * g->t, g->Vp);
+  if (!st) *logits = logits_view(g, (int64_t)g->b * g->t);
   return st;
 }
 
@@ -518,7 +528,7 @@ nt_status nt_gpt_eval_loss(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
   if (!st) st = check_targets(ctx, g, targets);
   if (st) return st;
   int64_t N = (int64_t)g->b * g->t;
-  nt_tensor logits = v2(&g->logits, N, g->Vp), losses = v1(&g->losses, N);
+  nt_tensor logits = logits_view(g, N), losses = v1(&g->losses, N);
   nt_tensor tg = v1(targets, N);
   st = nt_cross_entropy_forward(ctx, &logits, &tg, &losses);
   if (!st) st = nt_mean(ctx, &losses, &g->loss);
@@ -590,7 +600,7 @@ nt_status nt_gpt_train_step(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
   if (st) return st;
   const nt_gpt_config *c = &g->cfg;
   int64_t b = g->b, t = g->t, C = c->n_embd, N = b * t;
-  nt_tensor logits = v2(&g->logits, N, g->Vp), losses = v1(&g->losses, N);
+  nt_tensor logits = logits_view(g, N), losses = v1(&g->losses, N);
   nt_tensor tg = v1(targets, N);
   /* dlogits overwrite the logits (fused, in place). */
   st = nt_cross_entropy_fused(ctx, &logits, &tg, dloss_scale, N, &losses, &logits);
