@@ -69,6 +69,7 @@ enum {
   K_DGELU,         /* dx GEMM, DGELU epilogue */
   K_DGELU_BGRAD,   /* dx GEMM, DGELU_BGRAD epilogue */
   K_DGELU_COLSUM,  /* DGELU + nt_gemm_bias_grad of dx */
+  K_DX_PLAIN,      /* the same dx GEMM without an epilogue (what the epilogue costs) */
   K_FWD_ADD,       /* BIAS epilogue into scratch + nt_add */
   K_FWD_RES,       /* BIAS epilogue with the residual as C */
   K_GELU,          /* nt_gelu_forward [R, 4C] */
@@ -97,6 +98,7 @@ static const bench_case cases[] = {
     {"fcproj.dx.dgelu", 4, 1, K_DGELU},
     {"fcproj.dx.dgelu_bgrad", 4, 1, K_DGELU_BGRAD},
     {"fcproj.dx.dgelu+colsum", 4, 1, K_DGELU_COLSUM},
+    {"fcproj.dx.plain", 4, 1, K_DX_PLAIN},
     {"proj.fwd.bias+add", 1, 1, K_FWD_ADD},
     {"proj.fwd.bias+residual_c", 1, 1, K_FWD_RES},
     {"fcproj.fwd.bias+add", 4, 1, K_FWD_ADD},
@@ -130,6 +132,7 @@ static nt_status run_case(nt_ctx *ctx, setup *s, const bench_case *c, int r) {
       if (!st && c->kind == K_WGRAD_SPLIT) st = nt_gemm_bias_grad(ctx, &dy, &db);
       return st;
     case K_COLSUM: return nt_gemm_bias_grad(ctx, &dy, &db);
+    case K_DX_PLAIN: return nt_gemm(ctx, &dy, &w, &dx, &o);
     case K_DGELU:
     case K_DGELU_BGRAD:
     case K_DGELU_COLSUM:
