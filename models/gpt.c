@@ -108,18 +108,14 @@ static nt_status lin_bwd(nt_ctx *ctx, const nt_gpt *g, int l, int k, const nt_te
 /* Backward of block l's mlp.c_proj, whose input was act = gelu(pre): act holds gelu(pre)
  * (kept from the forward; the input of the weight gradient), dpre is scratch. On return
  * *dpre_out points at the gradient of pre: dpre, where the GELU backward rides on the dx
- * GEMM's epilogue (which also adds c_fc's bias gradient: *fc_db_done), or act (FP8: a GEMM
- * into dpre, then a separate GELU backward into act, which the weight gradient no longer
- * needs). */
+ * GEMM's epilogue, or act (FP8: a GEMM into dpre, then a separate GELU backward into act,
+ * which the weight gradient no longer needs). */
 static nt_status mlp_proj_bwd(nt_ctx *ctx, nt_gpt *g, int l, const nt_tensor *dy,
                               const nt_tensor *pre, nt_tensor *act, nt_tensor *dpre,
-                              nt_tensor **dpre_out, bool *fc_db_done) {
+                              nt_tensor **dpre_out) {
   pv *P = g->layers[l].p;
-  *fc_db_done = !g->fp8;
   if (!g->fp8) {
-    /* The same epilogue sums dpre's columns: c_fc's bias gradient. */
-    nt_linear_bwd_opts o = {.overwrite_dx = true, .dgelu_pre = pre,
-                            .dgelu_bias_grad = &P[FC_B].g};
+    nt_linear_bwd_opts o = {.overwrite_dx = true, .dgelu_pre = pre};
     *dpre_out = dpre;
     return nt_linear_backward_ex(ctx, dy, act, &P[FCP_W].w, dpre, &P[FCP_W].g, &P[FCP_B].g, &o);
   }
@@ -570,10 +566,8 @@ static nt_status block_backward(nt_ctx *ctx, nt_gpt *g, gpt_layer *L, const nt_t
     st = dropout_grad(ctx, p, L->mlp_off, &dres, &dtmp);
     dbranch = &dtmp;
   }
-  bool fc_db_done = false;
-  if (!st) st = mlp_proj_bwd(ctx, g, l, dbranch, &pre, &act, &dpre, &dpre_out, &fc_db_done);
-  if (!st) st = lin_bwd(ctx, g, l, 2, dpre_out, &ln2, &P[FC_W].w, &dc, &P[FC_W].g,
-                        fc_db_done ? NULL : &P[FC_B].g);
+  if (!st) st = mlp_proj_bwd(ctx, g, l, dbranch, &pre, &act, &dpre, &dpre_out);
+  if (!st) st = lin_bwd(ctx, g, l, 2, dpre_out, &ln2, &P[FC_W].w, &dc, &P[FC_W].g, &P[FC_B].g);
   if (!st) st = nt_layernorm_backward(ctx, &dc, &x1, &P[LN2_W].w, &m2, &r2, &dres, &P[LN2_W].g,
                                       &P[LN2_B].g);
   /* attention branch: x1 = x + drop(c_proj(attn(c_attn(ln1(x))))), attn on head views */

@@ -22,8 +22,8 @@ void nt_gemm_tanh_gelu(float x, float *gelu, float *dgelu) {
 }
 
 static const char *epi_name(nt_gemm_epilogue e) {
-  static const char *n[] = {"NONE", "BIAS", "GELU_AUX", "RELU", "DGELU", "BGRADA", "DGELU_BGRAD"};
-  return ((int)e >= 0 && e <= NT_EPI_DGELU_BGRAD) ? n[e] : "?";
+  static const char *n[] = {"NONE", "BIAS", "GELU_AUX", "RELU", "DGELU", "BGRADA"};
+  return ((int)e >= 0 && e <= NT_EPI_BGRADA) ? n[e] : "?";
 }
 
 static bool is_fp8(nt_dtype t) { return t == NT_FP8_E4M3 || t == NT_FP8_E5M2; }
@@ -73,10 +73,9 @@ static nt_status check_epilogue(nt_ctx *ctx, nt_gemm_problem *p) {
   const nt_gemm_opts *o = p->o;
   char b1[96], b2[96];
   nt_gemm_epilogue e = o->epilogue;
-  if ((int)e < 0 || e > NT_EPI_DGELU_BGRAD)
+  if ((int)e < 0 || e > NT_EPI_BGRADA)
     return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "gemm: unknown epilogue %d", (int)e);
-  bool dgelu = e == NT_EPI_DGELU || e == NT_EPI_DGELU_BGRAD;
-  if (p->batch > 1 && (e == NT_EPI_GELU_AUX || dgelu || e == NT_EPI_BGRADA))
+  if (p->batch > 1 && (e == NT_EPI_GELU_AUX || e == NT_EPI_DGELU || e == NT_EPI_BGRADA))
     return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "gemm: epilogue %s on a batched product (batch %lld)",
                     epi_name(e), (long long)p->batch);
   bool wants_bias = e == NT_EPI_BIAS || e == NT_EPI_GELU_AUX || e == NT_EPI_RELU;
@@ -93,7 +92,7 @@ static nt_status check_epilogue(nt_ctx *ctx, nt_gemm_problem *p) {
     nt_status st = nt_check_device(ctx, bias, "gemm bias");
     if (st) return st;
   }
-  if (e == NT_EPI_GELU_AUX || dgelu) {
+  if (e == NT_EPI_GELU_AUX || e == NT_EPI_DGELU) {
     const nt_tensor *x = o->aux;
     if (!x)
       return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "gemm: epilogue %s needs the aux tensor",
@@ -110,20 +109,17 @@ static nt_status check_epilogue(nt_ctx *ctx, nt_gemm_problem *p) {
     p->x_m = x->stride[x->ndim - 2];
     p->x_batch = 0;
   }
-  if (e == NT_EPI_BGRADA || e == NT_EPI_DGELU_BGRAD) {
+  if (e == NT_EPI_BGRADA) {
     const nt_tensor *g = o->bias_grad;
-    int64_t len = e == NT_EPI_BGRADA ? p->M : p->N;
-    if (!g)
-      return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "gemm: epilogue %s without bias_grad", epi_name(e));
-    if (g->ndim != 1 || g->shape[0] != len || (g->shape[0] > 1 && g->stride[0] != 1))
-      return NT_ERROR(ctx, NT_ERR_SHAPE, "gemm: bias_grad must be a contiguous [%lld] (%s), got %s",
-                      (long long)len, e == NT_EPI_BGRADA ? "M" : "N",
-                      nt_tensor_describe(g, b1, sizeof b1));
+    if (!g) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "gemm: epilogue BGRADA without bias_grad");
+    if (g->ndim != 1 || g->shape[0] != p->M || (g->shape[0] > 1 && g->stride[0] != 1))
+      return NT_ERROR(ctx, NT_ERR_SHAPE, "gemm: bias_grad must be a contiguous [%lld] (M), got %s",
+                      (long long)p->M, nt_tensor_describe(g, b1, sizeof b1));
     nt_status st = nt_check_dtype(ctx, g, NT_F32, "gemm bias_grad");
     if (!st) st = nt_check_device(ctx, g, "gemm bias_grad");
     if (st) return st;
     if (is_fp8(p->A->dtype))
-      return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "gemm: %s with FP8 inputs", epi_name(e));
+      return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "gemm: BGRADA with FP8 inputs");
   }
   return NT_OK;
 }
@@ -251,12 +247,10 @@ nt_status nt_gemm_cpu(nt_ctx *ctx, const nt_gemm_problem *p) {
     return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "gemm (CPU): dims beyond 2^31");
   size_t es = sizeof(float);
   float *fa = NULL, *fb = NULL, *acc = NULL;
-  double *colsum = NULL;
   nt_status st;
   if ((st = nt_alloc(ctx, (size_t)(M * K + 1) * es, (void **)&fa))) goto done;
   if ((st = nt_alloc(ctx, (size_t)(K * N + 1) * es, (void **)&fb))) goto done;
   if ((st = nt_alloc(ctx, (size_t)(M * N + 1) * es, (void **)&acc))) goto done;
-  if ((st = nt_alloc(ctx, (size_t)(N + 1) * sizeof(double), (void **)&colsum))) goto done;
   /* FP8: the stored values are value * scale; the product is scaled back. */
   float sa = o->scale_inv_a ? *o->scale_inv_a : 1.0f, sb = o->scale_inv_b ? *o->scale_inv_b : 1.0f;
   if (!is_fp8(p->A->dtype)) sa = sb = 1.0f;
@@ -272,7 +266,6 @@ nt_status nt_gemm_cpu(nt_ctx *ctx, const nt_gemm_problem *p) {
     const char *pc = o->c ? (const char *)o->c->data + (size_t)(b * p->d_batch) * ed : pd;
     sg_operand oa = operand(p->A, pa, M, K, p->a_m, p->a_k, sa, fa);
     sg_operand ob = operand(p->B, pb, K, N, p->b_k, p->b_n, sb, fb);
-    memset(colsum, 0, (size_t)N * sizeof(double));
     if (K == 0) {
       memset(acc, 0, (size_t)(M * N) * es);
     } else {
@@ -293,22 +286,16 @@ nt_status nt_gemm_cpu(nt_ctx *ctx, const nt_gemm_problem *p) {
             break;
           }
           case NT_EPI_RELU: v = act_relu(v); break;
-          case NT_EPI_DGELU:
-          case NT_EPI_DGELU_BGRAD: {
+          case NT_EPI_DGELU: {
             float g;
             nt_gemm_tanh_gelu(nt_load_f32(o->aux->data, o->aux->dtype, m * p->x_m + n), NULL, &g);
             v *= g;
-            if (e == NT_EPI_DGELU_BGRAD) colsum[n] += v;
             break;
           }
           default: break;
         }
         nt_store_f32(pd, p->D->dtype, di, v);
       }
-    }
-    if (e == NT_EPI_DGELU_BGRAD) {
-      float *g = (float *)o->bias_grad->data;
-      for (int64_t n = 0; n < N; n++) g[n] += (float)colsum[n];
     }
     if (e == NT_EPI_BGRADA) {
       float *g = (float *)o->bias_grad->data;
@@ -323,7 +310,6 @@ done:
   nt_free(ctx, fa);
   nt_free(ctx, fb);
   nt_free(ctx, acc);
-  nt_free(ctx, colsum);
   return st;
 }
 

@@ -17,11 +17,8 @@ typedef enum {
   NT_EPI_GELU_AUX,    /* pre = gemm (+ bias if given); aux = pre; D = gelu_tanh(pre) */
   NT_EPI_RELU,        /* D = relu(gemm (+ bias if given)) */
   NT_EPI_DGELU,       /* D = gemm * gelu_tanh'(aux)  (aux: the saved pre-activation, [M, N]) */
-  NT_EPI_BGRADA,      /* D as NONE, and bias_grad[M] += sum over k of op(A)[m, k]: the bias
+  NT_EPI_BGRADA       /* D as NONE, and bias_grad[M] += sum over k of op(A)[m, k]: the bias
                          gradient of dW = dY^T @ X (A = dY, trans_a) in the same launch */
-  NT_EPI_DGELU_BGRAD  /* D as DGELU, and bias_grad[N] += sum over m of D[m, n] (fp32 before
-                         D's rounding): dx = dY W through a GELU gives the preceding layer's
-                         bias gradient in the same launch */
 } nt_gemm_epilogue;
 
 /* TF32 tensor ops for F32 inputs on the GPU (10-bit mantissa products, fp32 accumulation):
@@ -38,7 +35,7 @@ typedef struct {
   nt_gemm_epilogue epilogue;
   const nt_tensor *bias;       /* [N], F32 or D's dtype: BIAS, GELU_AUX, RELU */
   nt_tensor *aux;              /* [M, N] in D's dtype: written by GELU_AUX, read by DGELU */
-  nt_tensor *bias_grad;        /* F32, accumulated: [M] for BGRADA, [N] for DGELU_BGRAD */
+  nt_tensor *bias_grad;        /* [M] F32, accumulated: BGRADA */
   /* With beta != 0, C is read from c instead of D: D = alpha op(A) op(B) + beta c, then the
    * epilogue (e.g. a residual added to a linear layer's output in the same launch). c has D's
    * shape, strides and dtype; it may be D itself. NULL: C is D (accumulation in place). Not
@@ -59,8 +56,8 @@ nt_gemm_opts nt_gemm_defaults(void);
  *   is NT_ERR_UNSUPPORTED: cuBLASLt has no such kernel).
  *   D: F32 inputs -> F32; F16 -> F16 or F32; BF16 -> BF16 or F32; FP8 -> F32, F16 or BF16.
  * - beta == 0: D is not read (NaN in D does not propagate).
- * - GELU_AUX, DGELU, BGRADA and DGELU_BGRAD need an unbatched product; BGRADA ignores alpha
- *   (the bias gradient is the plain sum of op(A)).
+ * - GELU_AUX, DGELU and BGRADA need an unbatched product; BGRADA ignores alpha (the bias
+ *   gradient is the plain sum of op(A)).
  * - On the GPU each matrix needs a unit stride in one of its two last dims (D in its last);
  *   FP8 needs compute capability >= 8.9 and cuBLASLt's "TN" layout: A [M, K] not transposed
  *   and B given as [N, K] with trans_b, both with unit stride along K, and 16-byte aligned

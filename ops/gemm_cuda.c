@@ -213,8 +213,6 @@ static const void *c_pointer(const nt_gemm_problem *p) {
   return (c && p->o->beta != 0.0f && c->data != p->D->data) ? c->data : NULL;
 }
 
-static bool is_dgelu(nt_gemm_epilogue e) { return e == NT_EPI_DGELU || e == NT_EPI_DGELU_BGRAD; }
-
 static nt_status make_key(nt_ctx *ctx, const gemm_cache *c, const nt_gemm_problem *p,
                           plan_key *k) {
   char b1[96], b2[96];
@@ -248,8 +246,7 @@ static nt_status make_key(nt_ctx *ctx, const gemm_cache *c, const nt_gemm_proble
   k->has_bias = bias != NULL;
   k->tbias = bias ? (int32_t)p->o->bias->dtype : -1;
   k->align_bias = align_of(bias);
-  if (p->o->epilogue == NT_EPI_GELU_AUX || p->o->epilogue == NT_EPI_DGELU ||
-      p->o->epilogue == NT_EPI_DGELU_BGRAD) {
+  if (p->o->epilogue == NT_EPI_GELU_AUX || p->o->epilogue == NT_EPI_DGELU) {
     k->ldx = p->M == 1 ? p->N : p->x_m;
     k->align_aux = align_of(p->o->aux->data);
   }
@@ -354,7 +351,7 @@ static nt_status try_desc(nt_ctx *ctx, gemm_cache *c, plan *pl, const nt_gemm_pr
     if ((st = SET(ctx, d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bt))) goto fail;
   }
   if (epi == CUBLASLT_EPILOGUE_GELU_AUX || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
-      epi == CUBLASLT_EPILOGUE_DGELU || epi == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
+      epi == CUBLASLT_EPILOGUE_DGELU) {
     void *aux = p->o->aux->data;
     int64_t ldx = k->ldx;
     if ((st = SET(ctx, d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux))) goto fail;
@@ -513,33 +510,10 @@ static nt_status build_plan(nt_ctx *ctx, gemm_cache *c, const plan_key *k,
     case NT_EPI_DGELU:
       if (k->ldx % 8 == 0) st = try_desc(ctx, c, pl, p, CUBLASLT_EPILOGUE_DGELU, -1, NULL, res, &n);
       break;
-    case NT_EPI_DGELU_BGRAD:
-      if (k->ldx % 8) break;
-      /* The fused bias gradient (unscaled D: alpha 1 only), else DGELU with the column sums
-       * as a kernel after it, before the fully split path. */
-      if (k->alpha_one) {
-        if ((st = nt_alloc(ctx, (size_t)p->N * sizeof(float), &pl->bgrad))) goto fail;
-        pl->bgrad_n = p->N;
-        pl->bgrad_dt = NT_F32;
-        st = try_desc(ctx, c, pl, p, CUBLASLT_EPILOGUE_DGELU_BGRAD, CUDA_R_32F, pl->bgrad, res,
-                      &n);
-        if (!st && n == 0 && dt != NT_F32) {
-          pl->bgrad_dt = dt;
-          st = try_desc(ctx, c, pl, p, CUBLASLT_EPILOGUE_DGELU_BGRAD, -1, pl->bgrad, res, &n);
-        }
-      }
-      if (!st && n == 0) {
-        nt_free(ctx, pl->bgrad);
-        pl->bgrad = NULL;
-        pl->colsum_after = true;
-        st = try_desc(ctx, c, pl, p, CUBLASLT_EPILOGUE_DGELU, -1, NULL, res, &n);
-      }
-      break;
     case NT_EPI_BGRADA:
       if (!k->alpha_one) break;  /* cuBLASLt may scale the bias gradient: keep it exact */
       /* An fp32 gradient vector first (no rounding), then one in D's dtype. */
       if ((st = nt_alloc(ctx, (size_t)p->M * sizeof(float), &pl->bgrad))) goto fail;
-      pl->bgrad_n = p->M;
       pl->bgrad_dt = NT_F32;
       st = try_desc(ctx, c, pl, p, CUBLASLT_EPILOGUE_BGRADB, CUDA_R_32F, pl->bgrad, res, &n);
       if (!st && n == 0 && dt != NT_F32) {
@@ -616,12 +590,6 @@ static nt_status split_epilogue(nt_ctx *ctx, const nt_gemm_problem *p) {
                                bias, bias_dt, p->M, p->N, p->batch, NT_GEMMK_ACT_GELU);
     case NT_EPI_DGELU:
       return nt_gemmk_dgelu(ctx, dt, p->D->data, p->d_m, o->aux->data, p->x_m, p->M, p->N);
-    case NT_EPI_DGELU_BGRAD: {
-      nt_status st = nt_gemmk_dgelu(ctx, dt, p->D->data, p->d_m, o->aux->data, p->x_m, p->M, p->N);
-      if (st) return st;
-      return nt_gemmk_colsum_add(ctx, dt, p->D->data, p->d_m, p->M, p->N,
-                                 (float *)o->bias_grad->data);
-    }
     case NT_EPI_BGRADA:
       return nt_gemmk_rowsum_add(ctx, p->A->dtype, p->A->data, p->a_m, p->a_k, p->M, p->K,
                                  (float *)o->bias_grad->data);
@@ -678,7 +646,7 @@ nt_status nt_gemm_cuda(nt_ctx *ctx, const nt_gemm_problem *orig) {
   if (!pl->split) {
     const void *bias = bias_ptr(p);
     if (bias && (st = SET(ctx, pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias))) return st;
-    if (p->o->epilogue == NT_EPI_GELU_AUX || is_dgelu(p->o->epilogue)) {
+    if ((p->o->epilogue == NT_EPI_GELU_AUX || p->o->epilogue == NT_EPI_DGELU)) {
       void *aux = p->o->aux->data;
       if ((st = SET(ctx, pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux))) return st;
     }
@@ -693,12 +661,8 @@ nt_status nt_gemm_cuda(nt_ctx *ctx, const nt_gemm_problem *orig) {
   }
   if ((st = run_matmul(ctx, c, pl, p))) return st;
   if (pl->split) return split_epilogue(ctx, p);
-  if (pl->colsum_after)
-    return nt_gemmk_colsum_add(ctx, p->D->dtype, p->D->data, p->d_m, p->M, p->N,
-                               (float *)p->o->bias_grad->data);
-  if (pl->bgrad)
-    return nt_gemmk_add_f32(ctx, (float *)p->o->bias_grad->data, pl->bgrad, pl->bgrad_dt,
-                            pl->bgrad_n);
+  if (p->o->epilogue == NT_EPI_BGRADA)
+    return nt_gemmk_add_f32(ctx, (float *)p->o->bias_grad->data, pl->bgrad, pl->bgrad_dt, p->M);
   return NT_OK;
 }
 

@@ -37,9 +37,7 @@ typedef struct {
                                         -1: from the widened search, outside the list) */
   cublasStatus_t launch_status;      /* first failed launch while autotuning */
   bool split;          /* the epilogue runs as a separate kernel after a plain product */
-  void *bgrad;         /* fused BGRADA / DGELU_BGRAD: cuBLASLt writes the bias gradient here */
-  int64_t bgrad_n;     /* its length: M (BGRADA) or N (DGELU_BGRAD) */
-  bool colsum_after;   /* DGELU_BGRAD as cuBLASLt's DGELU, then nt_gemmk_colsum_add over D */
+  void *bgrad;         /* fused BGRADA: cuBLASLt writes the bias gradient here (M entries) */
   nt_dtype bgrad_dt;
   cublasStatus_t heuristic_status;   /* of the last heuristic query, for error messages */
   cublasLtEpilogue_t lt_epi;         /* the epilogue on desc */

@@ -38,8 +38,7 @@ static nt_status result_sums(tuner *T, const cand *x, double *sums, bool *launch
                               p->batch, T->sums_dev)))
     return st;
   bool bgrad = T->pl->bgrad && !T->pl->split;
-  if (bgrad && (st = nt_gemmk_checksum(ctx, T->pl->bgrad_dt, T->pl->bgrad, T->pl->bgrad_n, 0, 1,
-                                       T->pl->bgrad_n, 1,
+  if (bgrad && (st = nt_gemmk_checksum(ctx, T->pl->bgrad_dt, T->pl->bgrad, p->M, 0, 1, p->M, 1,
                                        T->sums_dev + NT_GEMM_NSUMS)))
     return st;
   memset(sums, 0, 2 * NT_GEMM_NSUMS * sizeof *sums);
@@ -369,7 +368,7 @@ nt_status nt_gemm_lt_autotune(nt_ctx *ctx, plan *pl, const nt_gemm_problem *p,
   void *xscratch = NULL, *aux_saved = NULL, *owned = NULL;
   /* DGELU reads aux ([M, N] like D): timing on D is safe unless D overlaps it. */
   bool aux_clash = false;
-  if (p->o->epilogue == NT_EPI_DGELU || p->o->epilogue == NT_EPI_DGELU_BGRAD) {
+  if (p->o->epilogue == NT_EPI_DGELU) {
     const char *d0 = p->D->data, *a0 = p->o->aux->data;
     aux_clash = d0 < a0 + extent && a0 < d0 + extent;
   }

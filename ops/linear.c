@@ -194,9 +194,6 @@ nt_status nt_linear_backward_ex(nt_ctx *ctx, const nt_tensor *dy, const nt_tenso
     return NT_ERROR(ctx, NT_ERR_SHAPE, "linear: db must be [%lld], got %s", (long long)out,
                     nt_tensor_describe(db, b1, sizeof b1));
   if (opts && opts->dgelu_pre && (st = check_dgelu(ctx, opts, dx, x))) return st;
-  nt_tensor *dgelu_db = opts && opts->dgelu_pre ? opts->dgelu_bias_grad : NULL;
-  if (opts && opts->dgelu_bias_grad && !opts->dgelu_pre)
-    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "linear: dgelu_bias_grad is given without dgelu_pre");
   if (dx) {
     if ((st = nt_check_same_shape(ctx, dx, x, "linear dx vs x")) ||
         (st = rows_view(ctx, dx, in, "dx", &dx2)))
@@ -206,9 +203,8 @@ nt_status nt_linear_backward_ex(nt_ctx *ctx, const nt_tensor *dy, const nt_tenso
     nt_tensor pre2;
     if (opts && opts->dgelu_pre) {
       if ((st = rows_view(ctx, opts->dgelu_pre, in, "dgelu_pre", &pre2))) return st;
-      o.epilogue = dgelu_db ? NT_EPI_DGELU_BGRAD : NT_EPI_DGELU;
+      o.epilogue = NT_EPI_DGELU;
       o.aux = &pre2;
-      o.bias_grad = dgelu_db;
     }
     if ((st = nt_gemm(ctx, &dy2, w, &dx2, &o))) return st;
   }

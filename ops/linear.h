@@ -48,10 +48,6 @@ typedef struct {
    * than 2-D); it must not alias dx. Needs overwrite_dx (the epilogue scales the whole
    * product, so it cannot add to what dx held). x itself is still read for dW. */
   const nt_tensor *dgelu_pre;
-  /* With dgelu_pre: dgelu_bias_grad[in] += column sums of the gradient written into dx, i.e.
-   * the bias gradient of the layer whose output was x_pre, from the same GEMM's epilogue
-   * (NT_EPI_DGELU_BGRAD): no second read of dx. F32 [in]. */
-  nt_tensor *dgelu_bias_grad;
 } nt_linear_bwd_opts;
 
 nt_status nt_linear_backward_ex(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *x,

@@ -133,7 +133,7 @@ static nt_status micro_step(nt_ctx *ctx, run *m, const nt_unit_hooks *h, int acc
     if ((st = nt_unit_before_backward(ctx, h, u))) return st;
     nt_tensor w = view(m, u, 0, NT_VIEW_COMPUTE), gw = view(m, u, 0, NT_VIEW_GRAD),
               gb = view(m, u, 1, NT_VIEW_GRAD);
-    nt_linear_bwd_opts bo = {.overwrite_dx = true, .dgelu_pre = u > 0 ? pres[u - 1] : NULL};
+    nt_linear_bwd_opts bo = {true, u > 0 ? pres[u - 1] : NULL};
     st = nt_linear_backward_ex(ctx, douts[u], ins[u], &w, u > 0 ? douts[u - 1] : NULL, &gw, &gb,
                                &bo);
     if (!st && inject_inf && u == 1) {
