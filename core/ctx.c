@@ -29,6 +29,7 @@ nt_ctx_options nt_ctx_options_default(void) {
   o.attn_tma = true;
   o.attn_bwd_group = 32;
   o.attn_dq_pair = true;
+  o.mem_cache = true;
   return o;
 }
 
@@ -59,6 +60,7 @@ static const opt_spec specs[] = {
     OPT("attn_bwd_keys", "NT_ATTN_BWD_KEYS", K_INT, attn_bwd_keys, 0, 128),
     OPT("attn_bwd_group", "NT_ATTN_BWD_GROUP", K_INT, attn_bwd_group, 0, 1 << 30),
     OPT("attn_dq_pair", "NT_ATTN_DQ_PAIR", K_BOOL, attn_dq_pair, 0, 0),
+    OPT("mem_cache", "NT_MEM_CACHE", K_BOOL, mem_cache, 0, 0),
 };
 #undef OPT
 enum { NSPECS = sizeof specs / sizeof specs[0] };

@@ -61,6 +61,11 @@ typedef struct {
   int attn_bwd_keys;
   int attn_bwd_group;
   bool attn_dq_pair;
+  /* "mem_cache": the pool carves requests out of larger segments and keeps freed blocks
+   * (default true). false: every request is its own system allocation of exactly its size,
+   * kept for a later request of the same size only, so compute-sanitizer's memcheck (or ASan
+   * on the CPU) sees an access past a tensor's end; for sanitizer runs, not for training. */
+  bool mem_cache;
 } nt_ctx_options;
 
 nt_ctx_options nt_ctx_options_default(void);

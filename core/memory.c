@@ -161,6 +161,12 @@ static mblock *find_free(struct nt_pool *p, int small, size_t size) {
   return NULL;
 }
 
+static mblock *find_exact(struct nt_pool *p, int small, size_t size) {
+  for (mblock *b = p->bins[small][bin_of(size)]; b; b = b->lnext)
+    if (b->size == size) return b;
+  return NULL;
+}
+
 static size_t largest_free(struct nt_pool *p) {
   size_t best = 0;
   for (int s = 0; s < 2; s++)
@@ -238,7 +244,7 @@ static nt_status system_alloc(nt_ctx *ctx, size_t size, void **out, int *oom) {
     return NT_CUDA(ctx, e);
   }
 #endif
-  *out = aligned_alloc(ROUND_BYTES, size);
+  *out = aligned_alloc(ROUND_BYTES, round_request(size));   /* (a whole number of alignments) */
   if (!*out) *oom = 1;
   return NT_OK;
 }
@@ -439,7 +445,7 @@ static nt_status oom_error(nt_ctx *ctx, size_t bytes, int flushed) {
 /* A new segment for `size` bytes, as one free block in its bin; NULL with an error set. */
 static mblock *new_segment(nt_ctx *ctx, size_t size, int small, size_t bytes, nt_status *st) {
   struct nt_pool *p = ctx->pool;
-  size_t seg = segment_size(size);
+  size_t seg = ctx->opts.mem_cache ? segment_size(size) : size;
   mblock *b = calloc(1, sizeof *b);
   if (!b) { *st = NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for a pool block"); return NULL; }
   void *mem = NULL;
@@ -483,9 +489,11 @@ static nt_status alloc_locked(nt_ctx *ctx, size_t bytes, void **ptr) {
   if (table_reserve(&p->used))
     return NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for the pool's block table");
   if (p->pending) process_pending(ctx, 0);
-  size_t size = round_request(bytes);
+  /* mem_cache off: exact sizes, each its own segment, reused only by an equal request */
+  bool exact = !ctx->opts.mem_cache;
+  size_t size = exact ? (bytes ? bytes : 1) : round_request(bytes);
   int small = size <= SMALL_MAX;
-  mblock *b = find_free(p, small, size);
+  mblock *b = exact ? find_exact(p, small, size) : find_free(p, small, size);
   nt_status st = NT_OK;
   if (!b && !(b = new_segment(ctx, size, small, bytes, &st))) return st;
   bin_remove(p, b);

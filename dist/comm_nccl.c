@@ -10,7 +10,20 @@
  * ncclInProgress are polled with ncclCommGetAsyncError against the timeout; host waits
  * (nt_comm_synchronize, the byte gathers, the barrier) poll the stream's event and the
  * communicator's asynchronous error together. A timeout or an error aborts the communicator
- * (ncclCommAbort), so kernels blocked on a dead peer are released. */
+ * (ncclCommAbort), so kernels blocked on a dead peer are released.
+ *
+ * CUDA graphs: while the compute stream is being captured (cudaStreamIsCapturing) the backend
+ * only enqueues: the communication stream joins the capture through the `ready` event, the
+ * collective and its `done` event are captured, and nothing polls a stream or an event (which
+ * a capture forbids). A non-blocking call that answers ncclInProgress is still waited out with
+ * ncclCommGetAsyncError, a host-side read of the communicator's state: the collective must be
+ * enqueued before its `done` event is recorded behind it. Host collectives (barrier, byte
+ * gathers) are refused during a capture. Two kinds of waits are skipped rather than made
+ * illegal: inside a capture, a wait for a collective issued before the capture began (the step
+ * waited for those eagerly already); outside, a wait for a collective recorded inside a
+ * capture (its ring slot holds a captured event, which only the graph may wait on; the graph,
+ * launched on the compute stream, joins its collectives itself). A host wait on such a slot
+ * polls an event recorded on the compute stream instead. */
 #ifdef NT_HAVE_NCCL
 #include "dist/comm_internal.h"
 #include <cuda_runtime.h>
@@ -30,7 +43,23 @@ typedef struct {
   size_t scratch_bytes;
   int device;
   bool comm_ok, aborted;
+  bool captured[NT_NCCL_RING];     /* slot last recorded inside a stream capture */
+  int64_t capture_base;            /* capturing: the last collective issued before it; -1 not */
 } nccl_impl;
+
+/* Whether the context's compute stream is being captured into a CUDA graph; tracks where the
+ * capture began: collectives after capture_base belong to it (issued: the last collective
+ * issued before the caller's own). */
+static bool capturing(nt_comm *c, nt_ctx *ctx, int64_t issued) {
+  nccl_impl *m = c->impl;
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing((cudaStream_t)nt_ctx_stream(ctx), &cs) != cudaSuccess)
+    cs = cudaStreamCaptureStatusNone;
+  bool on = cs == cudaStreamCaptureStatusActive;
+  if (on && m->capture_base < 0) m->capture_base = issued;
+  if (!on) m->capture_base = -1;
+  return on;
+}
 
 static void nccl_abort(nt_comm *c, nt_ctx *ctx) {
   (void)ctx;
@@ -116,6 +145,10 @@ static nt_status nccl_collective(nt_comm *c, nt_ctx *ctx, const nt_coll_args *a)
   if (!host && !a->device)
     return NT_ERROR(ctx, NT_ERR_DEVICE, "rank %d: the NCCL backend takes device tensors (%s)",
                     c->rank, a->what);
+  bool in_capture = capturing(c, ctx, c->seq - 1);
+  if (host && in_capture)
+    return NT_ERROR(ctx, NT_ERR_STATE, "rank %d: %s waits on the host: not allowed while the "
+                    "compute stream is captured into a CUDA graph", c->rank, a->what);
   cudaStream_t compute = (cudaStream_t)nt_ctx_stream(ctx), s = m->stream;
   cudaError_t e = cudaEventRecord(m->ready, compute);
   if (e == cudaSuccess) e = cudaStreamWaitEvent(s, m->ready, 0);
@@ -161,13 +194,16 @@ static nt_status nccl_collective(nt_comm *c, nt_ctx *ctx, const nt_coll_args *a)
   if ((st = nccl_settle(c, ctx, res, a->what))) return st;
   cudaEvent_t done = m->done[c->seq % NT_NCCL_RING];
   if ((e = cudaEventRecord(done, s)) != cudaSuccess) return cuda_fail(c, ctx, e, a->what);
+  m->captured[c->seq % NT_NCCL_RING] = in_capture;
   return host ? nccl_wait_event(c, ctx, done, a->what) : NT_OK;
 }
 
 static nt_status nccl_wait_seq(nt_comm *c, nt_ctx *ctx, int64_t seq) {
   nccl_impl *m = c->impl;
-  cudaError_t e = cudaStreamWaitEvent((cudaStream_t)nt_ctx_stream(ctx),
-                                      m->done[seq % NT_NCCL_RING], 0);
+  int slot = (int)(seq % NT_NCCL_RING);
+  bool in_capture = capturing(c, ctx, c->seq);
+  if (in_capture ? seq <= m->capture_base : m->captured[slot]) return NT_OK;   /* see above */
+  cudaError_t e = cudaStreamWaitEvent((cudaStream_t)nt_ctx_stream(ctx), m->done[slot], 0);
   return e == cudaSuccess ? NT_OK : cuda_fail(c, ctx, e, "waiting for a collective");
 }
 
@@ -176,7 +212,15 @@ static nt_status nccl_synchronize(nt_comm *c, nt_ctx *ctx) {
   if (c->seq == 0) return NT_OK;
   char what[64];
   snprintf(what, sizeof what, "collectives up to #%lld", (long long)c->seq);
-  return nccl_wait_event(c, ctx, m->done[c->seq % NT_NCCL_RING], what);
+  if (capturing(c, ctx, c->seq))
+    return NT_ERROR(ctx, NT_ERR_STATE, "rank %d: waiting on the host for %s while the compute "
+                    "stream is captured into a CUDA graph", c->rank, what);
+  int slot = (int)(c->seq % NT_NCCL_RING);
+  if (!m->captured[slot]) return nccl_wait_event(c, ctx, m->done[slot], what);
+  /* the last collective ran inside a graph, which the compute stream launched: wait for that */
+  cudaError_t e = cudaEventRecord(m->ready, (cudaStream_t)nt_ctx_stream(ctx));
+  return e == cudaSuccess ? nccl_wait_event(c, ctx, m->ready, what)
+                          : cuda_fail(c, ctx, e, what);
 }
 
 static void nccl_destroy(nt_comm *c, nt_ctx *ctx) {
@@ -224,6 +268,7 @@ nt_status nt_comm_nccl_create(nt_ctx *ctx, const nt_comm_options *opt, nt_comm *
   c->impl = m;
   c->vt = &nccl_vt;
   m->device = nt_ctx_device(ctx).index;
+  m->capture_base = -1;
   nt_status st = NT_OK;
   cudaError_t e = cudaSetDevice(m->device);
   if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking);

@@ -653,6 +653,23 @@ nt_status nt_fsdp_load_unit(nt_ctx *ctx, nt_fsdp *f, int j, const nt_tensor *src
   return st;
 }
 
+nt_status nt_fsdp_load_owned(nt_ctx *ctx, nt_fsdp *f, int j, const nt_tensor *owned) {
+  fsdp_unit *u = &f->u[j];
+  int64_t want = sharded(f) ? u->lay.shard : u->lay.numel;
+  if (nt_tensor_numel(owned) != want || owned->dtype != NT_F32)
+    return NT_ERROR(ctx, NT_ERR_SHAPE, "fsdp: load of unit %d's owned values needs f32 [%lld]", j,
+                    (long long)want);
+  nt_tensor kept = sharded(f) ? u->shard : f->p->units[j].compute;
+  nt_status st = kept.data == owned->data ? NT_OK : copy_or_convert(ctx, &kept, owned);
+  if (!st && f->opt.strategy == NT_SHARD_GRAD_OP) {   /* the whole compute copy is kept */
+    st = nt_comm_all_gather(f->comm, ctx, &u->shard, &u->full);
+    if (!st) st = nt_comm_wait_seq(f->comm, ctx, nt_comm_seq(f->comm));
+  }
+  if (!st) st = nt_ctx_synchronize(ctx);
+  if (!st && f->opt.strategy == NT_SHARD_FULL) release(ctx, f, j);
+  return st;
+}
+
 void nt_fsdp_memory_of(const nt_fsdp *f, nt_fsdp_memory *m) {
   m->parameters = f->peak_param;
   m->gradients = f->peak_grad;

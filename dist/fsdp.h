@@ -140,6 +140,12 @@ nt_status nt_fsdp_scatter_unit(nt_ctx *ctx, nt_fsdp *f, int unit, const nt_tenso
  * values src (F32 [numel], any device), converted to the compute dtype. */
 nt_status nt_fsdp_load_unit(nt_ctx *ctx, nt_fsdp *f, int unit, const nt_tensor *src);
 
+/* The same from this rank's owned fp32 values only (a sharded checkpoint): owned is F32
+ * [shard] (NO_SHARD: [numel]) on ctx's device, e.g. the optimizer's master view after loading.
+ * SHARD_GRAD_OP, which keeps whole compute copies, all-gathers them (collective: every rank
+ * calls it for the same units in the same order). */
+nt_status nt_fsdp_load_owned(nt_ctx *ctx, nt_fsdp *f, int j, const nt_tensor *owned);
+
 /* Bytes per rank: persistent buffers plus the peak of temporary whole buffers since create. */
 typedef struct {
   double parameters;     /* compute copies: kept ones + peak of gathered units */

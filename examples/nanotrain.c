@@ -36,7 +36,7 @@ enum {
 /* ---- data parallel (dist/): options, launch detection, the communicator ---- */
 enum {
   O_SHARDING = 512, O_RESHARD, O_LIMIT_GATHERS, O_BWD_PREFETCH, O_FWD_PREFETCH, O_PARAM_DTYPE,
-  O_REDUCE_DTYPE, O_ACCUM, O_DIST_TIMEOUT, O_DIST_BACKEND, O_DIST_FINGERPRINT
+  O_REDUCE_DTYPE, O_ACCUM, O_DIST_TIMEOUT, O_DIST_BACKEND, O_DIST_FINGERPRINT, O_CKPT_FORMAT
 };
 #define DIST_LONG_OPTS                                                                        \
   {"sharding-strategy", required_argument, 0, O_SHARDING},                                  \
@@ -49,7 +49,8 @@ enum {
   {"grad-accum-steps", required_argument, 0, O_ACCUM},                                      \
   {"dist-timeout", required_argument, 0, O_DIST_TIMEOUT},                                   \
   {"dist-backend", required_argument, 0, O_DIST_BACKEND},                                   \
-  {"dist-fingerprint", no_argument, 0, O_DIST_FINGERPRINT},
+  {"dist-fingerprint", no_argument, 0, O_DIST_FINGERPRINT},                                 \
+  {"checkpoint-format", required_argument, 0, O_CKPT_FORMAT},
 #define DIST_USAGE                                                                            \
 "\ndata parallel (mpirun -np N nanotrain ..., torchrun-style RANK/WORLD_SIZE/LOCAL_RANK/\n"  \
 "MASTER_ADDR/MASTER_PORT, or srun; --batch-size is per rank):\n"                               \
@@ -64,7 +65,9 @@ enum {
 "  --dist-timeout S           a collective that takes longer ends the job (300)\n"           \
 "  --dist-backend auto|nccl|mpi   auto: NCCL when every rank has its own GPU, MPI (staged\n" \
 "                             through host memory) when ranks share one or on the CPU\n"     \
-"  --dist-fingerprint         debug: compare the ranks' sequences of collectives\n"
+"  --dist-fingerprint         debug: compare the ranks' sequences of collectives\n"         \
+"  --checkpoint-format auto|consolidated|sharded|both   whole state by rank 0, or one file\n" \
+"                             per rank (auto: sharded when the strategy shards, N > 1)\n"
 
 typedef struct {
   const char *backend;     /* auto, nccl, mpi, local */
@@ -119,6 +122,9 @@ static int dist_option(int c, const char *name, const char *v, nt_train_options 
     d->backend = v;
     return 0;
   case O_DIST_FINGERPRINT: d->fingerprint = true; return 0;
+  case O_CKPT_FORMAT:
+    return nt_checkpoint_format_parse(v, &o->checkpoint_format) ? 0
+           : bad(name, v, "expected auto, consolidated, sharded or both");
   default: return -1;
   }
 }
@@ -411,8 +417,8 @@ static int parse_cli(int argc, char **argv, cli *c) {
     if (!strcmp(argv[i], "--model") && i + 1 < argc) m = argv[i + 1];
     else if (!strncmp(argv[i], "--model=", 8)) m = argv[i] + 8;
     else if (i == 1 && argv[i][0] != '-') m = argv[i];
-    if (m && !strcmp(m, "cnn")) c->model = NT_MODEL_CNN;
-    else if (m && strcmp(m, "gpt")) return bad("model", m, "expected gpt or cnn");
+    if (m && strcmp(m, "gpt") && strcmp(m, "cnn")) return bad("model", m, "expected gpt or cnn");
+    if (m) c->model = strcmp(m, "cnn") ? NT_MODEL_GPT : NT_MODEL_CNN;   /* the last one wins */
   }
   nt_train_options o = nt_train_defaults(c->model);
   o.keep_checkpoints = NT_CHECKPOINT_KEEP_DEFAULT;
@@ -548,7 +554,7 @@ static int parse_cli(int argc, char **argv, cli *c) {
     case O_TRACE: o.trace = true; break;
     case O_SHARDING: case O_RESHARD: case O_LIMIT_GATHERS: case O_BWD_PREFETCH:
     case O_FWD_PREFETCH: case O_PARAM_DTYPE: case O_REDUCE_DTYPE: case O_ACCUM:
-    case O_DIST_TIMEOUT: case O_DIST_BACKEND: case O_DIST_FINGERPRINT:
+    case O_DIST_TIMEOUT: case O_DIST_BACKEND: case O_DIST_FINGERPRINT: case O_CKPT_FORMAT:
       if (dist_option(ch, name, optarg, &o, &c->dist)) return 2;
       break;
     case 'h':

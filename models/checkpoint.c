@@ -161,51 +161,84 @@ static nt_status read_manifest(nt_ctx *ctx, const char *dir, nt_json *m, ckpt_in
   return st;
 }
 
+/* A listed name a manifest may hold: the two files of a consolidated checkpoint, or (a sharded
+ * one) a plain file name ending in .safetensors. */
+static bool allowed_name(const char *name, bool sharded) {
+  if (!strcmp(name, TENSORS) || !strcmp(name, SIDECAR)) return true;
+  return sharded && name[0] && name[0] != '.' && !strchr(name, '/') &&
+         ends_with(name, ".safetensors") && strlen(name) < 64;
+}
+
+/* One entry of a manifest's file list: present with its size, and its SHA-256 when `hash`. */
+static nt_status check_file(nt_ctx *ctx, const char *dir, const nt_json *f, bool hash) {
+  const char *name = nt_json_str(nt_json_get(f, "name"), "");
+  const char *want = nt_json_str(nt_json_get(f, "sha256"), "");
+  uint64_t size = 0;
+  nt_status st = nt_json_get_uint_in(ctx, f, "size", 0, INT64_MAX, &size);
+  if (st) return st;
+  char path[PATH_MAX], hex[65];
+  if (!join(path, sizeof path, dir, name))
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "path too long under %.64s", dir);
+  struct stat sb;
+  if (stat(path, &sb))
+    return NT_ERROR(ctx, NT_ERR_FORMAT, "checkpoint %s is incomplete: %s is missing", dir, name);
+  if ((uint64_t)sb.st_size != size)
+    return NT_ERROR(ctx, NT_ERR_FORMAT,
+                    "checkpoint %s is damaged: %s has %lld bytes, its manifest says %llu", dir,
+                    name, (long long)sb.st_size, (unsigned long long)size);
+  if (!hash) return NT_OK;
+  uint64_t got;
+  st = nt_sha256_file(ctx, path, hex, &got);
+  if (!st && (got != size || strcmp(hex, want)))
+    st = NT_ERROR(ctx, NT_ERR_FORMAT,
+                  "checkpoint %s is damaged or was modified: the SHA-256 of %s does not match "
+                  "its manifest", dir, name);
+  return st;
+}
+
+/* Every listed file's size (and SHA-256 when hash_all; the sidecar's always). */
+static nt_status verify_manifest(nt_ctx *ctx, const char *dir, const nt_json *m, bool hash_all) {
+  const nt_json *files = nt_json_get(m, "files");
+  bool sharded = nt_json_get(m, "sharded") != NULL, have_tensors = false;
+  nt_status st = NT_OK;
+  for (int i = 0; !st && i < files->n; i++) {
+    const nt_json *f = &files->items[i];
+    const char *name = nt_json_str(nt_json_get(f, "name"), "");
+    if (!allowed_name(name, sharded))
+      return NT_ERROR(ctx, NT_ERR_FORMAT, "%s/%s: lists an unexpected file '%.64s'", dir,
+                      MANIFEST, name);
+    have_tensors |= !strcmp(name, TENSORS);
+    st = check_file(ctx, dir, f, hash_all || !strcmp(name, SIDECAR));
+  }
+  if (!st && !have_tensors && !sharded)
+    st = NT_ERROR(ctx, NT_ERR_FORMAT, "%s/%s does not list %s", dir, MANIFEST, TENSORS);
+  return st;
+}
+
 nt_status nt_checkpoint_verify(nt_ctx *ctx, const char *dir, bool hash_all) {
   nt_json m;
   ckpt_info info;
   nt_status st = read_manifest(ctx, dir, &m, &info);
   if (st) return st;
-  const nt_json *files = nt_json_get(&m, "files");
-  bool have_tensors = false;
-  for (int i = 0; !st && i < files->n; i++) {
-    const nt_json *f = &files->items[i];
-    const char *name = nt_json_str(nt_json_get(f, "name"), "");
-    const char *want = nt_json_str(nt_json_get(f, "sha256"), "");
-    uint64_t size = 0;
-    if (strcmp(name, TENSORS) && strcmp(name, SIDECAR)) {
-      st = NT_ERROR(ctx, NT_ERR_FORMAT, "%s/%s: lists an unexpected file '%.64s'", dir, MANIFEST,
-                    name);
-      break;
-    }
-    have_tensors |= !strcmp(name, TENSORS);
-    st = nt_json_get_uint_in(ctx, f, "size", 0, INT64_MAX, &size);
-    if (st) break;
-    char path[PATH_MAX], hex[65];
-    join(path, sizeof path, dir, name);
-    struct stat sb;
-    if (stat(path, &sb)) {
-      st = NT_ERROR(ctx, NT_ERR_FORMAT, "checkpoint %s is incomplete: %s is missing", dir, name);
-    } else if ((uint64_t)sb.st_size != size) {
-      st = NT_ERROR(ctx, NT_ERR_FORMAT,
-                    "checkpoint %s is damaged: %s has %lld bytes, its manifest says %llu", dir,
-                    name, (long long)sb.st_size, (unsigned long long)size);
-    } else if (hash_all || !strcmp(name, SIDECAR)) {
-      uint64_t got;
-      st = nt_sha256_file(ctx, path, hex, &got);
-      if (!st && (got != size || strcmp(hex, want)))
-        st = NT_ERROR(ctx, NT_ERR_FORMAT,
-                      "checkpoint %s is damaged or was modified: the SHA-256 of %s does not "
-                      "match its manifest", dir, name);
-    }
-  }
-  if (!st && !have_tensors)
-    st = NT_ERROR(ctx, NT_ERR_FORMAT, "%s/%s does not list %s", dir, MANIFEST, TENSORS);
+  st = verify_manifest(ctx, dir, &m, hash_all);
   nt_json_free(&m);
   return st;
 }
 
-static nt_status write_manifest(nt_ctx *ctx, const char *dir, int64_t step, uint64_t seq) {
+nt_status nt_checkpoint_verify_file(nt_ctx *ctx, const char *dir, const nt_json *manifest,
+                                    const char *name) {
+  const nt_json *files = nt_json_get(manifest, "files");
+  for (int i = 0; files && i < files->n; i++)
+    if (!strcmp(nt_json_str(nt_json_get(&files->items[i], "name"), ""), name))
+      return check_file(ctx, dir, &files->items[i], true);
+  return NT_ERROR(ctx, NT_ERR_FORMAT, "checkpoint %s: its manifest does not list %s", dir, name);
+}
+
+/* The manifest, written last: the local ckpt.safetensors / ckpt.json hashed here, `files`
+ * (other writers' files) as reported, and `layout` (JSON text) as the "sharded" member. */
+static nt_status write_manifest(nt_ctx *ctx, const char *dir, int64_t step, uint64_t seq,
+                                const nt_checkpoint_file *files, int n_files,
+                                const char *layout) {
   static const char *const names[] = {TENSORS, SIDECAR};
   nt_jw w = {0};
   nt_jw_begin(&w, '{');
@@ -220,15 +253,25 @@ static nt_status write_manifest(nt_ctx *ctx, const char *dir, int64_t step, uint
   nt_jw_key(&w, "files");
   nt_jw_begin(&w, '[');
   nt_status st = NT_OK;
-  for (int i = 0; i < 2 && !st; i++) {
+  for (int i = 0; i < 2 + n_files && !st; i++) {
     char path[PATH_MAX], hex[65];
     uint64_t size;
-    join(path, sizeof path, dir, names[i]);
-    if (access(path, F_OK)) continue;     /* no sidecar given */
-    st = nt_sha256_file(ctx, path, hex, &size);
+    const char *name = i < 2 ? names[i] : files[i - 2].name;
+    join(path, sizeof path, dir, name);
+    struct stat sb;
+    if (i < 2) {
+      if (access(path, F_OK)) continue;     /* no sidecar (or no consolidated tensors) */
+      st = nt_sha256_file(ctx, path, hex, &size);
+    } else {   /* another writer's file: its report, checked against what is on disk */
+      size = files[i - 2].size;
+      snprintf(hex, sizeof hex, "%s", files[i - 2].sha256);
+      if (stat(path, &sb) || (uint64_t)sb.st_size != size)
+        st = NT_ERROR(ctx, NT_ERR_IO, "checkpoint file %s is missing or not %llu bytes", path,
+                      (unsigned long long)size);
+    }
     nt_jw_begin(&w, '{');
     nt_jw_key(&w, "name");
-    nt_jw_str(&w, names[i]);
+    nt_jw_str(&w, name);
     nt_jw_key(&w, "size");
     nt_jw_u64(&w, size);
     nt_jw_key(&w, "sha256");
@@ -236,6 +279,12 @@ static nt_status write_manifest(nt_ctx *ctx, const char *dir, int64_t step, uint
     nt_jw_end(&w, '}');
   }
   nt_jw_end(&w, ']');
+  if (layout) {
+    nt_jw_key(&w, "sharded");
+    for (size_t at = 0, n = strlen(layout); at < n; at += 256)   /* printf takes < 512 bytes */
+      nt_jw_printf(&w, "%.256s", layout + at);
+    w.need_comma = true;
+  }
   nt_jw_end(&w, '}');
   nt_jw_printf(&w, "\n");
   char *text = nt_jw_finish(&w);
@@ -381,8 +430,11 @@ static void moment_name(char *buf, size_t len, const char *unit, const char *whi
   snprintf(buf, len, "optimizer.%s.%s", unit, which);
 }
 
-static nt_status write_tensors(nt_ctx *ctx, const char *path, const nt_params *p,
-                               nt_adamw *opt) {
+nt_status nt_checkpoint_write_tensors(nt_ctx *ctx, const char *dir, const nt_params *p,
+                                      nt_adamw *opt) {
+  char path[PATH_MAX];
+  if (!join(path, sizeof path, dir, TENSORS))
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "path too long under %.64s", dir);
   int cap = 0;
   for (int u = 0; u < p->n_units; u++) cap += p->units[u].n_params + 2;
   nt_named_tensor *ts = calloc((size_t)cap + 1, sizeof *ts);
@@ -443,36 +495,44 @@ static nt_status install(nt_ctx *ctx, const char *out_dir, const char *tmp, cons
   return NT_OK;
 }
 
-nt_status nt_checkpoint_save_keep(nt_ctx *ctx, const char *out_dir, const nt_params *p,
-                                  nt_adamw *opt, const char *sidecar_json, int keep,
-                                  char *saved) {
+nt_status nt_checkpoint_stage_begin(nt_ctx *ctx, const char *out_dir, char *tmp) {
   nt_status st = nt_make_dirs(ctx, out_dir);
   if (st) return st;
   nt_checkpoint_clean_stale(out_dir, false);
+  char tname[96], rnd[17];
+  random_hex(rnd, 8);
+  snprintf(tname, sizeof tname, TMP_DIR_PREFIX "%ld-%s", (long)getpid(), rnd);
+  if (!join(tmp, PATH_MAX, out_dir, tname) || strlen(tmp) + 80 >= PATH_MAX)
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "path too long under %.64s", out_dir);
+  if (mkdir(tmp, 0755))
+    return NT_ERROR(ctx, NT_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+  return NT_OK;
+}
+
+void nt_checkpoint_stage_abort(const char *tmp) { remove_dir(tmp); }
+
+nt_status nt_checkpoint_stage_commit(nt_ctx *ctx, const char *out_dir, const char *tmp,
+                                     const char *sidecar_json, const nt_checkpoint_file *files,
+                                     int n_files, const char *layout, int keep, char *saved) {
   ckpt_entry *list;
   int n;
-  st = list_checkpoints(ctx, out_dir, &list, &n);
-  if (st) return st;
+  nt_status st = list_checkpoints(ctx, out_dir, &list, &n);
+  if (st) {
+    remove_dir(tmp);
+    return st;
+  }
   uint64_t seq = 1;
   for (int i = 0; i < n; i++)
     if (list[i].info.seq >= seq) seq = list[i].info.seq + 1;
   free(list);
   int64_t step = sidecar_step(sidecar_json);
-  char name[64], tmp[PATH_MAX], tname[96], rnd[17], path[PATH_MAX];
+  char name[64], path[PATH_MAX];
   snprintf(name, sizeof name, "ckpt-%lld", (long long)(step >= 0 ? step : (int64_t)seq));
-  random_hex(rnd, 8);
-  snprintf(tname, sizeof tname, TMP_DIR_PREFIX "%ld-%s", (long)getpid(), rnd);
-  if (!join(tmp, sizeof tmp, out_dir, tname) || strlen(tmp) + 32 >= sizeof tmp)
-    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "path too long under %.64s", out_dir);
-  if (mkdir(tmp, 0755))
-    return NT_ERROR(ctx, NT_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
-  join(path, sizeof path, tmp, TENSORS);
-  st = write_tensors(ctx, path, p, opt);
-  if (!st && sidecar_json) {
+  if (sidecar_json) {
     join(path, sizeof path, tmp, SIDECAR);
     st = nt_write_file_atomic(ctx, path, sidecar_json, strlen(sidecar_json));
   }
-  if (!st) st = write_manifest(ctx, tmp, step >= 0 ? step : 0, seq);
+  if (!st) st = write_manifest(ctx, tmp, step >= 0 ? step : 0, seq, files, n_files, layout);
   if (!st) st = install(ctx, out_dir, tmp, name);
   if (st) {
     remove_dir(tmp);
@@ -485,6 +545,20 @@ nt_status nt_checkpoint_save_keep(nt_ctx *ctx, const char *out_dir, const nt_par
   if (!st && saved) snprintf(saved, PATH_MAX, "%s/%s", out_dir, name);
   if (!st) st = nt_checkpoint_prune(ctx, out_dir, keep);
   return st;
+}
+
+nt_status nt_checkpoint_save_keep(nt_ctx *ctx, const char *out_dir, const nt_params *p,
+                                  nt_adamw *opt, const char *sidecar_json, int keep,
+                                  char *saved) {
+  char tmp[PATH_MAX];
+  nt_status st = nt_checkpoint_stage_begin(ctx, out_dir, tmp);
+  if (st) return st;
+  st = nt_checkpoint_write_tensors(ctx, tmp, p, opt);
+  if (st) {
+    remove_dir(tmp);
+    return st;
+  }
+  return nt_checkpoint_stage_commit(ctx, out_dir, tmp, sidecar_json, NULL, 0, NULL, keep, saved);
 }
 
 nt_status nt_checkpoint_save(nt_ctx *ctx, const char *out_dir, const nt_params *p,
@@ -527,6 +601,17 @@ nt_status nt_checkpoint_prune(nt_ctx *ctx, const char *out_dir, int keep) {
 
 /* ---- loading ---- */
 
+nt_status nt_checkpoint_manifest(nt_ctx *ctx, const char *where, char *dir, size_t len,
+                                 nt_json *manifest) {
+  ckpt_info info;
+  nt_status st = nt_checkpoint_resolve(ctx, where, dir, len);
+  if (!st) st = read_manifest(ctx, dir, manifest, &info);
+  if (st) return st;
+  st = verify_manifest(ctx, dir, manifest, false);
+  if (st) nt_json_free(manifest);
+  return st;
+}
+
 nt_status nt_checkpoint_read_sidecar(nt_ctx *ctx, const char *where, char **json) {
   char dir[PATH_MAX], path[PATH_MAX];
   *json = NULL;
@@ -547,6 +632,9 @@ nt_status nt_checkpoint_load_tensors(nt_ctx *ctx, const char *where, nt_params *
   if (st) return st;
   if (!join(path, sizeof path, dir, TENSORS))
     return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "path too long under %.64s", dir);
+  if (access(path, F_OK))
+    return NT_ERROR(ctx, NT_ERR_FORMAT, "checkpoint %s is sharded (one file per rank, no %s): "
+                    "resume it with nanotrain, which reshards it", dir, TENSORS);
   nt_safetensors *f;
   st = nt_safetensors_open(ctx, path, &f);
   if (st) return st;

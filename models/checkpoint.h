@@ -26,6 +26,7 @@
 #include "core/nt.h"
 #include "models/module.h"
 #include "optim/adamw.h"
+#include "models/json.h"
 NT_EXTERN_C_BEGIN
 
 /* How many checkpoints nt_checkpoint_save keeps (the newest by sequence). */
@@ -48,6 +49,41 @@ nt_status nt_checkpoint_save(nt_ctx *ctx, const char *out_dir, const nt_params *
 nt_status nt_checkpoint_save_keep(nt_ctx *ctx, const char *out_dir, const nt_params *p,
                                   nt_adamw *opt, const char *sidecar_json, int keep,
                                   char *saved);
+/* A save in stages, for a checkpoint that several processes write (sharded data parallel,
+ * each rank its own files; they share the file system):
+ *   begin   (one process) creates the temporary directory under out_dir, into tmp[PATH_MAX];
+ *   ...     every writer puts its files into tmp, each written atomically and fsynced
+ *           (nt_safetensors_save does), and reports name, size and SHA-256 to the committer;
+ *   commit  (the process that called begin, after every writer has finished) writes the
+ *           sidecar, then the manifest last (the local ckpt.safetensors / ckpt.json hashed
+ *           here, `files` as reported, `layout` a JSON object stored as the manifest's
+ *           "sharded" member, NULL for none), renames the directory into place, updates
+ *           `latest` and prunes to `keep`, exactly as nt_checkpoint_save_keep;
+ *   abort   removes the temporary directory (a failed writer).
+ * A checkpoint with a "sharded" member needs no ckpt.safetensors; its listed files must be
+ * plain names ending in .safetensors. */
+typedef struct {
+  char name[64];
+  uint64_t size;
+  char sha256[65];
+} nt_checkpoint_file;
+nt_status nt_checkpoint_stage_begin(nt_ctx *ctx, const char *out_dir, char *tmp);
+nt_status nt_checkpoint_stage_commit(nt_ctx *ctx, const char *out_dir, const char *tmp,
+                                     const char *sidecar_json, const nt_checkpoint_file *files,
+                                     int n_files, const char *layout, int keep, char *saved);
+void nt_checkpoint_stage_abort(const char *tmp);
+/* Writes dir/ckpt.safetensors: the parameters' master values under their names and, when opt
+ * is given, its moments (what nt_checkpoint_save_keep writes). */
+nt_status nt_checkpoint_write_tensors(nt_ctx *ctx, const char *dir, const nt_params *p,
+                                      nt_adamw *opt);
+/* Resolves `where` and checks every listed file's size; *manifest (caller frees with
+ * nt_json_free) gets the parsed manifest, dir[len] the directory. */
+nt_status nt_checkpoint_manifest(nt_ctx *ctx, const char *where, char *dir, size_t len,
+                                 nt_json *manifest);
+/* Checks the SHA-256 of one file that the manifest of dir lists. */
+nt_status nt_checkpoint_verify_file(nt_ctx *ctx, const char *dir, const nt_json *manifest,
+                                    const char *name);
+
 /* The checkpoint directory that `where` designates (see above), into dir[len]. */
 nt_status nt_checkpoint_resolve(nt_ctx *ctx, const char *where, char *dir, size_t len);
 /* Checks dir's manifest: every listed file has its size, and when `hash_all` its SHA-256

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Data-parallel runs of nanotrain on one GPU (the H200), logs under $OUT:
-#   scripts/gpu_dist.sh [all|nccl|mpi|gpt2] [BUILD_DIR]
+#   scripts/gpu_dist.sh [all|nccl|mpi|gpt2|comm] [BUILD_DIR]
 #   nccl   NCCL at world 1 under each strategy vs the one-process path (GPT small config,
 #          50 steps, fp32 and bf16): losses and checkpoints compared
 #   mpi    the MPI-staged device backend, 2 and 4 ranks sharing the GPU, each strategy, vs one
 #          process with the same global batch (fp32 and bf16)
 #   gpt2   GPT-2 124M at world 1: the one-process path and NO_SHARD / SHARD_GRAD_OP /
-#          FULL_SHARD over NCCL (tokens/s, measured peak vs memest)
+#          FULL_SHARD over NCCL, eager and with --cuda-graph (tokens/s, measured peak vs memest)
+#   comm   bench/bench_comm (nccl-tests style algbw / busbw of all-reduce, reduce-scatter and
+#          all-gather at our unit sizes and 64 KiB..256 MiB): NCCL over every GPU of the
+#          machine (world 1 on one GPU), fp32 and bf16; the MPI-staged backend with 2 ranks
+#          (device buffers through host memory); MPI on the CPU with 2 ranks up to 16 MiB
 # The build must exist (scripts/gpu_batch.sh tests makes it; else this builds for sm_90a).
 # Summary lines: $OUT/dist_summary.txt.
 set -uo pipefail
@@ -85,7 +89,33 @@ if [ "$what" = all ] || [ "$what" = gpt2 ]; then
   for s in NO_SHARD SHARD_GRAD_OP FULL_SHARD; do
     run_g2 "$s" --sharding-strategy "$s" --dist-backend nccl
   done
-  # experiment (the FSDP runs above are eager by default): the forward + backward captured as a
+  # the FSDP runs above are eager (the default); the same with the forward + backward captured
+  # as a CUDA graph over NCCL (--cuda-graph: the communicator's capture-aware wait path)
+  for s in NO_SHARD SHARD_GRAD_OP FULL_SHARD; do
+    run_g2 "${s}_graph" --sharding-strategy "$s" --dist-backend nccl --cuda-graph
+  done
+fi
+if [ "$what" = all ] || [ "$what" = comm ]; then
+  bc="$PWD/$build/bench/bench_comm"
+  ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  [ "$ngpu" -ge 1 ] || ngpu=1
+  run_bc() {  # label, ranks, args...
+    local label=$1 n=$2; shift 2
+    timeout 500 mpirun -np "$n" --oversubscribe --bind-to none "$bc" "$@" \
+        > "$out/comm_$label.log" 2>&1 ||
+      { note "comm $label FAILED (exit $?)"; tail -5 "$out/comm_$label.log" >> "$sum"; return; }
+    note "comm $label: $(head -1 "$out/comm_$label.log")"
+    sed -n '/^case/,$p' "$out/comm_$label.log" | sed 's/^/    /' >> "$sum"
+  }
+  if [ ! -x "$bc" ]; then
+    note "comm: $bc missing (build bench_comm)"
+  else
+    for dt in f32 bf16; do
+      run_bc "nccl_${ngpu}gpu_$dt" "$ngpu" --device cuda --backend nccl --dtype "$dt"
+    done
+    run_bc mpi_staged_2ranks 2 --device cuda --backend mpi --max-bytes 64M
+    run_bc mpi_cpu_2ranks 2 --device cpu --backend mpi --max-bytes 16M
+  fi
 fi
 cat "$sum"
 exit 0

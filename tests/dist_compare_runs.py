@@ -1,5 +1,6 @@
 """Compares two nanotrain runs: the training losses of metrics.jsonl (step by step) and every
-tensor of the newest checkpoint (parameters and AdamW moments), within a relative tolerance.
+tensor of the newest checkpoint (parameters and AdamW moments; a sharded checkpoint is first
+consolidated from its per-rank files by the ranges in its manifest), within a relative tolerance.
 Usage: dist_compare_runs.py RUN_DIR REFERENCE_DIR [--rtol X] [--first-step N] [--losses-only]
   --first-step N: compare the losses from step N on (a resumed run logs only those).
   --losses-only: not the checkpoints (a run that stopped before the reference did).
@@ -25,21 +26,20 @@ def losses(run):
     return out
 
 
-def checkpoint_file(run):
-    """The newest checkpoint's tensors: RUN/latest names the ckpt-<step> directory (a file
-    holding its name, or a link); a flat RUN/ckpt.safetensors otherwise."""
+def checkpoint_dir(run):
+    """The newest checkpoint's directory: RUN/latest names the ckpt-<step> directory (a file
+    holding its name, or a link); RUN itself otherwise."""
     import os
     latest = os.path.join(run, "latest")
     if os.path.isfile(latest) and not os.path.islink(latest):
-        name = open(latest).read().strip()
-        return os.path.join(run, name, "ckpt.safetensors")
+        return os.path.join(run, open(latest).read().strip())
     if os.path.isdir(latest):
-        return os.path.join(latest, "ckpt.safetensors")
-    return os.path.join(run, "ckpt.safetensors")
+        return latest
+    return run
 
 
-def tensors(run):
-    blob = open(checkpoint_file(run), "rb").read()
+def read_safetensors(path):
+    blob = open(path, "rb").read()
     (n,) = struct.unpack("<Q", blob[:8])
     header = json.loads(blob[8:8 + n].decode("utf-8"))
     out = {}
@@ -51,6 +51,43 @@ def tensors(run):
         a, b = info["data_offsets"]
         out[name] = np.frombuffer(blob[8 + n + a:8 + n + b], dtype=np.float32)
     return out
+
+
+def consolidate(d, layout):
+    """A sharded checkpoint's whole tensors, named as a consolidated one's: every unit's flat
+    buffer assembled from the ranks' ranges, then cut into its parameters."""
+    shards = [read_safetensors(d + "/" + f) for f in layout["files"]]
+    out = {}
+    for unit in layout["units"]:
+        flat = {}
+        for kind in layout["tensors"]:
+            buf = np.zeros(unit["numel"], dtype=np.float32)
+            for r, (lo, hi) in enumerate(unit["ranges"]):
+                if hi > lo:
+                    part = shards[r][kind + "." + unit["name"]]
+                    if part.size != hi - lo:
+                        raise SystemExit(f"FAIL: rank {r}'s {kind} of {unit['name']} has "
+                                         f"{part.size} elements, its range {hi - lo}")
+                    buf[lo:hi] = part
+            flat[kind] = buf
+        for p in unit["params"]:
+            n = int(np.prod(p["shape"])) if p["shape"] else 1
+            out[p["name"]] = flat["master"][p["offset"]:p["offset"] + n]
+        out["optimizer." + unit["name"] + ".exp_avg"] = flat["exp_avg"]
+        out["optimizer." + unit["name"] + ".exp_avg_sq"] = flat["exp_avg_sq"]
+    return out
+
+
+def tensors(run):
+    """The newest checkpoint's tensors (consolidated from its shards when it is sharded)."""
+    import os
+    d = checkpoint_dir(run)
+    if os.path.isfile(d + "/ckpt.safetensors"):
+        return read_safetensors(d + "/ckpt.safetensors")
+    manifest = json.load(open(d + "/MANIFEST.json"))
+    if "sharded" not in manifest:
+        raise SystemExit(f"FAIL: {d} has neither ckpt.safetensors nor shards")
+    return consolidate(d, manifest["sharded"])
 
 
 def main():
@@ -109,4 +146,5 @@ def main():
     print("OK")
 
 
-main()
+if __name__ == "__main__":
+    main()

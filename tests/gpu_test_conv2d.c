@@ -91,7 +91,7 @@ static void conv_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, ccase k, bool bias, boo
        get(g, &ty, gy);
   if (ok) {
     double e = nt_test_rel_err(gy, ry, (int64_t)ny);
-    CHECK(e < nt_test_tol(dt), "%s: y rel err %.3g", label, e);
+    CHECK(nt_test_note(dt, e) < nt_test_tol(dt), "%s: y rel err %.3g", label, e);
     printf("  %-52s y %.2e", label, e);
   }
   /* With the fused ReLU, backward is nt_conv2d_relu_backward; both sides mask dy with the GPU's
@@ -110,10 +110,10 @@ static void conv_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, ccase k, bool bias, boo
     for (size_t i = 0; i < nb; i++) gdb[i] /= (float)pass;
     double ex = nt_test_rel_err(gdx, rdx, (int64_t)nx), ew = nt_test_rel_err(gdw, rdw, (int64_t)nw);
     double eb = nt_test_rel_err(gdb, rdb, (int64_t)nb);
-    CHECK(ex < nt_test_tol(dt), "%s: dx rel err %.3g (pass %d)", label, ex, pass);
-    CHECK(ew < nt_test_tol(dt), "%s: dw rel err %.3g (pass %d)", label, ew, pass);
+    CHECK(nt_test_note(dt, ex) < nt_test_tol(dt), "%s: dx rel err %.3g (pass %d)", label, ex, pass);
+    CHECK(nt_test_note(dt, ew) < nt_test_tol(dt), "%s: dw rel err %.3g (pass %d)", label, ew, pass);
     /* An F32 db of f16/bf16 data sums dt-precision products: dt's tolerance. */
-    CHECK(eb < nt_test_tol(dt), "%s: db rel err %.3g (pass %d)", label, eb, pass);
+    CHECK(nt_test_note(dt, eb) < nt_test_tol(dt), "%s: db rel err %.3g (pass %d)", label, eb, pass);
     if (pass == 1) printf(" dx %.2e dw %.2e db %.2e", ex, ew, eb);
   }
   printf("\n");

@@ -51,7 +51,8 @@ static void compare(pair *p, const char *what, nt_dtype in, double min_tol) {
     double e = den > 0 ? sqrt(num / den) : sqrt(num);
     double tol = fmax(nt_test_tol(in), nt_test_tol(p->h.dtype));
     if (tol < min_tol) tol = min_tol;
-    CHECK(e < tol && isfinite(e), "%s: rel err %.3g (tol %.1g)", what, e, tol);
+    CHECK(nt_test_note(p->h.dtype, e) < tol && isfinite(e), "%s: rel err %.3g (tol %.1g)", what,
+          e, tol);
     printf("  %-48s rel err %.2e\n", what, e);
   }
   free(g);

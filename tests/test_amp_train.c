@@ -187,7 +187,14 @@ static void snapshot(model *m, float *out) {
 
 static void test_curves(nt_ctx *ctx, double *fp32_out) {
   const nt_precision precs[3] = {NT_PREC_FP32, NT_PREC_BF16, NT_PREC_FP16};
+  /* the worst relative gap of each curve to fp32's, about twice the measured one on the CPU
+   * (0.0131, 0.00183); the GPU keeps the older bounds until its gaps are recorded
+   * (docs/tolerances.md) */
+#ifdef NT_TEST_GPU
   const double tol[3] = {0.0, 0.06, 0.02};
+#else
+  const double tol[3] = {0.0, 0.026, 0.0036};
+#endif
   static double losses[3][STEPS];
   for (int p = 0; p < 3; p++) {
     model m;
@@ -210,7 +217,7 @@ static void test_curves(nt_ctx *ctx, double *fp32_out) {
       double r = fabs(losses[p][s] - losses[0][s]) / losses[0][s];
       if (r > worst) { worst = r; at = s; }
     }
-    printf("%s vs fp32: worst relative loss difference %.4f at step %d (tolerance %.2f)\n",
+    printf("%s vs fp32: worst relative loss difference %.3g at step %d (tolerance %.3g)\n",
            nt_precision_name(precs[p]), worst, at, tol[p]);
     CHECK(worst <= tol[p], "%s curve leaves fp32's by %.4f at step %d", nt_precision_name(precs[p]),
           worst, at);

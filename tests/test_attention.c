@@ -70,6 +70,9 @@ static void ref_forward(const double *q, const double *k, const double *v, doubl
   free(s);
 }
 
+/* The worst bf16 and f16 forward errors against f32 (printed at the end). */
+static double low_worst[2];
+
 static void to_double(const float *x, double *y, size_t n) {
   for (size_t i = 0; i < n; i++) y[i] = x[i];
 }
@@ -111,7 +114,7 @@ static void test_forward(nt_ctx *ctx, int B, int H, int T, int D, uint64_t seed,
   }
   /* Low-precision storage: same math, inputs and output rounded; compare with f32. */
   nt_dtype lows[2] = {NT_BF16, NT_F16};
-  double tols[2] = {1e-2, 2e-3};
+  double tols[2] = {6e-3, 8e-4};   /* about twice the measured (docs/tolerances.md) */
   for (int t = 0; t < 2; t++) {
     uint16_t *buf = malloc(2 * 4 * n);
     nt_tensor lq = nt_tensor_view(buf, lows[t], nt_cpu(), 4, shape);
@@ -129,6 +132,7 @@ static void test_forward(nt_ctx *ctx, int B, int H, int T, int D, uint64_t seed,
       double e = nt_test_rel_err(of, o, (int64_t)n);
       CHECK(e < tols[t], "forward %s T%d D%d: rel err vs f32 %.3g", nt_dtype_name(lows[t]), T, D,
             e);
+      if (e > low_worst[t]) low_worst[t] = e;
       free(of);
     }
     free(buf);
@@ -557,5 +561,7 @@ int main(void) {
   test_threshold();
   test_errors(ctx);
   nt_ctx_free(ctx);
+  printf("measured: forward vs f32 worst rel err bf16 %.3g (bound 6e-3), f16 %.3g (bound "
+         "8e-4)\n", low_worst[0], low_worst[1]);
   return nt_test_finish();
 }

@@ -95,7 +95,7 @@ static void test_options(void) {
             d.gemm_autotune && d.gemm_search == 1 && !d.gemm_search_verify &&
             d.gemm_untuned_gflop == 100.0 && d.conv_l2_mb < 0 && d.pdl && !d.attn_simple &&
             d.attn_wgmma && d.attn_tma && d.attn_bwd_keys == 0 && d.attn_bwd_group == 32 &&
-            d.attn_dq_pair,
+            d.attn_dq_pair && d.mem_cache,
         "documented defaults");
   nt_ctx_options o = d;
   const struct { const char *key, *value; } good[] = {
@@ -103,7 +103,7 @@ static void test_options(void) {
       {"gemm_search", "2"}, {"gemm_search_verify", "1"}, {"gemm_untuned_gflop", "1e3"},
       {"conv_l2_mb", "0"}, {"pdl", "false"}, {"attn_simple", "yes"}, {"attn_wgmma", "0"},
       {"attn_tma", "0"}, {"attn_bwd_keys", "64"}, {"attn_bwd_group", "0"},
-      {"attn_dq_pair", "no"}};
+      {"attn_dq_pair", "no"}, {"mem_cache", "0"}};
   for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
     CHECK(nt_ctx_options_set(&o, good[i].key, good[i].value) == NT_OK, "%s=%s", good[i].key,
           good[i].value);
@@ -111,7 +111,7 @@ static void test_options(void) {
             !o.gemm_autotune && o.gemm_search == 2 && o.gemm_search_verify &&
             o.gemm_untuned_gflop == 1e3 && o.conv_l2_mb == 0 && !o.pdl && o.attn_simple &&
             !o.attn_wgmma && !o.attn_tma && o.attn_bwd_keys == 64 && o.attn_bwd_group == 0 &&
-            !o.attn_dq_pair,
+            !o.attn_dq_pair && !o.mem_cache,
         "every field set from text");
   const nt_ctx_options before = o;
   const struct { const char *key, *value; } bad[] = {

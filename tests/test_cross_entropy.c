@@ -38,7 +38,8 @@ static void test_values(nt_ctx *ctx, nt_test_rng *r, nt_dtype dt, int64_t N, int
   nt_tensor loss = memops_tensor(ctx, NT_F32, 1, ts, NULL), dx = memops_tensor(ctx, dt, 2, ls, NULL);
   double *lr = malloc((size_t)N * sizeof(double)), *gr = malloc((size_t)n * sizeof(double));
   ref_ce(xv, tv, N, V, dscale / (double)count, lr, gr);
-  double gtol = dt == NT_F32 ? 1e-5 : nt_test_tol(dt);
+  /* about twice the measured (docs/tolerances.md) */
+  double gtol = dt == NT_F32 ? 6e-8 : dt == NT_F16 ? 6e-4 : 6e-3;
 
   CHECK_OK(ctx, nt_cross_entropy_forward(ctx, &x, &t, &loss));
   float *lv = memops_values(ctx, &loss);
@@ -49,7 +50,7 @@ static void test_values(nt_ctx *ctx, nt_test_rng *r, nt_dtype dt, int64_t N, int
 
   CHECK_OK(ctx, nt_cross_entropy_backward(ctx, &x, &t, &dscale, count, &dx));
   float *gv = memops_values(ctx, &dx);
-  CHECK(memops_rel_err_fd(gv, gr, n) < gtol, "%s backward err %g", nt_dtype_name(dt),
+  CHECK(nt_test_note(dt, memops_rel_err_fd(gv, gr, n)) < gtol, "%s backward err %g", nt_dtype_name(dt),
         memops_rel_err_fd(gv, gr, n));
   free(gv);
 
@@ -59,7 +60,7 @@ static void test_values(nt_ctx *ctx, nt_test_rng *r, nt_dtype dt, int64_t N, int
   lv = memops_values(ctx, &loss);
   gv = memops_values(ctx, &x);
   CHECK(memops_rel_err_fd(lv, lr, N) < 1e-5, "fused in place: loss err %g", memops_rel_err_fd(lv, lr, N));
-  CHECK(memops_rel_err_fd(gv, gr, n) < gtol, "fused in place: grad err %g", memops_rel_err_fd(gv, gr, n));
+  CHECK(nt_test_note(dt, memops_rel_err_fd(gv, gr, n)) < gtol, "fused in place: grad err %g", memops_rel_err_fd(gv, gr, n));
   int zero_row = 1;
   for (int64_t c = 0; c < V; c++) zero_row &= gv[3 * V + c] == 0.0f;
   CHECK(zero_row, "ignored row has zero gradient");

@@ -39,12 +39,14 @@ static void test_forward(nt_ctx *ctx, nt_test_rng *r) {
     nt_tensor y = memops_tensor(ctx, dt, 2, shape, NULL);
     double *ref = malloc((size_t)n * sizeof(double));
     float *got;
-    double tol = dt == NT_F32 ? 1e-6 : nt_test_tol(dt);
+    /* about twice the measured (docs/tolerances.md); axpy + scale rounds twice */
+    double tol = dt == NT_F32 ? 5.8e-8 : dt == NT_F16 ? 4.2e-4 : 3.4e-3;
+    double tol2 = dt == NT_F32 ? 7.7e-8 : dt == NT_F16 ? 6.3e-4 : 5.1e-3;
 
     CHECK_OK(ctx, nt_gelu_forward(ctx, &x, &y));
     for (int64_t i = 0; i < n; i++) ref[i] = gelu_d(xv[i]);
     got = memops_values(ctx, &y);
-    CHECK(memops_rel_err_fd(got, ref, n) < tol, "gelu %s err %g", nt_dtype_name(dt),
+    CHECK(nt_test_note(dt, memops_rel_err_fd(got, ref, n)) < tol, "gelu %s err %g", nt_dtype_name(dt),
           memops_rel_err_fd(got, ref, n));
     free(got);
 
@@ -57,7 +59,7 @@ static void test_forward(nt_ctx *ctx, nt_test_rng *r) {
     CHECK_OK(ctx, nt_add(ctx, &x, &b, &y));
     for (int64_t i = 0; i < n; i++) ref[i] = (double)xv[i] + bv[i];
     got = memops_values(ctx, &y);
-    CHECK(memops_rel_err_fd(got, ref, n) < tol, "add %s", nt_dtype_name(dt));
+    CHECK(nt_test_note(dt, memops_rel_err_fd(got, ref, n)) < tol, "add %s", nt_dtype_name(dt));
     free(got);
 
     /* y = b; y += 0.5 x; then y *= -3 */
@@ -66,7 +68,7 @@ static void test_forward(nt_ctx *ctx, nt_test_rng *r) {
     CHECK_OK(ctx, nt_scale(ctx, -3.0f, &y));
     for (int64_t i = 0; i < n; i++) ref[i] = -3.0 * ((double)bv[i] + 0.5 * xv[i]);
     got = memops_values(ctx, &y);
-    CHECK(memops_rel_err_fd(got, ref, n) < 2 * tol, "axpy+scale %s err %g", nt_dtype_name(dt),
+    CHECK(nt_test_note(dt, memops_rel_err_fd(got, ref, n)) < tol2, "axpy+scale %s err %g", nt_dtype_name(dt),
           memops_rel_err_fd(got, ref, n));
     free(got);
 
@@ -75,7 +77,7 @@ static void test_forward(nt_ctx *ctx, nt_test_rng *r) {
     CHECK_OK(ctx, nt_add(ctx, &y, &b, &y));
     for (int64_t i = 0; i < n; i++) ref[i] = (double)xv[i] + bv[i];
     got = memops_values(ctx, &y);
-    CHECK(memops_rel_err_fd(got, ref, n) < tol, "add in place %s", nt_dtype_name(dt));
+    CHECK(nt_test_note(dt, memops_rel_err_fd(got, ref, n)) < tol, "add in place %s", nt_dtype_name(dt));
     free(got);
 
     free(ref);

@@ -19,8 +19,9 @@ static void test_forward(nt_ctx *ctx, nt_test_rng *r, nt_dtype dt) {
     for (int c = 0; c < C; c++) ref[i * C + c] = (double)wte[tok[i] * C + c] + wpe[(i % T) * C + c];
   CHECK_OK(ctx, nt_embedding_forward(ctx, &tt, &et, &pt, &ot));
   float *ov = memops_values(ctx, &ot);
-  double tol = dt == NT_F32 ? 1e-7 : nt_test_tol(dt);
-  CHECK(memops_rel_err_fd(ov, ref, B * T * C) < tol, "%s forward err %g", nt_dtype_name(dt),
+  /* about twice the measured (docs/tolerances.md) */
+  double tol = dt == NT_F32 ? 5.5e-8 : dt == NT_F16 ? 4.6e-4 : 3.5e-3;
+  CHECK(nt_test_note(dt, memops_rel_err_fd(ov, ref, B * T * C)) < tol, "%s forward err %g", nt_dtype_name(dt),
         memops_rel_err_fd(ov, ref, B * T * C));
   free(ov);
   /* Without wpe: exactly the token rows. */

@@ -72,8 +72,12 @@ static operand make_operand(nt_test_rng *r, nt_dtype dt, int64_t batch, int64_t 
   return o;
 }
 
+/* The worst D error per output dtype (f32, f16, bf16; others not kept), printed at the end. */
+static double worst_d[3];
+
 static double tol_for(nt_dtype out) {
-  return out == NT_F32 ? 1e-5 : out == NT_F16 ? 1e-3 : 8e-3;
+  /* about twice the measured (docs/tolerances.md); the exact check is rounding_violations */
+  return out == NT_F32 ? 2.5e-7 : out == NT_F16 ? 4e-4 : 3.3e-3;
 }
 
 /* Elements farther than half an ulp of `out` (plus slack[i], a bound on the fp32 accumulation
@@ -174,6 +178,8 @@ static void run_case(nt_ctx *ctx, const gcase *c, const char *name) {
   for (int64_t i = 0; i < n; i++) gotd[i] = got[i];
   double e = nt_test_rel_err_d(gotd, ref, n);
   CHECK(e < tol_for(c->out), "%s: D rel err %.3g (tol %.1g)", name, e, tol_for(c->out));
+  int k = c->out == NT_F32 ? 0 : c->out == NT_F16 ? 1 : c->out == NT_BF16 ? 2 : -1;
+  if (k >= 0 && e > worst_d[k]) worst_d[k] = e;
   if (c->epi == NT_EPI_NONE || c->epi == NT_EPI_BIAS) {
     int64_t bad = rounding_violations(got, ref, slack, n, c->out);
     CHECK(bad == 0, "%s: %lld elements not correctly rounded to %s", name, (long long)bad,
@@ -533,5 +539,8 @@ int main(void) {
   test_errors(ctx);
   test_bias_grad(ctx);
   nt_ctx_free(ctx);
+  printf("measured: worst D rel err f32 %.3g (bound %g), f16 %.3g (bound %g), bf16 %.3g "
+         "(bound %g)\n", worst_d[0], tol_for(NT_F32), worst_d[1], tol_for(NT_F16), worst_d[2],
+         tol_for(NT_BF16));
   return nt_test_finish();
 }

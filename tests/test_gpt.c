@@ -236,7 +236,9 @@ static void test_bf16_close_to_fp32(nt_ctx *ctx) {
   nt_tensor x, y;
   token_batch(&r, c.vocab_size, B, T, xs, ys, &x, &y);
   double la = loss_of(ctx, a, &x, &y), lb = loss_of(ctx, b, &x, &y);
-  CHECK(fabs(la - lb) < 1e-2 * fabs(la), "bf16 loss %g vs fp32 %g", lb, la);
+  /* bounds: about twice the measured gaps (docs/tolerances.md) */
+  CHECK(fabs(la - lb) < 5e-5 * fabs(la), "bf16 loss %g vs fp32 %g", lb, la);
+  double worst = 0;
   CHECK_OK(ctx, nt_params_zero_grad(ctx, nt_gpt_params(a)));
   CHECK_OK(ctx, nt_params_zero_grad(ctx, nt_gpt_params(b)));
   CHECK_OK(ctx, nt_gpt_train_step(ctx, a, &x, &y, NULL, NULL));
@@ -244,8 +246,11 @@ static void test_bf16_close_to_fp32(nt_ctx *ctx) {
   for (int u = 0; u < nt_gpt_params(a)->n_units; u++) {
     nt_tensor ga = nt_gpt_params(a)->units[u].grad, gb = nt_gpt_params(b)->units[u].grad;
     double e = nt_test_rel_err(gb.data, ga.data, nt_tensor_numel(&ga));
-    CHECK(e < 5e-2, "unit %d: bf16 gradients within 5%% of fp32 (%g)", u, e);
+    CHECK(e < 1e-2, "unit %d: bf16 gradients within 1%% of fp32 (%g)", u, e);
+    if (e > worst) worst = e;
   }
+  printf("  bf16 vs fp32: loss rel diff %.3g (bound 5e-5), worst unit gradient rel err %.3g "
+         "(bound 1e-2)\n", fabs(la - lb) / fabs(la), worst);
   nt_gpt_free(ctx, a);
   nt_gpt_free(ctx, b);
 }
@@ -273,16 +278,16 @@ static void test_fp8_emulated(nt_ctx *ctx) {
     float la, lb;
     memcpy(&la, nt_gpt_loss(a)->data, 4);
     memcpy(&lb, nt_gpt_loss(b)->data, 4);
-    CHECK(fabsf(la - lb) < 3e-2f * la, "step %d: fp8 loss %g vs fp32 %g", step, lb, la);
+    CHECK(fabsf(la - lb) < 2e-4f * la, "step %d: fp8 loss %g vs fp32 %g", step, lb, la);
     double worst = 0;
     for (int u = 0; u < nt_gpt_params(a)->n_units; u++) {
       nt_tensor ga = nt_gpt_params(a)->units[u].grad, gb = nt_gpt_params(b)->units[u].grad;
       double e = nt_test_rel_err(gb.data, ga.data, nt_tensor_numel(&ga));
       if (e > worst) worst = e;
     }
-    printf("  fp8 (emulated) step %d: loss %.5f vs fp32 %.5f, worst unit gradient rel err %.3g\n",
-           step, lb, la, worst);
-    CHECK(worst < 0.25, "step %d: fp8 gradients within 25%% of fp32 (%g)", step, worst);
+    printf("  fp8 (emulated) step %d: loss %.5f vs fp32 %.5f (rel %.3g, bound 2e-4), worst unit "
+           "gradient rel err %.3g (bound 0.13)\n", step, lb, la, fabsf(la - lb) / la, worst);
+    CHECK(worst < 0.13, "step %d: fp8 gradients within 13%% of fp32 (%g)", step, worst);
   }
   nt_gpt_free(ctx, a);
   nt_gpt_free(ctx, b);

@@ -32,8 +32,9 @@ static void test_forward(nt_ctx *ctx, nt_test_rng *r, nt_dtype dt, nt_dtype wdt,
   double *yr = malloc((size_t)n * sizeof(double)), mr[37], rr[37];
   ref_forward(xv, wv, bv, rows, C, yr, mr, rr);
   float *yv = memops_values(ctx, &y), *mv = memops_values(ctx, &mean), *rv = memops_values(ctx, &rstd);
-  double tol = dt == NT_F32 ? 1e-6 : nt_test_tol(dt);
-  CHECK(memops_rel_err_fd(yv, yr, n) < tol, "%s/%s x~%g: y err %g", nt_dtype_name(dt),
+  /* about twice the measured (docs/tolerances.md) */
+  double tol = dt == NT_F32 ? 1.1e-7 : dt == NT_F16 ? 4e-4 : 3.3e-3;
+  CHECK(nt_test_note(dt, memops_rel_err_fd(yv, yr, n)) < tol, "%s/%s x~%g: y err %g", nt_dtype_name(dt),
         nt_dtype_name(wdt), (double)scale, memops_rel_err_fd(yv, yr, n));
   CHECK(memops_rel_err_fd(mv, mr, rows) < 1e-6, "mean err %g", memops_rel_err_fd(mv, mr, rows));
   CHECK(memops_rel_err_fd(rv, rr, rows) < 1e-6, "rstd err %g", memops_rel_err_fd(rv, rr, rows));

@@ -35,7 +35,8 @@ static void test_forward(nt_ctx *ctx, nt_dtype dt) {
   nt_tensor b = nt_tensor_view(bm, NT_F32, nt_cpu(), 1, (int64_t[]){OUT});
   nt_tensor y = nt_tensor_view(ym, dt, nt_cpu(), 3, (int64_t[]){B0, B1, OUT});
   nt_tensor pre = nt_tensor_view(pm, dt, nt_cpu(), 3, (int64_t[]){B0, B1, OUT});
-  double tol = nt_test_tol(dt);
+  /* about twice the measured (docs/tolerances.md) */
+  double tol = dt == NT_F32 ? 1.3e-7 : dt == NT_F16 ? 5e-4 : 3.3e-3;
   for (int act = NT_ACT_NONE; act <= NT_ACT_RELU; act++)
     for (int with_b = 0; with_b < 2; with_b++) {
       if (!CHECK_OK(ctx, nt_linear_forward(ctx, &x, &w, with_b ? &b : NULL, &y,
@@ -52,10 +53,10 @@ static void test_forward(nt_ctx *ctx, nt_dtype dt) {
           gotp[i * OUT + o] = nt_load_f32(pm, dt, i * OUT + o);
         }
       double e = nt_test_rel_err_d(got, ref, R * OUT);
-      CHECK(e < tol, "%s forward act %d bias %d: rel err %.3g", nt_dtype_name(dt), act, with_b, e);
+      CHECK(nt_test_note(dt, e) < tol, "%s forward act %d bias %d: rel err %.3g", nt_dtype_name(dt), act, with_b, e);
       if (act == NT_ACT_GELU) {
         e = nt_test_rel_err_d(gotp, pref, R * OUT);
-        CHECK(e < tol, "%s forward gelu pre-activation rel err %.3g", nt_dtype_name(dt), e);
+        CHECK(nt_test_note(dt, e) < tol, "%s forward gelu pre-activation rel err %.3g", nt_dtype_name(dt), e);
       }
     }
   /* A residual added in the GEMM: into a fresh y, then in place (y is its own residual). */
@@ -251,7 +252,7 @@ static void test_backward_ex(nt_ctx *ctx, nt_dtype dt) {
   nt_tensor dx = nt_tensor_view(dxm, dt, nt_cpu(), 3, (int64_t[]){B0, B1, IN});
   nt_tensor dw = nt_tensor_view(dwf, NT_F32, nt_cpu(), 2, (int64_t[]){OUT, IN});
   nt_tensor db = nt_tensor_view(dbf, NT_F32, nt_cpu(), 1, (int64_t[]){OUT});
-  double tol = dt == NT_F32 ? 1e-4 : nt_test_tol(dt);
+  double tol = dt == NT_F32 ? 1.3e-7 : dt == NT_F16 ? 5e-4 : 3.5e-3;   /* twice the measured */
   /* reference gradients: dy W, its product with gelu'(pre), dy^T x, column sums of dy */
   double rdx[R * IN], rdp[R * IN], rdw[OUT * IN], rdb[OUT], got[R * IN];
   for (int i = 0; i < R; i++)
@@ -293,7 +294,7 @@ static void test_backward_ex(nt_ctx *ctx, nt_dtype dt) {
     if (!CHECK_OK(ctx, nt_linear_backward_ex(ctx, &dy, &x, &w, &dx, &dw, &db, &o))) return;
     for (int i = 0; i < R * IN; i++) got[i] = nt_load_f32(dxm, dt, i);
     double e = nt_test_rel_err_d(got, rdp, R * IN);
-    CHECK(e < tol, "%s call %d: gelu-fused overwritten dx rel err %.3g", nt_dtype_name(dt), rep, e);
+    CHECK(nt_test_note(dt, e) < tol, "%s call %d: gelu-fused overwritten dx rel err %.3g", nt_dtype_name(dt), rep, e);
     double gw[OUT * IN], gb[OUT], scale = rep + 1;
     for (int i = 0; i < OUT * IN; i++) gw[i] = (dwf[i] - 0.5) / scale;
     for (int i = 0; i < OUT; i++) gb[i] = (dbf[i] + 0.25) / scale;
@@ -307,12 +308,12 @@ static void test_backward_ex(nt_ctx *ctx, nt_dtype dt) {
   if (!CHECK_OK(ctx, nt_linear_backward_ex(ctx, &dy, &x, &w, &dx, NULL, NULL, &o))) return;
   for (int i = 0; i < R * IN; i++) got[i] = nt_load_f32(dxm, dt, i);
   double e = nt_test_rel_err_d(got, rdx, R * IN);
-  CHECK(e < tol, "%s: overwritten dx rel err %.3g", nt_dtype_name(dt), e);
+  CHECK(nt_test_note(dt, e) < tol, "%s: overwritten dx rel err %.3g", nt_dtype_name(dt), e);
   /* NULL options accumulate, as nt_linear_backward */
   if (!CHECK_OK(ctx, nt_linear_backward_ex(ctx, &dy, &x, &w, &dx, NULL, NULL, NULL))) return;
   for (int i = 0; i < R * IN; i++) got[i] = nt_load_f32(dxm, dt, i) / 2.0;
   e = nt_test_rel_err_d(got, rdx, R * IN);
-  CHECK(e < tol, "%s: NULL options accumulate (rel err %.3g)", nt_dtype_name(dt), e);
+  CHECK(nt_test_note(dt, e) < tol, "%s: NULL options accumulate (rel err %.3g)", nt_dtype_name(dt), e);
 }
 
 static void test_errors(nt_ctx *ctx) {

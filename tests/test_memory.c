@@ -1,6 +1,7 @@
 /* The caching allocator on a CPU context (the same cache logic a CUDA context uses): reuse,
  * split and merge, a training-step pattern reaching a steady state, exact statistics, the
- * out-of-memory path, stream-held blocks, foreign frees, and many threads at once. */
+ * out-of-memory path, stream-held blocks, foreign frees, many threads at once, and the
+ * exact-size mode for sanitizers (mem_cache off). */
 #include "tests/testutil.h"
 #include <pthread.h>
 #include <stdlib.h>
@@ -301,6 +302,31 @@ static void test_record_stream_cpu(void) {
   nt_ctx_free(ctx);                         /* pending at destruction: no leak under ASan */
 }
 
+/* mem_cache off (sanitizer runs): each request is its own system allocation of exactly its
+ * size, never a piece of another; a freed block serves only a request of the same size. */
+static void test_no_cache(void) {
+  nt_ctx_options o = nt_ctx_options_default();
+  o.mem_cache = false;
+  nt_ctx *ctx = NULL;
+  if (!CHECK_OK(ctx, nt_ctx_create_with(&ctx, nt_cpu(), &o))) return;
+  void *a, *b, *c;
+  CHECK_OK(ctx, nt_alloc(ctx, 1000, &a));
+  CHECK_OK(ctx, nt_alloc(ctx, 24, &b));
+  nt_mem_stats s = stats(ctx);
+  CHECK(s.reserved == 1024 && s.allocated == 1024 && s.n_system_allocs == 2,
+        "exact sizes, one segment each: reserved %zu, allocated %zu, %llu system allocations",
+        s.reserved, s.allocated, (unsigned long long)s.n_system_allocs);
+  nt_free(ctx, a);
+  CHECK_OK(ctx, nt_alloc(ctx, 999, &c));
+  CHECK(c != a && stats(ctx).n_system_allocs == 3, "a smaller request gets its own block");
+  nt_free(ctx, c);
+  CHECK_OK(ctx, nt_alloc(ctx, 1000, &c));
+  CHECK(c == a && stats(ctx).n_system_allocs == 3, "an equal request reuses the freed block");
+  nt_free(ctx, b);
+  nt_free(ctx, c);
+  nt_ctx_free(ctx);
+}
+
 static void test_oom(void) {
   nt_ctx *ctx = new_ctx();
   nt_mem_set_limit(ctx, 21 * MiB);
@@ -450,6 +476,7 @@ int main(void) {
   test_invalid_frees();
   test_record_stream_cpu();
   test_oom();
+  test_no_cache();
   test_destroy_with_leaks();
   test_threads();
   return nt_test_finish();

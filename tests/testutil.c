@@ -32,7 +32,20 @@ int nt_test_check_err(nt_ctx *ctx, nt_status expected, nt_status st, const char 
   return 0;
 }
 
+static const nt_dtype noted_dtypes[3] = {NT_F32, NT_F16, NT_BF16};
+static double noted_worst[3] = {-1, -1, -1};
+
+double nt_test_note(nt_dtype dt, double err) {
+  for (int i = 0; i < 3; i++)
+    if (dt == noted_dtypes[i] && err > noted_worst[i]) noted_worst[i] = err;
+  return err;
+}
+
 int nt_test_finish(void) {
+  for (int i = 0; i < 3; i++)
+    if (noted_worst[i] >= 0)
+      printf("measured: worst %s rel err %.3g\n", nt_dtype_name(noted_dtypes[i]),
+             noted_worst[i]);
   printf("%d passed, %d failed\n", nt_test_passed, nt_test_failed);
   return nt_test_failed ? 1 : 0;
 }

@@ -67,6 +67,10 @@ double nt_test_rel_err_d(const double *a, const double *b, int64_t n);
 /* The docs/semantics.md tolerance ||out - ref|| / ||ref|| of a storage dtype: fp32 1e-5, fp16 2e-3,
  * bf16 1e-2. */
 double nt_test_tol(nt_dtype dt);
+/* Records err as a measured error of a result in dtype dt and returns it; nt_test_finish prints
+ * the worst of each dtype ("measured: ..."), the record the bounds are set from
+ * (docs/tolerances.md). */
+double nt_test_note(nt_dtype dt, double err);
 /* A malloc'd host buffer of dtype dt holding x[0..n) rounded to dt; x is replaced by the
  * rounded values (so a reference computed from x sees what the op sees). Caller frees. */
 void *nt_test_to_dtype(float *x, size_t n, nt_dtype dt);

@@ -29,6 +29,15 @@ if(TARGET nanotrain)
               "--block-size 1000000 needs 1000001 tokens per sample but the validation split"
               ${nt} gpt --device cpu --data synthetic --vocab-size 50 --n-layer 1 --n-head 2
               --n-embd 32 --block-size 1000000 --batch-size 1 --max-iters 1)
+  set_tests_properties(train_cli_block_split PROPERTIES TIMEOUT 30)
+  # memest's estimate over free memory: refused before training (tests/cli/preflight.sh)
+  add_test(NAME train_cli_preflight_memory COMMAND bash
+           ${CMAKE_CURRENT_SOURCE_DIR}/cli/preflight.sh ${nt} cpu)
+  set_tests_properties(train_cli_preflight_memory PROPERTIES LABELS cpu TIMEOUT 60)
+  add_test(NAME gpu_train_cli_preflight_memory COMMAND bash
+           ${CMAKE_CURRENT_SOURCE_DIR}/cli/preflight.sh ${nt} cuda)
+  set_tests_properties(gpu_train_cli_preflight_memory PROPERTIES LABELS gpu TIMEOUT 60
+                       SKIP_RETURN_CODE 77)
   nt_cli_test(train_cli_extra_arg 2 "unexpected argument 'extra'" ${nt} gpt extra)
   set(tiny_base --device cpu --data synthetic --vocab-size 50 --n-layer 1 --n-head 2 --n-embd 32
       --block-size 16 --batch-size 4 --eval-interval 5 --eval-iters 2 --log-interval 5
@@ -86,6 +95,18 @@ if(TARGET nanotrain)
   add_test(NAME train_cli_vocab COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/vocab.sh ${nt}
            ${CMAKE_CURRENT_BINARY_DIR}/train_cli_vocab)
   set_tests_properties(train_cli_vocab PROPERTIES LABELS cpu)
+  # docs/resume.md's table: every option has a rule on resume, and each row behaves as written
+  # (tests/cli/resume_table.sh; its data are made by the script)
+  foreach(m gpt cnn)
+    set(tname train_cli_resume_table)
+    if(m STREQUAL "cnn")
+      set(tname train_cli_resume_table_cnn)
+    endif()
+    add_test(NAME ${tname} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/resume_table.sh ${nt}
+             ${CMAKE_SOURCE_DIR}/docs/resume.md ${CMAKE_SOURCE_DIR}/examples/nanotrain.c
+             ${CMAKE_CURRENT_BINARY_DIR}/${tname} ${m})
+    set_tests_properties(${tname} PROPERTIES LABELS cpu)
+  endforeach()
   # A failed checkpoint write warns, training goes on and saves later (tests/cli/save_fail.sh)
   add_test(NAME train_cli_save_fail COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/save_fail.sh ${nt}
            ${CMAKE_CURRENT_BINARY_DIR}/train_cli_save_fail)

@@ -6,6 +6,8 @@
 #include "data/datasets.h"
 #include "data/idx.h"
 #include "data/loader.h"
+#include "dist/comm.h"
+#include "train/preflight.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +24,7 @@ typedef struct {
   nt_image_source train_src, test_src;   /* the loaders' datasets point at these */
   nt_loader *train, *test;
   uint64_t waited_ns;               /* the train loader's wait total at the latest batch */
+  nt_data_id data_id;               /* both whole sets (the checkpoint records it) */
 } cnn_run;
 
 static nt_status micro_step(nt_ctx *ctx, nt_model *md, const nt_model_batch *b,
@@ -123,6 +126,7 @@ static void write_config(nt_jw *w, const nt_model *md) {
   nt_jw_num(w, FASHION_MEAN);
   nt_jw_key(w, "std");
   nt_jw_num(w, FASHION_STD);
+  nt_data_id_write(w, &r->data_id);
 }
 
 static nt_status start_epoch(nt_ctx *ctx, nt_model *md, uint64_t epoch, int64_t skip) {
@@ -177,10 +181,20 @@ nt_status nt_model_cnn_create(nt_ctx *ctx, const nt_train_options *o, const nt_p
   md->ops = &cnn_ops;
   md->impl = r;
   nt_cnn_config cfg = o->cnn;
-  (void)config;   /* a resume's shape is in o already (train_checkpoint.c merges it) */
+  /* a resume's shape is in o already (train_checkpoint.c merges it); config is the
+   * checkpoint's model_config, whose data must be these */
   nt_image_set *trs = &r->train_set, *tes = &r->test_set;
   nt_status st = nt_fashion_mnist_load(ctx, o->data_dir, true, trs);
   if (!st) st = nt_fashion_mnist_load(ctx, o->data_dir, false, tes);
+  if (st) goto fail;
+  uint64_t h = NT_FNV_OFFSET;
+  for (int k = 0; k < 2; k++) {
+    const nt_image_set *set = k ? tes : trs;
+    h = nt_fnv1a(h, set->images.data, (size_t)set->images.numel);
+    h = nt_fnv1a(h, set->labels, (size_t)set->n * sizeof *set->labels);
+  }
+  r->data_id = (nt_data_id){"fashion-mnist", trs->n + tes->n, h};
+  if (config) st = nt_preflight_data(ctx, config, &r->data_id, o->data_dir);
   if (st) goto fail;
   r->full_train = trs->n;
   r->full_test = tes->n;
@@ -195,6 +209,18 @@ nt_status nt_model_cnn_create(nt_ctx *ctx, const nt_train_options *o, const nt_p
   r->test_src = (nt_image_source){tes, false, {0, false, FASHION_MEAN, FASHION_STD}};
   nt_dataset tr_ds = nt_image_dataset(&r->train_src), te_ds = nt_image_dataset(&r->test_src);
   int64_t B = o->batch_size;
+  nt_dtype dt = pol->compute_dtype;
+  nt_model_sizes sizes;
+  st = nt_cnn_estimate(ctx, &cfg, dt, (int)B, &sizes);
+  if (st) goto fail;
+  /* memest's figures against free memory before anything large is allocated; on the host:
+   * both loaders' slots (fp32 images and labels) */
+  int64_t pixels = (int64_t)cfg.in_channels * cfg.height * cfg.width;
+  nt_memest_compute(&sizes, dt, B, pixels, cfg.classes, o->dist.fsdp.strategy, o->world_size,
+                    nt_ctx_is_cuda(ctx) ? NT_MEMEST_WORKSPACE_BYTES : 0, &md->estimate);
+  st = nt_preflight_run_memory(ctx, &md->estimate, (double)B * (double)(pixels + 1) * 4 *
+                                                       (2 * o->num_workers + 2) * 2);
+  if (st) goto fail;
   nt_loader_opts lo = nt_loader_default_opts();
   lo.batch_size = B;
   lo.shuffle = true;
@@ -209,19 +235,13 @@ nt_status nt_model_cnn_create(nt_ctx *ctx, const nt_train_options *o, const nt_p
   lo.rank = 0;                   /* every rank evaluates on the whole test set */
   lo.world_size = 1;
   if (!st) st = nt_loader_create(ctx, &te_ds, &lo, &r->test);
-  nt_dtype dt = pol->compute_dtype;
   if (!st) st = nt_cnn_create(ctx, &cfg, dt, (int)B, &r->m);
   if (!st) st = nt_params_init(ctx, nt_cnn_params(r->m), o->seed);
   if (!st && pol->fp8) st = nt_cnn_enable_fp8(ctx, r->m, false);
   int64_t xs[4] = {B, cfg.in_channels, cfg.height, cfg.width};
   if (!st) st = nt_tensor_alloc(ctx, &r->x, dt, 4, xs);
   if (!st) st = nt_tensor_alloc(ctx, &r->y, NT_I32, 1, &B);
-  nt_model_sizes sizes;
-  if (!st) st = nt_cnn_estimate(ctx, &cfg, dt, (int)B, &sizes);
   if (st) goto fail;
-  nt_memest_compute(&sizes, dt, B, (int64_t)cfg.in_channels * cfg.height * cfg.width,
-                    cfg.classes, o->dist.fsdp.strategy, o->world_size,
-                    nt_ctx_is_cuda(ctx) ? NT_MEMEST_WORKSPACE_BYTES : 0, &md->estimate);
   md->params = nt_cnn_params(r->m);
   md->compute = dt;
   md->items_per_step = B;

@@ -16,6 +16,7 @@
 #include "models/state.h"
 #include "train/preflight.h"
 #include "core/stop.h"
+#include "dist/comm.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,7 @@ typedef struct {
   int64_t n, split;                 /* train [0, split), val [split, n) */
   nt_vocab vocab;
   bool have_vocab;
+  nt_data_id data_id;               /* what it trains on (the checkpoint records it) */
   uint64_t data_seed;
   int64_t S;                        /* the window length (block size) */
   uint64_t chunk_samples;           /* dataset samples per loader epoch */
@@ -130,7 +132,11 @@ static nt_status load_data(nt_ctx *ctx, const nt_train_options *o, gpt_run *r,
     /* a resume compares the whole vocabulary with the checkpoint's (check_vocab) */
     if (!st && o->resume == NULL) cfg->vocab_size = r->vocab.size;
   }
-  if (!st) r->split = nt_text_split_point(r->n);
+  if (!st) {
+    r->split = nt_text_split_point(r->n);
+    r->data_id = (nt_data_id){src, r->n,
+                              nt_fnv1a(NT_FNV_OFFSET, r->data, (size_t)r->n * sizeof *r->data)};
+  }
   return st;
 }
 
@@ -222,8 +228,19 @@ static nt_status sample_text(nt_ctx *ctx, gpt_run *r, int n, char **text) {
       }
     }
     ids[len++] = pick;
-    if (r->have_vocab) out[olen++] = (char)r->vocab.chars[pick];
-    else olen += (size_t)snprintf(out + olen, 8, "%d ", pick);
+    if (!r->have_vocab) {
+      olen += (size_t)snprintf(out + olen, 8, "%d ", pick);
+    } else if (pick >= r->vocab.size) {   /* the model and the vocabulary disagree */
+      st = NT_ERROR(ctx, NT_ERR_STATE, "sampled id %d is outside the vocabulary of %d "
+                    "characters", pick, r->vocab.size);
+    } else {
+      /* control bytes (a NUL in the corpus) as \xHH: the sample is text */
+      uint8_t ch = r->vocab.chars[pick];
+      if ((ch < 0x20 && ch != '\n' && ch != '\t') || ch == 0x7f)
+        olen += (size_t)snprintf(out + olen, 8, "\\x%02x", ch);
+      else
+        out[olen++] = (char)ch;
+    }
   }
   if (out) out[olen] = 0;
   free(ids);
@@ -311,17 +328,24 @@ static void write_config(nt_jw *w, const nt_model *m) {
     nt_jw_key(w, "vocab");   /* the characters of ids 0..V-1: a resume checks its corpus */
     nt_vocab_write_json(w, &r->vocab);
   }
+  nt_data_id_write(w, &r->data_id);
 }
 
-/* Resume: the corpus must be the one the checkpoint was trained on (its vocabulary). */
-static nt_status check_vocab(nt_ctx *ctx, const gpt_run *r, const nt_json *config) {
+/* Resume: the corpus must be the one the checkpoint was trained on (its vocabulary, then its
+ * contents); samples are decoded with the checkpoint's vocabulary. */
+static nt_status check_vocab(nt_ctx *ctx, gpt_run *r, const nt_json *config) {
   const nt_json *saved = nt_json_get(config, "vocab");
-  if (r->have_vocab) return nt_vocab_check_json(ctx, saved, &r->vocab);
+  if (r->have_vocab) {
+    nt_status st = nt_vocab_check_json(ctx, saved, &r->vocab);
+    if (!st) st = nt_vocab_read_json(ctx, saved, &r->vocab);
+    if (!st) st = nt_preflight_data(ctx, config, &r->data_id, r->o->data_dir);
+    return st;
+  }
   if (saved)
     return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "--resume: the checkpoint was trained on a text "
                     "corpus (its vocabulary is saved); this run reads '%s' tokens",
                     r->o->gpt_data);
-  return NT_OK;
+  return nt_preflight_data(ctx, config, &r->data_id, r->o->data_dir);
 }
 
 
@@ -358,6 +382,18 @@ nt_status nt_model_gpt_create(nt_ctx *ctx, const nt_train_options *o, const nt_p
   if (!st) st = nt_preflight_block(ctx, r->split, r->n - r->split, cfg.block_size);
   nt_dtype dt = pol->compute_dtype;
   int64_t B = o->batch_size, S = cfg.block_size;
+  nt_model *m = &r->base;
+  nt_model_sizes sizes;
+  if (!st) st = nt_gpt_estimate(ctx, &cfg, dt, (int)B, (int)S, &sizes);
+  if (!st) {
+    /* memest's figures against free memory before anything large is allocated (the tokens
+     * are loaded already); on the host: the batch buffers and the loader's slots of x and y */
+    nt_memest_compute(&sizes, dt, B, S, S * cfg.vocab_size, o->dist.fsdp.strategy,
+                      o->world_size, nt_ctx_is_cuda(ctx) ? NT_MEMEST_WORKSPACE_BYTES : 0,
+                      &m->estimate);
+    double batch = (double)B * (double)S * 2 * sizeof(int32_t);
+    st = nt_preflight_run_memory(ctx, &m->estimate, batch * (1 + 2 * o->num_workers + 2));
+  }
   if (!st) st = nt_gpt_create(ctx, &cfg, dt, (int)B, (int)S, &r->g);
   if (!st) st = nt_params_init(ctx, nt_gpt_params(r->g), o->seed);
   if (!st && pol->fp8) st = nt_gpt_enable_fp8(ctx, r->g, false);
@@ -388,16 +424,10 @@ nt_status nt_model_gpt_create(nt_ctx *ctx, const nt_train_options *o, const nt_p
     lo.world_size = o->world_size;
     st = nt_loader_create(ctx, &ds, &lo, &r->loader);
   }
-  nt_model *m = &r->base;
-  nt_model_sizes sizes;
-  if (!st) st = nt_gpt_estimate(ctx, &cfg, dt, (int)B, (int)S, &sizes);
   if (st) {
     gpt_free(ctx, m);
     return st;
   }
-  nt_memest_compute(&sizes, dt, B, S, S * cfg.vocab_size, o->dist.fsdp.strategy,
-                    o->world_size,
-                    nt_ctx_is_cuda(ctx) ? NT_MEMEST_WORKSPACE_BYTES : 0, &m->estimate);
   m->params = nt_gpt_params(r->g);
   m->compute = dt;
   m->items_per_step = B * S;

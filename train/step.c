@@ -38,45 +38,60 @@ nt_optimizer_options nt_optimizer_defaults(void) {
   return o;
 }
 
-nt_status nt_optimizer_for_params(nt_ctx *ctx, nt_params *params, const nt_optimizer_options *o,
-                                  nt_optimizer *out) {
+nt_status nt_optimizer_for_units(nt_ctx *ctx, nt_params *params, const nt_param_unit *units,
+                                 nt_range_map_fn map, void *map_arg, bool adopt,
+                                 const nt_optimizer_options *o, nt_optimizer *out) {
   memset(out, 0, sizeof *out);
   if (!params || !params->allocated || params->n_units < 1)
     return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "optimizer: the parameters are not allocated");
   nt_optimizer_options def = nt_optimizer_defaults();
   if (!o) o = &def;
   int nu = params->n_units;
-  nt_param_unit *units = calloc((size_t)nu, sizeof *units);
-  nt_param_range *ranges = calloc((size_t)(2 * nu), sizeof *ranges);
-  if (!units || !ranges) {
-    free(units);
-    free(ranges);
-    return NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for the optimizer's units");
-  }
+  nt_param_range *ranges = calloc((size_t)(4 * nu), sizeof *ranges);
+  if (!ranges) return NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for the optimizer's units");
   int nd = 0, nn = 0;
   nt_param_range *dec = ranges, *nodec = ranges + nu;
   for (int u = 0; u < nu; u++) {
     nt_unit *un = &params->units[u];
-    units[u].params = un->compute;
-    units[u].grads = un->grad;
-    units[u].master_init = un->compute.owner ? &un->master : NULL;
     if (un->n_decay) dec[nd++] = (nt_param_range){u, 0, un->n_decay};
     if (un->numel > un->n_decay)
       nodec[nn++] = (nt_param_range){u, un->n_decay, un->numel - un->n_decay};
   }
+  if (map) {   /* into the views' coordinates */
+    nd = map(map_arg, dec, nd, ranges + 2 * nu);
+    nn = map(map_arg, nodec, nn, ranges + 3 * nu);
+    dec = ranges + 2 * nu;
+    nodec = ranges + 3 * nu;
+  }
   /* 2-D weights decay; biases and LayerNorm parameters do not (nanoGPT's groups) */
-  nt_param_group groups[2] = {{1.0f, o->adamw.weight_decay, dec, nd}, {1.0f, 0.0, nodec, nn}};
+  nt_param_group groups[2] = {{1.0f, o->adamw.weight_decay, nd ? dec : NULL, nd},
+                              {1.0f, 0.0, nn ? nodec : NULL, nn}};
   nt_status st = nt_adamw_create(ctx, &o->adamw, units, nu, groups, 2, &out->adamw);
   /* the optimizer now holds the fp32 master weights: the units point at them */
-  for (int u = 0; u < nu && !st; u++) {
+  for (int u = 0; u < nu && !st && adopt; u++) {
     nt_tensor master;
     st = nt_adamw_state_views(out->adamw, u, &master, NULL, NULL);
     if (!st) st = nt_params_adopt_master(ctx, params, u, &master);
   }
-  free(units);
   free(ranges);
   if (!st) st = nt_scaler_create(ctx, &o->scaler, &out->scaler);
   if (st) nt_optimizer_free(ctx, out);
+  return st;
+}
+
+nt_status nt_optimizer_for_params(nt_ctx *ctx, nt_params *params, const nt_optimizer_options *o,
+                                  nt_optimizer *out) {
+  memset(out, 0, sizeof *out);
+  if (!params || !params->allocated || params->n_units < 1)
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "optimizer: the parameters are not allocated");
+  nt_param_unit *units = calloc((size_t)params->n_units, sizeof *units);
+  if (!units) return NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for the optimizer's units");
+  for (int u = 0; u < params->n_units; u++) {
+    nt_unit *un = &params->units[u];
+    units[u] = (nt_param_unit){un->compute, un->grad, un->compute.owner ? &un->master : NULL};
+  }
+  nt_status st = nt_optimizer_for_units(ctx, params, units, NULL, NULL, true, o, out);
+  free(units);
   return st;
 }
 

@@ -67,6 +67,15 @@ typedef struct {
  * (nt_params_adopt_master). On failure *out is empty. */
 nt_status nt_optimizer_for_params(nt_ctx *ctx, nt_params *params, const nt_optimizer_options *o,
                                   nt_optimizer *out);
+/* The same over other views of the units (sharded data parallel: each unit's owned shard,
+ * train/fsdp_step.h): units[u] is what AdamW updates for unit u; map (NULL: identity) turns the
+ * two groups' unit ranges into ranges of those views, returning how many it wrote (empty ones
+ * dropped); adopt: the parameters take over the optimizer's master weights as above (only
+ * when the views are the units' whole buffers). */
+typedef int (*nt_range_map_fn)(void *arg, const nt_param_range *in, int n, nt_param_range *out);
+nt_status nt_optimizer_for_units(nt_ctx *ctx, nt_params *params, const nt_param_unit *units,
+                                 nt_range_map_fn map, void *map_arg, bool adopt,
+                                 const nt_optimizer_options *o, nt_optimizer *out);
 void nt_optimizer_free(nt_ctx *ctx, nt_optimizer *o);       /* frees what it holds */
 
 /* ---- hooks where data parallelism plugs in (NULL at world size 1) ---- */

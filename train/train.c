@@ -5,7 +5,6 @@
 #include "core/cuda_util.h"
 #include "models/checkpoint.h"
 #include "core/stop.h"
-#include "train/preflight.h"
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -98,37 +97,6 @@ static double peak_flops(nt_ctx *ctx, nt_precision p) {
   (void)p;
   return 0;
 #endif
-}
-
-/* Bytes free on the context's GPU (cudaMemGetInfo), -1 for a CPU context or when unknown. */
-static double device_free_bytes(nt_ctx *ctx) {
-#ifdef NT_HAVE_CUDA
-  if (!nt_ctx_is_cuda(ctx)) return -1;
-  int prev = 0;
-  size_t free_b = 0, total = 0;
-  if (cudaGetDevice(&prev) != cudaSuccess) return -1;
-  bool ok = cudaSetDevice(nt_ctx_device(ctx).index) == cudaSuccess &&
-            cudaMemGetInfo(&free_b, &total) == cudaSuccess;
-  cudaSetDevice(prev);
-  (void)cudaGetLastError();
-  return ok ? (double)free_b : -1;
-#else
-  (void)ctx;
-  return -1;
-#endif
-}
-
-/* Before training: memest's estimate against what is free. The model's parameters are
- * allocated already (they are in the estimate too), so what the context's pool holds counts
- * as available to the run. */
-static nt_status preflight_memory(nt_trainer *T) {
-  nt_mem_stats ms;
-  nt_mem_get_stats(T->ctx, &ms);
-  const nt_mem_estimate *est = &T->model->estimate;
-  double held = (double)ms.reserved, dev = device_free_bytes(T->ctx);
-  double host = (double)nt_host_memory_available();
-  if (dev >= 0) return nt_preflight_memory(T->ctx, est, 0, host, dev + held);
-  return nt_preflight_memory(T->ctx, est, est->total, host > 0 ? host + held : 0, -1);
 }
 
 /* The step's body: the model's micro-step on the staged batch. */
@@ -408,6 +376,9 @@ static nt_status train_step(nt_trainer *T) {
   T->iter++;
   T->res->steps = T->iter;
   if (due && T->ev_end) st = nt_event_record(ctx, T->ev_end, NULL);
+  /* several ranks agree on stop requests at the loss gather, or every NT_STOP_AGREE_STEPS */
+  if (!st && !(o->record_losses || due) && T->iter % NT_STOP_AGREE_STEPS == 0)
+    st = nt_trainer_agree_stop(T);
   if (st || !(o->record_losses || due)) return st;
   if (T->accum == 1) st = nt_model_read_scalar(ctx, T->model->ops->loss(T->model), &l);
   double one[1], *rank_loss = T->world > 1 ? calloc((size_t)T->world, sizeof *rank_loss) : one;
@@ -501,7 +472,8 @@ static nt_status evaluate(nt_trainer *T, bool final) {
   nt_status st = nt_trainer_unshard(T);   /* FULL_SHARD: whole parameters while evaluating */
   if (!st) st = T->model->ops->evaluate(T->ctx, T->model, &e);
   nt_trainer_reshard(T);
-  if (st || nt_stop_requested()) return st;   /* a stop during the evaluation: no record */
+  if (!st) st = nt_trainer_agree_stop(T);
+  if (st || nt_trainer_stop_requested(T)) return st;   /* a stop during it: no record */
   nt_train_result *r = T->res;
   r->train_loss = e.train_loss;
   r->val_loss = e.val_loss;
@@ -550,11 +522,11 @@ static nt_status train_loop(nt_trainer *T) {
   bool epoch_open = false;
   nt_status st = window_start(T);
   while (!st && T->iter < T->total_iters) {
-    if (nt_stop_requested()) return stop_now(T);
+    if (nt_trainer_stop_requested(T)) return stop_now(T);
     if (o->eval_interval > 0 && T->iter % o->eval_interval == 0 && T->last_eval_iter != T->iter) {
       st = evaluate(T, false);
       if (st) break;
-      if (nt_stop_requested()) return stop_now(T);
+      if (nt_trainer_stop_requested(T)) return stop_now(T);
     }
     if (!epoch_open) {
       st = md->ops->start_epoch(ctx, md, T->epoch, T->batch_in_epoch);
@@ -577,6 +549,8 @@ static nt_status train_loop(nt_trainer *T) {
         T->iter < T->total_iters)
       st = save(T, false);
   }
+  /* a request that reached some ranks after the last agreement: every rank exits alike */
+  if (!st) st = nt_trainer_agree_stop(T);
   /* the run ended exactly at an epoch's end */
   if (!st && nb > 0 && T->batch_in_epoch + T->accum > nb) st = end_epoch(T);
   /* the final evaluation (when the run evaluates at all and not already at this step), then
@@ -679,9 +653,14 @@ nt_status nt_train_run(nt_ctx *ctx, const nt_train_options *o, nt_train_result *
    * stream) */
   nt_ctx_manual_seed(ctx, nt_train_dropout_seed(run.seed + 2, run.rank));
   nt_ctx_set_rng_offset(ctx, 0);
-  if (!st) st = preflight_memory(&T);
   if (!st) st = trainer_init(&T);
   if (!st && o->resume) st = nt_trainer_restore(&T, &side);
+  if (!st && o->resume && T.iter >= T.total_iters) {
+    /* a resume that trains no further (sampling from a checkpoint) writes no file */
+    nt_metrics_log_close(T.log);
+    T.log = NULL;
+    T.prom_path[0] = 0;
+  }
   if (!st) {
     res->global_batch = T.model->items_per_step * T.world * T.accum;
     nt_trainer_print(&T, "%s\n", T.model->summary);

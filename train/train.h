@@ -17,6 +17,22 @@ NT_EXTERN_C_BEGIN
 
 typedef enum { NT_MODEL_GPT = 0, NT_MODEL_CNN } nt_model_kind;
 
+/* What a checkpoint holds under data parallel (docs/sharding.md "Checkpoints"):
+ *   CONSOLIDATED  ckpt.safetensors, the whole fp32 state (rank 0 gathers and writes it):
+ *                 PyTorch FSDP's FULL_STATE_DICT
+ *   SHARDED       one file per rank with the fp32 master and AdamW moments it owns, and the
+ *                 ranges in the manifest: SHARDED_STATE_DICT
+ *   BOTH          both in the same checkpoint directory
+ *   AUTO          SHARDED when the strategy shards (SHARD_GRAD_OP, FULL_SHARD) over more
+ *                 than one rank, else CONSOLIDATED (one process, or NO_SHARD, where rank 0
+ *                 holds everything anyway)
+ * Either kind resumes at any world size and strategy. */
+typedef enum {
+  NT_CKPT_AUTO = 0, NT_CKPT_CONSOLIDATED, NT_CKPT_SHARDED, NT_CKPT_BOTH
+} nt_checkpoint_format;
+bool nt_checkpoint_format_parse(const char *s, nt_checkpoint_format *out);
+const char *nt_checkpoint_format_name(nt_checkpoint_format f);
+
 /* Precision policies are amp/policy.h's: fp32; tf32 (fp32 storage, TF32 GEMMs); bf16; fp16 (with
  * the dynamic loss scaler); fp8 (the models have no FP8 linear path yet: it runs as bf16, with
  * a notice). */
@@ -50,6 +66,7 @@ typedef struct {
   int64_t checkpoint_interval; /* save every N iterations (GPT default 250; 0: after every
                                 * evaluation); always at the end, per epoch for the CNN */
   int keep_checkpoints;        /* checkpoints kept in out_dir, newest first (0: all) */
+  nt_checkpoint_format checkpoint_format;   /* AUTO (see above) */
   /* the options given on the command line (long names, e.g. "lr", "n-layer"): on resume the
    * checkpoint's configuration wins and these must agree with it (models/state.h) */
   const char *const *given;
@@ -76,8 +93,10 @@ typedef struct {
    * rank r draws rows [r*B, (r+1)*B) of the global batch a single process with batch N*B
    * would draw, the CNN's loader takes DistributedSampler's share; dropout streams differ per
    * rank; only rank 0 prints and writes files (every rank's loss and peak memory are in
-   * metrics.jsonl). Checkpoints are consolidated (rank 0 writes the whole fp32 state); a
-   * resume reshards them at any world size. */
+   * metrics.jsonl). Checkpoints are consolidated or sharded (checkpoint_format); a resume
+   * reshards either at any world size. A stop request (SIGINT / SIGTERM) that reaches some
+   * ranks is agreed at the next gather (within 10 steps): every rank
+   * stops after the same step, saves and records the same signal (nt_stop_exit_code). */
   struct {
     nt_comm *comm;               /* not owned; NULL = world 1 (LOCAL semantics) */
     nt_fsdp_options fsdp;        /* strategy, prefetch, reduce dtype; param_dtype is the

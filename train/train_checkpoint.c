@@ -4,13 +4,15 @@
  * model's shape ("model_config"), the loop position with the RNG and optimizer step
  * ("position") and the loss scaler ("scaler"); a resume restores all of it, so it continues
  * bit-identically, and options given on the command line must agree with it.
- * Data parallel: the checkpoint is consolidated (the same files as one process: rank 0 writes
- * the whole fp32 state, gathered from every rank's shards under the sharded strategies), and a
- * resume at any world size reads it whole and keeps this rank's shards (train/train_dist.c). */
+ * Data parallel (--checkpoint-format): a consolidated checkpoint is the same files as one
+ * process (rank 0 writes the whole fp32 state, gathered from every rank's shards under the
+ * sharded strategies; a resume reads it whole and keeps this rank's shards, train_dist.c); a
+ * sharded one has a file per rank (train_shards.c). Either resumes at any world size. */
 #include "train/train_internal.h"
 #include "models/checkpoint.h"
 #include "models/limits.h"
 #include "models/state.h"
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,13 +110,76 @@ static bool is_given(const nt_train_options *o, const char *name) {
   return false;
 }
 
+/* The kind of GPT data a --data value names: shakespeare, synthetic, or a token shard. */
+static const char *data_kind(const char *src) {
+  return !strcmp(src, "shakespeare") || !strcmp(src, "synthetic") ? src : "a token shard";
+}
+
+/* Options that set several saved fields at once, or a field under another name (--widths,
+ * --preset, --no-decay-lr), and the GPT's data source: a conflict names the option as typed
+ * with both values; an absent --data takes the checkpoint's. Run before the tables' merge (so
+ * a field given on its own, e.g. --n-layer after --preset, is that merge's). */
+static nt_status merge_composite(nt_ctx *ctx, const nt_json *side, nt_train_options *o) {
+  const nt_json *cfg = nt_json_get(side, "config"), *mc = nt_json_get(side, "model_config");
+  char msg[512] = "";
+  size_t used = 0;
+  int n = 0;
+#define CONFLICT(...) do { \
+    int w_ = snprintf(msg + used, sizeof msg - used, "%s", n++ ? ", " : ""); \
+    if (w_ > 0 && (size_t)w_ < sizeof msg - used) used += (size_t)w_; \
+    w_ = snprintf(msg + used, sizeof msg - used, __VA_ARGS__); \
+    if (w_ > 0 && (size_t)w_ < sizeof msg - used) used += (size_t)w_; \
+  } while (0)
+  const nt_json *decay = nt_json_get(cfg, "decay_lr");
+  if (is_given(o, "no-decay-lr") && decay && decay->type == NT_JSON_BOOL && decay->b)
+    CONFLICT("--no-decay-lr (the checkpoint decays the learning rate)");
+  if (o->model == NT_MODEL_CNN && is_given(o, "widths")) {
+    int64_t c1 = nt_json_get_i64(mc, "c1", -1), c2 = nt_json_get_i64(mc, "c2", -1),
+            h = nt_json_get_i64(mc, "hidden", -1);
+    if (c1 != o->cnn.c1 || c2 != o->cnn.c2 || h != o->cnn.hidden)
+      CONFLICT("--widths %d,%d,%d (the checkpoint has %lld,%lld,%lld)", o->cnn.c1, o->cnn.c2,
+               o->cnn.hidden, (long long)c1, (long long)c2, (long long)h);
+  }
+  if (o->model == NT_MODEL_GPT && is_given(o, "preset")) {
+    /* the preset's fields not given on their own; a text corpus sets the vocabulary size */
+    struct { const char *opt, *key; double mine; } f[] = {
+        {"n-layer", "n_layer", o->gpt.n_layer},       {"n-head", "n_head", o->gpt.n_head},
+        {"n-embd", "n_embd", o->gpt.n_embd},          {"block-size", "block_size", o->gpt.block_size},
+        {"vocab-size", "vocab_size", o->gpt.vocab_size}, {"dropout", "dropout", o->gpt.dropout}};
+    bool text = nt_json_get(mc, "vocab") != NULL;
+    char diff[256] = "";
+    size_t dn = 0;
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+      if (is_given(o, f[i].opt) || (text && !strcmp(f[i].key, "vocab_size"))) continue;
+      double ck = nt_json_get_num(mc, f[i].key, NAN);
+      if ((float)ck == (float)f[i].mine) continue;
+      int w = snprintf(diff + dn, sizeof diff - dn, "%s%s %g (the checkpoint has %g)",
+                       dn ? ", " : "", f[i].key, f[i].mine, ck);
+      if (w > 0 && (size_t)w < sizeof diff - dn) dn += (size_t)w;
+    }
+    if (dn) CONFLICT("--preset: %s", diff);
+  }
+  const char *ck_data = nt_json_str(nt_json_get(nt_json_get(mc, "data"), "source"), NULL);
+  if (o->model == NT_MODEL_GPT && ck_data && strcmp(ck_data, "fashion-mnist")) {
+    if (!is_given(o, "data")) o->gpt_data = ck_data;   /* (the sidecar outlives the run) */
+    else if (strcmp(data_kind(o->gpt_data), data_kind(ck_data)))
+      CONFLICT("--data %s (the checkpoint has %s)", o->gpt_data, ck_data);
+  }
+#undef CONFLICT
+  if (!n) return NT_OK;
+  return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "--resume: %s conflict%s with the checkpoint; drop "
+                  "%s to continue the run as saved", msg, n > 1 ? "" : "s", n > 1 ? "them" : "it");
+}
+
 nt_status nt_trainer_merge_config(nt_ctx *ctx, const nt_json *side, nt_train_options *o) {
   const char *what = "--resume";
   const char *model = nt_json_str(nt_json_get(side, "model"), "");
   const char *want = o->model == NT_MODEL_GPT ? "gpt" : "cnn";
   if (strcmp(model, want))
-    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "%s %s: a '%s' checkpoint cannot resume a '%s' run",
-                    what, o->resume, model, want);
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "%s %s: --model %s conflicts with the checkpoint "
+                    "(a '%s' model)", what, o->resume, want, model);
+  nt_status st0 = merge_composite(ctx, side, o);
+  if (st0) return st0;
   /* Data parallel: --batch-size is per rank, so a resume at another world size (or another
    * number of micro-steps) may change it as long as the global batch stays the same. */
   const nt_json *dp = nt_json_get(side, "data_parallel");
@@ -131,9 +196,9 @@ nt_status nt_trainer_merge_config(nt_ctx *ctx, const nt_json *side, nt_train_opt
                                 over, n_over, what);
   if (!st && ck_global > 0 && o->batch_size * o->world_size * accum != ck_global)
     return NT_ERROR(ctx, NT_ERR_INVALID_ARG,
-                    "%s: a global batch of %lld (--batch-size %lld x %d rank(s) x %lld "
-                    "micro-step(s)) differs from the checkpoint's %lld: give the per-rank "
-                    "--batch-size that keeps it", what,
+                    "%s: a global batch of %lld (--batch-size %lld x %d rank(s) x "
+                    "--grad-accum-steps %lld) differs from the checkpoint's %lld: give the "
+                    "per-rank --batch-size that keeps it", what,
                     (long long)(o->batch_size * o->world_size * accum), (long long)o->batch_size,
                     o->world_size, (long long)accum, (long long)ck_global);
   const nt_json *mc = nt_json_get(side, "model_config");
@@ -160,32 +225,18 @@ nt_status nt_trainer_merge_config(nt_ctx *ctx, const nt_json *side, nt_train_opt
   return NT_OK;
 }
 
-nt_status nt_trainer_save(nt_trainer *T) {
+/* The sidecar's text (rank 0): everything but the tensors. */
+static nt_status sidecar_json(nt_trainer *T, bool whole_file, char **out) {
   const nt_train_options *o = T->o;
-  if (!o->out_dir) return NT_OK;
   nt_ctx *ctx = T->ctx;
-  /* every rank takes part in the gathers; rank 0 writes */
-  nt_trainer_whole whole;
-  memset(&whole, 0, sizeof whole);
-  if (sharded(T)) {
-    nt_status st = nt_trainer_consolidate(T, &whole, true);
-    if (st) return st;
-  }
-  if (T->rank != 0) {
-    nt_trainer_whole_free(T, &whole);
-    T->last_save_iter = T->iter;
-    return NT_OK;
-  }
+  *out = NULL;
   position pos = {T->iter, T->batch_in_epoch, T->eval_count, T->epoch, nt_ctx_seed(ctx),
                   nt_ctx_rng_offset(ctx), T->best_val, 0,
                   T->batch_in_epoch * o->batch_size * T->world};
   nt_scaler_state ss;
   nt_status st = nt_adamw_get_step(ctx, T->opt.adamw, &pos.optimizer_step);
   if (!st) st = nt_scaler_state_get(ctx, T->opt.scaler, &ss);
-  if (st) {
-    nt_trainer_whole_free(T, &whole);
-    return st;
-  }
+  if (st) return st;
   nt_jw w = {0};
   nt_jw_begin(&w, '{');
   nt_jw_key(&w, "format");
@@ -198,8 +249,8 @@ nt_status nt_trainer_save(nt_trainer *T) {
   nt_jw_str(&w, nt_precision_name(T->pol.precision));   /* effective, after any fallback */
   nt_jw_key(&w, "iter");   /* names the checkpoint's directory */
   nt_jw_i64(&w, T->iter);
-  nt_jw_key(&w, "tensors");
-  nt_jw_str(&w, "ckpt.safetensors");
+  nt_jw_key(&w, "tensors");   /* the consolidated file, or one file per rank (the manifest) */
+  nt_jw_str(&w, whole_file ? "ckpt.safetensors" : "sharded");
   nt_jw_key(&w, "config");
   nt_jw_begin(&w, '{');
   nt_state_write(&w, config_fields, NFIELDS(config_fields), o);
@@ -216,6 +267,8 @@ nt_status nt_trainer_save(nt_trainer *T) {
   nt_jw_i64(&w, T->accum);
   nt_jw_key(&w, "sharding_strategy");
   nt_jw_str(&w, nt_sharding_name(o->dist.fsdp.strategy));
+  nt_jw_key(&w, "checkpoint_format");
+  nt_jw_str(&w, nt_checkpoint_format_name(nt_trainer_checkpoint_format(T)));
   nt_jw_key(&w, "global_batch");
   nt_jw_i64(&w, o->batch_size * T->world * T->accum);
   nt_jw_end(&w, '}');
@@ -230,16 +283,34 @@ nt_status nt_trainer_save(nt_trainer *T) {
   nt_state_write(&w, nt_scaler_state_fields, nt_scaler_state_n_fields, &ss);
   nt_jw_end(&w, '}');
   nt_jw_end(&w, '}');
-  char *json = nt_jw_finish(&w);
-  char saved[4096] = "";
-  if (!json) st = NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for the checkpoint sidecar");
-  else if (sharded(T))   /* the consolidated state lives in host memory */
-    st = nt_trainer_host_error(T, nt_checkpoint_save_keep(T->host, o->out_dir, &whole.params,
-                                                          whole.adamw, json, o->keep_checkpoints,
-                                                          saved));
-  else
-    st = nt_checkpoint_save_keep(ctx, o->out_dir, T->model->params, T->opt.adamw, json,
-                                 o->keep_checkpoints, saved);
+  *out = nt_jw_finish(&w);
+  return *out ? NT_OK : NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for the checkpoint sidecar");
+}
+
+nt_status nt_trainer_save(nt_trainer *T) {
+  const nt_train_options *o = T->o;
+  if (!o->out_dir) return NT_OK;
+  nt_ctx *ctx = T->ctx;
+  nt_checkpoint_format fmt = nt_trainer_checkpoint_format(T);
+  bool shards = fmt == NT_CKPT_SHARDED || fmt == NT_CKPT_BOTH, whole_file = fmt != NT_CKPT_SHARDED;
+  /* the consolidated file of a sharded state: every rank takes part in the gathers */
+  nt_trainer_whole whole;
+  memset(&whole, 0, sizeof whole);
+  nt_status st = NT_OK;
+  if (sharded(T) && whole_file) st = nt_trainer_consolidate(T, &whole, true);
+  char *json = NULL, saved[4096] = "";
+  if (!st && T->rank == 0) st = sidecar_json(T, whole_file, &json);
+  if (shards) {   /* every rank writes its file; rank 0 commits (the outcome is shared) */
+    st = nt_trainer_save_sharded(T, st, json, whole_file ? &whole : NULL, saved);
+  } else if (!st && T->rank == 0) {
+    if (sharded(T))   /* the consolidated state lives in host memory */
+      st = nt_trainer_host_error(T, nt_checkpoint_save_keep(T->host, o->out_dir, &whole.params,
+                                                            whole.adamw, json,
+                                                            o->keep_checkpoints, saved));
+    else
+      st = nt_checkpoint_save_keep(ctx, o->out_dir, T->model->params, T->opt.adamw, json,
+                                   o->keep_checkpoints, saved);
+  }
   free(json);
   nt_trainer_whole_free(T, &whole);
   if (st) return st;
@@ -275,6 +346,30 @@ nt_status nt_trainer_read_sidecar(nt_ctx *ctx, const char *where, nt_json *root)
   return st;
 }
 
+/* Parameters and moments: from the shards when the checkpoint has them (each rank reads what
+ * it owns), else from the consolidated file (whole, then this rank's shards of it). */
+static nt_status load_state(nt_trainer *T, const char *where) {
+  char dir[4096];
+  nt_json m;
+  nt_status st = nt_checkpoint_manifest(T->ctx, where, dir, sizeof dir, &m);
+  if (st) return st;
+  if (nt_trainer_manifest_sharded(&m)) {
+    st = nt_trainer_load_sharded(T, dir, &m);
+  } else if (sharded(T)) {
+    nt_trainer_whole whole;
+    st = nt_trainer_consolidate(T, &whole, false);
+    if (!st)
+      st = nt_trainer_host_error(T, nt_checkpoint_load_tensors(T->host, dir, &whole.params,
+                                                               whole.adamw));
+    if (!st) st = nt_trainer_scatter(T, &whole);
+    nt_trainer_whole_free(T, &whole);
+  } else {
+    st = nt_checkpoint_load_tensors(T->ctx, dir, T->model->params, T->opt.adamw);
+  }
+  nt_json_free(&m);
+  return st;
+}
+
 nt_status nt_trainer_restore(nt_trainer *T, const nt_json *root) {
   nt_ctx *ctx = T->ctx;
   const char *where = T->o->resume;
@@ -289,17 +384,7 @@ nt_status nt_trainer_restore(nt_trainer *T, const nt_json *root) {
                               NFIELDS(position_fields), &pos, sizeof pos, "ckpt.json position");
   if (!st) st = nt_state_read(ctx, nt_json_get(root, "scaler"), nt_scaler_state_fields,
                               nt_scaler_state_n_fields, &ss, sizeof ss, "ckpt.json scaler");
-  if (!st && sharded(T)) {   /* the whole state, then this rank's shards of it */
-    nt_trainer_whole whole;
-    st = nt_trainer_consolidate(T, &whole, false);
-    if (!st)
-      st = nt_trainer_host_error(T, nt_checkpoint_load_tensors(T->host, where, &whole.params,
-                                                               whole.adamw));
-    if (!st) st = nt_trainer_scatter(T, &whole);
-    nt_trainer_whole_free(T, &whole);
-  } else if (!st) {
-    st = nt_checkpoint_load_tensors(ctx, where, T->model->params, T->opt.adamw);
-  }
+  if (!st) st = load_state(T, where);
   if (!st) st = nt_adamw_set_step(ctx, T->opt.adamw, pos.optimizer_step);
   if (!st && nt_scaler_enabled(T->opt.scaler)) st = nt_scaler_state_set(ctx, T->opt.scaler, &ss);
   if (st) return st;

@@ -5,6 +5,7 @@
  * checkpoints. */
 #include "train/train_internal.h"
 #include "train/fsdp_step.h"
+#include "core/stop.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,14 +40,14 @@ nt_status nt_trainer_dist_init(nt_trainer *T, const nt_optimizer_options *oo,
   so->hooks = &T->step_hooks;
   so->ranges = T->ranges;
   so->n_ranges = n;
-  /* The step under the FSDP runtime runs eagerly: collectives on the host (MPI) cannot be
-   * captured, and a captured NCCL step failed on the H200 (session 11: "waiting for a
-   * collective: invalid argument" with NO_SHARD and FULL_SHARD at world 1), so --cuda-graph is
-   * refused here rather than left to fail mid-run. */
-  if (so->cuda_graph > 0)
-    return NT_ERROR(T->ctx, NT_ERR_UNSUPPORTED, "--cuda-graph with data parallel (the FSDP "
-                    "runtime) is not supported yet: the step runs eagerly; drop the flag");
-  so->cuda_graph = 0;
+  /* The forward + backward under the FSDP runtime is captured as a CUDA graph only when asked
+   * (--cuda-graph; by default it runs eagerly) and only when every collective is enqueued on a
+   * stream: NCCL (its wait path is capture-aware, dist/comm_nccl.c) or the LOCAL backend of one
+   * rank. The MPI backend's collectives run on the host, which a capture cannot hold. */
+  if (so->cuda_graph > 0 && nt_ctx_is_cuda(ctx) && nt_comm_backend_of(T->comm) == NT_COMM_MPI)
+    return NT_ERROR(T->ctx, NT_ERR_UNSUPPORTED, "--cuda-graph with the MPI backend: its "
+                    "collectives run on the host and cannot be captured; drop the flag");
+  so->cuda_graph = so->cuda_graph > 0 ? 1 : 0;
   return NT_OK;
 }
 
@@ -86,12 +87,43 @@ nt_status nt_trainer_check_config(nt_trainer *T) {
   return nt_comm_check_config(T->comm, T->ctx, cfg, (size_t)len);
 }
 
+/* Every gather also carries each rank's pending stop signal: the first time any rank has one,
+ * every rank adopts the lowest rank's (nt_stop_request), so all of them stop after the same
+ * step and exit with the same status. */
 nt_status nt_trainer_gather(nt_trainer *T, double x, double *all) {
   if (!T->comm || T->world < 2) {
     all[0] = x;
     return NT_OK;
   }
-  return nt_comm_gather_bytes(T->comm, T->ctx, &x, sizeof x, all);
+  double mine[2] = {x, (double)nt_stop_requested()};
+  double *both = calloc((size_t)(2 * T->world), sizeof *both);
+  if (!both) return NT_ERROR(T->ctx, NT_ERR_OOM, "out of host memory gathering from the ranks");
+  nt_status st = nt_comm_gather_bytes(T->comm, T->ctx, mine, sizeof mine, both);
+  int sig = 0;
+  for (int r = 0; !st && r < T->world; r++) {
+    all[r] = both[2 * r];
+    if (!sig) sig = (int)both[2 * r + 1];
+  }
+  free(both);
+  if (!st && sig && !T->stop_sig) {
+    T->stop_sig = sig;
+    nt_stop_request(sig);
+  }
+  return st;
+}
+
+bool nt_trainer_stop_requested(nt_trainer *T) {
+  int mine = nt_stop_requested();   /* also arms the handler: a first signal only requests */
+  return T->comm && T->world > 1 ? T->stop_sig != 0 : mine != 0;
+}
+
+nt_status nt_trainer_agree_stop(nt_trainer *T) {
+  if (!T->comm || T->world < 2 || T->stop_sig) return NT_OK;
+  double *all = calloc((size_t)T->world, sizeof *all);
+  nt_status st = all ? nt_trainer_gather(T, 0, all)
+                     : NT_ERROR(T->ctx, NT_ERR_OOM, "out of host memory gathering from the ranks");
+  free(all);
+  return st;
 }
 
 /* ---- whole parameters for an evaluation (FULL_SHARD keeps only shards between steps) ---- */

@@ -52,6 +52,7 @@ typedef struct {
   nt_tensor *unsharded;         /* FULL_SHARD: whole compute units while evaluating */
   nt_ctx *host;                 /* a CPU context: the consolidated state lives in host memory */
   size_t train_peak;            /* the peak allocated by training (evaluations excluded) */
+  int stop_sig;                 /* several ranks: the stop signal they agreed on (0: none) */
 } nt_trainer;
 
 /* The dropout stream's seed of a rank (rank 0: base itself, as one process). */
@@ -70,8 +71,16 @@ nt_status nt_trainer_dist_init(nt_trainer *T, const nt_optimizer_options *oo,
 void nt_trainer_dist_free(nt_trainer *T);
 /* Stops with a clear error when the ranks' configurations differ. */
 nt_status nt_trainer_check_config(nt_trainer *T);
-/* Every rank's value of x into all[world] (all ranks call it; world 1: a copy). */
+/* Every rank's value of x into all[world] (all ranks call it; world 1: a copy). Each gather
+ * is also a point where the ranks agree on a stop request (SIGINT / SIGTERM reaching some of
+ * them): the loss gather of a logged step, a dedicated one every NT_STOP_AGREE_STEPS steps
+ * otherwise, after an evaluation and at the end of training. */
 nt_status nt_trainer_gather(nt_trainer *T, double x, double *all);
+#define NT_STOP_AGREE_STEPS 10
+/* A stop request as the loop sees it: this process's (one rank) or the agreed one. */
+bool nt_trainer_stop_requested(nt_trainer *T);
+/* A gather of nothing but the stop requests (no-op for one rank or once agreed). */
+nt_status nt_trainer_agree_stop(nt_trainer *T);
 /* FULL_SHARD: gathers every unit whole for an evaluation or sampling, and back (no-ops
  * otherwise). */
 nt_status nt_trainer_unshard(nt_trainer *T);
@@ -90,6 +99,22 @@ nt_status nt_trainer_scatter(nt_trainer *T, nt_trainer_whole *w);
 void nt_trainer_whole_free(nt_trainer *T, nt_trainer_whole *w);
 /* st (a failure on T->host) with T->host's message moved to T->ctx. */
 nt_status nt_trainer_host_error(nt_trainer *T, nt_status st);
+
+/* Sharded checkpoints (train/train_shards.c). */
+/* The format a save writes (AUTO resolved: sharded when the strategy shards over N > 1). */
+nt_checkpoint_format nt_trainer_checkpoint_format(const nt_trainer *T);
+/* Every rank: writes its shard into a new checkpoint that rank 0 commits with `sidecar` (rank
+ * 0's text; others pass NULL) once every rank's file is on disk; `whole` (BOTH; rank 0) also
+ * writes the consolidated tensors: its gathered state, or (whole->adamw NULL) the model's.
+ * pre: a failure before the save (nothing is written; the ranks still take part, so that all
+ * fail alike). saved: rank 0's new directory. Every rank returns the same outcome. */
+nt_status nt_trainer_save_sharded(nt_trainer *T, nt_status pre, const char *sidecar,
+                                  nt_trainer_whole *whole, char *saved);
+/* Whether a checkpoint's manifest describes shards. */
+bool nt_trainer_manifest_sharded(const nt_json *manifest);
+/* Every rank: the parameters and moments it owns now, from the shards of the checkpoint in dir
+ * (its manifest given), at any old world size; every rank returns the same outcome. */
+nt_status nt_trainer_load_sharded(nt_trainer *T, const char *dir, const nt_json *manifest);
 
 /* Checkpoints (train/train_checkpoint.c). */
 nt_status nt_trainer_save(nt_trainer *T);
