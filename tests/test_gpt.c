@@ -237,7 +237,7 @@ static void test_bf16_close_to_fp32(nt_ctx *ctx) {
   token_batch(&r, c.vocab_size, B, T, xs, ys, &x, &y);
   double la = loss_of(ctx, a, &x, &y), lb = loss_of(ctx, b, &x, &y);
   /* bounds: about twice the measured gaps (docs/tolerances.md) */
-  CHECK(fabs(la - lb) < 5e-5 * fabs(la), "bf16 loss %g vs fp32 %g", lb, la);
+  CHECK(fabs(la - lb) < 1.1e-4 * fabs(la), "bf16 loss %g vs fp32 %g", lb, la);
   double worst = 0;
   CHECK_OK(ctx, nt_params_zero_grad(ctx, nt_gpt_params(a)));
   CHECK_OK(ctx, nt_params_zero_grad(ctx, nt_gpt_params(b)));
@@ -249,7 +249,7 @@ static void test_bf16_close_to_fp32(nt_ctx *ctx) {
     CHECK(e < 1e-2, "unit %d: bf16 gradients within 1%% of fp32 (%g)", u, e);
     if (e > worst) worst = e;
   }
-  printf("  bf16 vs fp32: loss rel diff %.3g (bound 5e-5), worst unit gradient rel err %.3g "
+  printf("  bf16 vs fp32: loss rel diff %.3g (bound 1.1e-4), worst unit gradient rel err %.3g "
          "(bound 1e-2)\n", fabs(la - lb) / fabs(la), worst);
   nt_gpt_free(ctx, a);
   nt_gpt_free(ctx, b);
