@@ -273,8 +273,8 @@ static float *found_inf_flag(nt_step *s) {
   return (float *)f.data;
 }
 
-/* Stage 3: the gradients carry 1/scale's inverse (the loss scale) and, summed over ranks x
- * accumulated micro-steps, grad_divisor. With clipping on, no pass over them: *factor gets
+/* Stage 3: the gradients carry the loss scale and, summed over ranks x accumulated
+ * micro-steps, a factor grad_divisor. With clipping on, no pass over them: *factor gets
  * 1/scale (/ grad_divisor) and the optimizer applies it inside its update, folded into the
  * clipping coefficient, taking the overflow check from the sum of squares (stage 4), which is
  * non-finite exactly when a gradient is (a power-of-two scale gives the same bits as the pass).
