@@ -107,7 +107,7 @@ sharded_save)
   ;;
 sharded_resume)
   n=$1 strategy=$2
-  out="$work/sharded_resume_$n"
+  out="$work/sharded_resume_${n}_$strategy"   # one folder per test: they may run at once
   rm -rf "$out"
   mpi "$n" "$nt" "${gpt[@]}" --max-iters 20 --batch-size $((12 / n)) \
       --sharding-strategy "$strategy" --checkpoint-format sharded \

@@ -13,9 +13,9 @@
  * of row i is 1 / (i + 1), and one-hot, power-of-two v (and dO) make each output (and dV)
  * element an integer that spells out which keys (queries) were kept; also inside an RNG step
  * and as a replayed CUDA graph of the step (offsets relative to the device-side step base).
- * Tolerances ||gpu - ref|| / ||ref||:
- * F16 2e-3, BF16 1e-2; F32 1e-5 forward and 1e-4 backward (dS = P * (dP - D) cancels: the
- * difference of two fp32 sums over D and T loses about a digit against the fp64 CPU). */
+ * Bounds on ||gpu - ref|| / ||ref|| per dtype and quantity: the table `bounds` below. In f32
+ * the backward's error is about four times the forward's (dS = P * (dP - D) cancels: the
+ * difference of two fp32 sums over D and T loses accuracy against the fp64 CPU). */
 #include "tests/testutil.h"
 #include "ops/attention.h"
 #include "train/cuda_graph.h"
@@ -39,16 +39,26 @@ typedef struct {
   bool overwrite;
 } rmode;
 
-/* The worst forward (out) and backward (dq, dk, dv) errors per dtype (f32, f16, bf16), printed
- * at the end: the record the bounds are set from (docs/tolerances.md). */
-static double worst_err[3][2];
-static void note_err(nt_dtype dt, int bwd, double e) {
-  int i = dt == NT_F32 ? 0 : dt == NT_F16 ? 1 : 2;
-  if (e > worst_err[i][bwd]) worst_err[i][bwd] = e;
-}
+/* The quantities compared: out, lse (fp32 in every dtype) and the gradients dq, dk, dv. */
+enum { Q_OUT, Q_LSE, Q_GRAD, NQ };
+static const char *const qname[NQ] = {"out", "lse", "dq/dk/dv"};
 
-static double tol_bwd(nt_dtype dt) {
-  return dt == NT_F32 ? 1e-4 : dt == NT_F16 ? 2e-3 : 1e-2;
+/* Per dtype (f32, f16, bf16), about twice the worst the H200 measured over every case
+ * (2026-12-04 03:20 run, docs/tolerances.md); the bf16 gradients keep 1e-2 (1.74x). */
+static const double bounds[3][NQ] = {
+    /* out     lse     grads      measured: out, lse, grads */
+    {6.6e-7, 3.2e-7, 2.5e-6}, /* f32: 3.33e-7, 1.64e-7, 1.27e-6 */
+    {5.4e-4, 4.9e-7, 1.5e-3}, /* f16: 2.75e-4, 2.46e-7, 7.66e-4 */
+    {4.3e-3, 3.1e-7, 1e-2},   /* bf16: 2.16e-3, 1.60e-7, 5.76e-3 */
+};
+static int dtype_row(nt_dtype dt) { return dt == NT_F32 ? 0 : dt == NT_F16 ? 1 : 2; }
+static double bound(nt_dtype dt, int q) { return bounds[dtype_row(dt)][q]; }
+
+/* The worst error of each quantity per dtype, printed at the end: the record the bounds are
+ * set from. */
+static double worst_err[3][NQ];
+static void note_err(nt_dtype dt, int q, double e) {
+  if (e > worst_err[dtype_row(dt)][q]) worst_err[dtype_row(dt)][q] = e;
 }
 
 static double norm(const float *x, size_t n) {
@@ -182,11 +192,11 @@ static void run_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, acase a, const rmode *m,
     for (size_t e = 0; e < n; e++) o_got[e] = hb[pl[4].buf][at(&pl[4], a, (int64_t)e)];
     double eo = nt_test_rel_err(o_got, o_ref, (int64_t)n);
     double el = nt_test_rel_err(lse_got, lse_ref, (int64_t)rows);
-    CHECK(eo < nt_test_tol(dt), "%s: out rel err %.3g", label, eo);
-    /* lse is fp32 in every dtype; its error comes from the rounded scores (1e-5 f32). */
-    CHECK(el < (dt == NT_F32 ? 1e-5 : nt_test_tol(dt)), "%s: lse rel err %.3g", label, el);
+    CHECK(eo < bound(dt, Q_OUT), "%s: out rel err %.3g", label, eo);
+    CHECK(el < bound(dt, Q_LSE), "%s: lse rel err %.3g", label, el);
     printf("  %-72s out %.2e lse %.2e", label, eo, el);
-    note_err(dt, 0, eo);
+    note_err(dt, Q_OUT, eo);
+    note_err(dt, Q_LSE, el);
   }
   const char *names[3] = {"dq", "dk", "dv"};
   for (int pass = 1; pass <= 2 && ok; pass++) {
@@ -201,10 +211,10 @@ static void run_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, acase a, const rmode *m,
       for (size_t e = 0; e < n; e++)
         g_got[i * n + e] = hb[pl[5 + i].buf][at(&pl[5 + i], a, (int64_t)e)] / div;
       double e = rel_err_floor(g_got + i * n, g_ref + i * n, n, floor);
-      CHECK(e < tol_bwd(dt), "%s: %s rel err %.3g after %d backward call(s)", label, names[i], e,
-            pass);
+      CHECK(e < bound(dt, Q_GRAD), "%s: %s rel err %.3g after %d backward call(s)", label,
+            names[i], e, pass);
       if (pass == 1) printf(" %s %.2e", names[i], e);
-      note_err(dt, 1, e);
+      note_err(dt, Q_GRAD, e);
     }
   }
   if (ok) {
@@ -564,10 +574,12 @@ int main(void) {
   }
   nt_ctx_free(c);
   nt_ctx_free(g);
-  for (int k = 0; k < 3; k++)
-    printf("measured: %s worst out rel err %.3g (bound %g), worst dq/dk/dv %.3g (bound %g)\n",
-           k == 0 ? "f32" : k == 1 ? "f16" : "bf16", worst_err[k][0],
-           nt_test_tol(k == 0 ? NT_F32 : k == 1 ? NT_F16 : NT_BF16), worst_err[k][1],
-           tol_bwd(k == 0 ? NT_F32 : k == 1 ? NT_F16 : NT_BF16));
+  for (int k = 0; k < 3; k++) {
+    printf("measured: %s", k == 0 ? "f32" : k == 1 ? "f16" : "bf16");
+    for (int q = 0; q < NQ; q++)
+      printf("%s worst %s rel err %.3g (bound %g)", q ? "," : "", qname[q], worst_err[k][q],
+             bounds[k][q]);
+    printf("\n");
+  }
   return nt_test_finish();
 }

@@ -6,6 +6,14 @@
 #include "ops/cross_entropy.h"
 #include "tests/memops_test.h"
 
+/* Per tensor dtype, about twice the worst the H200 measured (2026-12-04 03:20 run). The f32
+ * row also covers the fp32 losses of every dtype's cases, recorded with the f32 gradients. */
+static const memops_bounds bound = {
+    1.9e-7, /* f32: measured 9.56e-8 */
+    6.5e-4, /* f16: 3.29e-4 (gradients) */
+    4.9e-6, /* bf16: 2.46e-6 (gradients) */
+};
+
 static void run_case(nt_ctx *cc, nt_ctx *gc, nt_test_rng *r, nt_dtype dt, int64_t N, int64_t V,
                      float range, int misalign) {
   int64_t ls[2] = {N, V}, ts[1] = {N}, one[1] = {1}, n = N * V;
@@ -23,11 +31,11 @@ static void run_case(nt_ctx *cc, nt_ctx *gc, nt_test_rng *r, nt_dtype dt, int64_
   memops_pair dx = memops_pair_new(cc, gc, dt, 2, ls, NULL, misalign);
   memops_pair loss = memops_pair_new(cc, gc, NT_F32, 1, ts, NULL, 0);
   nt_tensor tc = memops_ints(cc, 1, ts, tv), tg = memops_ints(gc, 1, ts, tv);
-  double tol = nt_test_tol(dt);
+  double tol = memops_bound(&bound, dt), tol_loss = bound.f32; /* losses are fp32 */
   const char *dn = nt_dtype_name(dt);
   if (CHECK_OK(cc, nt_cross_entropy_forward(cc, &x.c, &tc, &loss.c)) &&
       CHECK_OK(gc, nt_cross_entropy_forward(gc, &x.g, &tg, &loss.g)))
-    CHECK(memops_pair_err(cc, gc, &loss) < 1e-5, "%s %lldx%lld x~%g mis %d: forward loss %g", dn,
+    CHECK(memops_pair_err(cc, gc, &loss) < tol_loss, "%s %lldx%lld x~%g mis %d: forward loss %g", dn,
           (long long)N, (long long)V, (double)range, misalign, memops_pair_err(cc, gc, &loss));
   if (CHECK_OK(cc, nt_cross_entropy_backward(cc, &x.c, &tc, &scale_h, count, &dx.c)) &&
       CHECK_OK(gc, nt_cross_entropy_backward(gc, &x.g, &tg, (const float *)scale_g.data, count, &dx.g)))
@@ -36,15 +44,17 @@ static void run_case(nt_ctx *cc, nt_ctx *gc, nt_test_rng *r, nt_dtype dt, int64_
   CHECK_OK(gc, nt_tensor_zero(gc, &dx.g));
   if (CHECK_OK(gc, nt_cross_entropy_fused(gc, &x.g, &tg, (const float *)scale_g.data, count,
                                           &loss.g, &dx.g))) {
-    CHECK(memops_pair_err(cc, gc, &loss) < 1e-5, "%s fused loss %g", dn, memops_pair_err(cc, gc, &loss));
+    CHECK(memops_pair_err(cc, gc, &loss) < tol_loss, "%s fused loss %g", dn, memops_pair_err(cc, gc, &loss));
     CHECK(memops_pair_err(cc, gc, &dx) < tol, "%s fused grad %g", dn, memops_pair_err(cc, gc, &dx));
   }
   /* In place: the gradient overwrites the logits. */
   CHECK_OK(gc, nt_tensor_zero(gc, &loss.g));
   if (CHECK_OK(gc, nt_cross_entropy_fused(gc, &x.g, &tg, NULL, count, &loss.g, &x.g))) {
-    CHECK(memops_pair_err(cc, gc, &loss) < 1e-5, "%s in place loss %g", dn, memops_pair_err(cc, gc, &loss));
+    CHECK(memops_pair_err(cc, gc, &loss) < tol_loss, "%s in place loss %g", dn,
+          memops_pair_err(cc, gc, &loss));
     CHECK_OK(cc, nt_cross_entropy_backward(cc, &x.c, &tc, NULL, count, &dx.c));
-    double e = memops_rel_err_t(gc, &x.g, cc, &dx.c);
+    /* not in the 03:20 record; the fused kernel's math without the power-of-two scale */
+    double e = nt_test_note(dt, memops_rel_err_t(gc, &x.g, cc, &dx.c));
     CHECK(e < tol, "%s in place grad %g", dn, e);
   }
   nt_tensor_free(gc, &scale_g); nt_tensor_free(cc, &tc); nt_tensor_free(gc, &tg);
@@ -70,10 +80,10 @@ static void padded_rows(nt_ctx *cc, nt_ctx *gc, nt_test_rng *r, nt_dtype dt, int
   vc.shape[1] = vg.shape[1] = V;   /* strides stay (LD, 1) */
   if (CHECK_OK(cc, nt_cross_entropy_fused(cc, &vc, &tc, NULL, N, &loss.c, &vc)) &&
       CHECK_OK(gc, nt_cross_entropy_fused(gc, &vg, &tg, NULL, N, &loss.g, &vg))) {
-    const char *dn = nt_dtype_name(dt);
-    CHECK(memops_pair_err(cc, gc, &loss) < 1e-5, "%s padded rows %lldx%lld ld %lld: loss %g", dn,
-          (long long)N, (long long)V, (long long)LD, memops_pair_err(cc, gc, &loss));
-    CHECK(memops_pair_err(cc, gc, &x) < nt_test_tol(dt), "%s padded rows: grad %g", dn,
+    const char *dn = nt_dtype_name(dt);   /* the same kernels: the same bounds as run_case */
+    CHECK(memops_pair_err(cc, gc, &loss) < bound.f32, "%s padded rows %lldx%lld ld %lld: loss %g",
+          dn, (long long)N, (long long)V, (long long)LD, memops_pair_err(cc, gc, &loss));
+    CHECK(memops_pair_err(cc, gc, &x) < memops_bound(&bound, dt), "%s padded rows: grad %g", dn,
           memops_pair_err(cc, gc, &x));
     float *gv = memops_values(gc, &x.g);
     int kept = 1;

@@ -5,6 +5,8 @@
 #include "train/cuda_graph.h"
 #include "tests/memops_test.h"
 
+/* Same mask and same arithmetic as the CPU: the outputs and gradients must be equal (the
+ * H200 measured 0 in every dtype, 2026-12-04 03:20). */
 static void run_case(nt_ctx *cc, nt_ctx *gc, nt_test_rng *r, nt_dtype dt, int64_t n, float p,
                      uint64_t seed, uint64_t offset, int misalign) {
   int64_t shape[1] = {n};
@@ -23,7 +25,7 @@ static void run_case(nt_ctx *cc, nt_ctx *gc, nt_test_rng *r, nt_dtype dt, int64_
     }
     CHECK(mism == 0, "%s n %lld p %g offset %llu mis %d: %lld mask elements differ", dn,
           (long long)n, (double)p, (unsigned long long)offset, misalign, (long long)mism);
-    CHECK(nt_test_note(dt, nt_test_rel_err(b, a, n)) < nt_test_tol(dt), "%s forward values %g", dn,
+    CHECK(nt_test_note(dt, nt_test_rel_err(b, a, n)) == 0, "%s forward values differ: %g", dn,
           nt_test_rel_err(b, a, n));
     if (n > 10000 && p > 0 && p < 1)
       CHECK(fabs((double)kept / (double)n - (1.0 - p)) < 0.01, "kept fraction %g",
@@ -33,7 +35,7 @@ static void run_case(nt_ctx *cc, nt_ctx *gc, nt_test_rng *r, nt_dtype dt, int64_
   }
   if (CHECK_OK(cc, nt_dropout_backward(cc, &x.c, &d.c, p, seed, offset)) &&
       CHECK_OK(gc, nt_dropout_backward(gc, &x.g, &d.g, p, seed, offset)))
-    CHECK(memops_pair_err(cc, gc, &d) < nt_test_tol(dt), "%s backward (+=) %g", dn,
+    CHECK(memops_pair_err(cc, gc, &d) == 0, "%s backward (+=) differs: %g", dn,
           memops_pair_err(cc, gc, &d));
   memops_pair_free(cc, gc, &x); memops_pair_free(cc, gc, &y); memops_pair_free(cc, gc, &d);
   free(xv); free(dv);

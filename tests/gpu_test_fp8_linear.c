@@ -4,11 +4,11 @@
  *     and the same amax bits; dequantize: the same floats.
  *   - the linear layer, forward and backward (accumulating), run step 1 / scale update /
  *     step 2 on both devices: recorded amaxes and the resulting scales bit-identical; outputs
- *     against the CPU emulation within 1e-5 (fp32 outputs) / 1e-2 (bf16) / 2e-3 (fp16) when the
- *     GPU emulates too (fp32 GEMMs on the same dequantized values), and within 2e-2 with real
- *     FP8 GEMMs on Hopper (the same quantized values; what is left is the accumulation order,
- *     Hopper's FP8 accumulator and output rounding; the bound of tests/gpu_test_gemm.c); the
- *     bias gradient never sees FP8: 1e-5.
+ *     against the CPU emulation when the GPU emulates too (fp32 GEMMs on the same dequantized
+ *     values: equal, or apart by a few roundings) and with real FP8 GEMMs on Hopper (the
+ *     same quantized values; what is left is the accumulation order, Hopper's FP8 accumulator
+ *     and output rounding), within the bounds of `emulated_bound` / `fp8_bound`; the bias
+ *     gradient never sees FP8.
  *   - a 2-layer MLP trained with FP8 GEMMs learns (loss falls to < 20% of its start).
  *   - a timing line at a GPT-2 MLP shape (fp8 vs bf16 linear), printed only.
  * Prints what it compares; skips (77) without a GPU. */
@@ -192,6 +192,22 @@ typedef struct {
   float amax[3], scale[3];
 } lresult;
 
+/* Rel err bounds against the CPU emulation per case dtype (f32, f16, bf16) and output, about
+ * twice the worst the H200 measured (2026-12-04 03:20 run, docs/tolerances.md); 1e-7 where it
+ * measured 0. */
+enum { O_Y, O_DX, O_DW, O_DB, NO };
+static const double emulated_bound[3][NO] = {
+    /* y     dx    dW      db        measured: y, dx, dW, db */
+    {4e-7, 1e-7, 2.5e-7, 1.9e-7},   /* f32: 2.03e-7, 0, 1.29e-7, 9.79e-8 */
+    {1e-7, 1e-7, 1e-7, 1e-7},       /* f16: 0, 0, 0, 0 */
+    {2.4e-7, 1e-7, 2.2e-4, 1e-7},   /* bf16: 1.22e-7, 0, 1.13e-4, 0 */
+};
+static const double fp8_bound[3][NO] = {
+    {2e-4, 1.4e-4, 1.1e-4, 1.9e-7},   /* f32: 1.01e-4, 7.31e-5, 5.52e-5, 9.79e-8 */
+    {3.2e-4, 2.8e-4, 3.3e-4, 1e-7},   /* f16: 1.63e-4, 1.42e-4, 1.67e-4, 0 */
+    {1.3e-3, 1.2e-3, 1.05e-3, 1e-7},  /* bf16: 6.59e-4, 6.16e-4, 5.5e-4, 0 */
+};
+
 /* Step 1 (forward + backward at scale 1), update, then step 2: forward, and backward twice into
  * zeroed gradients. */
 static bool run_linear(nt_ctx *ctx, lcase k, bool emulate, const float *xh, const float *wh,
@@ -271,19 +287,19 @@ static void linear_case(ctxs *c, lcase k, bool fp8) {
       CHECK(memcmp(&rc.scale[i], &rg.scale[i], 4) == 0, "%s: tensor %d scale gpu %.9g cpu %.9g",
             what, i, rg.scale[i], rc.scale[i]);
     }
-    double tol = fp8 ? 2e-2 : nt_test_tol(k.dt);
-    double tol_b = nt_test_tol(k.bias_dt);
+    const int row = k.dt == NT_F32 ? 0 : k.dt == NT_F16 ? 1 : 2;
+    const double *tol = fp8 ? fp8_bound[row] : emulated_bound[row];
     double ey = nt_test_rel_err(rg.y, rc.y, k.M * k.N);
     double ex = nt_test_rel_err(rg.dx, rc.dx, k.M * k.K);
     double ew = nt_test_rel_err(rg.dw, rc.dw, k.N * k.K);
     double eb = nt_test_rel_err(rg.db, rc.db, k.N);
-    printf("  linear %s: vs CPU emulation y %.3g dx %.3g dW %.3g (tol %.0e) db %.3g (tol %.0e); "
-           "scales %.6g %.6g %.6g\n", what, ey, ex, ew, tol, eb, tol_b, rg.scale[0], rg.scale[1],
-           rg.scale[2]);
-    CHECK(ey < tol, "%s: y rel err %.3g", what, ey);
-    CHECK(ex < tol, "%s: dx rel err %.3g", what, ex);
-    CHECK(ew < tol, "%s: dW rel err %.3g", what, ew);
-    CHECK(eb < tol_b, "%s: db rel err %.3g", what, eb);
+    printf("  linear %s: vs CPU emulation y %.3g dx %.3g dW %.3g db %.3g (bounds %g %g %g %g); "
+           "scales %.6g %.6g %.6g\n", what, ey, ex, ew, eb, tol[O_Y], tol[O_DX], tol[O_DW],
+           tol[O_DB], rg.scale[0], rg.scale[1], rg.scale[2]);
+    CHECK(ey < tol[O_Y], "%s: y rel err %.3g", what, ey);
+    CHECK(ex < tol[O_DX], "%s: dx rel err %.3g", what, ex);
+    CHECK(ew < tol[O_DW], "%s: dW rel err %.3g", what, ew);
+    CHECK(eb < tol[O_DB], "%s: db rel err %.3g", what, eb);
   }
   lresult_free(&rc);
   lresult_free(&rg);

@@ -4,6 +4,15 @@
 #include "ops/layernorm.h"
 #include "tests/memops_test.h"
 
+/* Per tensor dtype, about twice the worst the H200 measured (2026-12-04 03:20 run). The f32
+ * row also covers the fp32 statistics (mean, rstd) and weight gradients of every dtype's
+ * cases, which the run recorded together with the f32 y and dx. */
+static const memops_bounds bound = {
+    3e-7,   /* f32: measured 1.51e-7 */
+    1.2e-5, /* f16: 6.22e-6 (y, dx) */
+    3.8e-5, /* bf16: 1.92e-5 (y, dx) */
+};
+
 static void run_case(nt_ctx *cc, nt_ctx *gc, nt_test_rng *r, nt_dtype dt, nt_dtype wdt,
                      int64_t rows, int64_t C, float range, int misalign) {
   int64_t xs[2] = {rows, C}, ws[1] = {C}, ms[1] = {rows}, n = rows * C;
@@ -22,15 +31,15 @@ static void run_case(nt_ctx *cc, nt_ctx *gc, nt_test_rng *r, nt_dtype dt, nt_dty
   memops_pair rstd = memops_pair_new(cc, gc, NT_F32, 1, ms, NULL, 0);
   memops_pair dw = memops_pair_new(cc, gc, NT_F32, 1, ws, dw0, 0);
   memops_pair db = memops_pair_new(cc, gc, NT_F32, 1, ws, db0, 0);
-  double tol = nt_test_tol(dt);
+  double tol = memops_bound(&bound, dt);
   const char *dn = nt_dtype_name(dt);
   if (CHECK_OK(cc, nt_layernorm_forward(cc, &x.c, &w.c, &b.c, &y.c, &mean.c, &rstd.c)) &&
       CHECK_OK(gc, nt_layernorm_forward(gc, &x.g, &w.g, &b.g, &y.g, &mean.g, &rstd.g))) {
     CHECK(memops_pair_err(cc, gc, &y) < tol, "%s/%s %lldx%lld x~%g mis %d: y %g", dn,
           nt_dtype_name(wdt), (long long)rows, (long long)C, (double)range, misalign,
           memops_pair_err(cc, gc, &y));
-    CHECK(memops_pair_err(cc, gc, &mean) < 1e-5, "mean %g", memops_pair_err(cc, gc, &mean));
-    CHECK(memops_pair_err(cc, gc, &rstd) < 1e-5, "rstd %g", memops_pair_err(cc, gc, &rstd));
+    CHECK(memops_pair_err(cc, gc, &mean) < bound.f32, "mean %g", memops_pair_err(cc, gc, &mean));
+    CHECK(memops_pair_err(cc, gc, &rstd) < bound.f32, "rstd %g", memops_pair_err(cc, gc, &rstd));
   }
   /* Backward from the CPU's statistics on both sides, so only the backward is compared. */
   nt_tensor mg = memops_tensor(gc, NT_F32, 1, ms, NULL), rg = memops_tensor(gc, NT_F32, 1, ms, NULL);
@@ -39,9 +48,8 @@ static void run_case(nt_ctx *cc, nt_ctx *gc, nt_test_rng *r, nt_dtype dt, nt_dty
   if (CHECK_OK(cc, nt_layernorm_backward(cc, &dy.c, &x.c, &w.c, &mean.c, &rstd.c, &dx.c, &dw.c, &db.c)) &&
       CHECK_OK(gc, nt_layernorm_backward(gc, &dy.g, &x.g, &w.g, &mg, &rg, &dx.g, &dw.g, &db.g))) {
     CHECK(memops_pair_err(cc, gc, &dx) < tol, "%s dx (+=) %g", dn, memops_pair_err(cc, gc, &dx));
-    double ptol = dt == NT_F32 ? 1e-5 : 1e-4;
-    CHECK(memops_pair_err(cc, gc, &dw) < ptol, "%s dweight (+=) %g", dn, memops_pair_err(cc, gc, &dw));
-    CHECK(memops_pair_err(cc, gc, &db) < ptol, "%s dbias (+=) %g", dn, memops_pair_err(cc, gc, &db));
+    CHECK(memops_pair_err(cc, gc, &dw) < bound.f32, "%s dweight (+=) %g", dn, memops_pair_err(cc, gc, &dw));
+    CHECK(memops_pair_err(cc, gc, &db) < bound.f32, "%s dbias (+=) %g", dn, memops_pair_err(cc, gc, &db));
   }
   /* Determinism: the same backward from the same start gives the same bits. */
   nt_tensor dw1 = memops_tensor(gc, NT_F32, 1, ws, dw0), dw2 = memops_tensor(gc, NT_F32, 1, ws, dw0);

@@ -4,6 +4,10 @@
 #include "ops/reduce.h"
 #include "tests/memops_test.h"
 
+/* Every comparison is of an fp32 result: about twice the worst the H200 measured over all of
+ * them (8.07e-8, 2026-12-04 03:20). */
+static const double tol = 1.6e-7;
+
 #define NT 320 /* about 300 non-empty: more than one launch's 288 */
 #define NU 300
 
@@ -23,13 +27,13 @@ static void test_sum_squares(nt_ctx *cc, nt_ctx *gc, nt_test_rng *r) {
   nt_tensor out2 = memops_tensor(gc, NT_F32, 1, one, NULL);
   if (CHECK_OK(cc, nt_sum_squares(cc, lc, NT, &out.c)) && CHECK_OK(gc, nt_sum_squares(gc, lg, NT, &out.g)) &&
       CHECK_OK(gc, nt_sum_squares(gc, lg, NT, &out2))) {
-    CHECK(memops_pair_err(cc, gc, &out) < 1e-5, "sum of squares over %d tensors: %g", NT,
+    CHECK(memops_pair_err(cc, gc, &out) < tol, "sum of squares over %d tensors: %g", NT,
           memops_pair_err(cc, gc, &out));
     CHECK(memops_same_bits(gc, &out.g, &out2), "sum of squares bit-identical across runs");
   }
   /* One tensor, and none. */
   if (CHECK_OK(cc, nt_sum_squares(cc, lc + 1, 1, &out.c)) && CHECK_OK(gc, nt_sum_squares(gc, lg + 1, 1, &out.g)))
-    CHECK(memops_pair_err(cc, gc, &out) < 1e-5, "one tensor: %g", memops_pair_err(cc, gc, &out));
+    CHECK(memops_pair_err(cc, gc, &out) < tol, "one tensor: %g", memops_pair_err(cc, gc, &out));
   if (CHECK_OK(gc, nt_sum_squares(gc, NULL, 0, &out.g))) {
     float *v = memops_values(gc, &out.g);
     CHECK(v[0] == 0.0f, "no tensors: 0");
@@ -127,7 +131,7 @@ static void test_mean(nt_ctx *cc, nt_ctx *gc, nt_test_rng *r) {
     memops_pair x = memops_pair_new(cc, gc, memops_float_dtypes[d], 1, n, v, 0);
     memops_pair out = memops_pair_new(cc, gc, NT_F32, 1, one, NULL, 0);
     if (CHECK_OK(cc, nt_mean(cc, &x.c, &out.c)) && CHECK_OK(gc, nt_mean(gc, &x.g, &out.g)))
-      CHECK(memops_pair_err(cc, gc, &out) < 1e-6, "mean %s: %g", nt_dtype_name(memops_float_dtypes[d]),
+      CHECK(memops_pair_err(cc, gc, &out) < tol, "mean %s: %g", nt_dtype_name(memops_float_dtypes[d]),
             memops_pair_err(cc, gc, &out));
     memops_pair_free(cc, gc, &x);
     memops_pair_free(cc, gc, &out);

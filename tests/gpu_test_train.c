@@ -1,6 +1,6 @@
 /* The models and the training loop on the GPU, against the CPU:
- *  - GPT and CNN: the same weights and batch give the CPU's loss and gradients (fp32 without
- *    TF32: 1e-4; bf16/fp16 within their tolerances), and steady-state steps make no new
+ *  - GPT and CNN: the same weights and batch give the CPU's loss and gradients (within the
+ *    bounds of `gpt_bounds` / `cnn_bounds`, per dtype), and steady-state steps make no new
  *    system allocations;
  *  - short GPT (bf16, CUDA graph) and CNN (fp16 + loss scaler) runs whose loss falls, whose
  *    first-step loss matches the CPU's closely, and a bit-identical resume on the GPU;
@@ -31,6 +31,30 @@ static float read_loss(nt_ctx *ctx, const nt_tensor *t) {
   return l;
 }
 
+/* One step on the GPU against the CPU: bounds on the relative loss gap and on the worst unit's
+ * gradient rel err, about twice what the H200 measured (2026-12-04 03:20 run,
+ * docs/tolerances.md). That run printed the losses to 6 decimals, so a gap under a few 1e-6
+ * is known only as a range: the bound is then twice its middle, or twice its top where the
+ * range starts at 0. */
+typedef struct {
+  nt_dtype dt;
+  bool fp8;
+  double loss, grads;
+} vs_cpu_bound;
+
+static const vs_cpu_bound gpt_bounds[] = {
+    /* dtype, fp8, loss, grads          measured: loss gap, grads */
+    {NT_F32, false, 2.7e-7, 1.7e-6},  /* equal to 6 decimals (0 to 1.36e-7), 8.64e-7 */
+    {NT_BF16, false, 1.75e-5, 1.3e-2}, /* 9.12e-6 (8.98e-6 to 9.26e-6), 6.65e-3 */
+    {NT_F16, false, 2.8e-6, 1.6e-3},  /* 1.43e-6 (1.28e-6 to 1.57e-6), 8.27e-4 */
+    {NT_BF16, true, 4.3e-5, 0.15},    /* 2.17e-5, 0.0795 */
+};
+static const vs_cpu_bound cnn_bounds[] = {
+    {NT_F32, false, 8e-7, 1.9e-6},   /* equal to 6 decimals (0 to 4.14e-7), 9.96e-7 */
+    {NT_F16, false, 2.6e-6, 2.3e-2}, /* 1.30e-6 (0.87e-6 to 1.74e-6), 0.0118 */
+    {NT_BF16, false, 1.7e-6, 7e-3},  /* 0 to 8.69e-7 (printed 1e-6 apart), 3.59e-3 */
+};
+
 static double grads_err(nt_ctx *gctx, nt_params *g, nt_params *c) {
   double worst = 0;
   for (int u = 0; u < c->n_units; u++) {
@@ -45,7 +69,9 @@ static double grads_err(nt_ctx *gctx, nt_params *g, nt_params *c) {
   return worst;
 }
 
-static void gpt_vs_cpu(nt_ctx *gctx, nt_ctx *cctx, nt_dtype dt, bool fp8, double tol) {
+static void gpt_vs_cpu(nt_ctx *gctx, nt_ctx *cctx, const vs_cpu_bound *b) {
+  const nt_dtype dt = b->dt;
+  const bool fp8 = b->fp8;
   nt_gpt_config c = {3, 4, 96, 40, 1100, 0.0f};   /* vocabulary padded to 1152 */
   enum { B = 3, T = 37 };
   nt_gpt *gg = NULL, *cg = NULL;
@@ -79,10 +105,11 @@ static void gpt_vs_cpu(nt_ctx *gctx, nt_ctx *cctx, nt_dtype dt, bool fp8, double
         (unsigned long long)m2.n_system_allocs);
   float lg = read_loss(gctx, nt_gpt_loss(gg));
   double ge = grads_err(gctx, nt_gpt_params(gg), nt_gpt_params(cg));
-  printf("  gpt %s%s: loss gpu %.6f cpu %.6f, worst unit gradient rel err %.3g\n",
-         nt_dtype_name(dt), fp8 ? "+fp8" : "", lg, lc, ge);
-  CHECK(fabsf(lg - lc) < tol * fabsf(lc), "%s GPT loss %g vs CPU %g", nt_dtype_name(dt), lg, lc);
-  CHECK(ge < 10 * tol, "%s GPT gradients within %g: %g", nt_dtype_name(dt), 10 * tol, ge);
+  double el = fabs((double)lg - lc) / fabs((double)lc);
+  printf("  gpt %s%s: loss gpu %.6f cpu %.6f (rel gap %.3g), worst unit gradient rel err %.3g\n",
+         nt_dtype_name(dt), fp8 ? "+fp8" : "", lg, lc, el, ge);
+  CHECK(el < b->loss, "%s GPT loss %.8g vs CPU %.8g", nt_dtype_name(dt), lg, lc);
+  CHECK(ge < b->grads, "%s GPT gradients within %g: %g", nt_dtype_name(dt), b->grads, ge);
   nt_tensor_free(gctx, &dx);
   nt_tensor_free(gctx, &dy);
   free(xs);
@@ -91,7 +118,8 @@ static void gpt_vs_cpu(nt_ctx *gctx, nt_ctx *cctx, nt_dtype dt, bool fp8, double
   nt_gpt_free(cctx, cg);
 }
 
-static void cnn_vs_cpu(nt_ctx *gctx, nt_ctx *cctx, nt_dtype dt, double tol) {
+static void cnn_vs_cpu(nt_ctx *gctx, nt_ctx *cctx, const vs_cpu_bound *b) {
+  const nt_dtype dt = b->dt;
   nt_cnn_config c = nt_cnn_config_default();
   enum { N = 37 };
   nt_cnn *gm = NULL, *cm = NULL;
@@ -134,10 +162,11 @@ static void cnn_vs_cpu(nt_ctx *gctx, nt_ctx *cctx, nt_dtype dt, double tol) {
   CHECK(m2.n_system_allocs == m1.n_system_allocs, "steady-state CNN steps: no new cudaMalloc");
   float lg = read_loss(gctx, nt_cnn_loss(gm));
   double ge = grads_err(gctx, nt_cnn_params(gm), nt_cnn_params(cm));
-  printf("  cnn %s: loss gpu %.6f cpu %.6f, worst unit gradient rel err %.3g\n",
-         nt_dtype_name(dt), lg, lc, ge);
-  CHECK(fabsf(lg - lc) < tol * fabsf(lc), "%s CNN loss %g vs CPU %g", nt_dtype_name(dt), lg, lc);
-  CHECK(ge < 10 * tol, "%s CNN gradients within %g: %g", nt_dtype_name(dt), 10 * tol, ge);
+  double el = fabs((double)lg - lc) / fabs((double)lc);
+  printf("  cnn %s: loss gpu %.6f cpu %.6f (rel gap %.3g), worst unit gradient rel err %.3g\n",
+         nt_dtype_name(dt), lg, lc, el, ge);
+  CHECK(el < b->loss, "%s CNN loss %.8g vs CPU %.8g", nt_dtype_name(dt), lg, lc);
+  CHECK(ge < b->grads, "%s CNN gradients within %g: %g", nt_dtype_name(dt), b->grads, ge);
   nt_tensor_free(gctx, &dx32);
   nt_tensor_free(gctx, &dx);
   nt_tensor_free(gctx, &dy);
@@ -184,14 +213,16 @@ static void gpt_runs(nt_ctx *gctx, nt_ctx *cctx) {
   o.precision = NT_PREC_FP32;
   o.eval_interval = 0;
   if (CHECK_OK(cctx, nt_train_run(cctx, &o, &c))) {
-    CHECK(fabs(g.losses[0] - c.losses[0]) < 1e-2 * c.losses[0],
+    /* H200 (2026-12-04 03:20): 1.51e-5 relative, so 3e-5 */
+    CHECK(fabs(g.losses[0] - c.losses[0]) < 3e-5 * c.losses[0],
           "first-step loss: GPU bf16 %.6f vs CPU fp32 %.6f", g.losses[0], c.losses[0]);
     nt_train_result f;
     o.device = nt_cuda(0);
     if (CHECK_OK(gctx, nt_train_run(gctx, &o, &f))) {
       printf("  first-step loss: cpu fp32 %.7f, gpu fp32 %.7f, gpu bf16 %.7f\n", c.losses[0],
              f.losses[0], g.losses[0]);
-      CHECK(fabs(f.losses[0] - c.losses[0]) < 1e-5 * c.losses[0], "GPU fp32 first loss %.7f vs "
+      /* equal on the H200 (2026-12-04 03:20); allowed: about two float ulps of a loss near 4.2 */
+      CHECK(fabs(f.losses[0] - c.losses[0]) < 2.4e-7 * c.losses[0], "GPU fp32 first loss %.7f vs "
             "CPU %.7f", f.losses[0], c.losses[0]);
       nt_train_result_free(&f);
     }
@@ -358,7 +389,8 @@ static void gpt_dropout_graph(nt_ctx *gctx, nt_ctx *cctx, nt_precision prec) {
         worst = fmax(worst, fabs(g.losses[i] - c.losses[i]) / c.losses[i]);
       printf("  gpt fp32 dropout 0.2: GPU graph vs CPU losses, worst rel diff %.3g over %d "
              "steps\n", worst, STEPS);
-      CHECK(c.n_losses == STEPS && worst < 2e-3, "fp32 dropout: GPU graph losses follow the "
+      /* 0 on the H200 (2026-12-04 03:20); allowed: about four float ulps of a loss near 4.2 */
+      CHECK(c.n_losses == STEPS && worst < 5e-7, "fp32 dropout: GPU graph losses follow the "
             "CPU's (worst rel diff %g)", worst);
       nt_train_result_free(&c);
     }
@@ -374,13 +406,10 @@ int main(void) {
   if (nt_ctx_create(&cctx, nt_cpu())) return 1;
   snprintf(tmpdir, sizeof tmpdir, "/tmp/nt_gpu_train_XXXXXX");
   if (!mkdtemp(tmpdir)) return 1;
-  gpt_vs_cpu(gctx, cctx, NT_F32, false, 1e-4);
-  gpt_vs_cpu(gctx, cctx, NT_BF16, false, 2e-2);
-  gpt_vs_cpu(gctx, cctx, NT_F16, false, 5e-3);
-  gpt_vs_cpu(gctx, cctx, NT_BF16, true, 3e-2);
-  cnn_vs_cpu(gctx, cctx, NT_F32, 1e-4);
-  cnn_vs_cpu(gctx, cctx, NT_F16, 5e-3);
-  cnn_vs_cpu(gctx, cctx, NT_BF16, 2e-2);
+  for (size_t i = 0; i < sizeof gpt_bounds / sizeof gpt_bounds[0]; i++)
+    gpt_vs_cpu(gctx, cctx, &gpt_bounds[i]);
+  for (size_t i = 0; i < sizeof cnn_bounds / sizeof cnn_bounds[0]; i++)
+    cnn_vs_cpu(gctx, cctx, &cnn_bounds[i]);
   gpt2_run(gctx);
   gpt_dropout_graph(gctx, cctx, NT_PREC_BF16);
   gpt_dropout_graph(gctx, cctx, NT_PREC_FP32);

@@ -159,6 +159,16 @@ static inline double memops_pair_err(nt_ctx *cc, nt_ctx *gc, const memops_pair *
   return nt_test_note(p->g.dtype, memops_rel_err_t(gc, &p->g, cc, &p->c));
 }
 
+/* A GPU test's bounds on ||gpu - cpu|| / ||cpu||, one per tensor dtype, set from the worst
+ * error the H200 measured in each (the `measured:` lines; docs/tolerances.md). */
+typedef struct {
+  double f32, f16, bf16;
+} memops_bounds;
+
+static inline double memops_bound(const memops_bounds *b, nt_dtype dt) {
+  return dt == NT_F32 ? b->f32 : dt == NT_F16 ? b->f16 : b->bf16;
+}
+
 /* Bitwise equality of two GPU tensors' contents. */
 static inline int memops_same_bits(nt_ctx *gc, const nt_tensor *a, const nt_tensor *b) {
   float *va = memops_values(gc, a), *vb = memops_values(gc, b);
