@@ -352,7 +352,8 @@ static void test_bias_grad(ctxs *c) {
       if (ok) {
         bool fin;
         double e = rel_err(g1, gc, NT_F32, N, &fin);
-        CHECK(e < 1e-5 && fin, "bias_grad %s %lldx%lld ld %lld: rel err %.3g",
+        /* the H200 measured at most 6.71e-8 (2026-12-04 03:20): about twice that */
+        CHECK(e < 1.3e-7 && fin, "bias_grad %s %lldx%lld ld %lld: rel err %.3g",
               nt_dtype_name(dts[d]), (long long)M, (long long)N, (long long)ld, e);
         CHECK(!memcmp(g1, g2, (size_t)N * 4), "bias_grad %s %lldx%lld: two runs bitwise equal",
               nt_dtype_name(dts[d]), (long long)M, (long long)N);

@@ -418,7 +418,9 @@ static void test_bias_grad(nt_ctx *ctx) {
     if (CHECK_OK(ctx, nt_gemm_bias_grad(ctx, &dy, &t))) {
       for (int n = 0; n < N; n++) have[n] = db[n] - 0.5 * n;
       double e = nt_test_rel_err_d(have, want, N);
-      CHECK(e < 1e-6, "bias_grad %s (row stride %d) rel err %.3g", nt_dtype_name(dts[d]), LD, e);
+      /* measured 7.81e-8 (f32; f16 and bf16 exactly 0): about twice that */
+      printf("  bias_grad %s (row stride %d): rel err %.3g\n", nt_dtype_name(dts[d]), LD, e);
+      CHECK(e < 1.5e-7, "bias_grad %s (row stride %d) rel err %.3g", nt_dtype_name(dts[d]), LD, e);
     }
     free(mem);
   }
