@@ -22,9 +22,10 @@ enum { LN1_W, LN1_B, QKV_W, QKV_B, PROJ_W, PROJ_B, LN2_W, LN2_B, FC_W, FC_B, FCP
 typedef struct {
   pv p[NP];
   int unit, pidx[NP];             /* the block's nt_params unit and its parameters' indices */
-  /* saved activations (the GELU output is not kept: backward recomputes it from fc_pre) */
+  /* saved activations; fc_pre is c_fc's output, act = gelu(fc_pre) (both kept: backward
+   * needs fc_pre for GELU's derivative and act for mlp.c_proj's weight gradient) */
   nt_tensor ln1, ln1_mean, ln1_rstd, qkv, lse, ym, x1, ln2, ln2_mean, ln2_rstd;
-  nt_tensor fc_pre, x2;
+  nt_tensor fc_pre, act, x2;
   /* qkv [B, T, 3C] is the attention's input and ym [B, T, C] its output: the kernels read and
    * write head views of them in place (no split or merge copies). */
   uint64_t att_off, mlp_off, attp_off;   /* dropout stream offsets of the last training
@@ -41,13 +42,16 @@ struct nt_gpt {
   nt_arena arena;
   nt_tensor x0, lnf, lnf_mean, lnf_rstd, logits, losses, loss;
   int Vp;                         /* vocabulary padded for the head's GEMMs */
+  int Ls;                         /* the logits' row stride: Vp, rounded up to 8 on the GPU (a
+                                     16-byte aligned row for cuBLASLt's tensor-core kernels when
+                                     Vp is not, e.g. the char model's 65) */
   nt_tensor vmask;                /* [Vp] in the compute dtype (so cuBLASLt fuses it as the head
                                      GEMM's bias): 0, then a large negative on the padding */
   /* scratch shared by all layers: dres, dtmp, dc, and views into `shared` (see
    * build_activations) */
   nt_tensor dres, dtmp, dc, shared;
-  nt_tensor act, tmp;               /* forward */
-  nt_tensor dpre;                   /* MLP backward (with act: gelu(fc_pre) recomputed) */
+  nt_tensor tmp;                    /* forward */
+  nt_tensor dpre;                   /* MLP backward */
   nt_tensor dqkv;                   /* attention backward */
   uint64_t emb_off;
   int b, t;                       /* sizes of the last forward */
@@ -63,6 +67,26 @@ static nt_status lin_fwd(nt_ctx *ctx, const nt_gpt *g, int l, int k, const nt_te
   if (!g->fp8) return nt_linear_forward(ctx, x, w, b, y, act, pre);
   nt_fp8_linear_cfg c = {g->fp8, (4 * l + k) * NT_FP8_LINEAR_TENSORS, g->fp8_emulate};
   return nt_fp8_linear_forward(ctx, &c, x, w, b, y, act, pre);
+}
+
+/* A residual branch's output projection (linear layer k of block l) and the residual add:
+ * out = res + dropout(x W^T + b). Without dropout the add rides on the GEMM (res is its C
+ * operand: one launch, one rounding); with dropout, or in FP8, the projection goes to `tmp`,
+ * then dropout (into `dropped`) and the add follow. */
+static nt_status proj_residual(nt_ctx *ctx, const nt_gpt *g, int l, int k, float p,
+                               uint64_t off, const nt_tensor *x, const nt_tensor *w,
+                               const nt_tensor *b, const nt_tensor *res, nt_tensor *tmp,
+                               nt_tensor *dropped, nt_tensor *out) {
+  if (p <= 0.0f && !g->fp8) {
+    nt_linear_fwd_opts o = {.residual = res};
+    return nt_linear_forward_ex(ctx, x, w, b, out, NT_ACT_NONE, NULL, &o);
+  }
+  nt_status st = lin_fwd(ctx, g, l, k, x, w, b, tmp, NT_ACT_NONE, NULL);
+  if (st) return st;
+  if (p <= 0.0f) return nt_add(ctx, res, tmp, out);
+  st = nt_dropout_forward(ctx, tmp, dropped, p, nt_ctx_seed(ctx), off);
+  if (!st) st = nt_add(ctx, res, dropped, out);
+  return st;
 }
 
 /* Backward of linear layer k of block l: dx = dy W (overwritten: every dx in the model is a
@@ -82,7 +106,7 @@ static nt_status lin_bwd(nt_ctx *ctx, const nt_gpt *g, int l, int k, const nt_te
 }
 
 /* Backward of block l's mlp.c_proj, whose input was act = gelu(pre): act holds gelu(pre)
- * (recomputed by the caller; the input of the weight gradient), dpre is scratch. On return
+ * (kept from the forward; the input of the weight gradient), dpre is scratch. On return
  * *dpre_out points at the gradient of pre: dpre, where the GELU backward rides on the dx
  * GEMM's epilogue, or act (FP8: a GEMM into dpre, then a separate GELU backward into act,
  * which the weight gradient no longer needs). */
@@ -216,10 +240,11 @@ static nt_status build_params(nt_ctx *ctx, nt_gpt *g, nt_dtype dt, bool alloc) {
 
 static nt_status build_activations(nt_ctx *ctx, nt_gpt *g, nt_dtype dt, bool alloc) {
   const nt_gpt_config *c = &g->cfg;
+  g->Ls = nt_ctx_is_cuda(ctx) ? (g->Vp + 7) / 8 * 8 : g->Vp;
   int64_t B = g->B, T = g->T, C = c->n_embd, H = c->n_head, N = B * T;
   int64_t sC[3] = {B, T, C}, s3C[3] = {B, T, 3 * C}, s4C[3] = {B, T, 4 * C};
   int64_t sL[3] = {B, H, T}, sN[1] = {N};
-  int64_t sV[2] = {N, g->Vp}, sVp[1] = {g->Vp};
+  int64_t sV[2] = {N, g->Ls}, sVp[1] = {g->Vp};
   nt_arena *a = &g->arena;
   nt_status st = NT_OK;
 #define ADD(t, dtype, nd, shp) \
@@ -238,6 +263,7 @@ static nt_status build_activations(nt_ctx *ctx, nt_gpt *g, nt_dtype dt, bool all
     ADD(L->ln2_mean, NT_F32, 1, sN);
     ADD(L->ln2_rstd, NT_F32, 1, sN);
     ADD(L->fc_pre, dt, 3, s4C);
+    ADD(L->act, dt, 3, s4C);
     ADD(L->x2, dt, 3, sC);
   }
   ADD(g->lnf, dt, 3, sC);
@@ -252,12 +278,9 @@ static nt_status build_activations(nt_ctx *ctx, nt_gpt *g, nt_dtype dt, bool all
   ADD(g->dc, dt, 3, sC);
   /* The forward, the MLP branch's backward and the attention branch's backward never hold
    * live scratch at the same time (one stream, one after the other): their buffers are
-   * carved from one region, each phase's laid out from its start. `act` is the forward's
-   * GELU output and, in the MLP backward, gelu(fc_pre) recomputed. */
+   * carved from one region, each phase's laid out from its start. */
   struct { nt_tensor *t; int nd; const int64_t *shape; bool first; } carve[] = {
-      {&g->act, 3, s4C, true}, {&g->tmp, 3, sC, false},
-      {&g->act, 3, s4C, true}, {&g->dpre, 3, s4C, false},
-      {&g->dqkv, 3, s3C, true}};
+      {&g->tmp, 3, sC, true}, {&g->dpre, 3, s4C, true}, {&g->dqkv, 3, s3C, true}};
   enum { NCARVE = sizeof carve / sizeof carve[0] };
   size_t offs[NCARVE], off = 0, region = 0, es = nt_dtype_size(dt);
   for (int i = 0; i < NCARVE; i++) {
@@ -373,6 +396,12 @@ static nt_tensor v2(const nt_tensor *t, int64_t n, int64_t c) {
   int64_t sh[2] = {n, c};
   return nt_prefix_view(t, 2, sh);
 }
+/* The logits of n rows: [n, Vp], rows Ls apart. */
+static nt_tensor logits_view(const nt_gpt *g, int64_t n) {
+  nt_tensor t = v2(&g->logits, n, g->Ls);
+  t.shape[1] = g->Vp;
+  return t;
+}
 
 /* Head h of part `part` (0 q, 1 k, 2 v; 0 for a [B, T, C] tensor) of x [b, t, W] as a
  * [b, H, t, D] view: columns part*H*D + h*D .. + D of every row, no copy. */
@@ -397,15 +426,6 @@ static nt_tensor heads(const nt_tensor *x, int64_t H, int64_t D, int part) {
 static nt_attention_opts attention_opts(nt_ctx *ctx, float p, uint64_t off) {
   nt_attention_opts o = {p, nt_ctx_seed(ctx), off, false};
   return o;
-}
-
-/* out = res + dropout(branch); `scratch` holds the dropped branch. */
-static nt_status residual_add(nt_ctx *ctx, float p, uint64_t off, const nt_tensor *res,
-                              const nt_tensor *branch, nt_tensor *scratch, nt_tensor *out) {
-  if (p <= 0.0f) return nt_add(ctx, res, branch, out);
-  nt_status st = nt_dropout_forward(ctx, branch, scratch, p, nt_ctx_seed(ctx), off);
-  if (!st) st = nt_add(ctx, res, scratch, out);
-  return st;
 }
 
 static nt_status forward(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, bool train,
@@ -443,7 +463,7 @@ static nt_status forward(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, bool t
     nt_tensor lse = nt_prefix_view(&L->lse, 3, lsh);
     nt_tensor x1 = v3(&L->x1, b, t, C), ln2 = v3(&L->ln2, b, t, C);
     nt_tensor m2 = v1(&L->ln2_mean, N), r2 = v1(&L->ln2_rstd, N);
-    nt_tensor pre = v3(&L->fc_pre, b, t, 4 * C), act = v3(&g->act, b, t, 4 * C);
+    nt_tensor pre = v3(&L->fc_pre, b, t, 4 * C), act = v3(&L->act, b, t, 4 * C);
     nt_tensor x2 = v3(&L->x2, b, t, C);
     if (p > 0.0f) {
       L->att_off = nt_ctx_rng_reserve(ctx, (uint64_t)N * (uint64_t)C);
@@ -456,19 +476,17 @@ static nt_status forward(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, bool t
     if (!st) st = lin_fwd(ctx, g, l, 0, &ln1, &L->p[QKV_W].w, &L->p[QKV_B].w, &qkv,
                                     NT_ACT_NONE, NULL);
     if (!st) st = nt_attention_forward_ex(ctx, &q, &k, &v, &att, &lse, &ao);
-    if (!st) st = lin_fwd(ctx, g, l, 1, &ym, &L->p[PROJ_W].w, &L->p[PROJ_B].w, &tmp,
-                                    NT_ACT_NONE, NULL);
-    if (!st) st = residual_add(ctx, p, L->att_off, &x, &tmp, &dropped, &x1);
+    if (!st) st = proj_residual(ctx, g, l, 1, p, L->att_off, &ym, &L->p[PROJ_W].w,
+                                &L->p[PROJ_B].w, &x, &tmp, &dropped, &x1);
     if (!st) st = nt_layernorm_forward(ctx, &x1, &L->p[LN2_W].w, &L->p[LN2_B].w, &ln2, &m2, &r2);
     if (!st) st = lin_fwd(ctx, g, l, 2, &ln2, &L->p[FC_W].w, &L->p[FC_B].w, &act, NT_ACT_GELU,
                                     &pre);
-    if (!st) st = lin_fwd(ctx, g, l, 3, &act, &L->p[FCP_W].w, &L->p[FCP_B].w, &tmp,
-                                    NT_ACT_NONE, NULL);
-    if (!st) st = residual_add(ctx, p, L->mlp_off, &x1, &tmp, &dropped, &x2);
+    if (!st) st = proj_residual(ctx, g, l, 3, p, L->mlp_off, &act, &L->p[FCP_W].w,
+                                &L->p[FCP_B].w, &x1, &tmp, &dropped, &x2);
     x = x2;
   }
   nt_tensor lnf = v3(&g->lnf, b, t, C), mf = v1(&g->lnf_mean, N), rf = v1(&g->lnf_rstd, N);
-  nt_tensor lnf2 = v2(&g->lnf, N, C), logits = v2(&g->logits, N, g->Vp);
+  nt_tensor lnf2 = v2(&g->lnf, N, C), logits = logits_view(g, N);
   if (!st) st = unit_hook(ctx, g, hooks, g->lnf_unit, nt_unit_before_forward);
   if (!st) st = nt_layernorm_forward(ctx, &x, &g->lnf_w.w, &g->lnf_b.w, &lnf, &mf, &rf);
   /* Tied head: logits = lnf @ wte^T. With a padded vocabulary the bias epilogue pushes the
@@ -496,7 +514,7 @@ static nt_status check_targets(nt_ctx *ctx, const nt_gpt *g, const nt_tensor *ta
 
 nt_status nt_gpt_logits(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, nt_tensor *logits) {
   nt_status st = forward(ctx, g, tokens, false, NULL);
-  if (!st) *logits = v2(&g->logits, (int64_t)g->b * g->t, g->Vp);
+  if (!st) *logits = logits_view(g, (int64_t)g->b * g->t);
   return st;
 }
 
@@ -506,7 +524,7 @@ nt_status nt_gpt_eval_loss(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
   if (!st) st = check_targets(ctx, g, targets);
   if (st) return st;
   int64_t N = (int64_t)g->b * g->t;
-  nt_tensor logits = v2(&g->logits, N, g->Vp), losses = v1(&g->losses, N);
+  nt_tensor logits = logits_view(g, N), losses = v1(&g->losses, N);
   nt_tensor tg = v1(targets, N);
   st = nt_cross_entropy_forward(ctx, &logits, &tg, &losses);
   if (!st) st = nt_mean(ctx, &losses, &g->loss);
@@ -527,7 +545,7 @@ static nt_status block_backward(nt_ctx *ctx, nt_gpt *g, gpt_layer *L, const nt_t
   int64_t b = g->b, t = g->t, C = g->cfg.n_embd, H = g->cfg.n_head, D = C / H, N = b * t;
   float p = g->cfg.dropout;
   nt_tensor dres = v3(&g->dres, b, t, C), dtmp = v3(&g->dtmp, b, t, C), dc = v3(&g->dc, b, t, C);
-  nt_tensor act = v3(&g->act, b, t, 4 * C), dpre = v3(&g->dpre, b, t, 4 * C);
+  nt_tensor act = v3(&L->act, b, t, 4 * C), dpre = v3(&g->dpre, b, t, 4 * C);
   nt_tensor dqkv = v3(&g->dqkv, b, t, 3 * C), datt = heads(&dc, H, D, 0);
   nt_tensor dq = heads(&dqkv, H, D, 0), dk = heads(&dqkv, H, D, 1), dv = heads(&dqkv, H, D, 2);
   nt_tensor ln1 = v3(&L->ln1, b, t, C), m1 = v1(&L->ln1_mean, N), r1 = v1(&L->ln1_rstd, N);
@@ -548,8 +566,6 @@ static nt_status block_backward(nt_ctx *ctx, nt_gpt *g, gpt_layer *L, const nt_t
     st = dropout_grad(ctx, p, L->mlp_off, &dres, &dtmp);
     dbranch = &dtmp;
   }
-  /* The GELU output was not kept: recompute it, the input of mlp.c_proj's weight gradient. */
-  if (!st) st = nt_gelu_forward(ctx, &pre, &act);
   if (!st) st = mlp_proj_bwd(ctx, g, l, dbranch, &pre, &act, &dpre, &dpre_out);
   if (!st) st = lin_bwd(ctx, g, l, 2, dpre_out, &ln2, &P[FC_W].w, &dc, &P[FC_W].g, &P[FC_B].g);
   if (!st) st = nt_layernorm_backward(ctx, &dc, &x1, &P[LN2_W].w, &m2, &r2, &dres, &P[LN2_W].g,
@@ -578,7 +594,7 @@ nt_status nt_gpt_train_step(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
   if (st) return st;
   const nt_gpt_config *c = &g->cfg;
   int64_t b = g->b, t = g->t, C = c->n_embd, N = b * t;
-  nt_tensor logits = v2(&g->logits, N, g->Vp), losses = v1(&g->losses, N);
+  nt_tensor logits = logits_view(g, N), losses = v1(&g->losses, N);
   nt_tensor tg = v1(targets, N);
   /* dlogits overwrite the logits (fused, in place). */
   st = nt_cross_entropy_fused(ctx, &logits, &tg, dloss_scale, N, &losses, &logits);

@@ -75,7 +75,8 @@ nt_status nt_gpt_train_step(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
 nt_status nt_gpt_eval_loss(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
                            const nt_tensor *targets);
 /* Forward without dropout; *logits views [b * t, padded vocab] (compute dtype, ctx's device;
- * columns from vocab_size on are masked to -30000), valid until the next call. */
+ * columns from vocab_size on are masked to -30000), valid until the next call. On the GPU its
+ * rows may be padded (row stride rounded up to 8 elements); read it through its strides. */
 nt_status nt_gpt_logits(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, nt_tensor *logits);
 /* The F32 scalar mean loss of the last train/eval call, on ctx's device. */
 const nt_tensor *nt_gpt_loss(const nt_gpt *g);

@@ -2,19 +2,44 @@
 #include "ops/memops_impl.h"
 #include <math.h>
 
+/* Elements from one row of t [.., V] to the next (V unless 2-D with padded rows). */
+static int64_t row_stride(const nt_tensor *t) {
+  int64_t V = t->shape[t->ndim - 1];
+  return t->ndim >= 2 && t->shape[t->ndim - 2] > 1 ? t->stride[t->ndim - 2] : V;
+}
+
+/* Logits or dlogits: a float tensor on the context's device, contiguous or a 2-D view with
+ * padded rows (unit stride along V, row stride >= V). */
+static nt_status check_rows(nt_ctx *ctx, const nt_tensor *t, const char *what) {
+  char b[96];
+  if (!t || !t->data) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "%s: tensor is NULL", what);
+  if (t->ndim != 2 || nt_tensor_is_contiguous(t)) return nt_memops_check_act(ctx, t, what);
+  nt_status st = nt_check_device(ctx, t, what);
+  if (st) return st;
+  if (t->dtype != NT_F32 && t->dtype != NT_F16 && t->dtype != NT_BF16)
+    return NT_ERROR(ctx, NT_ERR_DTYPE, "%s: dtype %s not supported (f32, f16 or bf16)", what,
+                    nt_dtype_name(t->dtype));
+  bool unit = t->shape[1] <= 1 || t->stride[1] == 1;
+  if (!unit || (t->shape[0] > 1 && t->stride[0] < t->shape[1]))
+    return NT_ERROR(ctx, NT_ERR_SHAPE, "%s %s: rows need a unit stride along the classes and a "
+                    "row stride of at least their length", what, nt_tensor_describe(t, b, sizeof b));
+  return NT_OK;
+}
+
 /* fp64 per row; losses and dlogits may each be NULL. dlogits may alias logits: a row is fully
  * read (max, sum, target logit) before it is written. */
 static void ce_cpu(int64_t N, int64_t V, const nt_tensor *logits, const int32_t *tgt,
                    double grad_scale, nt_tensor *losses, nt_tensor *dlogits) {
   const void *x = logits->data;
   nt_dtype dt = logits->dtype;
+  int64_t ld = row_stride(logits), ldd = dlogits ? row_stride(dlogits) : 0;
   for (int64_t r = 0; r < N; r++) {
-    int64_t o = r * V;
+    int64_t o = r * ld, od = r * ldd;
     int32_t t = tgt[r];
     if (t == NT_CE_IGNORE_INDEX) {
       if (losses) ((float *)losses->data)[r] = 0.0f;
       if (dlogits)
-        for (int64_t c = 0; c < V; c++) nt_store_f32(dlogits->data, dt, o + c, 0.0f);
+        for (int64_t c = 0; c < V; c++) nt_store_f32(dlogits->data, dt, od + c, 0.0f);
       continue;
     }
     double m = -INFINITY, s = 0.0;
@@ -25,7 +50,7 @@ static void ce_cpu(int64_t N, int64_t V, const nt_tensor *logits, const int32_t 
     if (dlogits)
       for (int64_t c = 0; c < V; c++) {
         double p = exp(nt_load_f32(x, dt, o + c) - lse) - (c == t ? 1.0 : 0.0);
-        nt_store_f32(dlogits->data, dt, o + c, (float)(p * grad_scale));
+        nt_store_f32(dlogits->data, dt, od + c, (float)(p * grad_scale));
       }
   }
 }
@@ -33,7 +58,7 @@ static void ce_cpu(int64_t N, int64_t V, const nt_tensor *logits, const int32_t 
 static nt_status ce(nt_ctx *ctx, const char *name, const nt_tensor *logits,
                     const nt_tensor *targets, const float *dloss_scale, int64_t count,
                     nt_tensor *losses, nt_tensor *dlogits) {
-  nt_status st = nt_memops_check_act(ctx, logits, name);
+  nt_status st = check_rows(ctx, logits, name);
   if (st) return st;
   if (logits->ndim < 1) return NT_ERROR(ctx, NT_ERR_SHAPE, "%s: logits need a class dim", name);
   int64_t V = logits->shape[logits->ndim - 1];
@@ -58,7 +83,7 @@ static nt_status ce(nt_ctx *ctx, const char *name, const nt_tensor *logits,
                       (long long)nt_tensor_numel(losses), (long long)N);
   }
   if (dlogits) {
-    st = nt_memops_check_act(ctx, dlogits, "cross_entropy dlogits");
+    st = check_rows(ctx, dlogits, "cross_entropy dlogits");
     if (!st) st = nt_check_same_shape(ctx, logits, dlogits, "cross_entropy dlogits");
     if (st) return st;
     if (dlogits->dtype != logits->dtype)

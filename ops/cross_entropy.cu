@@ -20,7 +20,8 @@ __device__ __forceinline__ void online_add(float &m, float &s, float v) {
 }
 
 template <typename T, bool VEC, bool SMEM>
-__global__ void ce_kernel(int V, const T *logits, const int32_t *__restrict__ targets,
+__global__ void ce_kernel(int V, int64_t ld, int64_t ldd, const T *logits,
+                          const int32_t *__restrict__ targets,
                           const float *__restrict__ dloss_scale, float inv_count,
                           float *__restrict__ losses, T *dlogits) {
   extern __shared__ uint4 row_smem4[];
@@ -28,14 +29,14 @@ __global__ void ce_kernel(int V, const T *logits, const int32_t *__restrict__ ta
   __shared__ float red[32];
   __shared__ float target_logit;
   int64_t row = blockIdx.x;
-  const T *x = logits + row * V;
+  const T *x = logits + row * ld;
   int t = targets[row];
   bool bad = t != -1 && (t < 0 || t >= V);
   if (t == -1 || bad) {
     float fill = bad ? __int_as_float(0x7fc00000) : 0.0f;
     if (losses && threadIdx.x == 0) losses[row] = fill;
     if (dlogits)
-      for (int c = threadIdx.x; c < V; c += blockDim.x) dlogits[row * V + c] = nt_from_f<T>(fill);
+      for (int c = threadIdx.x; c < V; c += blockDim.x) dlogits[row * ldd + c] = nt_from_f<T>(fill);
     return;
   }
   float m = -INFINITY, s = 0.0f;
@@ -82,7 +83,7 @@ __global__ void ce_kernel(int V, const T *logits, const int32_t *__restrict__ ta
   if (!dlogits) return;
   float g = (dloss_scale ? *dloss_scale : 1.0f) * inv_count;
   const T *src = SMEM ? cache : x;
-  T *dst = dlogits + row * V;
+  T *dst = dlogits + row * ldd;
   if (VEC) {
     for (int p = threadIdx.x * NT_PACK; p < V; p += blockDim.x * NT_PACK) {
       float v[NT_PACK];
@@ -99,8 +100,9 @@ __global__ void ce_kernel(int V, const T *logits, const int32_t *__restrict__ ta
 }
 
 template <typename T, bool VEC, bool SMEM>
-nt_status launch_v(nt_ctx *ctx, int64_t N, int V, const T *logits, const int32_t *tgt,
-                   const float *scale, float inv_count, float *losses, T *dlogits) {
+nt_status launch_v(nt_ctx *ctx, int64_t N, int V, int64_t ld, int64_t ldd, const T *logits,
+                   const int32_t *tgt, const float *scale, float inv_count, float *losses,
+                   T *dlogits) {
   int threads = (V / (2 * NT_PACK) + 31) / 32 * 32;
   if (threads < 32) threads = 32;
   if (threads > 1024) threads = 1024;
@@ -112,21 +114,36 @@ nt_status launch_v(nt_ctx *ctx, int64_t N, int V, const T *logits, const int32_t
                                                      (int)smem));
     if (st) return st;
   }
-  kernel<<<(unsigned)N, threads, smem, nt_cuda_stream(ctx)>>>(V, logits, tgt, scale, inv_count,
-                                                               losses, dlogits);
+  kernel<<<(unsigned)N, threads, smem, nt_cuda_stream(ctx)>>>(V, ld, ldd, logits, tgt, scale,
+                                                               inv_count, losses, dlogits);
   return NT_CUDA_LAUNCHED(ctx);
 }
 
 template <typename T>
-nt_status launch(nt_ctx *ctx, int64_t N, int V, const T *logits, const int32_t *tgt,
-                 const float *scale, float inv_count, float *losses, T *dlogits) {
-  bool vec = V % NT_PACK == 0 && nt_aligned16(logits) && (!dlogits || nt_aligned16(dlogits));
+nt_status launch(nt_ctx *ctx, int64_t N, int V, int64_t ld, int64_t ldd, const T *logits,
+                 const int32_t *tgt, const float *scale, float inv_count, float *losses,
+                 T *dlogits) {
+  bool vec = V % NT_PACK == 0 && ld % NT_PACK == 0 && nt_aligned16(logits) &&
+             (!dlogits || (ldd % NT_PACK == 0 && nt_aligned16(dlogits)));
   /* Forward alone reads each logit once: no copy needed. */
   bool smem = dlogits && (size_t)V * sizeof(T) <= kSmemRowMax;
-  if (vec && smem) return launch_v<T, true, true>(ctx, N, V, logits, tgt, scale, inv_count, losses, dlogits);
-  if (vec) return launch_v<T, true, false>(ctx, N, V, logits, tgt, scale, inv_count, losses, dlogits);
-  if (smem) return launch_v<T, false, true>(ctx, N, V, logits, tgt, scale, inv_count, losses, dlogits);
-  return launch_v<T, false, false>(ctx, N, V, logits, tgt, scale, inv_count, losses, dlogits);
+  if (vec && smem)
+    return launch_v<T, true, true>(ctx, N, V, ld, ldd, logits, tgt, scale, inv_count, losses,
+                                   dlogits);
+  if (vec)
+    return launch_v<T, true, false>(ctx, N, V, ld, ldd, logits, tgt, scale, inv_count, losses,
+                                    dlogits);
+  if (smem)
+    return launch_v<T, false, true>(ctx, N, V, ld, ldd, logits, tgt, scale, inv_count, losses,
+                                    dlogits);
+  return launch_v<T, false, false>(ctx, N, V, ld, ldd, logits, tgt, scale, inv_count, losses,
+                                   dlogits);
+}
+
+/* Elements from one row of t [.., V] to the next (V unless 2-D with padded rows). */
+int64_t row_stride(const nt_tensor *t) {
+  int64_t V = t->shape[t->ndim - 1];
+  return t->ndim >= 2 && t->shape[t->ndim - 2] > 1 ? t->stride[t->ndim - 2] : V;
 }
 
 } // namespace
@@ -143,7 +160,8 @@ nt_status nt_cross_entropy_cuda(nt_ctx *ctx, const nt_tensor *logits, const nt_t
   float *lp = losses ? (float *)losses->data : nullptr;
   nt_status st = NT_ERR_INTERNAL;
   NT_DISPATCH_FLOAT(logits->dtype, T,
-                    st = launch<T>(ctx, N, (int)V, (const T *)logits->data,
+                    st = launch<T>(ctx, N, (int)V, row_stride(logits),
+                                   dlogits ? row_stride(dlogits) : V, (const T *)logits->data,
                                    (const int32_t *)targets->data, dloss_scale, inv_count, lp,
                                    dlogits ? (T *)dlogits->data : (T *)nullptr));
   return st;

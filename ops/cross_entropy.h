@@ -1,8 +1,10 @@
-/* Softmax cross-entropy over the last dim, fused: logits [.., V] (F32/F16/BF16, contiguous;
- * rows N = numel / V), targets I32 [N] (ignore_index -1 skips a row, as torch's ignore_index:
+/* Softmax cross-entropy over the last dim, fused: logits [.., V] (F32/F16/BF16, contiguous, or
+ * a 2-D [N, V] view whose rows are padded: unit stride along V, row stride >= V, e.g. rows
+ * aligned for the GEMMs around it; rows N = numel / V), targets I32 [N] (ignore_index -1 skips a row, as torch's ignore_index:
  * its loss and gradient are 0). losses [N] F32 per row; the mean over counted rows is reduced by
  * nt_mean if wanted. Backward writes (not accumulates: the logits have no other consumer)
- * dlogits = (softmax - onehot) * dloss_scale / count, in logits' dtype, computed in fp32.
+ * dlogits = (softmax - onehot) * dloss_scale / count, in logits' dtype, computed in fp32
+ * (dlogits has logits' shape; it may be row-padded too, with its own row stride).
  * dloss_scale carries the loss scale of AMP. Any vocabulary size (GPT-2's 50304 and 65 alike).
  * A target outside [0, V) other than -1 is NT_ERR_INVALID_ARG on the CPU; on the GPU (no host
  * sync) that row's loss and gradient become NaN, which the loss and the AMP inf check show. */

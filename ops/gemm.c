@@ -124,6 +124,22 @@ static nt_status check_epilogue(nt_ctx *ctx, nt_gemm_problem *p) {
   return NT_OK;
 }
 
+/* opts.c: read only at beta != 0; it stands in for D as C, so it must look exactly like D. */
+static nt_status check_c(nt_ctx *ctx, const nt_gemm_problem *p) {
+  const nt_tensor *c = p->o->c, *D = p->D;
+  char b1[96], b2[96];
+  if (!c || p->o->beta == 0.0f) return NT_OK;
+  bool same = c->ndim == D->ndim && c->dtype == D->dtype;
+  for (int i = 0; same && i < D->ndim; i++)
+    same = c->shape[i] == D->shape[i] && (D->shape[i] == 1 || c->stride[i] == D->stride[i]);
+  if (!same)
+    return NT_ERROR(ctx, NT_ERR_SHAPE, "gemm: C %s must have D's shape, strides and dtype (D %s)",
+                    nt_tensor_describe(c, b1, sizeof b1), nt_tensor_describe(D, b2, sizeof b2));
+  if (is_fp8(p->A->dtype))
+    return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "gemm: a separate C with FP8 inputs");
+  return nt_check_device(ctx, c, "gemm C");
+}
+
 nt_status nt_gemm(nt_ctx *ctx, const nt_tensor *A, const nt_tensor *B, nt_tensor *D,
                   const nt_gemm_opts *opts) {
   nt_gemm_opts defaults = nt_gemm_defaults();
@@ -170,7 +186,7 @@ nt_status nt_gemm(nt_ctx *ctx, const nt_tensor *A, const nt_tensor *B, nt_tensor
                     "or 1; D is 3-D when A or B is batched)", (long long)na, (long long)nb,
                     (long long)nd);
   p.batch = nd;
-  if ((st = check_epilogue(ctx, &p))) return st;
+  if ((st = check_epilogue(ctx, &p)) || (st = check_c(ctx, &p))) return st;
   if (p.M == 0 || p.N == 0 || p.batch == 0) return NT_OK;
 
   if (nt_ctx_is_cuda(ctx)) {
@@ -247,6 +263,7 @@ nt_status nt_gemm_cpu(nt_ctx *ctx, const nt_gemm_problem *p) {
     const char *pa = (const char *)p->A->data + (size_t)(b * p->a_batch) * ea;
     const char *pb = (const char *)p->B->data + (size_t)(b * p->b_batch) * eb;
     char *pd = (char *)p->D->data + (size_t)(b * p->d_batch) * ed;
+    const char *pc = o->c ? (const char *)o->c->data + (size_t)(b * p->d_batch) * ed : pd;
     sg_operand oa = operand(p->A, pa, M, K, p->a_m, p->a_k, sa, fa);
     sg_operand ob = operand(p->B, pb, K, N, p->b_k, p->b_n, sb, fb);
     if (K == 0) {
@@ -260,7 +277,7 @@ nt_status nt_gemm_cpu(nt_ctx *ctx, const nt_gemm_problem *p) {
       for (int64_t n = 0; n < N; n++) {
         int64_t di = m * p->d_m + n * p->d_n;
         float v = acc[m * N + n];
-        if (o->beta != 0.0f) v += o->beta * nt_load_f32(pd, p->D->dtype, di);
+        if (o->beta != 0.0f) v += o->beta * nt_load_f32(pc, p->D->dtype, di);
         if (bias) v += nt_load_f32(bias->data, bias->dtype, n);
         switch (e) {
           case NT_EPI_GELU_AUX: {
@@ -294,4 +311,40 @@ done:
   nt_free(ctx, fb);
   nt_free(ctx, acc);
   return st;
+}
+
+nt_status nt_gemm_bias_grad(nt_ctx *ctx, const nt_tensor *dy, nt_tensor *db) {
+  char b1[96], b2[96];
+  if (!dy || !db)
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "gemm_bias_grad: dy and db are required");
+  nt_status st;
+  if ((st = nt_check_device(ctx, dy, "gemm_bias_grad dy")) ||
+      (st = nt_check_device(ctx, db, "gemm_bias_grad db")) ||
+      (st = nt_check_dtype(ctx, db, NT_F32, "gemm_bias_grad db")))
+    return st;
+  if (dy->dtype != NT_F32 && dy->dtype != NT_F16 && dy->dtype != NT_BF16)
+    return NT_ERROR(ctx, NT_ERR_DTYPE, "gemm_bias_grad: dy is %s (F32, F16 or BF16)",
+                    nt_dtype_name(dy->dtype));
+  if (dy->ndim != 2 || (dy->shape[1] > 1 && dy->stride[1] != 1) || db->ndim != 1 ||
+      db->shape[0] != dy->shape[1] || (db->shape[0] > 1 && db->stride[0] != 1))
+    return NT_ERROR(ctx, NT_ERR_SHAPE,
+                    "gemm_bias_grad: dy %s must be [M, N] with unit stride along N and db %s a "
+                    "contiguous [N]", nt_tensor_describe(dy, b1, sizeof b1),
+                    nt_tensor_describe(db, b2, sizeof b2));
+  int64_t M = dy->shape[0], N = dy->shape[1];
+  if (M == 0 || N == 0) return NT_OK;
+  if (nt_ctx_is_cuda(ctx)) {
+#ifdef NT_HAVE_CUDA
+    return nt_gemmk_colsum_add(ctx, dy->dtype, dy->data, dy->stride[0], M, N, (float *)db->data);
+#else
+    return NT_ERROR(ctx, NT_ERR_NO_DEVICE, "gemm_bias_grad: CUDA tensors without the CUDA backend");
+#endif
+  }
+  float *g = (float *)db->data;
+  for (int64_t n = 0; n < N; n++) {
+    double s = 0.0;
+    for (int64_t m = 0; m < M; m++) s += nt_load_f32(dy->data, dy->dtype, m * dy->stride[0] + n);
+    g[n] += (float)s;
+  }
+  return NT_OK;
 }

@@ -36,6 +36,11 @@ typedef struct {
   const nt_tensor *bias;       /* [N], F32 or D's dtype: BIAS, GELU_AUX, RELU */
   nt_tensor *aux;              /* [M, N] in D's dtype: written by GELU_AUX, read by DGELU */
   nt_tensor *bias_grad;        /* [M] F32, accumulated: BGRADA */
+  /* With beta != 0, C is read from c instead of D: D = alpha op(A) op(B) + beta c, then the
+   * epilogue (e.g. a residual added to a linear layer's output in the same launch). c has D's
+   * shape, strides and dtype; it may be D itself. NULL: C is D (accumulation in place). Not
+   * with FP8 inputs. */
+  const nt_tensor *c;
   /* FP8 only: device pointers to fp32 scalars. A and B hold value * scale; the product is
    * multiplied back by scale_inv_a * scale_inv_b. Pointers that are not 16-byte aligned
    * (cuBLASLt refuses them at launch) are staged into aligned slots on the stream. */
@@ -86,6 +91,12 @@ nt_gemm_opts nt_gemm_defaults(void);
  * with beta != 0 runs in place, or reads C from a copy of D where cuBLASLt refuses that. */
 nt_status nt_gemm(nt_ctx *ctx, const nt_tensor *A, const nt_tensor *B, nt_tensor *D,
                   const nt_gemm_opts *opts);
+
+/* A linear layer's bias gradient: db[n] += sum over m of dy[m, n]. dy [M, N] (F32, F16 or
+ * BF16) with unit stride along N; db [N] F32 contiguous. Sums in fp32 (CPU: fp64) in a fixed
+ * order (deterministic); on the GPU two small kernels that read dy once (per-chunk column
+ * sums, then the chunks summed in order). */
+nt_status nt_gemm_bias_grad(nt_ctx *ctx, const nt_tensor *dy, nt_tensor *db);
 
 /* Plan cache statistics of a context (all zero for a CPU context). */
 typedef struct {

@@ -207,6 +207,12 @@ static const void *bias_ptr(const nt_gemm_problem *p) {
   return (uses && p->o->bias) ? p->o->bias->data : NULL;
 }
 
+/* C when it is not D (opts.c at beta != 0), else NULL. */
+static const void *c_pointer(const nt_gemm_problem *p) {
+  const nt_tensor *c = p->o->c;
+  return (c && p->o->beta != 0.0f && c->data != p->D->data) ? c->data : NULL;
+}
+
 static nt_status make_key(nt_ctx *ctx, const gemm_cache *c, const nt_gemm_problem *p,
                           plan_key *k) {
   char b1[96], b2[96];
@@ -248,6 +254,11 @@ static nt_status make_key(nt_ctx *ctx, const gemm_cache *c, const nt_gemm_proble
   k->align_a = align_batched(p->B->data, p->b_batch, p->B->dtype, p->batch);
   k->align_b = align_batched(p->A->data, p->a_batch, p->A->dtype, p->batch);
   k->align_d = align_batched(p->D->data, p->d_batch, p->D->dtype, p->batch);
+  const void *cp = c_pointer(p);
+  if (cp) {  /* C shares D's layout and alignment promise */
+    int32_t ac = align_batched(cp, p->d_batch, p->D->dtype, p->batch);
+    if (ac < k->align_d) k->align_d = ac;
+  }
   if (is_fp8(p->A->dtype)) {
     k->has_scale = (p->o->scale_inv_a ? 1 : 0) | (p->o->scale_inv_b ? 2 : 0);
     if (c->cc < 89)
@@ -383,7 +394,7 @@ cublasStatus_t nt_gemm_lt_launch(nt_ctx *ctx, const plan *pl, const nt_gemm_prob
                                  const cublasLtMatmulAlgo_t *algo, void *d_out, const void *c_in) {
   float alpha = p->alpha, beta = p->o->beta;
   return cublasLtMatmul((cublasLtHandle_t)ctx->cublaslt, pl->desc, &alpha, p->B->data, pl->la,
-                        p->A->data, pl->lb, &beta, pl->lc ? c_in : d_out,
+                        p->A->data, pl->lb, &beta, (pl->lc || c_in) ? c_in : d_out,
                         nt_gemm_lt_c_layout(pl), d_out, pl->ld, algo, ctx->workspace,
                         ctx->workspace_bytes, nt_cuda_stream(ctx));
 }
@@ -431,7 +442,7 @@ static nt_status run_matmul(nt_ctx *ctx, gemm_cache *c, plan *pl, const nt_gemm_
                                         nt_cuda_stream(ctx)));
       if (st) break;
     }
-    s = nt_gemm_lt_launch(ctx, pl, p, &pl->algo, p->D->data, copy);
+    s = nt_gemm_lt_launch(ctx, pl, p, &pl->algo, p->D->data, copy ? copy : c_pointer(p));
     if (!may_copy_c(pl, s)) break;
     if ((st = use_c_copy(ctx, c, pl))) break;
   }

@@ -72,6 +72,9 @@ nt_status nt_gemmk_dgelu(nt_ctx *ctx, nt_dtype dt, void *d, int64_t d_m, const v
 /* out[m] += sum_k a[m*a_m + k*a_k] (a in dtype dt: F32, F16 or BF16). */
 nt_status nt_gemmk_rowsum_add(nt_ctx *ctx, nt_dtype dt, const void *a, int64_t a_m, int64_t a_k,
                               int64_t M, int64_t K, float *out);
+/* out[n] += sum over m of a[m*a_m + n] (a in F32, F16 or BF16): fixed order, two kernels. */
+nt_status nt_gemmk_colsum_add(nt_ctx *ctx, nt_dtype dt, const void *a, int64_t a_m, int64_t M,
+                              int64_t N, float *out);
 /* dst[i] += src[i] (src in F32, F16 or BF16). */
 nt_status nt_gemmk_add_f32(nt_ctx *ctx, float *dst, const void *src, nt_dtype src_dt, int64_t n);
 /* The checksums of D (F32, F16 or BF16; [batch, M, N], strides d_batch, d_m, 1) into the

@@ -5,6 +5,8 @@
 #include "ops/gemm_internal.h"
 #include "core/cuda_util.h"
 #include "ops/cuda_dtype.cuh"
+#include "ops/memops_cuda.cuh"
+#include "core/memory.h"
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -74,6 +76,113 @@ __global__ void rowsum_kernel(const T *a, int64_t a_m, int64_t a_k, int64_t M, i
     for (int y = 1; y < 8; y++) s += part[y][threadIdx.x];
     atomicAdd(out + m, s);
   }
+}
+
+/* Column sums, stage 1. Block (tile, chunk) of 8 warps covers columns tile*256 .. +256 and the
+ * rows of its chunk; warp w takes every 8th row from the chunk's w-th. A lane owns 8 columns:
+ * 8 consecutive ones read as one 16-byte pack (VEC), or lane, lane+32, ... otherwise. The warps'
+ * sums meet in shared memory in warp order: partial[chunk][n], a fixed order throughout. */
+constexpr int kColTile = 256, kColWarps = 8;
+
+template <typename T, bool VEC>
+__global__ void __launch_bounds__(32 * kColWarps)
+    colsum_partial_kernel(const T *__restrict__ a, int64_t a_m, int64_t M, int64_t N,
+                          int64_t rows_per_chunk, float *__restrict__ partial) {
+  __shared__ float sm[kColWarps][kColTile];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t n0 = (int64_t)blockIdx.x * kColTile;
+  const int64_t r0 = (int64_t)blockIdx.y * rows_per_chunk;
+  int64_t r1 = r0 + rows_per_chunk;
+  if (r1 > M) r1 = M;
+  float acc[NT_PACK];
+#pragma unroll
+  for (int i = 0; i < NT_PACK; i++) acc[i] = 0.0f;
+  if (VEC) {
+    const int64_t n = n0 + lane * NT_PACK;
+    if (n < N) {
+#pragma unroll 4
+      for (int64_t r = r0 + warp; r < r1; r += kColWarps) {
+        float v[NT_PACK];
+        nt_load8(a + r * a_m + n, v);
+#pragma unroll
+        for (int i = 0; i < NT_PACK; i++) acc[i] += v[i];
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < NT_PACK; i++) sm[warp][lane * NT_PACK + i] = acc[i];
+  } else {
+#pragma unroll 2
+    for (int64_t r = r0 + warp; r < r1; r += kColWarps) {
+#pragma unroll
+      for (int i = 0; i < NT_PACK; i++) {
+        int64_t n = n0 + i * 32 + lane;
+        if (n < N) acc[i] += nt_to_f(a[r * a_m + n]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < NT_PACK; i++) sm[warp][i * 32 + lane] = acc[i];
+  }
+  __syncthreads();
+  const int64_t n = n0 + threadIdx.x;
+  if (n >= N) return;
+  float s = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kColWarps; w++) s += sm[w][threadIdx.x];
+  partial[(int64_t)blockIdx.y * N + n] = s;
+}
+
+/* Stage 2: out[n] += the chunks' partials in order. Block of 8 warps over 32 columns: warp w
+ * sums chunks w, w+8, ... (independent loads, several in flight), then warp 0 adds the 8 warp
+ * sums in order. */
+__global__ void __launch_bounds__(32 * kColWarps)
+    colsum_finish_kernel(int64_t N, int nchunks, const float *__restrict__ partial,
+                         float *__restrict__ out) {
+  __shared__ float sm[kColWarps][32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t n = (int64_t)blockIdx.x * 32 + lane;
+  float s = 0.0f;
+  if (n < N) {
+#pragma unroll 8
+    for (int c = warp; c < nchunks; c += kColWarps) s += partial[(int64_t)c * N + n];
+  }
+  sm[warp][lane] = s;
+  __syncthreads();
+  if (warp || n >= N) return;
+  s = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kColWarps; w++) s += sm[w][lane];
+  out[n] += s;
+}
+
+template <typename T>
+nt_status colsum_launch(nt_ctx *ctx, const T *a, int64_t a_m, int64_t M, int64_t N, float *out) {
+  const int64_t tiles = (N + kColTile - 1) / kColTile;
+  /* About four blocks per SM in all, chunks of at least 64 rows. */
+  int64_t chunks = (4 * (int64_t)nt_sm_count(ctx) + tiles - 1) / tiles;
+  int64_t most = (M + 63) / 64;
+  if (chunks > most) chunks = most;
+  if (chunks < 1) chunks = 1;
+  if (chunks > 65535) chunks = 65535;
+  const int64_t rpc = (M + chunks - 1) / chunks;
+  chunks = (M + rpc - 1) / rpc;
+  float *partial = nullptr;
+  nt_status st = nt_alloc(ctx, (size_t)(chunks * N) * sizeof(float), (void **)&partial);
+  if (st) return st;
+  cudaStream_t s = nt_cuda_stream(ctx);
+  bool vec = N % NT_PACK == 0 && a_m % NT_PACK == 0 && nt_aligned16(a);
+  dim3 grid((unsigned)tiles, (unsigned)chunks);
+  if (vec)
+    colsum_partial_kernel<T, true><<<grid, 32 * kColWarps, 0, s>>>(a, a_m, M, N, rpc, partial);
+  else
+    colsum_partial_kernel<T, false><<<grid, 32 * kColWarps, 0, s>>>(a, a_m, M, N, rpc, partial);
+  st = NT_CUDA_LAUNCHED(ctx);
+  if (!st) {
+    colsum_finish_kernel<<<(unsigned)((N + 31) / 32), 32 * kColWarps, 0, s>>>(N, (int)chunks,
+                                                                            partial, out);
+    st = NT_CUDA_LAUNCHED(ctx);
+  }
+  nt_free(ctx, partial); /* stream-ordered: reused only by later work on this stream */
+  return st;
 }
 
 template <typename T>
@@ -183,6 +292,18 @@ nt_status nt_gemmk_rowsum_add(nt_ctx *ctx, nt_dtype dt, const void *a, int64_t a
     default: return bad_dtype(ctx, dt, "bias gradient");
   }
   return NT_CUDA_LAUNCHED(ctx);
+}
+
+nt_status nt_gemmk_colsum_add(nt_ctx *ctx, nt_dtype dt, const void *a, int64_t a_m, int64_t M,
+                              int64_t N, float *out) {
+  if (M <= 0 || N <= 0) return NT_OK;
+  switch (dt) {
+    case NT_F32: return colsum_launch<float>(ctx, (const float *)a, a_m, M, N, out);
+    case NT_F16: return colsum_launch<__half>(ctx, (const __half *)a, a_m, M, N, out);
+    case NT_BF16:
+      return colsum_launch<__nv_bfloat16>(ctx, (const __nv_bfloat16 *)a, a_m, M, N, out);
+    default: return bad_dtype(ctx, dt, "bias gradient");
+  }
 }
 
 nt_status nt_gemmk_add_f32(nt_ctx *ctx, float *dst, const void *src, nt_dtype src_dt, int64_t n) {

@@ -159,7 +159,10 @@ __global__ void __launch_bounds__(32 * kFinWarps)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int c = blockIdx.x * 32 + lane;
   float sw = 0.0f, sb = 0.0f;
+  /* Unrolled so that several partial rows' loads are in flight at once (the sums still run in
+   * k order): the loop is a chain of memory round trips otherwise. */
   if (c < C)
+#pragma unroll 8
     for (int k = warp; k < nblocks; k += kFinWarps) {
       sw += partial[(size_t)k * 2 * C + c];
       sb += partial[(size_t)k * 2 * C + C + c];

@@ -1,7 +1,10 @@
-/* Linear layer on top of nt_gemm (both devices): the forward fuses bias and activation into the
- * GEMM's epilogue; the backward is two GEMMs accumulating (beta 1; the dx one writes with beta
- * 0 when asked to overwrite, and applies a preceding GELU's derivative in its epilogue), the
- * bias gradient fused into the weight-gradient GEMM (BGRADA) when db is F32. */
+/* Linear layer on top of nt_gemm (both devices): the forward fuses bias, activation and a
+ * residual into the GEMM's epilogue; the backward is two GEMMs accumulating (beta 1; the dx one
+ * writes with beta 0 when asked to overwrite, and applies a preceding GELU's derivative in its
+ * epilogue), and the bias gradient as column sums of dy. The bias gradient is not fused into the
+ * weight-gradient GEMM (cuBLASLt's BGRADB): for that epilogue the H200 profile showed cuBLASLt
+ * running sm80 CUTLASS kernels at a third of the plain GEMM's rate, or its plain kernel plus a
+ * reduction of its own, both costlier than a separate read of dy. */
 #include "ops/linear.h"
 #include "ops/gemm.h"
 #include <string.h>
@@ -56,17 +59,30 @@ static nt_status check_weight(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *
 
 nt_status nt_linear_forward(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
                             const nt_tensor *b, nt_tensor *y, nt_activation act, nt_tensor *pre) {
+  return nt_linear_forward_ex(ctx, x, w, b, y, act, pre, NULL);
+}
+
+nt_status nt_linear_forward_ex(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
+                               const nt_tensor *b, nt_tensor *y, nt_activation act,
+                               nt_tensor *pre, const nt_linear_fwd_opts *opts) {
   nt_status st;
   if (!x || !w || !y) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "linear: x, W and y are required");
   if ((st = check_weight(ctx, x, w))) return st;
   int64_t out = w->shape[0], in = w->shape[1];
-  nt_tensor x2, y2, pre2;
+  nt_tensor x2, y2, pre2, r2;
   if ((st = rows_view(ctx, x, in, "x", &x2)) || (st = rows_view(ctx, y, out, "y", &y2)) ||
       (st = same_rows(ctx, x, y, "x", "y")))
     return st;
   nt_gemm_opts o = nt_gemm_defaults();
   o.trans_b = true;
   o.bias = b;
+  if (opts && opts->residual) {
+    if ((st = nt_check_same_shape(ctx, opts->residual, y, "linear residual vs y")) ||
+        (st = rows_view(ctx, opts->residual, out, "residual", &r2)))
+      return st;
+    o.beta = 1.0f;
+    o.c = &r2;
+  }
   switch (act) {
     case NT_ACT_NONE: o.epilogue = b ? NT_EPI_BIAS : NT_EPI_NONE; break;
     case NT_ACT_RELU: o.epilogue = NT_EPI_RELU; break;
@@ -85,8 +101,8 @@ nt_status nt_linear_forward(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
   return nt_gemm(ctx, &x2, w, &y2, &o);
 }
 
-/* db[out] += column sums of dy[R, out], as the GEMM db = dy^T @ ones[R] (used when the bias
- * gradient cannot ride on the weight-gradient GEMM: no dW wanted, or db not F32). */
+/* db[out] += column sums of dy[R, out], as the GEMM db = dy^T @ ones[R] (for a db that is not
+ * F32, which nt_gemm_bias_grad does not take). */
 static nt_status bias_grad_gemm(nt_ctx *ctx, const nt_tensor *dy2, nt_tensor *db) {
   int64_t R = dy2->shape[0], out = dy2->shape[1];
   nt_tensor ones, ones_host;
@@ -192,18 +208,15 @@ nt_status nt_linear_backward_ex(nt_ctx *ctx, const nt_tensor *dy, const nt_tenso
     }
     if ((st = nt_gemm(ctx, &dy2, w, &dx2, &o))) return st;
   }
-  bool fused_db = db && dw && db->dtype == NT_F32 && nt_dtype_size(dy->dtype) > 1;
   if (dw) {
     if ((st = nt_check_same_shape(ctx, dw, w, "linear dW vs W"))) return st;
     nt_gemm_opts o = nt_gemm_defaults();
     o.trans_a = true;
     o.beta = 1.0f;
-    if (fused_db) {
-      o.epilogue = NT_EPI_BGRADA;
-      o.bias_grad = db;
-    }
     if ((st = nt_gemm(ctx, &dy2, &x2, dw, &o))) return st;
   }
-  if (db && !fused_db) return bias_grad_gemm(ctx, &dy2, db);
-  return NT_OK;
+  if (!db) return NT_OK;
+  bool sums = db->dtype == NT_F32 && (dy->dtype == NT_F32 || dy->dtype == NT_F16 ||
+                                      dy->dtype == NT_BF16);
+  return sums ? nt_gemm_bias_grad(ctx, &dy2, db) : bias_grad_gemm(ctx, &dy2, db);
 }

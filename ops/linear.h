@@ -3,9 +3,10 @@
  * contiguous). Backward accumulates (+=) into dx, dW and db (each may be NULL to skip);
  * nt_linear_backward_ex can overwrite dx instead and fuse a preceding GELU's backward.
  * Built on nt_gemm (ops/gemm.h), whose dtype rules apply: x, W and dy share one dtype; y, dx
- * and dW are that dtype or F32; b is F32 or y's dtype. The forward fuses bias and activation
- * into the GEMM's epilogue; the backward's bias gradient rides on the dW GEMM (BGRADA) when db
- * is F32 and dW is wanted, otherwise it is its own GEMM against a vector of ones. */
+ * and dW are that dtype or F32; b is F32 or y's dtype. The forward fuses bias, activation and
+ * (optionally) a residual into the GEMM's epilogue; the backward's bias gradient is an F32 db's
+ * column sums of dy (nt_gemm_bias_grad: one read of dy, fixed order), or, for a db in another
+ * dtype, a GEMM against a vector of ones. */
 #ifndef NT_OPS_LINEAR_H
 #define NT_OPS_LINEAR_H
 #include "core/nt.h"
@@ -17,6 +18,18 @@ typedef enum { NT_ACT_NONE = 0, NT_ACT_GELU, NT_ACT_RELU } nt_activation;
  * backward; act RELU: y = relu(..) (pre unused: relu' is read off y). */
 nt_status nt_linear_forward(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
                             const nt_tensor *b, nt_tensor *y, nt_activation act, nt_tensor *pre);
+/* Options of nt_linear_forward_ex; all zero (or NULL options) is nt_linear_forward. */
+typedef struct {
+  /* y = act(x W^T + b + residual): a tensor of y's shape, strides and dtype added in the
+   * GEMM (its C operand: one launch, one rounding), e.g. a transformer block's residual
+   * stream. It may be y itself (in-place accumulation). */
+  const nt_tensor *residual;
+} nt_linear_fwd_opts;
+
+nt_status nt_linear_forward_ex(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
+                               const nt_tensor *b, nt_tensor *y, nt_activation act,
+                               nt_tensor *pre, const nt_linear_fwd_opts *opts);
+
 /* dy is the gradient of the layer's output before any activation (apply nt_gelu_backward /
  * nt_relu_backward first, or fuse with act). */
 nt_status nt_linear_backward(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *x,

@@ -8,9 +8,10 @@
 #include <string.h>
 
 #ifdef NT_HAVE_CUDA
-nt_status nt_optim_prepare_cuda(nt_ctx *ctx, nt_optim_record *rec, const float *found,
-                                const float *sumsq, float max_norm, double beta1, double beta2,
-                                double lr, const float *lr_dev, const nt_optim_groups *g);
+nt_status nt_optim_prepare_cuda(nt_ctx *ctx, nt_optim_record *rec, float *found,
+                                const float *grad_scale, const float *sumsq, float max_norm,
+                                double beta1, double beta2, double lr, const float *lr_dev,
+                                const nt_optim_groups *g);
 #endif
 
 nt_status nt_optim_copy(nt_ctx *ctx, void *dst, bool dst_host, const void *src, bool src_host,
@@ -308,7 +309,8 @@ static nt_status check_scalar(nt_ctx *ctx, const nt_tensor *t, const char *what)
 nt_status nt_optim_base_prepare(nt_ctx *ctx, nt_optim_base *b, const nt_optim_step_args *a,
                                 double beta1, double beta2, double default_lr) {
   nt_status st;
-  const float *found = NULL, *sumsq = NULL, *lr_dev = NULL;
+  const float *sumsq = NULL, *lr_dev = NULL, *grad_scale = NULL;
+  float *found = NULL;
   if (!a) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "optimizer step arguments are NULL");
   double lr = a->lr >= 0.0 ? a->lr : default_lr;
   if (!isfinite(lr)) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "optimizer step: lr %g is not finite", lr);
@@ -321,7 +323,14 @@ nt_status nt_optim_base_prepare(nt_ctx *ctx, nt_optim_base *b, const nt_optim_st
                     (double)a->max_norm);
   if (a->found_inf) {
     if ((st = check_scalar(ctx, a->found_inf, "found_inf"))) return st;
-    found = (const float *)a->found_inf->data;
+    found = (float *)a->found_inf->data;
+  }
+  if (a->grad_scale) {
+    if ((st = check_scalar(ctx, a->grad_scale, "grad_scale"))) return st;
+    if (!(a->max_norm > 0.0f))
+      return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "optimizer step: grad_scale needs max_norm > 0 "
+                      "(the overflow check and the norm come from the sum of squares)");
+    grad_scale = (const float *)a->grad_scale->data;
   }
   if (a->max_norm > 0.0f) {
     if (a->grad_sumsq) {
@@ -336,12 +345,13 @@ nt_status nt_optim_base_prepare(nt_ctx *ctx, nt_optim_base *b, const nt_optim_st
   }
 #ifdef NT_HAVE_CUDA
   if (nt_ctx_is_cuda(ctx))
-    return nt_optim_prepare_cuda(ctx, b->rec, found, sumsq, a->max_norm, beta1, beta2, lr, lr_dev,
-                                 &b->groups);
+    return nt_optim_prepare_cuda(ctx, b->rec, found, grad_scale, sumsq, a->max_norm, beta1, beta2,
+                                 lr, lr_dev, &b->groups);
 #endif
   if (b->device.type != NT_DEV_CPU)
     return NT_ERROR(ctx, NT_ERR_NO_DEVICE, "optimizer on a CUDA device without the backend");
-  nt_optim_prepare_rule(b->rec, found, sumsq, a->max_norm, beta1, beta2, lr, lr_dev, &b->groups);
+  nt_optim_prepare_rule(b->rec, found, grad_scale, sumsq, a->max_norm, beta1, beta2, lr, lr_dev,
+                        &b->groups);
   return NT_OK;
 }
 

@@ -110,21 +110,27 @@ static inline NT_HD double nt_optim_powi(double base, int32_t t) {
 #define NT_DSUB(a, b) ((a) - (b))
 #endif
 
-/* The prepare rule (host and device). found, sumsq and lr_dev may be NULL. */
-static inline NT_HD void nt_optim_prepare_rule(nt_optim_record *r, const float *found,
-                                               const float *sumsq, float max_norm,
-                                               double beta1, double beta2, double lr,
-                                               const float *lr_dev, const nt_optim_groups *g) {
+/* The prepare rule (host and device). found, grad_scale, sumsq and lr_dev may be NULL. With
+ * grad_scale (gradients still scaled, see nt_optim_step_args) a non-finite sumsq sets *found. */
+static inline NT_HD void nt_optim_prepare_rule(nt_optim_record *r, float *found,
+                                               const float *grad_scale, const float *sumsq,
+                                               float max_norm, double beta1, double beta2,
+                                               double lr, const float *lr_dev,
+                                               const nt_optim_groups *g) {
+  if (found && grad_scale && sumsq && !(*sumsq - *sumsq == 0.0f)) *found = 1.0f;
   r->skip = (found && *found != 0.0f) ? 1 : 0;
   if (r->skip) return;
   r->step += 1;
-  r->clip_coef = 1.0f;
+  const float inv = grad_scale ? *grad_scale : 1.0f;
+  r->clip_coef = inv;
   if (sumsq && max_norm > 0.0f) {
-    float total = sqrtf(*sumsq);
+    /* With a power-of-two grad_scale (the loss scaler's) this is exactly the norm of the
+     * unscaled gradients, and clip * inv their unscale-then-clip factor. */
+    float total = grad_scale ? sqrtf(*sumsq) * inv : sqrtf(*sumsq);
     float c = max_norm / (total + 1e-6f);
     /* clamp(max=1) as torch: a NaN coefficient propagates (c < 1 is false for NaN). */
     if (!(c < 1.0f) && c == c) c = 1.0f;
-    r->clip_coef = c;
+    r->clip_coef = grad_scale ? c * inv : c;
     r->total_norm = total;
   }
   /* torch's arithmetic (it reproduces docs/semantics.md's vectors bit for bit): the corrections

@@ -54,10 +54,16 @@ typedef struct {
   const nt_tensor *lr_tensor;     /* F32 scalar on the device, or NULL: the lr read on the device
                                    * (overrides lr), so a captured CUDA graph of the step can
                                    * follow a schedule written into it */
+  /* F32 scalar on the device, or NULL: the gradients still carry a factor (the loss scale, a
+   * divisor) that the step removes by multiplying them by grad_scale, folded into the clipping
+   * coefficient (no pass over the gradients). Needs max_norm > 0: the norm is taken as
+   * sqrt(grad_sumsq) * grad_scale, and a non-finite grad_sumsq is the overflow check: found_inf
+   * (when given) is set to 1 and the step skipped, as if the unscale pass had found it. */
+  const nt_tensor *grad_scale;
 } nt_optim_step_args;
 
 static inline nt_optim_step_args nt_optim_args(double lr) {
-  nt_optim_step_args a = {lr, NULL, 0.0f, NULL, NULL};
+  nt_optim_step_args a = {lr, NULL, 0.0f, NULL, NULL, NULL};
   return a;
 }
 

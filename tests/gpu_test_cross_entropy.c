@@ -1,7 +1,8 @@
 /* GPU cross-entropy against the CPU reference: every dtype; V = 65, 383 (scalar path), 1000,
  * 50304 (vector path; the row cached in shared memory for 16-bit, re-read for fp32); ignored
  * rows; dloss_scale as a device pointer; forward, backward and fused (also in place); fp16
- * logits near 6e4; a bad target gives NaN for its row only. */
+ * logits near 6e4; row-padded logits (an [N, V] view with row stride > V); a bad target gives
+ * NaN for its row only. */
 #include "ops/cross_entropy.h"
 #include "tests/memops_test.h"
 
@@ -61,6 +62,41 @@ static void run_case(nt_ctx *cc, nt_ctx *gc, nt_test_rng *r, nt_dtype dt, int64_
   free(xv); free(tv);
 }
 
+/* Row-padded logits ([N, V] view of an [N, LD] buffer, as the GPT's head keeps them aligned):
+ * fused in place on both devices; the padding is left alone. */
+static void padded_rows(nt_ctx *cc, nt_ctx *gc, nt_test_rng *r, nt_dtype dt, int64_t N,
+                        int64_t V, int64_t LD) {
+  int64_t ps[2] = {N, LD}, ts[1] = {N};
+  float *xv = memops_random(r, N * LD, -4, 4);
+  int32_t *tv = malloc((size_t)N * sizeof(int32_t));
+  for (int64_t i = 0; i < N; i++) {
+    tv[i] = i % 7 == 2 ? -1 : (int32_t)nt_test_uniform(r, 0, (double)V);
+    for (int64_t c = V; c < LD; c++) xv[i * LD + c] = 7.0f;   /* padding marker */
+  }
+  memops_pair x = memops_pair_new(cc, gc, dt, 2, ps, xv, 0);
+  memops_pair loss = memops_pair_new(cc, gc, NT_F32, 1, ts, NULL, 0);
+  nt_tensor tc = memops_ints(cc, 1, ts, tv), tg = memops_ints(gc, 1, ts, tv);
+  nt_tensor vc = x.c, vg = x.g;
+  vc.shape[1] = vg.shape[1] = V;   /* strides stay (LD, 1) */
+  if (CHECK_OK(cc, nt_cross_entropy_fused(cc, &vc, &tc, NULL, N, &loss.c, &vc)) &&
+      CHECK_OK(gc, nt_cross_entropy_fused(gc, &vg, &tg, NULL, N, &loss.g, &vg))) {
+    const char *dn = nt_dtype_name(dt);   /* the same kernels: the same bounds as run_case */
+    CHECK(memops_pair_err(cc, gc, &loss) < bound.f32, "%s padded rows %lldx%lld ld %lld: loss %g",
+          dn, (long long)N, (long long)V, (long long)LD, memops_pair_err(cc, gc, &loss));
+    CHECK(memops_pair_err(cc, gc, &x) < memops_bound(&bound, dt), "%s padded rows: grad %g", dn,
+          memops_pair_err(cc, gc, &x));
+    float *gv = memops_values(gc, &x.g);
+    int kept = 1;
+    for (int64_t i = 0; i < N; i++)
+      for (int64_t c = V; c < LD; c++) kept &= gv[i * LD + c] == 7.0f;
+    CHECK(kept, "%s padded rows: the padding is not written", dn);
+    free(gv);
+  }
+  nt_tensor_free(cc, &tc); nt_tensor_free(gc, &tg);
+  memops_pair_free(cc, gc, &x); memops_pair_free(cc, gc, &loss);
+  free(xv); free(tv);
+}
+
 /* A target outside [0, V) poisons only its own row (NaN), without a host sync. */
 static void bad_target(nt_ctx *gc, nt_test_rng *r) {
   int64_t N = 4, V = 64, ls[2] = {N, V}, ts[1] = {N};
@@ -98,6 +134,10 @@ int main(void) {
   }
   run_case(cc, gc, &r, NT_F16, 17, 1000, 60000, 0); /* fp16 logits near the range limit */
   run_case(cc, gc, &r, NT_F16, 17, 383, 60000, 0);
+  for (int d = 0; d < 3; d++) {
+    padded_rows(cc, gc, &r, memops_float_dtypes[d], 301, 65, 72);    /* the char model's head */
+    padded_rows(cc, gc, &r, memops_float_dtypes[d], 19, 1000, 1008); /* vector path */
+  }
   bad_target(gc, &r);
   nt_ctx_free(cc);
   nt_ctx_free(gc);

@@ -35,6 +35,7 @@ typedef struct {
   int scale_b_at;            /* FP8: B's scale at this float index of the scale buffer (0: 4,
                                 16-byte aligned; 1 puts it 4 bytes after A's, as views into one
                                 scale array do) */
+  bool sep_c;                /* beta != 0 reads C from opts.c (D is NaN-filled) */
 } gcase;
 
 typedef struct { nt_ctx *cpu, *gpu; } ctxs;
@@ -119,8 +120,8 @@ static double rel_err(const void *got, const void *ref, nt_dtype dt, int64_t n, 
 static double run_case(ctxs *c, const gcase *g, const char *name) {
   nt_test_rng r = {(uint64_t)(g->M * 131 + g->N * 7 + g->K + g->epi * 1000 + g->out * 17)};
   bool fp8 = g->in_a == NT_FP8_E4M3 || g->in_a == NT_FP8_E5M2;
-  buf A, B, D, X, Bias, BG, S;
-  memset(&A, 0, sizeof A); B = X = Bias = BG = S = D = A;
+  buf A, B, D, X, Bias, BG, S, Cb;
+  memset(&A, 0, sizeof A); B = X = Bias = BG = S = D = Cb = A;
   nt_tensor ta, tb;
   double err = -1;
   int64_t nb = g->batch_d ? g->batch_d : 1, n = nb * g->M * g->N;
@@ -129,11 +130,13 @@ static double run_case(ctxs *c, const gcase *g, const char *name) {
       !make_operand(c, &r, g, g->in_b, g->batch_b, g->K, g->N, g->tb, g->view_b, &B, &tb) ||
       !buf_make(c, &D, (size_t)n * ed) || !buf_make(c, &X, (size_t)n * ed) ||
       !buf_make(c, &Bias, (size_t)g->N * 4) || !buf_make(c, &BG, (size_t)g->M * 4) ||
-      !buf_make(c, &S, 64))
+      !buf_make(c, &S, 64) || !buf_make(c, &Cb, (size_t)n * ed))
     goto done;
   for (int64_t i = 0; i < n; i++) {
     nt_store_f32(D.h, g->out, i, g->beta != 0.0f ? (float)nt_test_uniform(&r, -1, 1) : NAN);
     nt_store_f32(X.h, g->out, i, (float)nt_test_uniform(&r, -2, 2));
+    nt_store_f32(Cb.h, g->out, i, (float)nt_test_uniform(&r, -1, 1));
+    if (g->sep_c) nt_store_f32(D.h, g->out, i, NAN);   /* C comes from Cb; D is not read */
   }
   for (int64_t j = 0; j < g->N; j++)
     nt_store_f32(Bias.h, g->bias_dt, j, (float)nt_test_uniform(&r, -1, 1));
@@ -142,7 +145,7 @@ static double run_case(ctxs *c, const gcase *g, const char *name) {
   ((float *)S.h)[0] = 0.5f;
   ((float *)S.h)[sb] = 0.25f;
   if (!buf_copy(c, &D, true) || !buf_copy(c, &X, true) || !buf_copy(c, &Bias, true) ||
-      !buf_copy(c, &BG, true) || !buf_copy(c, &S, true))
+      !buf_copy(c, &BG, true) || !buf_copy(c, &S, true) || !buf_copy(c, &Cb, true))
     goto done;
 
   int64_t dshape[3] = {g->batch_d, g->M, g->N};
@@ -156,6 +159,8 @@ static double run_case(ctxs *c, const gcase *g, const char *name) {
   nt_tensor hX = nt_tensor_view(X.h, g->out, nt_cpu(), dn, ds);
   nt_tensor dX = nt_tensor_view(X.d, g->out, nt_cuda(0), dn, ds);
   int64_t N = g->N, M = g->M;
+  nt_tensor hC = nt_tensor_view(Cb.h, g->out, nt_cpu(), dn, ds);
+  nt_tensor dC = nt_tensor_view(Cb.d, g->out, nt_cuda(0), dn, ds);
   nt_tensor hBias = nt_tensor_view(Bias.h, g->bias_dt, nt_cpu(), 1, &N);
   nt_tensor dBias = nt_tensor_view(Bias.d, g->bias_dt, nt_cuda(0), 1, &N);
   nt_tensor hBG = nt_tensor_view(BG.h, NT_F32, nt_cpu(), 1, &M);
@@ -168,6 +173,7 @@ static double run_case(ctxs *c, const gcase *g, const char *name) {
   o.bias = g->bias ? &dBias : NULL;
   o.aux = &dX;
   o.bias_grad = &dBG;
+  o.c = g->sep_c ? &dC : NULL;
   if (fp8) { o.scale_inv_a = (float *)S.d; o.scale_inv_b = (float *)S.d + sb; }
   o.tf32 = g->tf32_via_default ? NT_TF32_DEFAULT : g->tf32 ? NT_TF32_ON : NT_TF32_OFF;
   nt_ctx_set_allow_tf32(c->gpu, g->tf32_default_on);
@@ -180,6 +186,7 @@ static double run_case(ctxs *c, const gcase *g, const char *name) {
   o.bias = g->bias ? &hBias : NULL;
   o.aux = &hX;
   o.bias_grad = &hBG;
+  o.c = g->sep_c ? &hC : NULL;
   if (fp8) { o.scale_inv_a = (float *)S.h; o.scale_inv_b = (float *)S.h + sb; }
   if (!CHECK_OK(c->cpu, nt_gemm(c->cpu, &hA, &hB, &hD, &o))) goto done;
   /* The GPU results come back into the device buffers' host twins, in fresh memory. */
@@ -208,7 +215,7 @@ static double run_case(ctxs *c, const gcase *g, const char *name) {
   free(gD.h); free(gX.h); free(gBG.h);
 done:
   buf_free(c, &A); buf_free(c, &B); buf_free(c, &D); buf_free(c, &X);
-  buf_free(c, &Bias); buf_free(c, &BG); buf_free(c, &S);
+  buf_free(c, &Bias); buf_free(c, &BG); buf_free(c, &S); buf_free(c, &Cb);
   return err;
 }
 
@@ -291,6 +298,72 @@ static void test_epilogues(ctxs *c) {
   g.M = 64; g.N = 96; g.K = 80;
   g.epi = NT_EPI_BGRADA; g.ta = true; g.alpha = 0.5f; g.beta = 1.0f;
   run_case(c, &g, "bf16->f32 BGRADA alpha 0.5 beta 1");
+  /* A separate C: the projection + residual add of a transformer block, one launch. */
+  for (int i = 0; i < NKINDS; i++) {
+    if (kinds[i].in != kinds[i].out || kinds[i].tf32) continue;
+    g = base(kinds[i].in, kinds[i].out);
+    g.M = 64; g.N = 96; g.K = 80; g.tb = true;
+    g.beta = 1.0f; g.sep_c = true; g.epi = NT_EPI_BIAS; g.bias = true;
+    snprintf(name, sizeof name, "%s bias + separate C (residual)", kinds[i].name);
+    run_case(c, &g, name);
+    g.epi = NT_EPI_NONE; g.bias = false; g.beta = 0.5f; g.M = 37; g.N = 53; g.K = 29;
+    snprintf(name, sizeof name, "%s beta 0.5 separate C 37x53x29", kinds[i].name);
+    run_case(c, &g, name);
+  }
+}
+
+/* nt_gemm_bias_grad on the GPU against the CPU (fp64 sums): GPT shapes, an odd width and a
+ * padded row stride (the scalar path), each dtype; two GPU runs are bitwise equal (a fixed
+ * summation order). */
+static void test_bias_grad(ctxs *c) {
+  static const struct { int64_t M, N, ld; } sh[] = {
+      {16384, 768, 768}, {16384, 2304, 2304}, {4096, 3072, 3072}, {1000, 65, 65},
+      {777, 384, 392}, {3, 8, 8}};
+  nt_dtype dts[3] = {NT_F32, NT_F16, NT_BF16};
+  for (size_t k = 0; k < sizeof sh / sizeof sh[0]; k++)
+    for (int d = 0; d < 3; d++) {
+      int64_t M = sh[k].M, N = sh[k].N, ld = sh[k].ld;
+      size_t es = nt_dtype_size(dts[d]);
+      nt_test_rng r = {(uint64_t)(M + N + d)};
+      buf Y, G;
+      memset(&Y, 0, sizeof Y);
+      G = Y;
+      float *g1 = malloc((size_t)N * 4), *g2 = malloc((size_t)N * 4), *gc = malloc((size_t)N * 4);
+      if (!g1 || !g2 || !gc || !buf_make(c, &Y, (size_t)(M * ld) * es) ||
+          !buf_make(c, &G, (size_t)N * 4))
+        goto next;
+      for (int64_t i = 0; i < M * ld; i++)
+        nt_store_f32(Y.h, dts[d], i, (float)nt_test_uniform(&r, -0.5, 1.0));
+      for (int64_t j = 0; j < N; j++) ((float *)G.h)[j] = 0.25f * (float)(j % 5);
+      memcpy(gc, G.h, (size_t)N * 4);
+      if (!buf_copy(c, &Y, true)) goto next;
+      nt_tensor hy = nt_tensor_view(Y.h, dts[d], nt_cpu(), 2, (int64_t[]){M, N});
+      nt_tensor dy = nt_tensor_view(Y.d, dts[d], nt_cuda(0), 2, (int64_t[]){M, N});
+      hy.stride[0] = dy.stride[0] = ld;
+      nt_tensor hg = nt_tensor_view(gc, NT_F32, nt_cpu(), 1, &N);
+      nt_tensor dg = nt_tensor_view(G.d, NT_F32, nt_cuda(0), 1, &N);
+      bool ok = CHECK_OK(c->cpu, nt_gemm_bias_grad(c->cpu, &hy, &hg));
+      for (int run = 0; run < 2 && ok; run++) {
+        ok = buf_copy(c, &G, true) && CHECK_OK(c->gpu, nt_gemm_bias_grad(c->gpu, &dy, &dg));
+        buf out = G;
+        out.h = run ? g2 : g1;
+        ok = ok && buf_copy(c, &out, false);
+      }
+      if (ok) {
+        bool fin;
+        double e = rel_err(g1, gc, NT_F32, N, &fin);
+        /* the H200 measured at most 6.71e-8 (2026-12-04 03:20): about twice that */
+        CHECK(e < 1.3e-7 && fin, "bias_grad %s %lldx%lld ld %lld: rel err %.3g",
+              nt_dtype_name(dts[d]), (long long)M, (long long)N, (long long)ld, e);
+        CHECK(!memcmp(g1, g2, (size_t)N * 4), "bias_grad %s %lldx%lld: two runs bitwise equal",
+              nt_dtype_name(dts[d]), (long long)M, (long long)N);
+        printf("  bias_grad %-5s %6lld x %5lld ld %5lld  rel err %.2e\n", nt_dtype_name(dts[d]),
+               (long long)M, (long long)N, (long long)ld, e);
+      }
+    next:
+      buf_free(c, &Y); buf_free(c, &G);
+      free(g1); free(g2); free(gc);
+    }
 }
 
 static void test_batched_alpha_beta(ctxs *c) {
@@ -611,6 +684,7 @@ int main(int argc, char **argv) {
   test_checksum_kernel(&c);
   test_transposes(&c);
   test_epilogues(&c);
+  test_bias_grad(&c);
   test_batched_alpha_beta(&c);
   test_fp16_range(&c);
   test_fp8(&c, compute_capability());

@@ -1,8 +1,8 @@
-/* Linear on the GPU against the CPU: forward with each activation (with and without bias) and
- * backward (dx, dW, db; fused bias gradient, db alone, bf16 db), both called twice so the
- * accumulation (+=) is compared too; nt_linear_backward_ex with dx overwritten (NaN-filled
- * before) and with the GELU backward fused into dx (odd sizes: the split epilogue; aligned
- * ones: cuBLASLt's DGELU). Tolerances: docs/semantics.md#test-tolerances. */
+/* Linear on the GPU against the CPU: forward with each activation (with and without bias), and
+ * with a residual added in the GEMM; backward (dx, dW, db; db as column sums, db alone, bf16
+ * db), both called twice so the accumulation (+=) is compared too; nt_linear_backward_ex with
+ * dx overwritten (NaN-filled before) and with the GELU backward fused into dx (odd sizes: the
+ * split epilogue; aligned ones: cuBLASLt's DGELU). Tolerances: docs/semantics.md#test-tolerances. */
 #include "tests/testutil.h"
 #include "ops/linear.h"
 #include <math.h>
@@ -82,6 +82,23 @@ static void test_forward(nt_dtype dt) {
         compare(&pre, name, dt, 0);
       }
     }
+  /* the residual as the GEMM's C: a separate tensor, then y itself (in place) */
+  pair res;
+  if (pair_make(&res, dt, 3, ys, &r, 0)) {
+    for (int inplace = 0; inplace < 2; inplace++) {
+      nt_linear_fwd_opts fc = {.residual = inplace ? &y.h : &res.h};
+      nt_linear_fwd_opts fg = {.residual = inplace ? &y.d : &res.d};
+      if (!CHECK_OK(cpu, nt_linear_forward_ex(cpu, &x.h, &w.h, &b.h, &y.h, NT_ACT_NONE, NULL,
+                                              &fc)) ||
+          !CHECK_OK(gpu, nt_linear_forward_ex(gpu, &x.d, &w.d, &b.d, &y.d, NT_ACT_NONE, NULL,
+                                              &fg)))
+        break;
+      snprintf(name, sizeof name, "%s forward + residual%s", nt_dtype_name(dt),
+               inplace ? " (in place)" : "");
+      compare(&y, name, dt, 0);
+    }
+    pair_free(&res);
+  }
   pair_free(&x); pair_free(&w); pair_free(&b); pair_free(&y); pair_free(&pre);
 }
 

@@ -1,6 +1,6 @@
 /* CPU cross-entropy: losses against fp64 in every dtype (also fp16 logits near 6e4), ignored
  * rows, the gradient against finite differences, dloss_scale and count, fused == forward +
- * backward, in-place, argument errors. */
+ * backward, in-place, row-padded logits, argument errors. */
 #include "ops/cross_entropy.h"
 #include "tests/memops_test.h"
 
@@ -104,6 +104,42 @@ static void test_fd(nt_ctx *ctx, nt_test_rng *r) {
   free(g);
 }
 
+/* Row-padded logits: the same losses and gradients as contiguous ones (bitwise: the same
+ * code), the padding untouched; a view without unit stride along V is refused. */
+static void test_padded_rows(nt_ctx *ctx, nt_test_rng *r) {
+  enum { N = 9, V = 65, LD = 72 };
+  int64_t ls[2] = {N, V}, ps[2] = {N, LD}, ts[1] = {N};
+  float *xv = memops_random(r, N * V, -4, 4), xp[N * LD];
+  int32_t tv[N];
+  for (int64_t i = 0; i < N; i++) {
+    tv[i] = (int32_t)nt_test_uniform(r, 0, V);
+    for (int64_t c = 0; c < LD; c++) xp[i * LD + c] = c < V ? xv[i * V + c] : 7.0f;
+  }
+  nt_tensor x = memops_tensor(ctx, NT_F32, 2, ls, xv), xpad = memops_tensor(ctx, NT_F32, 2, ps, xp);
+  nt_tensor t = memops_ints(ctx, 1, ts, tv);
+  nt_tensor l1 = memops_tensor(ctx, NT_F32, 1, ts, NULL), l2 = memops_tensor(ctx, NT_F32, 1, ts, NULL);
+  nt_tensor view = xpad;
+  view.shape[1] = V;
+  if (CHECK_OK(ctx, nt_cross_entropy_fused(ctx, &x, &t, NULL, N, &l1, &x)) &&
+      CHECK_OK(ctx, nt_cross_entropy_fused(ctx, &view, &t, NULL, N, &l2, &view))) {
+    const float *a = x.data, *b = xpad.data;
+    int same = !memcmp(l1.data, l2.data, N * sizeof(float)), kept = 1;
+    for (int64_t i = 0; i < N; i++)
+      for (int64_t c = 0; c < LD; c++) {
+        if (c < V) same &= a[i * V + c] == b[i * LD + c];
+        else kept &= b[i * LD + c] == 7.0f;
+      }
+    CHECK(same, "padded rows give the contiguous results");
+    CHECK(kept, "the padding is not written");
+  }
+  nt_tensor bad = xpad;
+  bad.shape[0] = V; bad.shape[1] = N; bad.stride[0] = 1; bad.stride[1] = LD;
+  CHECK_ERR(ctx, NT_ERR_SHAPE, nt_cross_entropy_forward(ctx, &bad, &t, &l1));
+  nt_tensor_free(ctx, &x); nt_tensor_free(ctx, &xpad); nt_tensor_free(ctx, &t);
+  nt_tensor_free(ctx, &l1); nt_tensor_free(ctx, &l2);
+  free(xv);
+}
+
 static void test_errors(nt_ctx *ctx) {
   int64_t ls[2] = {3, 5}, ts[1] = {3}, t2[1] = {2};
   int32_t bad[3] = {0, 5, 1}, neg[3] = {0, -2, 1}, ok[3] = {0, 1, 2};
@@ -131,6 +167,7 @@ int main(void) {
   }
   test_values(ctx, &r, NT_F16, 13, 1001, 60000.0f); /* logits near fp16's limit */
   test_fd(ctx, &r);
+  test_padded_rows(ctx, &r);
   test_errors(ctx);
   nt_ctx_free(ctx);
   return nt_test_finish();

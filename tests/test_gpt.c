@@ -149,14 +149,13 @@ static void test_init_and_layout(nt_ctx *ctx) {
   CHECK_OK(ctx, nt_gpt_estimate(ctx, &c, NT_F32, 2, 32, &sz));
   CHECK(sz.n_params == p->n_real && sz.activation_bytes == nt_gpt_activation_bytes(g),
         "estimate %lld params %zu bytes", (long long)sz.n_params, sz.activation_bytes);
-  /* What a block saves (ln1, q, k, v, att, ym, x1, ln2, fc_pre, x2: 14 C per token, not the
-   * 4C GELU output, which backward recomputes) plus the model's buffers (x0, lnf, logits)
-   * and scratch (3 C, and 8 C shared by the forward and the two backward branches), each
-   * rounded up to 256 bytes. A saved GELU output alone would add 64 KiB per layer here. */
+  /* What a block saves (ln1, q, k, v, att, ym, x1, ln2, fc_pre, its GELU output act, x2:
+   * 18 C per token) plus the model's buffers (x0, lnf, logits) and scratch (3 C, and 4 C
+   * shared by the forward and the two backward branches), each rounded up to 256 bytes. */
   {
     size_t N = 2 * 32, es = 4, H = 4;
-    size_t bound = es * (N * C * (14 * L + 2 + 3 + 8) + N * V) +
-                   4 * (N * (4 * L + 2 + 1) + L * 2 * H * T + 1) + 256 * (16 * L + 20);
+    size_t bound = es * (N * C * (18 * L + 2 + 3 + 4) + N * V) +
+                   4 * (N * (4 * L + 2 + 1) + L * 2 * H * T + 1) + 256 * (17 * L + 20);
     CHECK(nt_gpt_activation_bytes(g) <= bound, "activations %zu bytes, at most %zu",
           nt_gpt_activation_bytes(g), bound);
   }
@@ -238,7 +237,7 @@ static void test_bf16_close_to_fp32(nt_ctx *ctx) {
   token_batch(&r, c.vocab_size, B, T, xs, ys, &x, &y);
   double la = loss_of(ctx, a, &x, &y), lb = loss_of(ctx, b, &x, &y);
   /* bounds: about twice the measured gaps (docs/tolerances.md) */
-  CHECK(fabs(la - lb) < 5e-5 * fabs(la), "bf16 loss %g vs fp32 %g", lb, la);
+  CHECK(fabs(la - lb) < 1.1e-4 * fabs(la), "bf16 loss %g vs fp32 %g", lb, la);
   double worst = 0;
   CHECK_OK(ctx, nt_params_zero_grad(ctx, nt_gpt_params(a)));
   CHECK_OK(ctx, nt_params_zero_grad(ctx, nt_gpt_params(b)));
@@ -250,7 +249,7 @@ static void test_bf16_close_to_fp32(nt_ctx *ctx) {
     CHECK(e < 1e-2, "unit %d: bf16 gradients within 1%% of fp32 (%g)", u, e);
     if (e > worst) worst = e;
   }
-  printf("  bf16 vs fp32: loss rel diff %.3g (bound 5e-5), worst unit gradient rel err %.3g "
+  printf("  bf16 vs fp32: loss rel diff %.3g (bound 1.1e-4), worst unit gradient rel err %.3g "
          "(bound 1e-2)\n", fabs(la - lb) / fabs(la), worst);
   nt_gpt_free(ctx, a);
   nt_gpt_free(ctx, b);

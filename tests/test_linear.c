@@ -1,6 +1,6 @@
 /* Linear on the CPU: forward (none, relu, gelu with the pre-activation) against fp64, backward
  * against central finite differences of a loss computed in double, gradients accumulate (+=),
- * the bias-gradient paths (fused with dW, alone, non-F32), bf16, the _ex options (dx
+ * the bias-gradient paths (column sums, alone, non-F32), bf16, the _ex options (dx
  * overwritten, a preceding GELU's backward fused into dx), and argument errors. */
 #include "tests/testutil.h"
 #include "ops/linear.h"
@@ -59,6 +59,27 @@ static void test_forward(nt_ctx *ctx, nt_dtype dt) {
         CHECK(nt_test_note(dt, e) < tol, "%s forward gelu pre-activation rel err %.3g", nt_dtype_name(dt), e);
       }
     }
+  /* A residual added in the GEMM: into a fresh y, then in place (y is its own residual). */
+  uint32_t resm[R * OUT];
+  float resv[R * OUT];
+  fill(&r, dt, resm, resv, R * OUT);
+  nt_tensor res = nt_tensor_view(resm, dt, nt_cpu(), 3, (int64_t[]){B0, B1, OUT});
+  double ref[R * OUT], got[R * OUT];
+  for (int i = 0; i < R; i++)
+    for (int o = 0; o < OUT; o++) {
+      double s = bv[o] + resv[i * OUT + o];
+      for (int k = 0; k < IN; k++) s += (double)xv[i * IN + k] * wv[o * IN + k];
+      ref[i * OUT + o] = s;
+    }
+  for (int inplace = 0; inplace < 2; inplace++) {
+    if (inplace) memcpy(ym, resm, sizeof resm);
+    nt_linear_fwd_opts fo = {.residual = inplace ? &y : &res};
+    if (!CHECK_OK(ctx, nt_linear_forward_ex(ctx, &x, &w, &b, &y, NT_ACT_NONE, NULL, &fo))) return;
+    for (int i = 0; i < R * OUT; i++) got[i] = nt_load_f32(ym, dt, i);
+    double e = nt_test_rel_err_d(got, ref, R * OUT);
+    CHECK(e < tol, "%s forward + residual%s: rel err %.3g", nt_dtype_name(dt),
+          inplace ? " (in place)" : "", e);
+  }
 }
 
 /* loss = sum(y * g) in double, y = x W^T + b computed by nt_linear_forward in fp32. */
@@ -184,7 +205,7 @@ static void test_backward_bf16(nt_ctx *ctx) {
   double e5 = nt_test_rel_err_d(g5, rdb, OUT);
   CHECK(e1 < 1e-2, "bf16 dx rel err %.3g", e1);
   CHECK(e2 < 1e-5, "bf16 inputs, f32 dW accumulated rel err %.3g", e2);
-  CHECK(e3 < 1e-5, "bf16 inputs, f32 db (fused) accumulated rel err %.3g", e3);
+  CHECK(e3 < 1e-5, "bf16 inputs, f32 db (column sums) accumulated rel err %.3g", e3);
   CHECK(e4 < 1e-2, "bf16 dW rel err %.3g", e4);
   CHECK(e5 < 1e-2, "bf16 db (ones-vector GEMM) rel err %.3g", e5);
 }
@@ -337,6 +358,10 @@ static void test_errors(nt_ctx *ctx) {
   nt_tensor pre_in_dx = nt_tensor_view(dbuf + 3, NT_F32, nt_cpu(), 2, (int64_t[]){4, 7});
   o.dgelu_pre = &pre_in_dx;
   CHECK_ERR(ctx, NT_ERR_INVALID_ARG, nt_linear_backward_ex(ctx, &y, &x, &w, &dx7, NULL, NULL, &o));
+  /* the residual has y's shape */
+  nt_tensor r3 = nt_tensor_view(pbuf, NT_F32, nt_cpu(), 2, (int64_t[]){4, 4});
+  nt_linear_fwd_opts fo = {.residual = &r3};
+  CHECK_ERR(ctx, NT_ERR_SHAPE, nt_linear_forward_ex(ctx, &x, &w, NULL, &y, NT_ACT_NONE, NULL, &fo));
 }
 
 int main(void) {

@@ -273,12 +273,20 @@ static float *found_inf_flag(nt_step *s) {
   return (float *)f.data;
 }
 
-/* Stage 3: grads *= 1/scale (times 1/grad_divisor: ranks x accumulated micro-steps) over the
- * owned ranges; found_inf = 1 on a non-finite element (the scaler zeroes it first). One
- * multi-tensor launch; nothing to do without loss scaling and without a divisor. */
-static nt_status stage_unscale_and_check(nt_ctx *ctx, nt_step *s) {
+/* Stage 3: the gradients carry the loss scale and, summed over ranks x accumulated
+ * micro-steps, a factor grad_divisor. With clipping on, no pass over them: *factor gets
+ * 1/scale (/ grad_divisor) and the optimizer applies it inside its update, folded into the
+ * clipping coefficient, taking the overflow check from the sum of squares (stage 4), which is
+ * non-finite exactly when a gradient is (a power-of-two scale gives the same bits as the pass).
+ * Without clipping: grads *= the factor over the owned ranges and found_inf = 1 on a
+ * non-finite element, one multi-tensor launch (the scaler zeroes found_inf first); nothing to
+ * do without loss scaling and without a divisor. *folded says which. */
+static nt_status stage_unscale_and_check(nt_ctx *ctx, nt_step *s, nt_tensor *factor_out,
+                                         bool *folded) {
   nt_scaler *sc = s->o.optimizer.scaler;
+  bool fold = s->o.max_norm > 0.0f;
   nt_status st;
+  *folded = false;
   if (s->scratch) {
     /* a sum of grad_divisor means: multiply by inv_scale / grad_divisor in the same pass (the
      * scaler's unscale of no tensors zeroes found_inf and records the unscale) */
@@ -291,12 +299,22 @@ static nt_status stage_unscale_and_check(nt_ctx *ctx, nt_step *s) {
     st = nt_scaler_unscale(ctx, sc, NULL, 0);
     if (!st && scaled) st = nt_tensor_copy(ctx, &factor, &inv);
     if (!st && scaled) st = nt_scale(ctx, 1.0f / (float)s->o.grad_divisor, &factor);
-    if (!st) st = nt_unscale_and_check(ctx, s->grad_list, s->n_ranges, scaled ? &factor : &inv_n,
-                                       scaled ? &found : &spare);
+    if (fold) {
+      *factor_out = scaled ? factor : inv_n;
+      *folded = true;
+    } else if (!st) {
+      st = nt_unscale_and_check(ctx, s->grad_list, s->n_ranges, scaled ? &factor : &inv_n,
+                                scaled ? &found : &spare);
+    }
+  } else if (fold && nt_scaler_enabled(sc)) {
+    st = nt_scaler_unscale(ctx, sc, NULL, 0);   /* zeroes found_inf, records the unscale */
+    *factor_out = nt_scaler_inv_scale_tensor(sc);
+    *folded = true;
   } else {
     st = nt_scaler_unscale(ctx, sc, s->grad_list, s->n_ranges);
   }
-  /* marks the optimizer step taken (GradScaler's bookkeeping; the grads are unscaled already) */
+  /* marks the optimizer step taken (GradScaler's bookkeeping; the grads are unscaled already,
+   * or will be inside the optimizer's update) */
   if (!st) st = nt_scaler_step(ctx, s->o.optimizer.scaler, NULL, 0, NULL);
   return st;
 }
@@ -326,7 +344,8 @@ static void stage_clip(nt_step *s, nt_optim_step_args *a, nt_tensor *sumsq_view)
   a->grad_sumsq = s->o.max_norm > 0.0f ? sumsq_view : NULL;
 }
 
-/* Stage 7: AdamW, skipped on the device when found_inf != 0. */
+/* Stage 7: AdamW, skipped on the device when found_inf != 0 (with stage 3 folded, the optimizer
+ * sets found_inf from the sum of squares first). */
 static nt_status stage_optimizer(nt_ctx *ctx, nt_step *s, nt_optim_step_args *a,
                                  const nt_tensor *found_view) {
   a->found_inf = found_view;
@@ -384,10 +403,13 @@ nt_status nt_step_update(nt_ctx *ctx, nt_step *s, double lr) {
   float *found = found_inf_flag(s);
   nt_tensor found_view = nt_tensor_view(found, NT_F32, nt_ctx_device(ctx), 0, NULL);
   float trace_found = 0.0f, trace_scale = 1.0f;
-  nt_status st = stage_unscale_and_check(ctx, s);
+  nt_tensor factor;
+  bool folded = false;
+  nt_status st = stage_unscale_and_check(ctx, s, &factor, &folded);
   if (!st) st = stage_grad_sumsq(ctx, s);
   if (!st) st = stage_global_reduce(ctx, s);
   if (!st) stage_clip(s, &a, &sumsq);
+  if (folded) a.grad_scale = &factor;   /* the unscale rides on the optimizer's update */
   if (!st) st = stage_optimizer(ctx, s, &a, found ? &found_view : NULL);
   if (!st && s->o.trace && found) {   /* before the update: the flag and the scale it used */
     const float *scale = nt_step_loss_scale(s);
