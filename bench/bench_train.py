@@ -663,7 +663,8 @@ def main():
     for name in names:
         if name not in DEFAULTS:
             ap.error(f"unknown workload {name}")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+    # "-dirty" when the tree differs from HEAD (a device copy of a working tree, say)
+    commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,
                             text=True, cwd=os.path.dirname(os.path.abspath(__file__))).stdout
     meta = {"torch": torch.__version__, "commit": commit.strip() or "?",
             "gpu": torch.cuda.get_device_name() if dev.type == "cuda" else "CPU",
