@@ -280,7 +280,7 @@ static float *found_inf_flag(nt_step *s) {
  * non-finite when a gradient is (a power-of-two scale gives the same bits as the pass). One
  * difference from PyTorch's unscale-then-check: a finite scaled gradient whose square
  * overflows fp32 (|g * scale| > ~1.8e19, i.e. |g| > ~2.8e14 at scale 65536) also skips the
- * step, where PyTorch (unscaling first) would clip and step normally up to |g| ~ 1.8e19. */
+ * step, where PyTorch (unscaling first) would clip and step normally up to |g| ~ 1.8e19.
  * Without clipping: grads *= the factor over the owned ranges and found_inf = 1 on a
  * non-finite element, one multi-tensor launch (the scaler zeroes found_inf first); nothing to
  * do without loss scaling and without a divisor. *folded says which. */
