@@ -6,6 +6,8 @@
  *   mpirun -np N bench_comm [--device cpu|cuda] [--backend auto|mpi|nccl] [--dtype f32|bf16|f16]
  *                           [--min-bytes B] [--max-bytes B] [--iters K] [--windows W]
  *                           [--no-units] [--no-sweep] [--timeout S]
+ *   --min-bytes, --max-bytes (64K, 256M by default; suffixes K, M, G) bound the sweep; the units
+ *   are measured up to --max-bytes, however small.
  *   (also torchrun-style RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT with NCCL; one process
  *   alone measures world 1)
  *
@@ -286,14 +288,15 @@ int main(int argc, char **argv) {
     gpt_units(&b, "gpt2", nt_gpt_config_gpt2(), cases, &n);
     gpt_units(&b, "small", nt_gpt_config_shakespeare_char(), cases, &n);
   }
+  int kept = 0;   /* the units up to max_bytes (memory and time on a small machine) */
+  for (int i = 0; i < n; i++)
+    if (cases[i].bytes <= max_bytes) cases[kept++] = cases[i];
+  n = kept;
   for (int64_t s = 64 << 10; sweep && s <= (int64_t)256 << 20 && n < 64; s *= 2) {
+    if (s < min_bytes || s > max_bytes) continue;
     snprintf(cases[n].label, sizeof cases[n].label, "sweep");
     cases[n++].bytes = s;
   }
-  int kept = 0;   /* within [min_bytes, max_bytes] */
-  for (int i = 0; i < n; i++)
-    if (cases[i].bytes >= min_bytes && cases[i].bytes <= max_bytes) cases[kept++] = cases[i];
-  n = kept;
   if (n == 0) {
     fprintf(stderr, "bench_comm: no size within --min-bytes .. --max-bytes\n");
     return 2;
