@@ -40,15 +40,18 @@ static nt_status write_all(nt_ctx *ctx, int fd, const void *data, size_t len, co
   return NT_OK;
 }
 
-static void fsync_dir(const char *path) {
+/* Syncs the directory holding path (so that a rename into it is durable). */
+static nt_status fsync_dir(nt_ctx *ctx, const char *path) {
   char *copy = strdup(path);
-  if (!copy) return;
-  int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY);
-  if (fd >= 0) {
-    (void)fsync(fd);
-    close(fd);
-  }
+  if (!copy) return NT_ERROR(ctx, NT_ERR_OOM, "out of host memory syncing %s", path);
+  const char *dir = dirname(copy);
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  nt_status st = NT_OK;
+  if (fd < 0) st = NT_ERROR(ctx, NT_ERR_IO, "%s: cannot open to sync: %s", dir, strerror(errno));
+  else if (fsync(fd)) st = NT_ERROR(ctx, NT_ERR_IO, "%s: fsync: %s", dir, strerror(errno));
+  if (fd >= 0) close(fd);
   free(copy);
+  return st;
 }
 
 /* Opens path.tmp; the caller writes, then finish_atomic syncs and renames. */
@@ -67,7 +70,7 @@ static nt_status finish_atomic(nt_ctx *ctx, int fd, const char *tmp, const char 
   if (!st && rename(tmp, path))
     st = NT_ERROR(ctx, NT_ERR_IO, "rename %s -> %s: %s", tmp, path, strerror(errno));
   if (st) unlink(tmp);
-  else fsync_dir(path);
+  else st = fsync_dir(ctx, path);
   return st;
 }
 

@@ -2,7 +2,8 @@
  * little-endian header length N, N bytes of JSON {"name": {"dtype": "F32", "shape": [..],
  * "data_offsets": [begin, end]}, ..., "__metadata__": {string: string}}, then the raw
  * little-endian data, offsets relative to the end of the header. Written atomically
- * (path.tmp, fsync, rename, fsync of the directory). Tensors may live on any device.
+ * (path.tmp, fsync, rename, fsync of the directory; a failed sync is an error, though the file
+ * is in place). Tensors may live on any device.
  *
  * Reading is strict: nt_safetensors_open checks the whole header before anything is read
  * (header length inside the file, a JSON object, every entry with a known dtype, at most
@@ -122,7 +123,7 @@ nt_status nt_safetensors_load_params(nt_ctx *ctx, nt_safetensors *f, nt_params *
 /* "F32", "BF16", ... as safetensors names them; NULL for none. */
 const char *nt_safetensors_dtype_name(nt_dtype dt);
 
-/* Writes bytes to path atomically (path.tmp, fsync, rename, directory fsync). */
+/* Writes bytes to path atomically (path.tmp, fsync, rename, directory fsync; as above). */
 nt_status nt_write_file_atomic(nt_ctx *ctx, const char *path, const void *data, size_t len);
 /* Reads a whole file (NUL-terminated; caller frees). */
 nt_status nt_read_file(nt_ctx *ctx, const char *path, char **data, size_t *len);
