@@ -93,6 +93,8 @@ nt_status nt_comm_create(nt_ctx *ctx, const nt_comm_options *opt, nt_comm **out)
   if (c->world < 1 || c->rank < 0 || c->rank >= c->world) {
     st = NT_ERROR(ctx, NT_ERR_INVALID_ARG, "rank %d of world %d is not a valid rank", c->rank,
                   c->world);
+  } else if (!(c->hashes = calloc((size_t)c->world, sizeof *c->hashes))) {
+    st = NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for a communicator of %d ranks", c->world);
   } else if (opt->backend == NT_COMM_LOCAL) {
     if (c->world != 1)
       st = NT_ERROR(ctx, NT_ERR_INVALID_ARG,
@@ -114,6 +116,7 @@ nt_status nt_comm_create(nt_ctx *ctx, const nt_comm_options *opt, nt_comm **out)
     st = NT_ERROR(ctx, NT_ERR_INVALID_ARG, "unknown communicator backend %d", (int)opt->backend);
   }
   if (st) {
+    free(c->hashes);
     free(c);
     return st;
   }
@@ -124,6 +127,7 @@ nt_status nt_comm_create(nt_ctx *ctx, const nt_comm_options *opt, nt_comm **out)
 void nt_comm_free(nt_ctx *ctx, nt_comm *c) {
   if (!c) return;
   if (c->vt) c->vt->destroy(c, ctx);
+  free(c->hashes);
   free(c);
 }
 
@@ -260,15 +264,13 @@ nt_status nt_comm_synchronize(nt_comm *c, nt_ctx *ctx) {
  * (-1: all equal). */
 static nt_status compare_u64(nt_comm *c, nt_ctx *ctx, uint64_t mine, int *bad, uint64_t *v0,
                              uint64_t *vbad) {
-  uint64_t *all = calloc((size_t)c->world, sizeof *all);
-  if (!all) return NT_ERROR(ctx, NT_ERR_OOM, "out of host memory comparing hashes");
+  uint64_t *all = c->hashes;
   nt_status st = nt_comm_gather_bytes(c, ctx, &mine, sizeof mine, all);
   *bad = -1;
   for (int r = 1; !st && r < c->world && *bad < 0; r++)
     if (all[r] != all[0]) *bad = r;
   *v0 = all[0];
   *vbad = *bad >= 0 ? all[*bad] : all[0];
-  free(all);
   return st;
 }
 

@@ -39,6 +39,8 @@ struct nt_comm {
   int64_t seq;
   void *stream;         /* communication stream, or NULL */
   void *impl;           /* the backend's state */
+  uint64_t *hashes;     /* world entries: the hash comparisons' gather (allocated with c, so
+                         * that no rank stays out of it for want of host memory) */
 };
 
 /* Monotonic seconds. */
