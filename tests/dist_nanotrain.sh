@@ -18,7 +18,9 @@
 #   sharded_same                    the consolidated and the sharded save resumed by 2 ranks:
 #                                   bit-identical losses and weights; the `both` checkpoint's
 #                                   shards consolidate to its ckpt.safetensors exactly
-#   sharded_bad                     a shard file changed (same size) or missing: refused
+#   sharded_bad                     a shard file changed (same size), missing, or holding a
+#                                   tensor as F16 or one element too long (its hash
+#                                   updated): refused
 #   cnn_resume                      the CNN stopped mid-epoch by 2 ranks (FULL_SHARD), resumed
 #                                   by one process: the rest of the epoch as `ref cnn 2`
 #   stop    N [LOG]                 SIGTERM to rank 1 only: every rank stops after the same
@@ -140,18 +142,22 @@ print(f"both: {len(whole)} tensors, the shards consolidate to ckpt.safetensors e
 PY
   ;;
 sharded_bad)
-  for case in changed missing; do
+  for case in changed missing f16 longer; do
     bad="$work/bad_$case"
     rm -rf "$bad"
     cp -r "$work/save_sharded" "$bad"
     rm -f "$bad/.lock"
-    f="$bad/ckpt-5/shard-00002-of-00004.safetensors"
+    file=shard-00002-of-00004.safetensors
+    f="$bad/ckpt-5/$file"
     if [ $case = changed ]; then
       printf '\x01' | dd of="$f" bs=1 seek=$(( $(stat -c %s "$f") - 5 )) conv=notrunc 2>/dev/null
-      want="the SHA-256 of shard-00002-of-00004.safetensors does not match"
-    else
+      want="the SHA-256 of $file does not match"
+    elif [ $case = missing ]; then
       rm "$f"
-      want="is incomplete: shard-00002-of-00004.safetensors is missing"
+      want="is incomplete: $file is missing"
+    else   # a tensor of another dtype or length, with the manifest's size and hash updated
+      t=$(python3 "$here/dist_bad_shard.py" "$bad/ckpt-5" $file $case) || exit 1
+      want="$t in $file is F$([ $case = f16 ] && echo 16 || echo 32) with"
     fi
     log="$work/bad_$case.log"
     mpi 2 "$nt" "${gpt[@]}" --max-iters 10 --batch-size 6 --sharding-strategy FULL_SHARD \

@@ -14,8 +14,9 @@
  *
  * Resume at any world size and strategy: each rank takes the elements it now owns (its shard,
  * or the whole unit when it keeps units whole) from the old files whose ranges overlap them,
- * after checking those files' SHA-256; a missing file, a wrong size (any rank) or a wrong hash
- * (the ranks reading it) refuses the checkpoint, and the ranks agree on the outcome. */
+ * after checking those files' SHA-256 and that each tensor read is the F32 vector of its range;
+ * a missing file, a wrong size (any rank), a wrong hash or tensor (the ranks reading it) refuses
+ * the checkpoint, and the ranks agree on the outcome. */
 #include "train/train_internal.h"
 #include "models/checkpoint.h"
 #include "models/safetensors.h"
@@ -317,6 +318,21 @@ static nt_status open_shard(nt_trainer *T, const char *dir, const nt_json *m, in
   return st;
 }
 
+/* Tensor `name` of old rank r's file must be the F32 vector of its range's n elements (loading
+ * alone would take a longer one, or convert another float dtype). */
+static nt_status check_tensor(nt_trainer *T, const char *dir, const nt_json *m, int r,
+                              const nt_safetensors *f, const char *name, int64_t n) {
+  const nt_safetensors_info *t = nt_safetensors_find(f, name);
+  if (t && t->dtype == NT_F32 && t->ndim == 1 && t->numel == n) return NT_OK;
+  const nt_json *files = nt_json_get(nt_json_get(m, "sharded"), "files");
+  const char *file = nt_json_str(&files->items[r], "");
+  if (!t)
+    return NT_ERROR(T->ctx, NT_ERR_FORMAT, "checkpoint %s: %s has no tensor %s", dir, file, name);
+  return NT_ERROR(T->ctx, NT_ERR_FORMAT, "checkpoint %s: %s in %s is %s with %lld element(s) in "
+                  "%d dimension(s); its range in the manifest needs F32 [%lld]", dir, name, file,
+                  t->dtype_name, (long long)t->numel, t->ndim, (long long)n);
+}
+
 /* The elements this rank needs of every unit, from the old files that hold them. */
 static nt_status read_owned(nt_trainer *T, const char *dir, const nt_json *m, int old) {
   const nt_params *p = T->model->params;
@@ -342,7 +358,8 @@ static nt_status read_owned(nt_trainer *T, const char *dir, const nt_json *m, in
         snprintf(name, sizeof name, "%s.%s", kinds[k], un->name);
         nt_tensor dst = nt_flat_view(&v[k], x - a, y - x);
         nt_safetensors_load_opts lo_opts = {false, x - lo, y - x, false};
-        st = nt_safetensors_load(T->ctx, open[r], name, &dst, &lo_opts);
+        st = check_tensor(T, dir, m, r, open[r], name, hi - lo);
+        if (!st) st = nt_safetensors_load(T->ctx, open[r], name, &dst, &lo_opts);
       }
     }
   }
