@@ -362,7 +362,7 @@ static bool is_dir(const char *path) {
 }
 
 nt_status nt_checkpoint_resolve(nt_ctx *ctx, const char *where, char *dir, size_t len) {
-  char base[PATH_MAX], path[PATH_MAX], name[128];
+  char base[PATH_MAX], path[PATH_MAX];
   if ((size_t)snprintf(base, sizeof base, "%s", where) >= sizeof base)
     return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "path too long: %.64s...", where);
   if (!is_dir(base)) {
@@ -378,15 +378,8 @@ nt_status nt_checkpoint_resolve(nt_ctx *ctx, const char *where, char *dir, size_
       return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "path too long: %.64s...", base);
     return NT_OK;
   }
-  if (join(path, sizeof path, base, LATEST) && !access(path, F_OK)) {
-    if (!read_latest(base, name, sizeof name))
-      return NT_ERROR(ctx, NT_ERR_FORMAT, "%s: unreadable or malformed", path);
-    if ((size_t)snprintf(dir, len, "%s/%s", base, name) >= len)
-      return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "path too long under %.64s", base);
-    if (!is_dir(dir))
-      return NT_ERROR(ctx, NT_ERR_FORMAT, "%s names %s, which does not exist", path, name);
-    return NT_OK;
-  }
+  /* an out-dir: its newest complete checkpoint (`latest` may lag behind: a save whose update of
+   * it failed, or a kill between the rename and the update) */
   ckpt_entry *list;
   int n;
   nt_status st = list_checkpoints(ctx, base, &list, &n);
@@ -513,7 +506,8 @@ void nt_checkpoint_stage_abort(const char *tmp) { remove_dir(tmp); }
 
 nt_status nt_checkpoint_stage_commit(nt_ctx *ctx, const char *out_dir, const char *tmp,
                                      const char *sidecar_json, const nt_checkpoint_file *files,
-                                     int n_files, const char *layout, int keep, char *saved) {
+                                     int n_files, const char *layout, int keep, char *saved,
+                                     bool *warned) {
   ckpt_entry *list;
   int n;
   nt_status st = list_checkpoints(ctx, out_dir, &list, &n);
@@ -538,18 +532,31 @@ nt_status nt_checkpoint_stage_commit(nt_ctx *ctx, const char *out_dir, const cha
     remove_dir(tmp);
     return st;
   }
-  st = fsync_path(ctx, out_dir);
+  /* saved: what follows makes the rename durable, points `latest` at it and prunes; a failure
+   * there is reported, not returned */
+  if (saved) snprintf(saved, PATH_MAX, "%s/%s", out_dir, name);
   char line[80];
   snprintf(line, sizeof line, "%s\n", name);
-  if (!st) st = write_atomic_unique(ctx, out_dir, LATEST, line, strlen(line));
-  if (!st && saved) snprintf(saved, PATH_MAX, "%s/%s", out_dir, name);
-  if (!st) st = nt_checkpoint_prune(ctx, out_dir, keep);
-  return st;
+  const char *what = "syncing the out-dir (`latest` not updated)";
+  st = fsync_path(ctx, out_dir);
+  if (!st) {
+    what = "updating `latest` (it names an older checkpoint)";
+    st = write_atomic_unique(ctx, out_dir, LATEST, line, strlen(line));
+  }
+  if (!st) {
+    what = "pruning old checkpoints";
+    st = nt_checkpoint_prune(ctx, out_dir, keep);
+  }
+  if (st)
+    NT_ERROR(ctx, st, "checkpoint %s/%s is complete, but %s failed: %s", out_dir, name, what,
+             nt_last_error(ctx));
+  if (warned) *warned = st != NT_OK;
+  return NT_OK;
 }
 
 nt_status nt_checkpoint_save_keep(nt_ctx *ctx, const char *out_dir, const nt_params *p,
                                   nt_adamw *opt, const char *sidecar_json, int keep,
-                                  char *saved) {
+                                  char *saved, bool *warned) {
   char tmp[PATH_MAX];
   nt_status st = nt_checkpoint_stage_begin(ctx, out_dir, tmp);
   if (st) return st;
@@ -558,13 +565,14 @@ nt_status nt_checkpoint_save_keep(nt_ctx *ctx, const char *out_dir, const nt_par
     remove_dir(tmp);
     return st;
   }
-  return nt_checkpoint_stage_commit(ctx, out_dir, tmp, sidecar_json, NULL, 0, NULL, keep, saved);
+  return nt_checkpoint_stage_commit(ctx, out_dir, tmp, sidecar_json, NULL, 0, NULL, keep, saved,
+                                    warned);
 }
 
 nt_status nt_checkpoint_save(nt_ctx *ctx, const char *out_dir, const nt_params *p,
                              nt_adamw *opt, const char *sidecar_json) {
   return nt_checkpoint_save_keep(ctx, out_dir, p, opt, sidecar_json, NT_CHECKPOINT_KEEP_DEFAULT,
-                                 NULL);
+                                 NULL, NULL);
 }
 
 nt_status nt_checkpoint_prune(nt_ctx *ctx, const char *out_dir, int keep) {

@@ -14,13 +14,15 @@
  * and the directory, renames it to ckpt-<step> (an existing one of the same step is exchanged
  * atomically), fsyncs <out>, then replaces `latest` atomically and prunes old checkpoints. A
  * kill at any moment leaves either the previous checkpoint or the new one, never a mixed pair;
- * the temporaries of dead processes are removed by the next save or lock.
+ * the temporaries of dead processes are removed by the next save or lock. Once the rename is
+ * done the checkpoint is saved: a failure of the steps after it is reported (`warned`, the
+ * context's message), not returned.
  *
- * Readers accept a checkpoint directory, an out-dir (its `latest`, or when that is missing the
- * checkpoint with the highest sequence number), or a path to a file inside a checkpoint
- * directory; they verify the manifest and refuse a missing, partial, mismatched or tampered
- * checkpoint with NT_ERR_FORMAT naming the file. Checkpoints without a manifest (older
- * nanotrain) are refused. */
+ * Readers accept a checkpoint directory, an out-dir (the complete checkpoint with the highest
+ * sequence number, which `latest` names unless its update failed or was cut short: `latest` is
+ * for people and scripts), or a path to a file inside a checkpoint directory; they verify the
+ * manifest and refuse a missing, partial, mismatched or tampered checkpoint with NT_ERR_FORMAT
+ * naming the file. Checkpoints without a manifest (older nanotrain) are refused. */
 #ifndef NT_MODELS_CHECKPOINT_H
 #define NT_MODELS_CHECKPOINT_H
 #include "core/nt.h"
@@ -33,7 +35,7 @@ NT_EXTERN_C_BEGIN
 #define NT_CHECKPOINT_KEEP_DEFAULT 3
 
 /* Paths of the two files for a checkpoint directory (or a path ending in .safetensors/.json,
- * whose directory and stem are used). Pure string work: no resolution of `latest`. */
+ * whose directory and stem are used). Pure string work: no resolution of an out-dir. */
 void nt_checkpoint_paths(const char *where, char *tensors, char *sidecar, size_t len);
 
 /* mkdir -p */
@@ -45,10 +47,12 @@ nt_status nt_make_dirs(nt_ctx *ctx, const char *dir);
 nt_status nt_checkpoint_save(nt_ctx *ctx, const char *out_dir, const nt_params *p,
                              nt_adamw *opt, const char *sidecar_json);
 /* The same with `keep` checkpoints kept (0 keeps all); `saved` (optional, PATH_MAX bytes) gets
- * the new checkpoint's directory. */
+ * the new checkpoint's directory. `warned` (optional) is set when the checkpoint is in place
+ * but syncing out_dir, updating `latest` or pruning failed: the call returns NT_OK and the
+ * context's message (nt_last_error) names the checkpoint and what failed. */
 nt_status nt_checkpoint_save_keep(nt_ctx *ctx, const char *out_dir, const nt_params *p,
                                   nt_adamw *opt, const char *sidecar_json, int keep,
-                                  char *saved);
+                                  char *saved, bool *warned);
 /* A save in stages, for a checkpoint that several processes write (sharded data parallel,
  * each rank its own files; they share the file system):
  *   begin   (one process) creates the temporary directory under out_dir, into tmp[PATH_MAX];
@@ -58,7 +62,8 @@ nt_status nt_checkpoint_save_keep(nt_ctx *ctx, const char *out_dir, const nt_par
  *           sidecar, then the manifest last (the local ckpt.safetensors / ckpt.json hashed
  *           here, `files` as reported, `layout` a JSON object stored as the manifest's
  *           "sharded" member, NULL for none), renames the directory into place, updates
- *           `latest` and prunes to `keep`, exactly as nt_checkpoint_save_keep;
+ *           `latest` and prunes to `keep`, exactly as nt_checkpoint_save_keep (`saved`,
+ *           `warned` as there);
  *   abort   removes the temporary directory (a failed writer).
  * A checkpoint with a "sharded" member needs no ckpt.safetensors; its listed files must be
  * plain names ending in .safetensors. */
@@ -70,7 +75,8 @@ typedef struct {
 nt_status nt_checkpoint_stage_begin(nt_ctx *ctx, const char *out_dir, char *tmp);
 nt_status nt_checkpoint_stage_commit(nt_ctx *ctx, const char *out_dir, const char *tmp,
                                      const char *sidecar_json, const nt_checkpoint_file *files,
-                                     int n_files, const char *layout, int keep, char *saved);
+                                     int n_files, const char *layout, int keep, char *saved,
+                                     bool *warned);
 void nt_checkpoint_stage_abort(const char *tmp);
 /* Writes dir/ckpt.safetensors: the parameters' master values under their names and, when opt
  * is given, its moments (what nt_checkpoint_save_keep writes). */

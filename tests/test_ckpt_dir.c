@@ -1,8 +1,8 @@
 /* Checkpoints as one unit: SHA-256 against the FIPS 180-4 / NIST vectors, the directory layout
  * (ckpt-<step>/ with a manifest, `latest`), resume from the out-dir, a checkpoint dir or a file
  * in it, refusal of tampered, truncated, partial and manifest-less checkpoints, pruning to K,
- * stale temporaries, the out-dir lock (a second process names the holder's pid) and the
- * range-checked JSON getters. */
+ * stale temporaries, a save whose update of `latest` fails, the out-dir lock (a second process
+ * names the holder's pid) and the range-checked JSON getters. */
 #include "tests/testutil.h"
 #include "models/checkpoint.h"
 #include "models/json.h"
@@ -169,7 +169,7 @@ static void save_step(nt_ctx *ctx, nt_params *p, const char *out, int step, int 
   char side[128];
   snprintf(side, sizeof side, "{\"format\":\"nanotrain-checkpoint\",\"iter\":%d}", step);
   fill(p, (float)step);
-  CHECK_OK(ctx, nt_checkpoint_save_keep(ctx, out, p, NULL, side, keep, NULL));
+  CHECK_OK(ctx, nt_checkpoint_save_keep(ctx, out, p, NULL, side, keep, NULL, NULL));
 }
 
 static void corrupt_byte(const char *path, long at) {
@@ -209,7 +209,7 @@ static void test_layout(nt_ctx *ctx) {
   fill(&p, 50.5f);
   CHECK_OK(ctx, nt_checkpoint_save_keep(ctx, out, &p, NULL,
                                         "{\"format\":\"nanotrain-checkpoint\",\"iter\":50}", 3,
-                                        NULL));
+                                        NULL, NULL));
   fill(&p, 0);
   CHECK_OK(ctx, nt_checkpoint_load_tensors(ctx, out, &p, NULL));
   CHECK(first(&p) == 50.5f, "a re-save of step 50 replaced it (%g)", first(&p));
@@ -289,6 +289,36 @@ static void test_layout(nt_ctx *ctx) {
   nt_params_free(ctx, &p);
 }
 
+/* Once renamed into place a checkpoint is saved: a `latest` that cannot be replaced (a directory
+ * in its place) is reported with the complete checkpoint's name, the call succeeds, and the
+ * out-dir still resolves to that newest checkpoint. */
+static void test_late_failure(nt_ctx *ctx) {
+  nt_params p;
+  if (!make_params(ctx, &p, 100)) return;
+  char out[512], path[PATH_MAX], res[PATH_MAX], saved[PATH_MAX] = "";
+  snprintf(out, sizeof out, "%s/late", dir);
+  save_step(ctx, &p, out, 1, 3);
+  snprintf(path, sizeof path, "%s/latest", out);
+  unlink(path);
+  CHECK(mkdir(path, 0755) == 0, "a directory in the place of `latest`");
+  fill(&p, 2);
+  bool warned = false;
+  CHECK_OK(ctx, nt_checkpoint_save_keep(ctx, out, &p, NULL,
+                                        "{\"format\":\"nanotrain-checkpoint\",\"iter\":2}", 3,
+                                        saved, &warned));
+  const char *msg = nt_last_error(ctx);
+  CHECK(warned, "the failed update of `latest` is reported");
+  CHECK(strstr(msg, "/ckpt-2 is complete") && strstr(msg, "updating `latest`"), "%s", msg);
+  CHECK(strstr(saved, "/ckpt-2") != NULL, "saved names the new checkpoint: %s", saved);
+  CHECK_OK(ctx, nt_checkpoint_resolve(ctx, out, res, sizeof res));
+  CHECK(strstr(res, "/ckpt-2") != NULL, "the out-dir resolves to the newest: %s", res);
+  fill(&p, 0);
+  CHECK_OK(ctx, nt_checkpoint_load_tensors(ctx, out, &p, NULL));
+  CHECK(first(&p) == 2, "the out-dir loads the newest (%g)", first(&p));
+  rmdir(path);
+  nt_params_free(ctx, &p);
+}
+
 static void test_lock(nt_ctx *ctx) {
   char out[512];
   snprintf(out, sizeof out, "%s/locked", dir);
@@ -334,6 +364,7 @@ int main(void) {
   test_json_ranges(ctx);
   test_malformed(ctx);
   test_layout(ctx);
+  test_late_failure(ctx);
   test_lock(ctx);
   nt_ctx_free(ctx);
   char cmd[300];

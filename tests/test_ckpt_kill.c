@@ -94,7 +94,7 @@ static void child(void) {
     char side[96];
     snprintf(side, sizeof side, "{\"format\":\"nanotrain-checkpoint\",\"iter\":%lld}",
              (long long)step);
-    if (nt_checkpoint_save_keep(ctx, out, &p, NULL, side, 2, NULL)) _exit(6);
+    if (nt_checkpoint_save_keep(ctx, out, &p, NULL, side, 2, NULL, NULL)) _exit(6);
   }
 }
 
@@ -137,7 +137,7 @@ int main(void) {
   double t0 = now_s();
   CHECK_OK(ctx, nt_checkpoint_save_keep(ctx, out, &p, NULL,
                                         "{\"format\":\"nanotrain-checkpoint\",\"iter\":0}", 2,
-                                        NULL));
+                                        NULL, NULL));
   double save_s = now_s() - t0;
   printf("one save of %d floats: %.1f ms\n", NUMEL, 1e3 * save_s);
   uint64_t seed = (uint64_t)time(NULL);

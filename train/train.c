@@ -240,19 +240,14 @@ static nt_status log_step(nt_trainer *T, float loss, const double *rank_loss) {
   float gn = NAN;
   nt_mem_stats ms;
   nt_mem_get_stats(T->ctx, &ms);
-  double *rank_peak = T->world > 1 ? calloc((size_t)T->world, sizeof *rank_peak) : NULL;
-  nt_status st = T->world > 1 && !rank_peak
-                 ? NT_ERROR(T->ctx, NT_ERR_OOM, "out of host memory for the ranks' figures")
-                 : NT_OK;
-  if (!st && rank_peak) st = nt_trainer_gather(T, (double)ms.peak_allocated, rank_peak);
+  double *rank_peak = T->world > 1 ? T->rank_peak : NULL;
+  nt_status st = NT_OK;
+  if (rank_peak) st = nt_trainer_gather(T, (double)ms.peak_allocated, rank_peak);
   if (!st && T->comm) st = nt_comm_check_fingerprint(T->comm, T->ctx);
   if (!st) st = window_seconds(T, now, &dt);
   if (!st) st = nt_scaler_read(T->ctx, T->opt.scaler, &sv);
   if (!st && o->grad_clip > 0) st = nt_adamw_last_grad_norm(T->ctx, T->opt.adamw, &gn);
-  if (st) {
-    free(rank_peak);
-    return st;
-  }
+  if (st) return st;
   if (!nt_scaler_enabled(T->opt.scaler)) sv.scale = 1.0f;
   nt_train_metrics m = nt_train_metrics_empty();
   m.world = T->world;
@@ -284,7 +279,6 @@ static nt_status log_step(nt_trainer *T, float loss, const double *rank_loss) {
   write_metrics(T, &m, prom);
   m.rank_loss = m.rank_mem_peak = NULL;
   T->last_train = m;
-  free(rank_peak);
   if (!o->quiet && T->rank == 0) {
     char eta[32], ips[32];
     fmt_duration(eta, sizeof eta, (double)(T->total_iters - T->iter) * m.step_ms / 1e3);
@@ -376,22 +370,20 @@ static nt_status train_step(nt_trainer *T) {
   T->iter++;
   T->res->steps = T->iter;
   if (due && T->ev_end) st = nt_event_record(ctx, T->ev_end, NULL);
-  /* several ranks agree on stop requests at the loss gather, or every NT_STOP_AGREE_STEPS */
-  if (!st && !(o->record_losses || due) && T->iter % NT_STOP_AGREE_STEPS == 0)
+  /* several ranks agree on stop requests at the loss gather, or in a gather of their own once
+   * NT_STOP_AGREE_STEPS steps have passed without one */
+  if (!st && !(o->record_losses || due) &&
+      T->iter - T->last_gather_iter >= NT_STOP_AGREE_STEPS)
     st = nt_trainer_agree_stop(T);
   if (st || !(o->record_losses || due)) return st;
   if (T->accum == 1) st = nt_model_read_scalar(ctx, T->model->ops->loss(T->model), &l);
-  double one[1], *rank_loss = T->world > 1 ? calloc((size_t)T->world, sizeof *rank_loss) : one;
-  if (!st && !rank_loss) st = NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for the ranks' losses");
+  double *rank_loss = T->rank_loss;
   if (!st) st = nt_trainer_gather(T, (double)l, rank_loss);
-  if (!st && T->world > 1) {   /* equal batches: the global loss is the ranks' mean */
+  if (st) return st;
+  if (T->world > 1) {   /* equal batches: the global loss is the ranks' mean */
     double sum = 0;
     for (int r = 0; r < T->world; r++) sum += rank_loss[r];
     l = (float)(sum / T->world);
-  }
-  if (st) {
-    if (rank_loss != one) free(rank_loss);
-    return st;
   }
   T->res->last_loss = l;
   if (o->record_losses) {
@@ -404,7 +396,6 @@ static nt_status train_step(nt_trainer *T) {
     if (nl) T->res->n_losses = k + 1;
   }
   if (!st && due) st = log_step(T, l, rank_loss);
-  if (rank_loss != one) free(rank_loss);
   return st;
 }
 
@@ -520,6 +511,7 @@ static nt_status train_loop(nt_trainer *T) {
   nt_model *md = T->model;
   int64_t nb = md->batches_per_epoch;
   bool epoch_open = false;
+  T->last_gather_iter = T->iter;
   nt_status st = window_start(T);
   while (!st && T->iter < T->total_iters) {
     if (nt_trainer_stop_requested(T)) return stop_now(T);
@@ -575,8 +567,7 @@ static nt_status report(nt_trainer *T) {
   T->res->estimate_bytes = (size_t)est->total;
   T->res->items_per_sec = T->last_ips;
   T->res->step_ms = T->last_step_ms;
-  double *peaks = calloc((size_t)T->world, sizeof *peaks);
-  if (!peaks) return NT_ERROR(T->ctx, NT_ERR_OOM, "out of host memory for the ranks' peaks");
+  double *peaks = T->rank_peak;
   nt_status st = nt_trainer_gather(T, (double)ms.peak_allocated, peaks);
   if (!st && !T->o->quiet && T->rank == 0) {
     if (T->bar) fprintf(T->out, "\n");
@@ -588,7 +579,6 @@ static nt_status report(nt_trainer *T) {
       fprintf(T->out, "rank %d: measured peak %.2f MiB, memest %.2f MiB\n", r,
               peaks[r] / 1048576.0, est->total / 1048576.0);
   }
-  free(peaks);
   return st;
 }
 
@@ -637,12 +627,20 @@ nt_status nt_train_run(nt_ctx *ctx, const nt_train_options *o, nt_train_result *
   T.o = &run;
   nt_json side;
   memset(&side, 0, sizeof side);
-  nt_status st = NT_OK;
-  if (o->resume) st = nt_trainer_read_sidecar(ctx, o->resume, &side);
-  if (!st && o->resume) st = nt_trainer_merge_config(ctx, &side, &run);
+  nt_status st = nt_trainer_dist_buffers(&T);
+  /* a resume reads one checkpoint directory, the same on every rank */
+  char ckpt[PATH_MAX];
+  if (!st && o->resume) st = nt_trainer_resolve_resume(&T, o->resume, ckpt);
+  if (!st && o->resume) {
+    run.resume = ckpt;
+    st = nt_trainer_read_sidecar(ctx, ckpt, &side);
+    if (!st) st = nt_trainer_merge_config(ctx, &side, &run);
+    st = nt_trainer_agree(&T, st, "reading the checkpoint's configuration");
+  }
   /* the precision policy decides the compute dtype, the scaler and TF32 (amp/policy.h) */
   if (!st) st = nt_policy_make(ctx, run.precision, &T.pol);
   if (st) {
+    trainer_free(&T);
     nt_json_free(&side);
     return st;
   }

@@ -17,10 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool sharded(const nt_trainer *T) {
-  return T->fsdp && T->o->dist.fsdp.strategy != NT_SHARD_NO_SHARD;
-}
-
 #define OPT(name, member, kind, lo, hi) \
   NT_STATE_FIELD_NAMED(name, nt_train_options, member, kind, lo, hi)
 /* The run's options, named as the command line's (with '_' for '-'). */
@@ -297,25 +293,31 @@ nt_status nt_trainer_save(nt_trainer *T) {
   nt_trainer_whole whole;
   memset(&whole, 0, sizeof whole);
   nt_status st = NT_OK;
-  if (sharded(T) && whole_file) st = nt_trainer_consolidate(T, &whole, true);
+  if (nt_trainer_shard_views(T) && whole_file) st = nt_trainer_consolidate(T, &whole, true);
   char *json = NULL, saved[4096] = "";
+  bool warned = false;       /* saved, but what follows the rename failed (rank 0) */
+  nt_ctx *committer = ctx;   /* the context holding that warning */
   if (!st && T->rank == 0) st = sidecar_json(T, whole_file, &json);
   if (shards) {   /* every rank writes its file; rank 0 commits (the outcome is shared) */
-    st = nt_trainer_save_sharded(T, st, json, whole_file ? &whole : NULL, saved);
+    st = nt_trainer_save_sharded(T, st, json, whole_file ? &whole : NULL, saved, &warned);
   } else if (!st && T->rank == 0) {
-    if (sharded(T))   /* the consolidated state lives in host memory */
+    if (nt_trainer_shard_views(T)) {   /* the consolidated state lives in host memory */
+      committer = T->host;
       st = nt_trainer_host_error(T, nt_checkpoint_save_keep(T->host, o->out_dir, &whole.params,
                                                             whole.adamw, json,
-                                                            o->keep_checkpoints, saved));
-    else
+                                                            o->keep_checkpoints, saved,
+                                                            &warned));
+    } else {
       st = nt_checkpoint_save_keep(ctx, o->out_dir, T->model->params, T->opt.adamw, json,
-                                   o->keep_checkpoints, saved);
+                                   o->keep_checkpoints, saved, &warned);
+    }
   }
   free(json);
   nt_trainer_whole_free(T, &whole);
   if (st) return st;
   T->last_save_iter = T->iter;
   nt_trainer_print(T, "saved checkpoint %s (step %lld)\n", saved, (long long)T->iter);
+  if (warned) fprintf(stderr, "nanotrain: warning: %s\n", nt_last_error(committer));
   return NT_OK;
 }
 
@@ -333,6 +335,24 @@ nt_status nt_trainer_checkpoint(nt_trainer *T, bool final) {
   return NT_OK;
 }
 
+nt_status nt_trainer_resolve_resume(nt_trainer *T, const char *where, char *dir) {
+  char mine[PATH_MAX] = "";
+  nt_status st = nt_checkpoint_resolve(T->ctx, where, mine, sizeof mine);
+  st = nt_trainer_agree(T, st, "finding the checkpoint of --resume");
+  if (st) return st;
+  snprintf(dir, PATH_MAX, "%s", mine);
+  if (!T->comm || T->world < 2) return NT_OK;
+  char(*all)[PATH_MAX] = T->gathered;   /* every rank's directory */
+  st = nt_comm_gather_bytes(T->comm, T->ctx, mine, sizeof mine, all);
+  for (int r = 1; !st && r < T->world; r++)
+    if (strcmp(all[r], all[0]))
+      st = NT_ERROR(T->ctx, NT_ERR_STATE, "--resume %s: rank %d found the checkpoint %s, rank 0 "
+                    "%s (the out-dir changed while the ranks started, or they do not share a "
+                    "file system); resume from one checkpoint directory", where, r, all[r],
+                    all[0]);
+  return st;
+}
+
 nt_status nt_trainer_read_sidecar(nt_ctx *ctx, const char *where, nt_json *root) {
   char *text = NULL;
   nt_status st = nt_checkpoint_read_sidecar(ctx, where, &text);
@@ -347,15 +367,20 @@ nt_status nt_trainer_read_sidecar(nt_ctx *ctx, const char *where, nt_json *root)
 }
 
 /* Parameters and moments: from the shards when the checkpoint has them (each rank reads what
- * it owns), else from the consolidated file (whole, then this rank's shards of it). */
+ * it owns), else from the consolidated file (whole, then this rank's shards of it). The ranks
+ * agree on each outcome, so that all fail together. */
 static nt_status load_state(nt_trainer *T, const char *where) {
-  char dir[4096];
+  char dir[PATH_MAX];
   nt_json m;
-  nt_status st = nt_checkpoint_manifest(T->ctx, where, dir, sizeof dir, &m);
-  if (st) return st;
+  nt_status read = nt_checkpoint_manifest(T->ctx, where, dir, sizeof dir, &m);
+  nt_status st = nt_trainer_agree(T, read, "reading the checkpoint's manifest");
+  if (st) {
+    if (!read) nt_json_free(&m);
+    return st;
+  }
   if (nt_trainer_manifest_sharded(&m)) {
     st = nt_trainer_load_sharded(T, dir, &m);
-  } else if (sharded(T)) {
+  } else if (nt_trainer_shard_views(T)) {
     nt_trainer_whole whole;
     st = nt_trainer_consolidate(T, &whole, false);
     if (!st)
@@ -366,6 +391,8 @@ static nt_status load_state(nt_trainer *T, const char *where) {
   } else {
     st = nt_checkpoint_load_tensors(T->ctx, dir, T->model->params, T->opt.adamw);
   }
+  if (!nt_trainer_manifest_sharded(&m))   /* (the sharded load agrees already) */
+    st = nt_trainer_agree(T, st, "reading the checkpoint");
   nt_json_free(&m);
   return st;
 }

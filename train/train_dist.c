@@ -9,6 +9,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+nt_status nt_trainer_dist_buffers(nt_trainer *T) {
+  size_t w = (size_t)T->world;
+  T->gathered = calloc(w, NT_TRAINER_REPORT_MAX);
+  T->rank_loss = calloc(w, sizeof *T->rank_loss);
+  T->rank_peak = calloc(w, sizeof *T->rank_peak);
+  if (!T->gathered || !T->rank_loss || !T->rank_peak)
+    return NT_ERROR(T->ctx, NT_ERR_OOM, "out of host memory for the gathers of %d rank(s)",
+                    T->world);
+  return NT_OK;
+}
+
 nt_status nt_trainer_dist_init(nt_trainer *T, const nt_optimizer_options *oo,
                                nt_step_options *so) {
   const nt_train_options *o = T->o;
@@ -58,8 +69,27 @@ void nt_trainer_dist_free(nt_trainer *T) {
   nt_fsdp_free(T->ctx, T->fsdp);
   if (T->own_comm) nt_comm_free(T->ctx, T->comm);
   free(T->ranges);
+  free(T->gathered);
+  free(T->rank_loss);
+  free(T->rank_peak);
   T->fsdp = NULL;
   T->ranges = NULL;
+  T->gathered = NULL;
+  T->rank_loss = T->rank_peak = NULL;
+}
+
+nt_status nt_trainer_agree(nt_trainer *T, nt_status st, const char *what) {
+  if (!T->comm || T->world < 2) return st;
+  int32_t mine = (int32_t)st, *all = T->gathered;
+  nt_status g = nt_comm_gather_bytes(T->comm, T->ctx, &mine, sizeof mine, all);
+  int bad = -1;
+  for (int r = 0; !g && r < T->world && bad < 0; r++)
+    if (all[r]) bad = r;
+  if (g || st) return g ? g : st;   /* a successful gather leaves this rank's message */
+  if (bad >= 0)
+    return NT_ERROR(T->ctx, (nt_status)all[bad], "%s failed on rank %d (its message above)", what,
+                    bad);
+  return NT_OK;
 }
 
 nt_status nt_trainer_check_config(nt_trainer *T) {
@@ -92,19 +122,17 @@ nt_status nt_trainer_check_config(nt_trainer *T) {
  * step and exit with the same status. */
 nt_status nt_trainer_gather(nt_trainer *T, double x, double *all) {
   if (!T->comm || T->world < 2) {
-    all[0] = x;
+    if (all) all[0] = x;
     return NT_OK;
   }
-  double mine[2] = {x, (double)nt_stop_requested()};
-  double *both = calloc((size_t)(2 * T->world), sizeof *both);
-  if (!both) return NT_ERROR(T->ctx, NT_ERR_OOM, "out of host memory gathering from the ranks");
+  T->last_gather_iter = T->iter;
+  double mine[2] = {x, (double)nt_stop_requested()}, *both = T->gathered;
   nt_status st = nt_comm_gather_bytes(T->comm, T->ctx, mine, sizeof mine, both);
   int sig = 0;
   for (int r = 0; !st && r < T->world; r++) {
-    all[r] = both[2 * r];
+    if (all) all[r] = both[2 * r];
     if (!sig) sig = (int)both[2 * r + 1];
   }
-  free(both);
   if (!st && sig && !T->stop_sig) {
     T->stop_sig = sig;
     nt_stop_request(sig);
@@ -119,11 +147,7 @@ bool nt_trainer_stop_requested(nt_trainer *T) {
 
 nt_status nt_trainer_agree_stop(nt_trainer *T) {
   if (!T->comm || T->world < 2 || T->stop_sig) return NT_OK;
-  double *all = calloc((size_t)T->world, sizeof *all);
-  nt_status st = all ? nt_trainer_gather(T, 0, all)
-                     : NT_ERROR(T->ctx, NT_ERR_OOM, "out of host memory gathering from the ranks");
-  free(all);
-  return st;
+  return nt_trainer_gather(T, 0, NULL);
 }
 
 /* ---- whole parameters for an evaluation (FULL_SHARD keeps only shards between steps) ---- */

@@ -52,12 +52,6 @@ nt_checkpoint_format nt_trainer_checkpoint_format(const nt_trainer *T) {
   return shards ? NT_CKPT_SHARDED : NT_CKPT_CONSOLIDATED;
 }
 
-/* The optimizer's views of unit u hold this rank's shard (sharded strategies) or the whole
- * unit (NO_SHARD, one process). */
-static bool shard_views(const nt_trainer *T) {
-  return T->fsdp && T->o->dist.fsdp.strategy != NT_SHARD_NO_SHARD;
-}
-
 /* The real elements [lo, hi) of a unit of numel elements that rank r of `world` owns. */
 static void range_of(int64_t numel, int r, int world, int64_t *lo, int64_t *hi) {
   nt_shard_layout l = nt_shard_layout_of(numel, r, world);
@@ -67,24 +61,6 @@ static void range_of(int64_t numel, int r, int world, int64_t *lo, int64_t *hi) 
 
 static void shard_file(char *buf, size_t len, int r, int world) {
   snprintf(buf, len, "shard-%05d-of-%05d.safetensors", r, world);
-}
-
-/* The ranks agree on an outcome: a failure anywhere fails every rank (the failing rank keeps
- * its own message, the others name it). */
-static nt_status agree(nt_trainer *T, nt_status st, const char *what) {
-  if (!T->comm || T->world < 2) return st;
-  int32_t mine = (int32_t)st, *all = calloc((size_t)T->world, sizeof *all);
-  if (!all) return st ? st : NT_ERROR(T->ctx, NT_ERR_OOM, "out of host memory (%s)", what);
-  nt_status g = nt_comm_gather_bytes(T->comm, T->ctx, &mine, sizeof mine, all);
-  int bad = -1;
-  for (int r = 0; !g && r < T->world && bad < 0; r++)
-    if (all[r]) bad = r;
-  nt_status code = bad >= 0 ? (nt_status)all[bad] : NT_OK;
-  free(all);
-  if (g || st) return g ? g : st;   /* a successful gather leaves this rank's message */
-  if (bad >= 0)
-    return NT_ERROR(T->ctx, code, "%s failed on rank %d (its message above)", what, bad);
-  return NT_OK;
 }
 
 /* ---- saving ---- */
@@ -105,7 +81,7 @@ static nt_status write_shard(nt_trainer *T, const char *dir, nt_checkpoint_file 
     for (int k = 0; k < 3 && !st; k++, n++) {
       snprintf(names[n], sizeof names[n], "%s.%s", kinds[k], p->units[u].name);
       ts[n].name = names[n];
-      ts[n].t = nt_flat_view(&v[k], shard_views(T) ? 0 : lo, hi - lo);
+      ts[n].t = nt_flat_view(&v[k], nt_trainer_shard_views(T) ? 0 : lo, hi - lo);
     }
   }
   char path[PATH_MAX], rank[16], world[16];
@@ -194,14 +170,14 @@ typedef struct {
   nt_checkpoint_file file;
   char tmp[PATH_MAX];
 } shard_report;
+_Static_assert(sizeof(shard_report) <= NT_TRAINER_REPORT_MAX, "a report fits T->gathered");
 
 nt_status nt_trainer_save_sharded(nt_trainer *T, nt_status pre, const char *sidecar,
-                                  nt_trainer_whole *whole, char *saved) {
+                                  nt_trainer_whole *whole, char *saved, bool *warned) {
   nt_ctx *ctx = T->ctx;
   const nt_train_options *o = T->o;
   bool many = T->comm && T->world > 1;
-  shard_report mine, *all = calloc((size_t)T->world, sizeof *all);
-  if (!all) return NT_ERROR(ctx, NT_ERR_OOM, "out of host memory saving a checkpoint");
+  shard_report mine, *all = T->gathered;
   memset(&mine, 0, sizeof mine);
   /* 1. rank 0 creates the temporary directory; everyone learns its name */
   nt_status st = pre;
@@ -212,8 +188,8 @@ nt_status nt_trainer_save_sharded(nt_trainer *T, nt_status pre, const char *side
   if (!many) all[0] = mine;
   if (!g && !st && all[0].st)
     st = NT_ERROR(ctx, (nt_status)all[0].st, "rank 0 could not start the checkpoint");
-  char tmp[PATH_MAX];
-  snprintf(tmp, sizeof tmp, "%s", all[0].tmp);
+  char tmp[PATH_MAX];   /* rank 0's own (all[0] is unset when the gather failed) */
+  snprintf(tmp, sizeof tmp, "%s", T->rank == 0 ? mine.tmp : all[0].tmp);
   /* 2. every rank writes its file (rank 0 also the consolidated one for BOTH) */
   if (!g && !st && access(tmp, F_OK))
     st = NT_ERROR(ctx, NT_ERR_IO, "rank %d does not see %s, which rank 0 created: a sharded "
@@ -236,7 +212,6 @@ nt_status nt_trainer_save_sharded(nt_trainer *T, nt_status pre, const char *side
   if (g || bad >= 0) {   /* no commit; every rank fails alike, without another collective */
     if (created) nt_checkpoint_stage_abort(tmp);
     nt_status code = g ? g : (nt_status)all[bad].st;
-    free(all);
     if (g || st) return g ? g : st;
     return NT_ERROR(ctx, code, "checkpoint not saved: rank %d could not write its part", bad);
   }
@@ -247,15 +222,14 @@ nt_status nt_trainer_save_sharded(nt_trainer *T, nt_status pre, const char *side
     for (int r = 0; files && r < T->world; r++) files[r] = all[r].file;
     if (files && layout)
       st = nt_checkpoint_stage_commit(ctx, o->out_dir, tmp, sidecar, files, T->world, layout,
-                                      o->keep_checkpoints, saved);
+                                      o->keep_checkpoints, saved, warned);
     else
       nt_checkpoint_stage_abort(tmp);
     if (!files || !layout) st = NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for the manifest");
     free(files);
     free(layout);
   }
-  free(all);
-  return agree(T, st, "committing the checkpoint");
+  return nt_trainer_agree(T, st, "committing the checkpoint");
 }
 
 /* ---- loading ---- */
@@ -344,7 +318,7 @@ static nt_status read_owned(nt_trainer *T, const char *dir, const nt_json *m, in
     const nt_json *ranges = nt_json_get(&units->items[u], "ranges");
     nt_tensor v[3];
     int64_t a = 0, b = un->numel;   /* whole views: the whole unit */
-    if (shard_views(T)) range_of(un->numel, T->rank, T->world, &a, &b);
+    if (nt_trainer_shard_views(T)) range_of(un->numel, T->rank, T->world, &a, &b);
     st = nt_adamw_state_views(T->opt.adamw, u, &v[0], &v[1], &v[2]);
     for (int k = 0; k < 3 && !st; k++) st = nt_tensor_zero(T->ctx, &v[k]);   /* padding */
     for (int r = 0; r < old && !st; r++) {
@@ -373,10 +347,10 @@ nt_status nt_trainer_load_sharded(nt_trainer *T, const char *dir, const nt_json 
   nt_status st = check_layout(T, dir, nt_json_get(manifest, "sharded"), &old);
   if (!st) st = read_owned(T, dir, manifest, old);
   if (!st) st = nt_ctx_synchronize(T->ctx);
-  st = agree(T, st, "reading the sharded checkpoint");
+  st = nt_trainer_agree(T, st, "reading the sharded checkpoint");
   if (st) return st;
   /* the compute copies from the loaded masters (SHARD_GRAD_OP gathers: collective) */
-  if (!shard_views(T)) return nt_params_sync_compute(T->ctx, T->model->params);
+  if (!nt_trainer_shard_views(T)) return nt_params_sync_compute(T->ctx, T->model->params);
   for (int u = 0; u < T->model->params->n_units && !st; u++) {
     nt_tensor master;
     st = nt_adamw_state_views(T->opt.adamw, u, &master, NULL, NULL);
