@@ -6,7 +6,7 @@
 set -u
 nt=$1
 out=$2
-rm -rf "$out" "$out.away"
+rm -rf "$out" "$out.away" "$out.log"   # a previous run's log would satisfy wait_for at once
 "$nt" gpt --device cpu --data synthetic --vocab-size 50 --n-layer 1 --n-head 2 --n-embd 32 \
   --block-size 16 --batch-size 4 --eval-interval 0 --log-interval 1 --max-iters 1000000 \
   --checkpoint-interval 5 --out-dir "$out" >"$out.log" 2>&1 &
@@ -14,7 +14,7 @@ pid=$!
 fail() { echo "FAIL: $*"; cat "$out.log"; kill -9 $pid 2>/dev/null; exit 1; }
 wait_for() {   # wait_for PATTERN: until the log has it, at most 60 s
   for _ in $(seq 600); do
-    grep -q "$1" "$out.log" && return 0
+    grep -qs "$1" "$out.log" && return 0
     kill -0 $pid 2>/dev/null || return 1
     sleep 0.1
   done
