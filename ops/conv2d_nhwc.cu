@@ -46,13 +46,15 @@ constexpr int kThreads = 128; /* four warps */
 constexpr int kPad = 8;       /* halves of padding per shared row: conflict-free ldmatrix */
 
 /* One convolution as the implicit GEMM sees it: input [N, H, W, C] (x, or dy for dx), output
- * [N, OH, OW, R] (y, or dx), kernel KH x KW; the packed weight is [R, Kp]. vec: C % 8 == 0,
- * A is gathered in 16-byte chunks by cp.async and the packed weight has Cp = C rounded up to
- * kBK columns per tap; otherwise elements are loaded one by one with K flat (Cp = C, K padded
- * to kBK): the first layer (C = 1, K = 9 -> 32) and odd test shapes. */
+ * [N, OH, OW, R] (y, or dx), kernel KH x KW; the packed weight is [R, Kp]. vec: C % 8 == 0 and
+ * input and mask 16-byte aligned, A is gathered in 16-byte chunks by cp.async and the packed
+ * weight has Cp = C rounded up to kBK columns per tap; otherwise elements are loaded one by one
+ * with K flat (Cp = C, K padded to kBK): the first layer (C = 1, K = 9 -> 32), odd test shapes.
+ * out_vec (dw only): dy's rows of R channels in 16-byte chunks too; out_pair (forward, dx): R
+ * even and the output 4-byte aligned, so the epilogue stores channel pairs as one 32-bit word. */
 struct igeom {
   int N, H, W, C, OH, OW, R, KH, KW, stride, padh, padw, Cp, Kp, M;
-  bool vec, out_vec;   /* out_vec (dw only): dy's rows of R channels in 16-byte chunks too */
+  bool vec, out_vec, out_pair;
   int PH, PW;          /* pooled forward: the 2x2 pool's output plane (M = N*PH*PW*4) */
 };
 
@@ -63,7 +65,8 @@ igeom make_geom(int N, int H, int W, int C, int OH, int OW, int R, int KH, int K
                 int padh, int padw, const void *in, const void *out, const void *mask) {
   const bool al = aligned16(in) && aligned16(mask);
   igeom g = {N, H, W, C, OH, OW, R, KH, KW, stride, padh, padw, 0, 0, N * OH * OW,
-             al && C % 8 == 0, aligned16(out) && aligned16(mask) && R % 8 == 0, 0, 0};
+             al && C % 8 == 0, aligned16(out) && aligned16(mask) && R % 8 == 0,
+             R % 2 == 0 && ((uintptr_t)out & 3u) == 0, 0, 0};
   if (g.vec) {
     g.Cp = (C + kBK - 1) / kBK * kBK;
     g.Kp = KH * KW * g.Cp;
@@ -355,7 +358,7 @@ __global__ void __launch_bounds__(kThreads)
           if (two && !(nt_to_f(ym[1]) > 0.f)) v1 = 0.f;
         }
         T *dst = (T *)out.y + (long)m * g.R + co;
-        if (two && (g.R & 1) == 0) {
+        if (two && g.out_pair) {
           *reinterpret_cast<uint32_t *>(dst) = mma_op<T>::pack(v0, v1);
         } else {
           dst[0] = nt_from_f<T>(v0);
