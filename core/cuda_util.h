@@ -15,6 +15,13 @@ nt_status nt_cuda_check(nt_ctx *ctx, int err, const char *expr, const char *file
 
 static inline cudaStream_t nt_cuda_stream(nt_ctx *ctx) { return (cudaStream_t)nt_ctx_stream(ctx); }
 
+/* Blocks of 256 threads for a grid-stride loop over n items: one block per 256 items, at least
+ * 1, at most 65535 * 8 (the loop strides over the rest). */
+static inline unsigned nt_grid_for(int64_t n) {
+  const int64_t b = (n + 255) / 256;
+  return (unsigned)(b < 1 ? 1 : b > 65535 * 8 ? 65535 * 8 : b);
+}
+
 /* Makes the context's device current for the calling thread. */
 nt_status nt_cuda_set_device(nt_ctx *ctx);
 

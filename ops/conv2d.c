@@ -38,9 +38,8 @@ int nt_conv2d_chunk_images(int n, int64_t rows, double bytes, double mb) {
 
 static bool float_dtype(nt_dtype dt) { return dt == NT_F32 || dt == NT_F16 || dt == NT_BF16; }
 
-/* A tensor of `dims` dims, on ctx's device, contiguous, of dtype dt. */
-static nt_status check_t(nt_ctx *ctx, const nt_tensor *t, int ndim, nt_dtype dt,
-                         const char *what) {
+nt_status nt_conv2d_check_t(nt_ctx *ctx, const nt_tensor *t, int ndim, nt_dtype dt,
+                            const char *what) {
   nt_status st;
   if ((st = nt_check_device(ctx, t, what))) return st;
   if ((st = nt_check_ndim(ctx, t, ndim, what))) return st;
@@ -48,14 +47,34 @@ static nt_status check_t(nt_ctx *ctx, const nt_tensor *t, int ndim, nt_dtype dt,
   return nt_check_contiguous(ctx, t, what);
 }
 
-/* Bias and its gradient: [Cout], the input dtype or F32. */
-static nt_status check_bias(nt_ctx *ctx, const nt_tensor *b, nt_dtype dt, int64_t cout,
-                            const char *what) {
+nt_status nt_conv2d_check_bias(nt_ctx *ctx, const nt_tensor *b, nt_dtype dt, int64_t cout,
+                               const char *what) {
   if (b->dtype != dt && b->dtype != NT_F32)
     return NT_ERROR(ctx, NT_ERR_DTYPE, "%s: dtype %s (expected %s or f32)", what,
                     nt_dtype_name(b->dtype), nt_dtype_name(dt));
-  nt_status st = check_t(ctx, b, 1, b->dtype, what);
+  nt_status st = nt_conv2d_check_t(ctx, b, 1, b->dtype, what);
   return st ? st : nt_check_dim(ctx, b, 0, cout, what);
+}
+
+/* Whether a and b (either may be NULL: no) share a byte; both are contiguous, so each spans
+ * nt_tensor_nbytes from its data. */
+static bool overlap(const nt_tensor *a, const nt_tensor *b) {
+  if (!a || !b || !nt_tensor_nbytes(a) || !nt_tensor_nbytes(b)) return false;
+  const uintptr_t a0 = (uintptr_t)a->data, b0 = (uintptr_t)b->data;
+  return a0 < b0 + nt_tensor_nbytes(b) && b0 < a0 + nt_tensor_nbytes(a);
+}
+
+nt_status nt_conv2d_check_apart(nt_ctx *ctx, const nt_conv_arg *outs, int n_out,
+                                const nt_conv_arg *ins, int n_in, const char *what) {
+  for (int i = 0; i < n_out; i++)
+    for (int j = 0; j < n_in + i; j++) {
+      const nt_conv_arg *other = j < n_in ? &ins[j] : &outs[j - n_in];
+      if (overlap(outs[i].t, other->t))
+        return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "%s: %s overlaps %s in memory (an output may "
+                        "share no memory with an input or another output)", what, outs[i].name,
+                        other->name);
+    }
+  return NT_OK;
 }
 
 nt_status nt_conv2d_check(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
@@ -68,9 +87,9 @@ nt_status nt_conv2d_check(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
                     nt_dtype_name(x->dtype));
   const char *xs = nhwc ? "conv2d_nhwc x [N, H, W, Cin]" : "conv2d x [N, Cin, H, W]";
   const char *ys = nhwc ? "conv2d_nhwc y [N, OH, OW, Cout]" : "conv2d y [N, Cout, OH, OW]";
-  if ((st = check_t(ctx, x, 4, x->dtype, xs))) return st;
-  if ((st = check_t(ctx, w, 4, x->dtype, "conv2d w [Cout, Cin, KH, KW]"))) return st;
-  if ((st = check_t(ctx, y, 4, x->dtype, ys))) return st;
+  if ((st = nt_conv2d_check_t(ctx, x, 4, x->dtype, xs))) return st;
+  if ((st = nt_conv2d_check_t(ctx, w, 4, x->dtype, "conv2d w [Cout, Cin, KH, KW]"))) return st;
+  if ((st = nt_conv2d_check_t(ctx, y, 4, x->dtype, ys))) return st;
   if (p.stride < 1 || p.pad < 0)
     return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "%s: stride %d must be >= 1 and pad %d >= 0", what,
                     p.stride, p.pad);
@@ -191,7 +210,7 @@ static nt_status conv_forward(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *
   nt_status st =
       nt_conv2d_check(ctx, x, w, y, p, false, &d, relu ? "conv2d_relu_forward" : "conv2d_forward");
   if (st) return st;
-  if (b && (st = check_bias(ctx, b, x->dtype, d.Cout, "conv2d b [Cout]"))) return st;
+  if (b && (st = nt_conv2d_check_bias(ctx, b, x->dtype, d.Cout, "conv2d b [Cout]"))) return st;
   if (x->device.type == NT_DEV_CUDA) {
 #ifdef NT_HAVE_CUDA
     return nt_conv2d_forward_cuda(ctx, x, w, b, y, p, relu);
@@ -219,15 +238,17 @@ static nt_status conv_backward(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor
   nt_status st = nt_conv2d_check(ctx, x, w, dy, p, false, &d,
                             relu_y ? "conv2d_relu_backward" : "conv2d_backward");
   if (st) return st;
-  if (relu_y && (st = check_t(ctx, relu_y, 4, x->dtype, "conv2d_relu_backward y"))) return st;
+  if (relu_y && (st = nt_conv2d_check_t(ctx, relu_y, 4, x->dtype, "conv2d_relu_backward y")))
+    return st;
   if (relu_y && (st = nt_check_same_shape(ctx, relu_y, dy, "conv2d_relu_backward y vs dy")))
     return st;
-  if (dx && (st = check_t(ctx, dx, 4, x->dtype, "conv2d dx"))) return st;
+  if (dx && (st = nt_conv2d_check_t(ctx, dx, 4, x->dtype, "conv2d dx"))) return st;
   if (dx && (st = nt_check_same_shape(ctx, dx, x, "conv2d dx vs x"))) return st;
-  if (dw && (st = check_t(ctx, dw, 4, dw->dtype == NT_F32 ? NT_F32 : x->dtype, "conv2d dw")))
+  if (dw && (st = nt_conv2d_check_t(ctx, dw, 4, dw->dtype == NT_F32 ? NT_F32 : x->dtype,
+                                    "conv2d dw")))
     return st;
   if (dw && (st = nt_check_same_shape(ctx, dw, w, "conv2d dw vs w"))) return st;
-  if (db && (st = check_bias(ctx, db, x->dtype, d.Cout, "conv2d db [Cout]"))) return st;
+  if (db && (st = nt_conv2d_check_bias(ctx, db, x->dtype, d.Cout, "conv2d db [Cout]"))) return st;
   if (!dx && !dw && !db) return NT_OK;
   if (x->device.type == NT_DEV_CUDA) {
 #ifdef NT_HAVE_CUDA

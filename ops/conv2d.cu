@@ -207,11 +207,6 @@ __global__ void col2im_add(const float *__restrict__ dcol, T *__restrict__ dx, g
   }
 }
 
-unsigned grid_for(long n) {
-  long b = (n + 255) / 256;
-  return (unsigned)(b < 1 ? 1 : b > 65535 * 8 ? 65535 * 8 : b);
-}
-
 int round8(int k) { return (k + 7) / 8 * 8; }
 
 /* The forward conv's geometry (input x, weight w), with a ones column when `ones`. */
@@ -259,7 +254,7 @@ template <typename T> T *at(const void *p, long off) { return (T *)p + off; }
 
 template <typename T>
 nt_status launch_im2col(nt_ctx *ctx, const T *x, const T *mask, T *col, const geom &g) {
-  im2col_rows<T><<<grid_for((long)g.N * g.P() * (g.Kp / 8)), 256, 0, nt_cuda_stream(ctx)>>>(
+  im2col_rows<T><<<nt_grid_for((long)g.N * g.P() * (g.Kp / 8)), 256, 0, nt_cuda_stream(ctx)>>>(
       x, mask, col, g);
   return NT_CUDA_LAUNCHED(ctx);
 }
@@ -311,10 +306,10 @@ template <typename T> nt_status forward_t(nt_ctx *ctx, const nt_tensor *x, const
   nt_status st = alloc(ctx, &wp, x->dtype, 2, Cout, g.Kp);
   if (st) return st;
   if (b && b->dtype == NT_F32 && x->dtype != NT_F32)
-    pack_weight<T, float><<<grid_for((long)Cout * g.Kp), 256, 0, s>>>(
+    pack_weight<T, float><<<nt_grid_for((long)Cout * g.Kp), 256, 0, s>>>(
         (const T *)w->data, (const float *)b->data, (T *)wp.data, Cout, g.K, g.Kp);
   else
-    pack_weight<T, T><<<grid_for((long)Cout * g.Kp), 256, 0, s>>>(
+    pack_weight<T, T><<<nt_grid_for((long)Cout * g.Kp), 256, 0, s>>>(
         (const T *)w->data, b ? (const T *)b->data : (const T *)NULL, (T *)wp.data, Cout, g.K,
         g.Kp);
   st = NT_CUDA_LAUNCHED(ctx);
@@ -326,7 +321,7 @@ template <typename T> nt_status forward_t(nt_ctx *ctx, const nt_tensor *x, const
 template <typename T, typename W, typename B>
 nt_status launch_add_weight_grad(nt_ctx *ctx, const nt_tensor *dwp, nt_tensor *dw, nt_tensor *db,
                                  int Cout, int K, int Kp) {
-  add_weight_grad<W, B><<<grid_for((long)Cout * (K + 1)), 256, 0, nt_cuda_stream(ctx)>>>(
+  add_weight_grad<W, B><<<nt_grid_for((long)Cout * (K + 1)), 256, 0, nt_cuda_stream(ctx)>>>(
       (const float *)dwp->data, dw ? (W *)dw->data : (W *)NULL, db ? (B *)db->data : (B *)NULL,
       Cout, K, Kp);
   return NT_CUDA_LAUNCHED(ctx);
@@ -390,7 +385,7 @@ nt_status grad_chunks(nt_ctx *ctx, const nt_tensor *dy, const T *mask, const nt_
       nt_gemm_opts o = nt_gemm_defaults();
       o.trans_a = true;
       if ((st = nt_gemm(ctx, &w2, &dyp_c, &dcol, &o))) break;
-      col2im_add<T><<<grid_for((long)c.N * c.C * c.H * c.W), 256, 0, s>>>(
+      col2im_add<T><<<nt_grid_for((long)c.N * c.C * c.H * c.W), 256, 0, s>>>(
           (const float *)dcol.data, at<T>(dx_col2im->data, n0 * in_img), c);
       if ((st = NT_CUDA_LAUNCHED(ctx))) break;
     }
@@ -410,7 +405,7 @@ nt_status data_grad_conv(nt_ctx *ctx, const nt_tensor *dy, const T *mask, const 
   nt_tensor wt = {};
   nt_status st = alloc(ctx, &wt, w->dtype, 2, f.C, g.Kp);
   if (st) return st;
-  pack_weight_flipped<T><<<grid_for((long)f.C * g.Kp), 256, 0, nt_cuda_stream(ctx)>>>(
+  pack_weight_flipped<T><<<nt_grid_for((long)f.C * g.Kp), 256, 0, nt_cuda_stream(ctx)>>>(
       (const T *)w->data, (T *)wt.data, Cout, f.C, f.KH, f.KW, g.Kp);
   st = NT_CUDA_LAUNCHED(ctx);
   if (!st)

@@ -1,4 +1,5 @@
-/* Conv2d internals shared by ops/conv2d.c and ops/conv2d.cu (and tested on the CPU). */
+/* Conv2d internals shared by ops/conv2d.c, ops/conv2d.cu and ops/conv2d_nhwc.c (and tested on
+ * the CPU). */
 #ifndef NT_OPS_CONV2D_INTERNAL_H
 #define NT_OPS_CONV2D_INTERNAL_H
 #include <stdbool.h>
@@ -16,6 +17,20 @@ typedef struct { int64_t N, Cin, H, W, Cout, KH, KW, OH, OW; } nt_conv_dims;
 nt_status nt_conv2d_check(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
                           const nt_tensor *y, nt_conv2d_params p, bool nhwc, nt_conv_dims *d,
                           const char *what);
+/* t: `ndim` dims, on ctx's device, of dtype dt, contiguous. */
+nt_status nt_conv2d_check_t(nt_ctx *ctx, const nt_tensor *t, int ndim, nt_dtype dt,
+                            const char *what);
+/* A bias or its gradient: [cout], of the input dtype dt or F32. */
+nt_status nt_conv2d_check_bias(nt_ctx *ctx, const nt_tensor *b, nt_dtype dt, int64_t cout,
+                               const char *what);
+
+/* A tensor argument and its name for messages; t may be NULL (an argument not given). */
+typedef struct { const nt_tensor *t; const char *name; } nt_conv_arg;
+/* NT_ERR_INVALID_ARG naming the pair when an output shares memory with one of the inputs or
+ * with an earlier output (NULL tensors are skipped). All must be contiguous (checked before). */
+nt_status nt_conv2d_check_apart(nt_ctx *ctx, const nt_conv_arg *outs, int n_out,
+                                const nt_conv_arg *ins, int n_in, const char *what);
+
 /* A host copy of t's elements as fp32 (malloc; NULL when out of memory). */
 float *nt_conv2d_widen(const nt_tensor *t);
 

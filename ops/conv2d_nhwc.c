@@ -20,23 +20,14 @@ nt_status nt_conv2d_nhwc_backward_cuda(nt_ctx *ctx, const nt_tensor *dy, const n
 
 typedef nt_conv_dims dims;
 
-static nt_status check_t(nt_ctx *ctx, const nt_tensor *t, int ndim, nt_dtype dt,
-                         const char *what) {
-  nt_status st;
-  if ((st = nt_check_device(ctx, t, what))) return st;
-  if ((st = nt_check_ndim(ctx, t, ndim, what))) return st;
-  if ((st = nt_check_dtype(ctx, t, dt, what))) return st;
-  return nt_check_contiguous(ctx, t, what);
-}
-
-/* b / db: [Cout] in the input dtype or F32; dw: w's shape in the input dtype or F32. */
-static nt_status check_param(nt_ctx *ctx, const nt_tensor *t, const nt_tensor *like, nt_dtype dt,
-                             const char *what) {
-  if (t->dtype != dt && t->dtype != NT_F32)
+/* dw: w's shape, in the input dtype or F32. */
+static nt_status check_dw(nt_ctx *ctx, const nt_tensor *dw, const nt_tensor *w, nt_dtype dt) {
+  const char *what = "conv2d_nhwc dw";
+  if (dw->dtype != dt && dw->dtype != NT_F32)
     return NT_ERROR(ctx, NT_ERR_DTYPE, "%s: dtype %s (expected %s or f32)", what,
-                    nt_dtype_name(t->dtype), nt_dtype_name(dt));
-  nt_status st = check_t(ctx, t, like->ndim, t->dtype, what);
-  return st ? st : nt_check_same_shape(ctx, t, like, what);
+                    nt_dtype_name(dw->dtype), nt_dtype_name(dt));
+  nt_status st = nt_conv2d_check_t(ctx, dw, 4, dw->dtype, what);
+  return st ? st : nt_check_same_shape(ctx, dw, w, what);
 }
 
 /* Calls body(xi, wi, yi) for every (output, tap, input channel) whose input is inside x:
@@ -126,9 +117,10 @@ nt_status nt_conv2d_nhwc_forward(nt_ctx *ctx, const nt_tensor *x, const nt_tenso
   dims d;
   nt_status st = nt_conv2d_check(ctx, x, w, y, p, true, &d, "conv2d_nhwc_forward");
   if (st) return st;
-  int64_t sb[1] = {d.Cout};
-  nt_tensor bl = nt_tensor_view(NULL, x->dtype, x->device, 1, sb);
-  if (b && (st = check_param(ctx, b, &bl, x->dtype, "conv2d_nhwc b [Cout]"))) return st;
+  if (b && (st = nt_conv2d_check_bias(ctx, b, x->dtype, d.Cout, "conv2d_nhwc b [Cout]")))
+    return st;
+  const nt_conv_arg outs[] = {{y, "y"}}, ins[] = {{x, "x"}, {w, "w"}, {b, "b"}};
+  if ((st = nt_conv2d_check_apart(ctx, outs, 1, ins, 3, "conv2d_nhwc_forward"))) return st;
   if (x->device.type == NT_DEV_CUDA) {
 #ifdef NT_HAVE_CUDA
     return nt_conv2d_nhwc_forward_cuda(ctx, x, w, b, y, p, relu);
@@ -156,9 +148,8 @@ nt_status nt_conv2d_nhwc_pool_forward(nt_ctx *ctx, const nt_tensor *x, const nt_
   dims d;
   nt_status st = nt_conv2d_check(ctx, x, w, &z, p, true, &d, "conv2d_nhwc_pool_forward");
   if (st) return st;
-  int64_t sb[1] = {d.Cout};
-  nt_tensor bl = nt_tensor_view(NULL, x->dtype, x->device, 1, sb);
-  if (b && (st = check_param(ctx, b, &bl, x->dtype, "conv2d_nhwc b [Cout]"))) return st;
+  if (b && (st = nt_conv2d_check_bias(ctx, b, x->dtype, d.Cout, "conv2d_nhwc b [Cout]")))
+    return st;
   const int64_t PH = OH / 2, PW = OW / 2;
   const int64_t hwc[4] = {d.N, PH, PW, d.Cout}, chw[4] = {d.N, d.Cout, PH, PW};
   const int64_t *want = y_nchw ? chw : hwc;
@@ -166,25 +157,39 @@ nt_status nt_conv2d_nhwc_pool_forward(nt_ctx *ctx, const nt_tensor *x, const nt_
     if ((st = nt_check_dim(ctx, y, i, want[i], "conv2d_nhwc_pool y")) ||
         (st = nt_check_dim(ctx, argmax, i, want[i], "conv2d_nhwc_pool argmax")))
       return st;
-  if ((st = check_t(ctx, y, 4, x->dtype, "conv2d_nhwc_pool y")) ||
-      (st = check_t(ctx, argmax, 4, NT_I32, "conv2d_nhwc_pool argmax")))
+  if ((st = nt_conv2d_check_t(ctx, y, 4, x->dtype, "conv2d_nhwc_pool y")) ||
+      (st = nt_conv2d_check_t(ctx, argmax, 4, NT_I32, "conv2d_nhwc_pool argmax")))
     return st;
   if (OH < 2 || OW < 2)
     return NT_ERROR(ctx, NT_ERR_SHAPE, "conv2d_nhwc_pool_forward: conv output %lldx%lld is "
                     "smaller than the 2x2 window", (long long)OH, (long long)OW);
+  const nt_conv_arg outs[] = {{y, "y"}, {argmax, "argmax"}}, ins[] = {{x, "x"}, {w, "w"}, {b, "b"}};
+  if ((st = nt_conv2d_check_apart(ctx, outs, 2, ins, 3, "conv2d_nhwc_pool_forward"))) return st;
 #ifdef NT_HAVE_CUDA
-  if (x->device.type == NT_DEV_CUDA && x->dtype != NT_F32)
+  if (x->device.type == NT_DEV_CUDA && x->dtype != NT_F32) {
+    /* the fused kernel's GEMM rows (the 4 conv outputs of each window) are numbered in int */
+    const double rows = 4.0 * (double)d.N * (double)PH * (double)PW;
+    if (rows > 2e9)
+      return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "conv2d_nhwc_pool_forward: %lld images of %lldx%lld "
+                      "windows are %.0f GEMM rows (4 per window), past the CUDA kernel's int "
+                      "range (2e9)", (long long)d.N, (long long)PH, (long long)PW, rows);
     return nt_conv2d_nhwc_pool_forward_cuda(ctx, x, w, b, y, argmax, p, relu, y_nchw);
+  }
 #endif
   /* the two ops through a scratch conv output */
   nt_tensor t = {0}, own = {0};
   if (scratch) {
-    if ((st = check_t(ctx, scratch, scratch->ndim, x->dtype, "conv2d_nhwc_pool scratch")))
+    if ((st = nt_conv2d_check_t(ctx, scratch, scratch->ndim, x->dtype, "conv2d_nhwc_pool scratch")))
       return st;
     if (nt_tensor_numel(scratch) < nt_tensor_numel(&z))
       return NT_ERROR(ctx, NT_ERR_SHAPE, "conv2d_nhwc_pool scratch: %lld elements, %lld needed",
                       (long long)nt_tensor_numel(scratch), (long long)nt_tensor_numel(&z));
     t = nt_tensor_view(scratch->data, x->dtype, x->device, 4, sz);
+    /* the part the conv writes: apart from the inputs, y and argmax */
+    const nt_conv_arg used[] = {{&t, "scratch"}},
+                      others[] = {{x, "x"}, {w, "w"}, {b, "b"}, {y, "y"}, {argmax, "argmax"}};
+    if ((st = nt_conv2d_check_apart(ctx, used, 1, others, 5, "conv2d_nhwc_pool_forward")))
+      return st;
   } else {
     st = nt_tensor_alloc(ctx, &own, x->dtype, 4, sz);
     t = own;
@@ -202,20 +207,24 @@ nt_status nt_conv2d_nhwc_backward(nt_ctx *ctx, const nt_tensor *dy, const nt_ten
   dims d;
   nt_status st = nt_conv2d_check(ctx, x, w, dy, p, true, &d, "conv2d_nhwc_backward");
   if (st) return st;
-  if (relu_y && ((st = check_t(ctx, relu_y, 4, x->dtype, "conv2d_nhwc relu_y")) ||
+  if (relu_y && ((st = nt_conv2d_check_t(ctx, relu_y, 4, x->dtype, "conv2d_nhwc relu_y")) ||
                  (st = nt_check_same_shape(ctx, relu_y, dy, "conv2d_nhwc relu_y vs dy"))))
     return st;
-  if (dx && ((st = check_t(ctx, dx, 4, x->dtype, "conv2d_nhwc dx")) ||
+  if (dx && ((st = nt_conv2d_check_t(ctx, dx, 4, x->dtype, "conv2d_nhwc dx")) ||
              (st = nt_check_same_shape(ctx, dx, x, "conv2d_nhwc dx vs x"))))
     return st;
-  if (dx && dx_mask && ((st = check_t(ctx, dx_mask, 4, x->dtype, "conv2d_nhwc dx_mask")) ||
-                        (st = nt_check_same_shape(ctx, dx_mask, x, "conv2d_nhwc dx_mask vs x"))))
+  if (dx && dx_mask &&
+      ((st = nt_conv2d_check_t(ctx, dx_mask, 4, x->dtype, "conv2d_nhwc dx_mask")) ||
+       (st = nt_check_same_shape(ctx, dx_mask, x, "conv2d_nhwc dx_mask vs x"))))
     return st;
   if (!dx) dx_mask = NULL;
-  if (dw && (st = check_param(ctx, dw, w, x->dtype, "conv2d_nhwc dw"))) return st;
-  int64_t sb[1] = {d.Cout};
-  nt_tensor bl = nt_tensor_view(NULL, x->dtype, x->device, 1, sb);
-  if (db && (st = check_param(ctx, db, &bl, x->dtype, "conv2d_nhwc db [Cout]"))) return st;
+  if (dw && (st = check_dw(ctx, dw, w, x->dtype))) return st;
+  if (db && (st = nt_conv2d_check_bias(ctx, db, x->dtype, d.Cout, "conv2d_nhwc db [Cout]")))
+    return st;
+  const nt_conv_arg outs[] = {{dx, "dx"}, {dw, "dw"}, {db, "db"}},
+                    ins[] = {{dy, "dy"}, {relu_y, "relu_y"}, {x, "x"}, {w, "w"},
+                             {dx_mask, "dx_mask"}};
+  if ((st = nt_conv2d_check_apart(ctx, outs, 3, ins, 5, "conv2d_nhwc_backward"))) return st;
   if (!dx && !dw && !db) return NT_OK;
   if (x->device.type == NT_DEV_CUDA) {
 #ifdef NT_HAVE_CUDA

@@ -46,13 +46,15 @@ constexpr int kThreads = 128; /* four warps */
 constexpr int kPad = 8;       /* halves of padding per shared row: conflict-free ldmatrix */
 
 /* One convolution as the implicit GEMM sees it: input [N, H, W, C] (x, or dy for dx), output
- * [N, OH, OW, R] (y, or dx), kernel KH x KW; the packed weight is [R, Kp]. vec: C % 8 == 0,
- * A is gathered in 16-byte chunks by cp.async and the packed weight has Cp = C rounded up to
- * kBK columns per tap; otherwise elements are loaded one by one with K flat (Cp = C, K padded
- * to kBK): the first layer (C = 1, K = 9 -> 32) and odd test shapes. */
+ * [N, OH, OW, R] (y, or dx), kernel KH x KW; the packed weight is [R, Kp]. vec: C % 8 == 0 and
+ * input and mask 16-byte aligned, A is gathered in 16-byte chunks by cp.async and the packed
+ * weight has Cp = C rounded up to kBK columns per tap; otherwise elements are loaded one by one
+ * with K flat (Cp = C, K padded to kBK): the first layer (C = 1, K = 9 -> 32), odd test shapes.
+ * out_vec (dw only): dy's rows of R channels in 16-byte chunks too; out_pair (forward, dx): R
+ * even and the output 4-byte aligned, so the epilogue stores channel pairs as one 32-bit word. */
 struct igeom {
   int N, H, W, C, OH, OW, R, KH, KW, stride, padh, padw, Cp, Kp, M;
-  bool vec, out_vec;   /* out_vec (dw only): dy's rows of R channels in 16-byte chunks too */
+  bool vec, out_vec, out_pair;
   int PH, PW;          /* pooled forward: the 2x2 pool's output plane (M = N*PH*PW*4) */
 };
 
@@ -63,7 +65,8 @@ igeom make_geom(int N, int H, int W, int C, int OH, int OW, int R, int KH, int K
                 int padh, int padw, const void *in, const void *out, const void *mask) {
   const bool al = aligned16(in) && aligned16(mask);
   igeom g = {N, H, W, C, OH, OW, R, KH, KW, stride, padh, padw, 0, 0, N * OH * OW,
-             al && C % 8 == 0, aligned16(out) && aligned16(mask) && R % 8 == 0, 0, 0};
+             al && C % 8 == 0, aligned16(out) && aligned16(mask) && R % 8 == 0,
+             R % 2 == 0 && ((uintptr_t)out & 3u) == 0, 0, 0};
   if (g.vec) {
     g.Cp = (C + kBK - 1) / kBK * kBK;
     g.Kp = KH * KW * g.Cp;
@@ -131,9 +134,9 @@ template <typename T> __device__ __forceinline__ void mask_chunk(T *a, const T *
  * forward; flip (dx): w[c, r, KH-1-kh, KW-1-kw] (w is [Cout, Cin, KH, KW]; then r runs over
  * Cin and c over Cout). Zero in the padding. */
 template <typename T>
-__global__ void pack_weight(const T *__restrict__ w, T *__restrict__ wp, igeom g, int Cin,
-                            bool flip) {
+__global__ void pack_weight(const T *__restrict__ w, T *__restrict__ wp, igeom g, bool flip) {
   const unsigned total = (unsigned)g.R * g.Kp;
+  const int Cin = flip ? g.R : g.C;   /* w's dim 1 */
   for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
        i += gridDim.x * blockDim.x) {
     const int r = (int)(i / (unsigned)g.Kp), k = (int)(i - (unsigned)r * g.Kp);
@@ -355,7 +358,7 @@ __global__ void __launch_bounds__(kThreads)
           if (two && !(nt_to_f(ym[1]) > 0.f)) v1 = 0.f;
         }
         T *dst = (T *)out.y + (long)m * g.R + co;
-        if (two && (g.R & 1) == 0) {
+        if (two && g.out_pair) {
           *reinterpret_cast<uint32_t *>(dst) = mma_op<T>::pack(v0, v1);
         } else {
           dst[0] = nt_from_f<T>(v0);
@@ -389,7 +392,7 @@ __global__ void __launch_bounds__(kThreads)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp >> 1, wn = warp & 1;
   const int n0 = blockIdx.x * BNW, m0 = blockIdx.y * BMW;
   const int p_begin = blockIdx.z * chunk;
-  const int p_end = min(p_begin + chunk, g.M), OHW = g.OH * g.OW;
+  const int p_end = min(p_begin + chunk, g.M);
   const bool dy_vec = g.out_vec;
   constexpr int CPR = BMW / 8, RPP = kThreads / CPR;   /* dy chunks per row, rows per pass */
   /* vec x loader: column chunk (tid & 7) of rows (tid >> 3) + 16 i; its tap found once */
@@ -428,7 +431,8 @@ __global__ void __launch_bounds__(kThreads)
         bool ok = xok && p < p_end;
         int off = 0;
         if (ok) {
-          const int n = p / OHW, rem = p - n * OHW, oh = rem / g.OW, ow = rem - oh * g.OW;
+          int n, oh, ow;
+          pixel_of<false>(p, g, n, oh, ow);
           const int ih = oh * g.stride - g.padh + xkh, iw = ow * g.stride - g.padw + xkw;
           ok = (unsigned)ih < (unsigned)g.H && (unsigned)iw < (unsigned)g.W;
           off = ok ? ((n * g.H + ih) * g.W + iw) * g.C + xci : 0;
@@ -441,7 +445,8 @@ __global__ void __launch_bounds__(kThreads)
       const int r = tid & 31, p = p0 + r;
       int base = -1, ih0 = 0, iw0 = 0;
       if (p < p_end) {
-        const int n = p / OHW, rem = p - n * OHW, oh = rem / g.OW, ow = rem - oh * g.OW;
+        int n, oh, ow;
+        pixel_of<false>(p, g, n, oh, ow);
         base = n * g.H * g.W * g.C;
         ih0 = oh * g.stride - g.padh;
         iw0 = ow * g.stride - g.padw;
@@ -575,23 +580,18 @@ __global__ void __launch_bounds__(kRedCols * kRedGroups)
   }
 }
 
-unsigned grid_for(long n) {
-  long b = (n + 255) / 256;
-  return (unsigned)(b < 1 ? 1 : b > 65535 * 8 ? 65535 * 8 : b);
-}
-
 /* out = conv(in) through the packed weight (forward, or dx with flip), with the mask (dx) or
  * the pool (forward, out.argmax set: g.M counts the pooled windows' rows) as the kernel
  * describes. */
 template <typename T>
-nt_status run_conv(nt_ctx *ctx, nt_dtype dt, const T *in, const T *mask, const T *w, int Cin,
-                   bool flip, const conv_out &out, const igeom &g) {
+nt_status run_conv(nt_ctx *ctx, nt_dtype dt, const T *in, const T *mask, const T *w, bool flip,
+                   const conv_out &out, const igeom &g) {
   cudaStream_t s = nt_cuda_stream(ctx);
   nt_tensor wp = {};
   const int64_t shape[2] = {g.R, g.Kp};
   nt_status st = nt_tensor_alloc(ctx, &wp, dt, 2, shape);
   if (st) return st;
-  pack_weight<T><<<grid_for((long)g.R * g.Kp), 256, 0, s>>>(w, (T *)wp.data, g, Cin, flip);
+  pack_weight<T><<<nt_grid_for((long)g.R * g.Kp), 256, 0, s>>>(w, (T *)wp.data, g, flip);
   st = NT_CUDA_LAUNCHED(ctx);
   const bool wide = g.R > 32, pool = out.argmax != nullptr;
   const int BN = wide ? 64 : 32;
@@ -614,7 +614,7 @@ nt_status run_conv(nt_ctx *ctx, nt_dtype dt, const T *in, const T *mask, const T
   return st;
 }
 
-template <typename T, typename W, typename B>
+template <typename W, typename B>
 nt_status launch_reduce(nt_ctx *ctx, const float *part, const float *dbpart, int splits,
                         const igeom &g, int cols, int Kc, nt_tensor *dw, nt_tensor *db) {
   const long total = (dw ? (long)g.R * cols : 0) + (db ? g.R : 0);
@@ -657,10 +657,10 @@ nt_status run_wgrad(nt_ctx *ctx, const T *dy, const T *mask, const T *x, const i
   if (!st) {
     const float *pp = (const float *)part.data, *pd = (const float *)dbp.data;
     const bool w32 = !dw || dw->dtype == NT_F32, b32 = !db || db->dtype == NT_F32;
-    if (w32 && b32) st = launch_reduce<T, float, float>(ctx, pp, pd, splits, g, cols, Kc, dw, db);
-    else if (w32) st = launch_reduce<T, float, T>(ctx, pp, pd, splits, g, cols, Kc, dw, db);
-    else if (b32) st = launch_reduce<T, T, float>(ctx, pp, pd, splits, g, cols, Kc, dw, db);
-    else st = launch_reduce<T, T, T>(ctx, pp, pd, splits, g, cols, Kc, dw, db);
+    if (w32 && b32) st = launch_reduce<float, float>(ctx, pp, pd, splits, g, cols, Kc, dw, db);
+    else if (w32) st = launch_reduce<float, T>(ctx, pp, pd, splits, g, cols, Kc, dw, db);
+    else if (b32) st = launch_reduce<T, float>(ctx, pp, pd, splits, g, cols, Kc, dw, db);
+    else st = launch_reduce<T, T>(ctx, pp, pd, splits, g, cols, Kc, dw, db);
   }
   nt_tensor_free(ctx, &part);
   nt_tensor_free(ctx, &dbp);
@@ -680,8 +680,8 @@ nt_status forward_t(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w, const n
                             (int)w->shape[3], p.stride, p.pad, p.pad, x->data, y->data, nullptr);
   const conv_out out = {b ? b->data : nullptr, b && b->dtype == NT_F32, relu, false, y->data,
                         nullptr, nullptr};
-  return run_conv<T>(ctx, x->dtype, (const T *)x->data, nullptr, (const T *)w->data, i.C, false,
-                     out, g);
+  return run_conv<T>(ctx, x->dtype, (const T *)x->data, nullptr, (const T *)w->data, false, out,
+                     g);
 }
 
 /* p = maxpool2(conv(x)) in one kernel: the conv's rows in window order, the pool in the
@@ -701,8 +701,8 @@ nt_status forward_pool_t(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w, co
   if (g.M == 0) return NT_OK;
   const conv_out out = {b ? b->data : nullptr, b && b->dtype == NT_F32, relu, y_nchw, y->data,
                         (int *)argmax->data, nullptr};
-  return run_conv<T>(ctx, x->dtype, (const T *)x->data, nullptr, (const T *)w->data, i.C, false,
-                     out, g);
+  return run_conv<T>(ctx, x->dtype, (const T *)x->data, nullptr, (const T *)w->data, false, out,
+                     g);
 }
 
 template <typename T>
@@ -721,8 +721,8 @@ nt_status backward_t(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *relu_y,
                                  KW - 1 - p.pad, dy->data, dx->data, mask);
       const conv_out out = {nullptr, false, false, false, dx->data, nullptr,
                             dx_mask ? dx_mask->data : nullptr};
-      st = run_conv<T>(ctx, x->dtype, (const T *)dy->data, mask, (const T *)w->data, i.C, true,
-                       out, gx);
+      st = run_conv<T>(ctx, x->dtype, (const T *)dy->data, mask, (const T *)w->data, true, out,
+                       gx);
     } else {
       st = nt_conv2d_nhwc_dgrad_direct(ctx, dy, relu_y, w, dx, dx_mask, p);
     }

@@ -10,12 +10,15 @@
  * (pass x when x is a ReLU's output: dx is then the gradient of that ReLU's input, the mask
  * applied as dx is written, so the next backward needs no relu_y).
  * Backward OVERWRITES dx (an activation gradient: no zeroing needed) and ACCUMULATES (+=) into
- * dw and db (parameter gradients); each may be NULL.
+ * dw and db (parameter gradients); each may be NULL. Outputs share no memory with the inputs or
+ * with each other: y none with x, w, b; dx, dw, db none with dy, relu_y, x, w, dx_mask
+ * (NT_ERR_INVALID_ARG otherwise).
  * CPU: direct loops (fp64 sums). CUDA, F16 / BF16: implicit GEMM on tensor cores (ops/
  * conv2d_nhwc.cu: mma.sync m16n8k16, fp32 accumulation, no im2col buffer); the weight gradient
- * reduces its split-K partials in a fixed order (bit-identical run to run). The CUDA backward's
- * dx needs stride 1 and pad < kernel (other strides: NT_ERR_UNSUPPORTED); forward and dw take
- * any stride and pad. F32 on CUDA: direct kernels (correct, not fast). */
+ * reduces its split-K partials in a fixed order (bit-identical run to run). Forward and dw take
+ * any stride and pad there; dx needs stride 1 and pad < kernel size: other dx, and db without
+ * dw, run in direct kernels (ops/conv2d_nhwc_direct.cu: correct, not fast), as all of F32 on
+ * CUDA does. */
 #ifndef NT_OPS_CONV2D_NHWC_H
 #define NT_OPS_CONV2D_NHWC_H
 #include "core/nt.h"
@@ -35,8 +38,10 @@ nt_status nt_conv2d_nhwc_backward(nt_ctx *ctx, const nt_tensor *dy, const nt_ten
  * y_nchw) (the conv's output rounded to the dtype before the max; argmax indexes the conv's
  * output plane). CUDA F16 / BF16: one kernel (the pool in the GEMM's epilogue); elsewhere the
  * two ops through `scratch` (contiguous, x's dtype, at least N*OH*OW*Cout elements; NULL:
- * allocated per call). Backward: nt_maxpool2d_nhwc_backward with the mask y (for the ReLU),
- * then nt_conv2d_nhwc_backward. */
+ * allocated per call). y, argmax and the part of scratch used share no memory with x, w, b or
+ * each other (NT_ERR_INVALID_ARG). The CUDA kernel numbers its GEMM rows, 4*N*(OH/2)*(OW/2),
+ * in int: past 2e9 of them, NT_ERR_UNSUPPORTED. Backward: nt_maxpool2d_nhwc_backward with the
+ * mask y (for the ReLU), then nt_conv2d_nhwc_backward. */
 nt_status nt_conv2d_nhwc_pool_forward(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
                                       const nt_tensor *b, nt_tensor *y, nt_tensor *argmax,
                                       nt_conv2d_params p, bool relu, bool y_nchw,

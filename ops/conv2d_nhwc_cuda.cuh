@@ -1,11 +1,13 @@
 /* Private to ops/conv2d_nhwc.cu and ops/conv2d_nhwc_direct.cu: the direct (one thread or one
  * block per output element) NHWC kernels, for F32 and for what the tensor-core kernels do not
- * take (dx with stride > 1, db without dw). Same contract as ops/conv2d_nhwc.h: dx is
- * overwritten, dw and db (either may be NULL) accumulate; sums in fp32 in a fixed order. */
+ * take (dx with stride != 1 or pad >= kernel size, db without dw). Same contract as
+ * ops/conv2d_nhwc.h: dx is overwritten, dw and db (either may be NULL) accumulate; sums in fp32
+ * in a fixed order. */
 #ifndef NT_OPS_CONV2D_NHWC_CUDA_CUH
 #define NT_OPS_CONV2D_NHWC_CUDA_CUH
 #include "ops/conv2d_nhwc.h"
 
+/* F32 only (F16 / BF16 forwards all run on tensor cores). */
 nt_status nt_conv2d_nhwc_forward_direct(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
                                         const nt_tensor *b, nt_tensor *y, nt_conv2d_params p,
                                         bool relu);

@@ -1,6 +1,6 @@
 /* Direct NHWC Conv2d kernels (ops/conv2d_nhwc_cuda.cuh): the CPU reference's loops on the GPU,
  * any stride and padding, fp32 sums in a fixed order. F32 runs here; F16 / BF16 only for the
- * cases the tensor-core kernels of ops/conv2d_nhwc.cu leave out. Not tuned. */
+ * gradients the tensor-core kernels of ops/conv2d_nhwc.cu leave out. Not tuned. */
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -134,15 +134,10 @@ __global__ void wgrad_direct(const T *__restrict__ dy, const T *__restrict__ mas
   }
 }
 
-unsigned grid_for(long n) {
-  long b = (n + 255) / 256;
-  return (unsigned)(b < 1 ? 1 : b > 65535 * 8 ? 65535 * 8 : b);
-}
-
 template <typename T>
 nt_status fwd_t(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w, const nt_tensor *b,
                 nt_tensor *y, nt_conv2d_params p, bool relu) {
-  fwd_direct<T><<<grid_for(nt_tensor_numel(y)), 256, 0, nt_cuda_stream(ctx)>>>(
+  fwd_direct<T><<<nt_grid_for(nt_tensor_numel(y)), 256, 0, nt_cuda_stream(ctx)>>>(
       (const T *)x->data, (const T *)w->data, b ? b->data : nullptr, b && b->dtype == NT_F32,
       relu, (T *)y->data, geom_of(x, y, w, p));
   return NT_CUDA_LAUNCHED(ctx);
@@ -151,7 +146,7 @@ nt_status fwd_t(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w, const nt_te
 template <typename T>
 nt_status dgrad_t(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *mask, const nt_tensor *w,
                   nt_tensor *dx, const nt_tensor *dx_mask, nt_conv2d_params p) {
-  dgrad_direct<T><<<grid_for(nt_tensor_numel(dx)), 256, 0, nt_cuda_stream(ctx)>>>(
+  dgrad_direct<T><<<nt_grid_for(nt_tensor_numel(dx)), 256, 0, nt_cuda_stream(ctx)>>>(
       (const T *)dy->data, mask ? (const T *)mask->data : nullptr, (const T *)w->data,
       (T *)dx->data, dx_mask ? (const T *)dx_mask->data : nullptr, geom_of(dx, dy, w, p));
   return NT_CUDA_LAUNCHED(ctx);
@@ -175,12 +170,9 @@ nt_status wgrad_t(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *mask, const
 nt_status nt_conv2d_nhwc_forward_direct(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *w,
                                         const nt_tensor *b, nt_tensor *y, nt_conv2d_params p,
                                         bool relu) {
-  switch (x->dtype) {
-    case NT_F32: return fwd_t<float>(ctx, x, w, b, y, p, relu);
-    case NT_F16: return fwd_t<__half>(ctx, x, w, b, y, p, relu);
-    case NT_BF16: return fwd_t<__nv_bfloat16>(ctx, x, w, b, y, p, relu);
-    default: return NT_ERROR(ctx, NT_ERR_DTYPE, "conv2d_nhwc: unsupported dtype");
-  }
+  if (x->dtype != NT_F32)
+    return NT_ERROR(ctx, NT_ERR_DTYPE, "conv2d_nhwc: the direct forward takes f32 only");
+  return fwd_t<float>(ctx, x, w, b, y, p, relu);
 }
 
 nt_status nt_conv2d_nhwc_dgrad_direct(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *relu_y,

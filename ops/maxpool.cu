@@ -50,18 +50,13 @@ __global__ void pool_bwd(const T *__restrict__ dy, const int *__restrict__ am, T
   }
 }
 
-unsigned grid_for(long n) {
-  long b = (n + 255) / 256;
-  return (unsigned)(b < 1 ? 1 : b > 65535 * 8 ? 65535 * 8 : b);
-}
-
 template <typename T>
 nt_status fwd(nt_ctx *ctx, const nt_tensor *x, nt_tensor *y, nt_tensor *am, int k) {
   const long planes = x->shape[0] * x->shape[1];
   const long n = planes * y->shape[2] * y->shape[3];
   if (n == 0) return NT_OK;
   auto kern = n < (1L << 31) ? pool_fwd<T, unsigned> : pool_fwd<T, long>;
-  kern<<<grid_for(n), 256, 0, nt_cuda_stream(ctx)>>>(
+  kern<<<nt_grid_for(n), 256, 0, nt_cuda_stream(ctx)>>>(
       (const T *)x->data, (T *)y->data, (int *)am->data, planes, (int)x->shape[2],
       (int)x->shape[3], (int)y->shape[2], (int)y->shape[3], k);
   return NT_CUDA_LAUNCHED(ctx);
@@ -72,7 +67,7 @@ nt_status bwd(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *am, nt_tensor *
   const long planes = dx->shape[0] * dx->shape[1], OHW = dy->shape[2] * dy->shape[3];
   if (planes * OHW == 0) return NT_OK;
   auto kern = planes * OHW < (1L << 31) ? pool_bwd<T, unsigned> : pool_bwd<T, long>;
-  kern<<<grid_for(planes * OHW), 256, 0, nt_cuda_stream(ctx)>>>(
+  kern<<<nt_grid_for(planes * OHW), 256, 0, nt_cuda_stream(ctx)>>>(
       (const T *)dy->data, (const int *)am->data, (T *)dx->data, planes,
       dx->shape[2] * dx->shape[3], OHW);
   return NT_CUDA_LAUNCHED(ctx);
@@ -255,12 +250,12 @@ nt_status nhwc_fwd(nt_ctx *ctx, const nt_tensor *x, nt_tensor *y, nt_tensor *am,
   const long n = nt_tensor_numel(y);
   if (n == 0) return NT_OK;
   if (vec_ok(k, x->shape[3], {x->data, y->data, am->data})) {
-    pool2_nhwc_fwd_vec<T><<<grid_for(n / 8), 256, 0, nt_cuda_stream(ctx)>>>(
+    pool2_nhwc_fwd_vec<T><<<nt_grid_for(n / 8), 256, 0, nt_cuda_stream(ctx)>>>(
         (const T *)x->data, (T *)y->data, (int *)am->data, (unsigned)x->shape[0],
         (int)x->shape[1], (int)x->shape[2], (unsigned)x->shape[3], nchw);
     return NT_CUDA_LAUNCHED(ctx);
   }
-  pool_nhwc_fwd<T><<<grid_for(n), 256, 0, nt_cuda_stream(ctx)>>>(
+  pool_nhwc_fwd<T><<<nt_grid_for(n), 256, 0, nt_cuda_stream(ctx)>>>(
       (const T *)x->data, (T *)y->data, (int *)am->data, (unsigned)x->shape[0],
       (int)x->shape[1], (int)x->shape[2], (unsigned)x->shape[3], k, nchw);
   return NT_CUDA_LAUNCHED(ctx);
@@ -272,13 +267,16 @@ nt_status nhwc_bwd(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *am, const 
   const long n = nt_tensor_numel(dx);
   if (n == 0) return NT_OK;
   if (vec_ok(k, dx->shape[3], {dy->data, am->data, mask ? mask->data : nullptr, dx->data})) {
-    pool2_nhwc_bwd_vec<T><<<grid_for(n / 8), 256, 0, nt_cuda_stream(ctx)>>>(
+    /* one item per (2x2 window, 8 channels), the windows cut off by an odd H or W included */
+    const long items = dx->shape[0] * ((dx->shape[1] + 1) / 2) * ((dx->shape[2] + 1) / 2) *
+                       (dx->shape[3] / 8);
+    pool2_nhwc_bwd_vec<T><<<nt_grid_for(items), 256, 0, nt_cuda_stream(ctx)>>>(
         (const T *)dy->data, (const int *)am->data, mask ? (const T *)mask->data : nullptr,
         (T *)dx->data, (unsigned)dx->shape[0], (int)dx->shape[1], (int)dx->shape[2],
         (unsigned)dx->shape[3], nchw);
     return NT_CUDA_LAUNCHED(ctx);
   }
-  pool_nhwc_bwd<T><<<grid_for(n), 256, 0, nt_cuda_stream(ctx)>>>(
+  pool_nhwc_bwd<T><<<nt_grid_for(n), 256, 0, nt_cuda_stream(ctx)>>>(
       (const T *)dy->data, (const int *)am->data, mask ? (const T *)mask->data : nullptr,
       (T *)dx->data, (unsigned)dx->shape[0], (int)dx->shape[1], (int)dx->shape[2],
       (unsigned)dx->shape[3], k, nchw);

@@ -37,8 +37,11 @@ __device__ __forceinline__ void cp_async4(void *dst, const void *src, bool pred)
                "l"(src), "r"(pred ? 4 : 0));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+/* Waits until at most N of this thread's committed groups are pending. The memory clobber keeps
+ * the compiler from moving this thread's plain shared-memory reads of the landed data (the
+ * convolutions' mask_chunk, before any __syncthreads) above the wait. */
 template <int N> __device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 __device__ __forceinline__ void ldsm_x4(uint32_t r[4], const void *p) {

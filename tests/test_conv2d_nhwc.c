@@ -1,7 +1,8 @@
 /* NHWC Conv2d and MaxPool2d on the CPU (ops/conv2d_nhwc.h): the same results as the NCHW ops
  * on permuted tensors (forward with bias and ReLU, backward with the ReLU mask, several strides,
  * pads and kernels), dx overwritten and dw / db accumulated, a finite-difference check of the
- * backward, the pool in both y layouts with the mask, and clear errors. */
+ * backward, the pool in both y layouts with the mask, and clear errors (outputs that share
+ * memory with inputs among them). */
 #include "tests/testutil.h"
 #include "ops/conv2d_nhwc.h"
 #include <math.h>
@@ -261,6 +262,42 @@ static void errors(void) {
             nt_conv2d_nhwc_backward(c, &Y, NULL, &X, &Wt, NULL, NULL, &W2, NULL, p));
   CHECK_ERR(c, NT_ERR_SHAPE,
             nt_conv2d_nhwc_backward(c, &Y, NULL, &X, &Wt, &X, &Y, NULL, NULL, p));
+  /* outputs sharing memory with inputs: apart, x and w at 0 and 216 (inputs may overlap each
+   * other), y and dy at 1024, dx and the pool's y at 2048, dw at 3072, argmax in am; then y
+   * over x, dx over dy or x, dw over x, the pool's y over x, its argmax and scratch over its y */
+  int64_t sp[4] = {2, 3, 3, 4}, ss[1] = {288};
+  int32_t am[72];
+  nt_tensor W0 = nt_tensor_view(buf + 216, NT_F32, cpu, 4, sw),
+            Y1 = nt_tensor_view(buf + 1024, NT_F32, cpu, 4, sy),
+            DX = nt_tensor_view(buf + 2048, NT_F32, cpu, 4, sx),
+            DW = nt_tensor_view(buf + 3072, NT_F32, cpu, 4, sw),
+            DXy = nt_tensor_view(buf + 1024, NT_F32, cpu, 4, sx),
+            P = nt_tensor_view(buf + 2048, NT_F32, cpu, 4, sp),
+            Px = nt_tensor_view(buf, NT_F32, cpu, 4, sp),
+            A = nt_tensor_view(am, NT_I32, cpu, 4, sp),
+            Ay = nt_tensor_view(buf + 2048, NT_I32, cpu, 4, sp),
+            S = nt_tensor_view(buf + 1900, NT_F32, cpu, 1, ss);
+  CHECK_OK(c, nt_conv2d_nhwc_forward(c, &X, &W0, NULL, &Y1, p, false));
+  CHECK_OK(c, nt_conv2d_nhwc_backward(c, &Y1, NULL, &X, &W0, &DX, &X, &DW, NULL, p));
+  CHECK_OK(c, nt_conv2d_nhwc_pool_forward(c, &X, &W0, NULL, &P, &A, p, false, false, NULL));
+  CHECK_ERR(c, NT_ERR_INVALID_ARG, nt_conv2d_nhwc_forward(c, &X, &W0, NULL, &Y, p, false));
+  CHECK(strstr(nt_last_error(c), "y overlaps x"), "alias message: %s", nt_last_error(c));
+  CHECK_ERR(c, NT_ERR_INVALID_ARG,
+            nt_conv2d_nhwc_backward(c, &Y1, NULL, &X, &W0, &DXy, NULL, NULL, NULL, p));
+  CHECK(strstr(nt_last_error(c), "dx overlaps dy"), "alias message: %s", nt_last_error(c));
+  CHECK_ERR(c, NT_ERR_INVALID_ARG,
+            nt_conv2d_nhwc_backward(c, &Y1, NULL, &X, &W0, &X, NULL, NULL, NULL, p));
+  CHECK_ERR(c, NT_ERR_INVALID_ARG,
+            nt_conv2d_nhwc_backward(c, &Y1, NULL, &X, &W0, NULL, NULL, &Wt, NULL, p));
+  CHECK(strstr(nt_last_error(c), "dw overlaps x"), "alias message: %s", nt_last_error(c));
+  CHECK_ERR(c, NT_ERR_INVALID_ARG,
+            nt_conv2d_nhwc_pool_forward(c, &X, &W0, NULL, &Px, &A, p, false, false, NULL));
+  CHECK_ERR(c, NT_ERR_INVALID_ARG,
+            nt_conv2d_nhwc_pool_forward(c, &X, &W0, NULL, &P, &Ay, p, false, false, NULL));
+  CHECK(strstr(nt_last_error(c), "argmax overlaps y"), "alias message: %s", nt_last_error(c));
+  CHECK_ERR(c, NT_ERR_INVALID_ARG,
+            nt_conv2d_nhwc_pool_forward(c, &X, &W0, NULL, &P, &A, p, false, false, &S));
+  CHECK(strstr(nt_last_error(c), "scratch overlaps y"), "alias message: %s", nt_last_error(c));
   nt_ctx_free(c);
 }
 

@@ -238,7 +238,9 @@ nt_status nt_model_cnn_create(nt_ctx *ctx, const nt_train_options *o, const nt_p
   if (!st) st = nt_cnn_create(ctx, &cfg, dt, (int)B, &r->m);
   if (!st) st = nt_params_init(ctx, nt_cnn_params(r->m), o->seed);
   if (!st && pol->fp8) st = nt_cnn_enable_fp8(ctx, r->m, false);
-  int64_t xs[4] = {B, cfg.in_channels, cfg.height, cfg.width};
+  /* the model's channels-last input [B, H, W, C]; the loader's one-channel [1, h, w] images
+   * are the same memory */
+  int64_t xs[4] = {B, cfg.height, cfg.width, cfg.in_channels};
   if (!st) st = nt_tensor_alloc(ctx, &r->x, dt, 4, xs);
   if (!st) st = nt_tensor_alloc(ctx, &r->y, NT_I32, 1, &B);
   if (st) goto fail;
