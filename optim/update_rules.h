@@ -1,28 +1,13 @@
 /* The per-element update rules of Adam/AdamW and SGD, shared by the CPU loops and the CUDA
- * kernels. Every multiply/add/divide is an explicitly rounded fp32 operation (no contraction
- * into FMA on the device; the one FMA is explicit on both sides), so the CPU and the GPU
- * produce the same bits. The order of operations is torch.optim's: it reproduces the Adam and
- * AdamW vectors of docs/semantics.md bit for bit. Private. */
+ * kernels. Every multiply/add/divide is an explicitly rounded fp32 operation (NT_FMUL and the
+ * others of optim/optim_common.h: no contraction into FMA on the device; the one FMA is
+ * explicit on both sides), so the CPU and the GPU produce the same bits. The order of
+ * operations is torch.optim's: it reproduces the Adam and AdamW vectors of docs/semantics.md
+ * bit for bit. Private. */
 #ifndef NT_OPTIM_UPDATE_RULES_H
 #define NT_OPTIM_UPDATE_RULES_H
 #include <math.h>
 #include "optim/optim_common.h"
-
-#ifdef __CUDA_ARCH__
-#define NT_FMUL(a, b) __fmul_rn((a), (b))
-#define NT_FADD(a, b) __fadd_rn((a), (b))
-#define NT_FSUB(a, b) __fsub_rn((a), (b))
-#define NT_FDIV(a, b) __fdiv_rn((a), (b))
-#define NT_FSQRT(a) __fsqrt_rn(a)
-#define NT_FFMA(a, b, c) __fmaf_rn((a), (b), (c))
-#else
-#define NT_FMUL(a, b) ((a) * (b))
-#define NT_FADD(a, b) ((a) + (b))
-#define NT_FSUB(a, b) ((a) - (b))
-#define NT_FDIV(a, b) ((a) / (b))
-#define NT_FSQRT(a) sqrtf(a)
-#define NT_FFMA(a, b, c) fmaf((a), (b), (c))   /* correctly rounded, as the device's */
-#endif
 
 typedef struct {
   float beta1, one_minus_beta1, beta2, one_minus_beta2, eps;
