@@ -329,12 +329,14 @@ static nt_status stage_grad_sumsq(nt_ctx *ctx, nt_step *s) {
   return nt_sum_squares(ctx, (const nt_tensor *const *)s->grad_list, s->n_ranges, &out);
 }
 
-/* Stage 5: found_inf MAX and sumsq SUM across ranks (the hook); identity at one rank. */
-static nt_status stage_global_reduce(nt_ctx *ctx, nt_step *s) {
+/* Stage 5: found_inf MAX and sumsq SUM across ranks (the hook); identity at one rank. With
+ * stage 3 folded, found_inf is still zero on every rank (the optimizer sets it from the global
+ * sum of squares): only sumsq is reduced. */
+static nt_status stage_global_reduce(nt_ctx *ctx, nt_step *s, bool folded) {
   const nt_step_hooks *h = s->o.hooks;
   if (!h || !h->global_reduce) return NT_OK;
   float *sumsq = s->o.max_norm > 0.0f ? s->sumsq : NULL;
-  float *found = found_inf_flag(s);
+  float *found = folded ? NULL : found_inf_flag(s);
   if (!sumsq && !found) return NT_OK;
   return h->global_reduce(ctx, h->arg, found, sumsq);
 }
@@ -410,7 +412,7 @@ nt_status nt_step_update(nt_ctx *ctx, nt_step *s, double lr) {
   bool folded = false;
   nt_status st = stage_unscale_and_check(ctx, s, &factor, &folded);
   if (!st) st = stage_grad_sumsq(ctx, s);
-  if (!st) st = stage_global_reduce(ctx, s);
+  if (!st) st = stage_global_reduce(ctx, s, folded);
   if (!st) stage_clip(s, &a, &sumsq);
   if (folded) a.grad_scale = &factor;   /* the unscale rides on the optimizer's update */
   if (!st) st = stage_optimizer(ctx, s, &a, found ? &found_view : NULL);
