@@ -30,7 +30,9 @@ static inline NT_HD nt_adam_coefs nt_adam_coefs_make(const nt_optim_record *r, i
   return k;
 }
 
-/* One element: p (fp32 master), m, v updated in place; g already unscaled. */
+/* One element: p (fp32 master), m, v updated in place; g * clip is the gradient the step
+ * applies (clip is the record's clip_coef: the clipping coefficient, times grad_scale when the
+ * unscale is folded into it, so g may still be scaled). */
 static inline NT_HD void nt_adam_update(float *p, float *m, float *v, float g, float clip,
                                         const nt_adam_hyper *h, const nt_adam_coefs *k) {
   float pp = *p;
