@@ -93,9 +93,11 @@ nt_status nt_gemm(nt_ctx *ctx, const nt_tensor *A, const nt_tensor *B, nt_tensor
                   const nt_gemm_opts *opts);
 
 /* A linear layer's bias gradient: db[n] += sum over m of dy[m, n]. dy [M, N] (F32, F16 or
- * BF16) with unit stride along N; db [N] F32 contiguous. Sums in fp32 (CPU: fp64) in a fixed
- * order (deterministic); on the GPU two small kernels that read dy once (per-chunk column
- * sums, then the chunks summed in order). */
+ * BF16) with unit stride along N; db [N] F32 contiguous. Sums in fp32 (CPU: fp64); on the GPU
+ * two small kernels that read dy once (per-chunk column sums, then the chunks summed in
+ * order). The order is fixed for a given shape and device, so results repeat bit for bit run
+ * to run; on the GPU the chunk count follows the SM count, so GPUs with different SM counts
+ * (and the CPU) may differ in the last bits. */
 nt_status nt_gemm_bias_grad(nt_ctx *ctx, const nt_tensor *dy, nt_tensor *db);
 
 /* Plan cache statistics of a context (all zero for a CPU context). */
