@@ -8,10 +8,10 @@
  * backward reads gelu(pre) as the input of mlp.c_proj's weight gradient and pre for the
  * GELU's derivative, fused into mlp.c_proj's input-gradient GEMM. Attention reads q, k, v as
  * head views of the QKV projection's output and writes its [B, T, C] output in place (no
- * split/merge copies). Dropout (p > 0, training only) after the embedding, on the attention probabilities
- * (as nanoGPT's SDPA dropout_p) and on both residual branches; its masks come from Philox
- * offsets relative to the context's per-step RNG base, so a CUDA graph of the step draws new
- * masks on every replay. */
+ * split/merge copies). Dropout (p > 0, training only) after the embedding, on the attention
+ * probabilities (as nanoGPT's SDPA dropout_p) and on both residual branches; its masks come
+ * from Philox offsets relative to the context's per-step RNG base, so a CUDA graph of the step
+ * draws new masks on every replay. */
 #ifndef NT_MODELS_GPT_H
 #define NT_MODELS_GPT_H
 #include "core/nt.h"

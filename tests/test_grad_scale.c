@@ -164,7 +164,8 @@ static void test_scale_underflow(nt_ctx *ctx, const data *d) {
             CHECK_OK(ctx, nt_scaler_update(ctx, sc)) && CHECK_OK(ctx, nt_scaler_read(ctx, sc, &v));
   if (!ok) goto done;
   CHECK(v.scale == ldexpf(1.0f, -128) && isinf(read_scalar(ctx, &inv)),
-        "scale %g after the backoff, inv_scale %g", (double)v.scale, (double)read_scalar(ctx, &inv));
+        "scale %g after the backoff, inv_scale %g", (double)v.scale,
+        (double)read_scalar(ctx, &inv));
   const float *gs[2] = {d->g, zeros};
   const char *what[2] = {"scale 2^-128, finite gradients", "scale 2^-128, zero gradients"};
   for (int k = 0; k < 2; k++) {
@@ -273,7 +274,8 @@ static void run_all(nt_ctx *ctx, nt_ctx *cpu) {
   test_divisor(ctx, div_out);
   if (cpu) {
     test_divisor(cpu, div_cpu);
-    CHECK(!memcmp(div_out, div_cpu, sizeof div_out), "grad_divisor 3: the GPU's bits are the CPU's");
+    CHECK(!memcmp(div_out, div_cpu, sizeof div_out),
+          "grad_divisor 3: the GPU's bits are the CPU's");
   }
   test_errors(ctx, &d);
 }

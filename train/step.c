@@ -277,12 +277,12 @@ static float *found_inf_flag(nt_step *s) {
  * micro-steps, a factor grad_divisor. With clipping on, no pass over them: *factor gets
  * 1/scale (/ grad_divisor) and the optimizer applies it inside its update, folded into the
  * clipping coefficient, setting found_inf (fp16) when the unscaled norm sqrt(sumsq) * factor
- * (stages 4-5) is not finite: when a gradient is not, or 1/scale is inf. The same bits as the pass when
- * the scale and grad_divisor are powers of two, within rounding otherwise. One difference from
- * PyTorch's unscale-then-check: finite scaled gradients whose global sum of squares overflows
- * fp32 (above ~3.4e38: a scaled global norm above ~1.8e19, an unscaled one above ~2.8e14 at
- * scale 65536) also skip the step, where PyTorch (unscaling first) would clip and step
- * normally. Without clipping: grads *= the factor over the owned ranges and found_inf = 1 on a
+ * (stages 4-5) is not finite: when a gradient is not, or 1/scale is inf. The same bits as the
+ * pass when the scale and grad_divisor are powers of two, within rounding otherwise. One
+ * difference from PyTorch's unscale-then-check: finite scaled gradients whose global sum of
+ * squares overflows fp32 (above ~3.4e38: a scaled global norm above ~1.8e19, an unscaled one
+ * above ~2.8e14 at scale 65536) also skip the step, where PyTorch (unscaling first) would clip
+ * and step normally. Without clipping: grads *= the factor over the owned ranges and found_inf = 1 on a
  * non-finite element, one multi-tensor launch (the scaler zeroes found_inf first); nothing to
  * do without loss scaling and without a divisor. *folded says which. */
 static nt_status stage_unscale_and_check(nt_ctx *ctx, nt_step *s, nt_tensor *factor_out,
