@@ -243,15 +243,14 @@ static nt_status linear(nt_ctx *ctx, const nt_tensor *a, const nt_tensor *w, con
   return nt_gemm(ctx, a, w, d, &o);
 }
 
-/* dW += dY^T @ X with db += colsum(dY) fused; dX = dY @ W. */
+/* dW += dY^T @ X, db += colsum(dY) (nt_gemm_bias_grad, as nt_linear_backward); dX = dY @ W. */
 static nt_status linear_bwd(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *x,
                             const nt_tensor *w, nt_tensor *dw, nt_tensor *db, nt_tensor *dx) {
   nt_gemm_opts o = nt_gemm_defaults();
   o.trans_a = true;
   o.beta = 1.0f;
-  o.epilogue = NT_EPI_BGRADA;
-  o.bias_grad = db;
   nt_status st = nt_gemm(ctx, dy, x, dw, &o);
+  if (!st) st = nt_gemm_bias_grad(ctx, dy, db);
   if (st || !dx) return st;
   nt_gemm_opts o2 = nt_gemm_defaults();
   return nt_gemm(ctx, dy, w, dx, &o2);

@@ -1,9 +1,10 @@
 /* A/B of the GPT step's layer-level alternatives at the exact shapes of shakespeare_char
  * (64 x 256 tokens, C 384) and GPT-2 124M (16 x 1024 tokens, C 768), bf16, through the
  * library's own calls (issue 22):
- *   - a linear layer's weight + bias gradient: dW GEMM with the bias gradient fused
- *     (NT_EPI_BGRADA, cuBLASLt's BGRADB: the path before session 12) against the plain dW GEMM
- *     plus nt_gemm_bias_grad (column sums of dy), and each part alone;
+ *   - a linear layer's weight + bias gradient: the plain dW GEMM plus nt_gemm_bias_grad
+ *     (column sums of dy), and each part alone; the dW GEMM with the bias gradient fused
+ *     (cuBLASLt's BGRADB, the path before session 12) measured slower at every layer
+ *     (bench/RESULTS.md, session 12) and was removed from the library;
  *   - mlp.c_proj's dx GEMM through GELU: DGELU, DGELU + the column sums (c_fc's bias
  *     gradient), and the plain product (what the epilogue costs); cuBLASLt's DGELU_BGRAD
  *     (the bias gradient from the same epilogue) measured 245 us against DGELU + column sums'
@@ -64,7 +65,6 @@ typedef struct {
 } bench_case;
 
 enum {
-  K_WGRAD_FUSED,   /* dW GEMM with BGRADA */
   K_WGRAD_SPLIT,   /* plain dW GEMM + nt_gemm_bias_grad */
   K_WGRAD_PLAIN,   /* plain dW GEMM alone */
   K_COLSUM,        /* nt_gemm_bias_grad alone */
@@ -80,19 +80,15 @@ enum {
 };
 
 static const bench_case cases[] = {
-    {"qkv.dW+db.fused_bgradb", 1, 3, K_WGRAD_FUSED},
     {"qkv.dW+db.plain+colsum", 1, 3, K_WGRAD_SPLIT},
     {"qkv.dW.plain", 1, 3, K_WGRAD_PLAIN},
     {"qkv.db.colsum", 1, 3, K_COLSUM},
-    {"proj.dW+db.fused_bgradb", 1, 1, K_WGRAD_FUSED},
     {"proj.dW+db.plain+colsum", 1, 1, K_WGRAD_SPLIT},
     {"proj.dW.plain", 1, 1, K_WGRAD_PLAIN},
     {"proj.db.colsum", 1, 1, K_COLSUM},
-    {"fc.dW+db.fused_bgradb", 1, 4, K_WGRAD_FUSED},
     {"fc.dW+db.plain+colsum", 1, 4, K_WGRAD_SPLIT},
     {"fc.dW.plain", 1, 4, K_WGRAD_PLAIN},
     {"fc.db.colsum", 1, 4, K_COLSUM},
-    {"fcproj.dW+db.fused_bgradb", 4, 1, K_WGRAD_FUSED},
     {"fcproj.dW+db.plain+colsum", 4, 1, K_WGRAD_SPLIT},
     {"fcproj.dW.plain", 4, 1, K_WGRAD_PLAIN},
     {"fcproj.db.colsum", 4, 1, K_COLSUM},
@@ -119,15 +115,10 @@ static nt_status run_case(nt_ctx *ctx, setup *s, const bench_case *c, int r) {
   nt_gemm_opts o = nt_gemm_defaults();
   nt_status st = NT_OK;
   switch (c->kind) {
-    case K_WGRAD_FUSED:
     case K_WGRAD_SPLIT:
     case K_WGRAD_PLAIN:
       o.trans_a = true;
       o.beta = 1.0f;
-      if (c->kind == K_WGRAD_FUSED) {
-        o.epilogue = NT_EPI_BGRADA;
-        o.bias_grad = &db;
-      }
       st = nt_gemm(ctx, &dy, &x, &dw, &o);
       if (!st && c->kind == K_WGRAD_SPLIT) st = nt_gemm_bias_grad(ctx, &dy, &db);
       return st;

@@ -244,8 +244,12 @@ static nt_status system_alloc(nt_ctx *ctx, size_t size, void **out, int *oom) {
     return NT_CUDA(ctx, e);
   }
 #endif
-  *out = aligned_alloc(ROUND_BYTES, round_request(size));   /* (a whole number of alignments) */
-  if (!*out) *oom = 1;
+  /* exactly `size` bytes, 512-byte aligned: with mem_cache off that is the request's own size,
+   * so ASan sees an access past its end (aligned_alloc would need a multiple of 512) */
+  if (posix_memalign(out, ROUND_BYTES, size) != 0) {
+    *out = NULL;
+    *oom = 1;
+  }
   return NT_OK;
 }
 
@@ -457,7 +461,7 @@ static mblock *new_segment(nt_ctx *ctx, size_t size, int small, size_t bytes, nt
     free(b);
     p->stats.n_cache_flushes++;
     synchronize_for_release(ctx);
-    mblock *cached = find_free(p, small, size);
+    mblock *cached = ctx->opts.mem_cache ? find_free(p, small, size) : find_exact(p, small, size);
     if (cached) return cached;
     release_cached(ctx);
     if (!(b = calloc(1, sizeof *b))) {

@@ -4,7 +4,6 @@
 #include <string.h>
 #include <strings.h>
 #include "dist/comm_internal.h"
-#include "ops/elementwise.h"
 
 typedef struct {
   nt_shard_layout lay;
@@ -571,20 +570,6 @@ nt_status nt_fsdp_owned_grads(nt_fsdp *f, nt_tensor *out, int *n) {
     out[(*n)++] = sharded(f) ? nt_flat_view(&u->gshard, 0, real) : f->p->units[j].grad;
   }
   return NT_OK;
-}
-
-nt_status nt_fsdp_unscale_factor(nt_ctx *ctx, nt_fsdp *f, const nt_tensor *inv_scale,
-                                 nt_tensor *out) {
-  nt_status st;
-  if (inv_scale) {
-    st = nt_tensor_copy(ctx, out, inv_scale);
-  } else {
-    float one = 1.0f;
-    nt_tensor h = nt_tensor_view(&one, NT_F32, nt_cpu(), 0, NULL);
-    st = nt_tensor_copy(ctx, out, &h);
-  }
-  if (!st && f->W > 1) st = nt_scale(ctx, 1.0f / (float)f->W, out);
-  return st;
 }
 
 nt_status nt_fsdp_gather_unit(nt_ctx *ctx, nt_fsdp *f, int j, const nt_tensor *src,

@@ -21,9 +21,10 @@
  * hooks have run (not cache them at model creation). NO_SHARD leaves the buffers alone.
  *
  * Means: reductions are sums. The gradients the optimizer sees must be divided by the world
- * size N (nt_fsdp_grad_divisor); fold 1/N into the unscale stage: multiply the unscale factor
- * (the loss scaler's inv_scale, or 1 without a scaler) by 1/N, e.g. with
- * nt_fsdp_unscale_factor, and unscale the owned gradients with it (nt_unscale_and_check).
+ * size N (nt_fsdp_grad_divisor); fold 1/N into the unscale factor (the loss scaler's
+ * inv_scale, or 1 without a scaler): the step does it with nt_step_options.grad_divisor = N
+ * (train/fsdp_step.h), unscaling the owned gradients in place without clipping and folding the
+ * factor into the optimizer's clip coefficient with clipping.
  * Gradient accumulation: the loss is divided by K as on one rank; nt_fsdp_set_sync(false) for
  * the first K-1 micro-steps skips the reductions (FSDP's no_sync), so the whole gradients
  * accumulate locally (sharded strategies then hold whole gradients until the last micro-step).
@@ -123,9 +124,6 @@ int nt_fsdp_map_ranges(const nt_fsdp *f, const nt_param_range *in, int n, nt_par
 /* The owned real gradient elements (padding excluded), for the inf check and the norm: up to
  * one view per unit, *n set to the count. */
 nt_status nt_fsdp_owned_grads(nt_fsdp *f, nt_tensor *out, int *n);
-/* out (F32 scalar on ctx's device) = inv_scale / N, inv_scale NULL meaning 1. */
-nt_status nt_fsdp_unscale_factor(nt_ctx *ctx, nt_fsdp *f, const nt_tensor *inv_scale,
-                                 nt_tensor *out);
 /* The whole unit (F32 [numel] on any device) from every rank's shard: src is an F32 [shard]
  * tensor (e.g. the optimizer's master or moment view of the unit), NULL for the compute
  * parameters (F32 compute only). NO_SHARD: src's whole unit, copied. Synchronous. */

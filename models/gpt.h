@@ -4,14 +4,14 @@
  * nanoGPT's state_dict ("transformer.h.0.attn.c_attn.weight"). All activations are allocated
  * at create for a maximum batch x sequence; calls may use smaller ones (evaluation, sampling).
  * Activations are in the compute dtype; LayerNorm statistics, the loss and all gradients of
- * parameters in fp32. The MLP keeps its pre-activation, not its GELU output: backward
- * recomputes gelu(pre) (the input of mlp.c_proj's weight gradient) and fuses the GELU's
- * derivative into mlp.c_proj's input-gradient GEMM. Attention reads q, k, v as head views of
- * the QKV projection's output and writes its [B, T, C] output in place (no split/merge
- * copies). Dropout (p > 0, training only) after the embedding, on the attention probabilities
- * (as nanoGPT's SDPA dropout_p) and on both residual branches; its masks come from Philox
- * offsets relative to the context's per-step RNG base, so a CUDA graph of the step draws new
- * masks on every replay. */
+ * parameters in fp32. The MLP keeps both its pre-activation and its GELU output per layer:
+ * backward reads gelu(pre) as the input of mlp.c_proj's weight gradient and pre for the
+ * GELU's derivative, fused into mlp.c_proj's input-gradient GEMM. Attention reads q, k, v as
+ * head views of the QKV projection's output and writes its [B, T, C] output in place (no
+ * split/merge copies). Dropout (p > 0, training only) after the embedding, on the attention
+ * probabilities (as nanoGPT's SDPA dropout_p) and on both residual branches; its masks come
+ * from Philox offsets relative to the context's per-step RNG base, so a CUDA graph of the step
+ * draws new masks on every replay. */
 #ifndef NT_MODELS_GPT_H
 #define NT_MODELS_GPT_H
 #include "core/nt.h"

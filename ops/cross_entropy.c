@@ -27,12 +27,12 @@ static nt_status check_rows(nt_ctx *ctx, const nt_tensor *t, const char *what) {
 }
 
 /* fp64 per row; losses and dlogits may each be NULL. dlogits may alias logits: a row is fully
- * read (max, sum, target logit) before it is written. */
-static void ce_cpu(int64_t N, int64_t V, const nt_tensor *logits, const int32_t *tgt,
-                   double grad_scale, nt_tensor *losses, nt_tensor *dlogits) {
+ * read (max, sum, target logit) before it is written. ld, ldd: row_stride of logits, dlogits. */
+static void ce_cpu(int64_t N, int64_t V, const nt_tensor *logits, int64_t ld,
+                   const int32_t *tgt, double grad_scale, nt_tensor *losses, nt_tensor *dlogits,
+                   int64_t ldd) {
   const void *x = logits->data;
   nt_dtype dt = logits->dtype;
-  int64_t ld = row_stride(logits), ldd = dlogits ? row_stride(dlogits) : 0;
   for (int64_t r = 0; r < N; r++) {
     int64_t o = r * ld, od = r * ldd;
     int32_t t = tgt[r];
@@ -93,9 +93,11 @@ static nt_status ce(nt_ctx *ctx, const char *name, const nt_tensor *logits,
       return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "%s: count = %lld rows to average over must be > 0",
                       name, (long long)count);
   }
+  const int64_t ld = row_stride(logits), ldd = dlogits ? row_stride(dlogits) : V;
   if (nt_ctx_is_cuda(ctx)) {
 #ifdef NT_HAVE_CUDA
-    return nt_cross_entropy_cuda(ctx, logits, targets, dloss_scale, count, losses, dlogits);
+    return nt_cross_entropy_cuda(ctx, logits, ld, targets, dloss_scale, count, losses, dlogits,
+                                 ldd);
 #else
     return nt_memops_no_cuda(ctx, name);
 #endif
@@ -106,7 +108,7 @@ static nt_status ce(nt_ctx *ctx, const char *name, const nt_tensor *logits,
       return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "%s: target %d of row %lld is outside [0, %lld)",
                       name, tgt[r], (long long)r, (long long)V);
   double scale = dlogits ? (dloss_scale ? (double)*dloss_scale : 1.0) / (double)count : 0.0;
-  ce_cpu(N, V, logits, tgt, scale, losses, dlogits);
+  ce_cpu(N, V, logits, ld, tgt, scale, losses, dlogits, ldd);
   return NT_OK;
 }
 

@@ -140,17 +140,11 @@ nt_status launch(nt_ctx *ctx, int64_t N, int V, int64_t ld, int64_t ldd, const T
                                    dlogits);
 }
 
-/* Elements from one row of t [.., V] to the next (V unless 2-D with padded rows). */
-int64_t row_stride(const nt_tensor *t) {
-  int64_t V = t->shape[t->ndim - 1];
-  return t->ndim >= 2 && t->shape[t->ndim - 2] > 1 ? t->stride[t->ndim - 2] : V;
-}
-
 } // namespace
 
-nt_status nt_cross_entropy_cuda(nt_ctx *ctx, const nt_tensor *logits, const nt_tensor *targets,
-                                const float *dloss_scale, int64_t count, nt_tensor *losses,
-                                nt_tensor *dlogits) {
+nt_status nt_cross_entropy_cuda(nt_ctx *ctx, const nt_tensor *logits, int64_t ld,
+                                const nt_tensor *targets, const float *dloss_scale, int64_t count,
+                                nt_tensor *losses, nt_tensor *dlogits, int64_t ldd) {
   int64_t V = logits->shape[logits->ndim - 1], N = nt_tensor_numel(logits) / V;
   if (N == 0) return NT_OK;
   if (V > INT32_MAX / 2 || N > INT32_MAX)
@@ -160,8 +154,7 @@ nt_status nt_cross_entropy_cuda(nt_ctx *ctx, const nt_tensor *logits, const nt_t
   float *lp = losses ? (float *)losses->data : nullptr;
   nt_status st = NT_ERR_INTERNAL;
   NT_DISPATCH_FLOAT(logits->dtype, T,
-                    st = launch<T>(ctx, N, (int)V, row_stride(logits),
-                                   dlogits ? row_stride(dlogits) : V, (const T *)logits->data,
+                    st = launch<T>(ctx, N, (int)V, ld, ldd, (const T *)logits->data,
                                    (const int32_t *)targets->data, dloss_scale, inv_count, lp,
                                    dlogits ? (T *)dlogits->data : (T *)nullptr));
   return st;

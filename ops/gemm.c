@@ -22,8 +22,8 @@ void nt_gemm_tanh_gelu(float x, float *gelu, float *dgelu) {
 }
 
 static const char *epi_name(nt_gemm_epilogue e) {
-  static const char *n[] = {"NONE", "BIAS", "GELU_AUX", "RELU", "DGELU", "BGRADA"};
-  return ((int)e >= 0 && e <= NT_EPI_BGRADA) ? n[e] : "?";
+  static const char *n[] = {"NONE", "BIAS", "GELU_AUX", "RELU", "DGELU"};
+  return ((int)e >= 0 && e <= NT_EPI_DGELU) ? n[e] : "?";
 }
 
 static bool is_fp8(nt_dtype t) { return t == NT_FP8_E4M3 || t == NT_FP8_E5M2; }
@@ -73,9 +73,9 @@ static nt_status check_epilogue(nt_ctx *ctx, nt_gemm_problem *p) {
   const nt_gemm_opts *o = p->o;
   char b1[96], b2[96];
   nt_gemm_epilogue e = o->epilogue;
-  if ((int)e < 0 || e > NT_EPI_BGRADA)
+  if ((int)e < 0 || e > NT_EPI_DGELU)
     return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "gemm: unknown epilogue %d", (int)e);
-  if (p->batch > 1 && (e == NT_EPI_GELU_AUX || e == NT_EPI_DGELU || e == NT_EPI_BGRADA))
+  if (p->batch > 1 && (e == NT_EPI_GELU_AUX || e == NT_EPI_DGELU))
     return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "gemm: epilogue %s on a batched product (batch %lld)",
                     epi_name(e), (long long)p->batch);
   bool wants_bias = e == NT_EPI_BIAS || e == NT_EPI_GELU_AUX || e == NT_EPI_RELU;
@@ -108,18 +108,6 @@ static nt_status check_epilogue(nt_ctx *ctx, nt_gemm_problem *p) {
     if (st) return st;
     p->x_m = x->stride[x->ndim - 2];
     p->x_batch = 0;
-  }
-  if (e == NT_EPI_BGRADA) {
-    const nt_tensor *g = o->bias_grad;
-    if (!g) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "gemm: epilogue BGRADA without bias_grad");
-    if (g->ndim != 1 || g->shape[0] != p->M || (g->shape[0] > 1 && g->stride[0] != 1))
-      return NT_ERROR(ctx, NT_ERR_SHAPE, "gemm: bias_grad must be a contiguous [%lld] (M), got %s",
-                      (long long)p->M, nt_tensor_describe(g, b1, sizeof b1));
-    nt_status st = nt_check_dtype(ctx, g, NT_F32, "gemm bias_grad");
-    if (!st) st = nt_check_device(ctx, g, "gemm bias_grad");
-    if (st) return st;
-    if (is_fp8(p->A->dtype))
-      return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "gemm: BGRADA with FP8 inputs");
   }
   return NT_OK;
 }
@@ -295,14 +283,6 @@ nt_status nt_gemm_cpu(nt_ctx *ctx, const nt_gemm_problem *p) {
           default: break;
         }
         nt_store_f32(pd, p->D->dtype, di, v);
-      }
-    }
-    if (e == NT_EPI_BGRADA) {
-      float *g = (float *)o->bias_grad->data;
-      for (int64_t m = 0; m < M; m++) {
-        double s = 0.0;
-        for (int64_t k = 0; k < K; k++) s += nt_load_f32(pa, p->A->dtype, m * p->a_m + k * p->a_k);
-        g[m] += (float)s;
       }
     }
   }

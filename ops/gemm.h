@@ -16,9 +16,7 @@ typedef enum {
   NT_EPI_BIAS,        /* D += bias[N] (broadcast over rows) */
   NT_EPI_GELU_AUX,    /* pre = gemm (+ bias if given); aux = pre; D = gelu_tanh(pre) */
   NT_EPI_RELU,        /* D = relu(gemm (+ bias if given)) */
-  NT_EPI_DGELU,       /* D = gemm * gelu_tanh'(aux)  (aux: the saved pre-activation, [M, N]) */
-  NT_EPI_BGRADA       /* D as NONE, and bias_grad[M] += sum over k of op(A)[m, k]: the bias
-                         gradient of dW = dY^T @ X (A = dY, trans_a) in the same launch */
+  NT_EPI_DGELU        /* D = gemm * gelu_tanh'(aux)  (aux: the saved pre-activation, [M, N]) */
 } nt_gemm_epilogue;
 
 /* TF32 tensor ops for F32 inputs on the GPU (10-bit mantissa products, fp32 accumulation):
@@ -35,7 +33,6 @@ typedef struct {
   nt_gemm_epilogue epilogue;
   const nt_tensor *bias;       /* [N], F32 or D's dtype: BIAS, GELU_AUX, RELU */
   nt_tensor *aux;              /* [M, N] in D's dtype: written by GELU_AUX, read by DGELU */
-  nt_tensor *bias_grad;        /* [M] F32, accumulated: BGRADA */
   /* With beta != 0, C is read from c instead of D: D = alpha op(A) op(B) + beta c, then the
    * epilogue (e.g. a residual added to a linear layer's output in the same launch). c has D's
    * shape, strides and dtype; it may be D itself. NULL: C is D (accumulation in place). Not
@@ -56,18 +53,16 @@ nt_gemm_opts nt_gemm_defaults(void);
  *   is NT_ERR_UNSUPPORTED: cuBLASLt has no such kernel).
  *   D: F32 inputs -> F32; F16 -> F16 or F32; BF16 -> BF16 or F32; FP8 -> F32, F16 or BF16.
  * - beta == 0: D is not read (NaN in D does not propagate).
- * - GELU_AUX, DGELU and BGRADA need an unbatched product; BGRADA ignores alpha (the bias
- *   gradient is the plain sum of op(A)).
+ * - GELU_AUX and DGELU need an unbatched product.
  * - On the GPU each matrix needs a unit stride in one of its two last dims (D in its last);
  *   FP8 needs compute capability >= 8.9 and cuBLASLt's "TN" layout: A [M, K] not transposed
  *   and B given as [N, K] with trans_b, both with unit stride along K, and 16-byte aligned
  *   leading dims.
  * GPU: a fused cuBLASLt epilogue when cuBLASLt offers one for the case, otherwise the plain
- * product followed by a small kernel (same results within rounding). BGRADA's fused bias
- * gradient is written by cuBLASLt into a per-plan scratch vector and then added to bias_grad.
- * Plans (descriptors, layouts and the chosen algorithm) are cached per context; with
- * autotuning (default on for CUDA contexts; the context option gemm_autotune, core/ctx.h) the
- * first call of a new shape times candidate algorithms once each, then those within 1.3x of
+ * product followed by a small kernel (same results within rounding). Plans (descriptors,
+ * layouts and the chosen algorithm) are cached per context; with autotuning (default on for
+ * CUDA contexts; the context option gemm_autotune, core/ctx.h) the first call of a new shape
+ * times candidate algorithms once each, then those within 1.3x of
  * the fastest (3 samples of 5 runs each, taken round-robin, median), and keeps the fastest.
  * That call waits for the GPU: a one-time cost per shape. While the stream is being captured
  * into a CUDA graph the heuristic's first choice is used instead. The candidates (option
@@ -93,9 +88,11 @@ nt_status nt_gemm(nt_ctx *ctx, const nt_tensor *A, const nt_tensor *B, nt_tensor
                   const nt_gemm_opts *opts);
 
 /* A linear layer's bias gradient: db[n] += sum over m of dy[m, n]. dy [M, N] (F32, F16 or
- * BF16) with unit stride along N; db [N] F32 contiguous. Sums in fp32 (CPU: fp64) in a fixed
- * order (deterministic); on the GPU two small kernels that read dy once (per-chunk column
- * sums, then the chunks summed in order). */
+ * BF16) with unit stride along N; db [N] F32 contiguous. Sums in fp32 (CPU: fp64); on the GPU
+ * two small kernels that read dy once (per-chunk column sums, then the chunks summed in
+ * order). The order is fixed for a given shape and device, so results repeat bit for bit run
+ * to run; on the GPU the chunk count follows the SM count, so GPUs with different SM counts
+ * (and the CPU) may differ in the last bits. */
 nt_status nt_gemm_bias_grad(nt_ctx *ctx, const nt_tensor *dy, nt_tensor *db);
 
 /* Plan cache statistics of a context (all zero for a CPU context). */

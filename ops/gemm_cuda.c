@@ -2,8 +2,7 @@
  *
  * Row-major views are handed to column-major cuBLASLt by computing D^T = op(B)^T op(A)^T:
  * cuBLASLt's "A" is our op(B)^T ([N, K]), its "B" is our op(A)^T ([K, M]) and its D is our D^T
- * ([N, M], leading dim D's row stride). cuBLASLt's m, n, k are therefore our N, M, K, and our
- * BGRADA (bias gradient over op(A)) is cuBLASLt's BGRADB.
+ * ([N, M], leading dim D's row stride). cuBLASLt's m, n, k are therefore our N, M, K.
  *
  * A plan holds the matmul descriptor, the three layouts and the algorithm; it is keyed by
  * everything that shapes those (sizes, strides, transposes, dtypes, epilogue, alpha/beta
@@ -24,21 +23,20 @@ nt_status nt_gemm_lt_check(nt_ctx *ctx, cublasStatus_t s, const char *what, cons
                           cublasLtGetStatusString(s), (int)s);
 }
 
-static void plan_free(nt_ctx *ctx, plan *p) {
+static void plan_free(plan *p) {
   if (!p) return;
   if (p->desc) cublasLtMatmulDescDestroy(p->desc);
   if (p->la) cublasLtMatrixLayoutDestroy(p->la);
   if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
   if (p->ld) cublasLtMatrixLayoutDestroy(p->ld);
   if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
-  nt_free(ctx, p->bgrad);
   free(p);
 }
 
 static void cache_free(nt_ctx *ctx, void *vc) {
   gemm_cache *c = vc;
   if (!c) return;
-  for (size_t i = 0; i < c->cap; i++) plan_free(ctx, c->slots[i]);
+  for (size_t i = 0; i < c->cap; i++) plan_free(c->slots[i]);
   nt_free(ctx, c->fp8_scales);
   free(c->slots);
   free(c);
@@ -238,7 +236,6 @@ static nt_status make_key(nt_ctx *ctx, const gemm_cache *c, const nt_gemm_proble
   k->ta = p->B->dtype; k->tb = p->A->dtype; k->td = p->D->dtype;
   k->epi = p->o->epilogue;
   k->beta_zero = p->o->beta == 0.0f;
-  k->alpha_one = p->alpha == 1.0f;
   const nt_gemm_tf32 tf = p->o->tf32;
   k->tf32 = p->A->dtype == NT_F32 &&
             (tf == NT_TF32_ON || (tf == NT_TF32_DEFAULT && nt_ctx_allow_tf32(ctx)));
@@ -487,7 +484,6 @@ static nt_status build_plan(nt_ctx *ctx, gemm_cache *c, const plan_key *k,
 
   cublasLtMatmulHeuristicResult_t res[NT_GEMM_HEURISTIC_CANDIDATES];
   int n = 0;
-  nt_dtype dt = p->D->dtype;
   const nt_gemm_opts *o = p->o;
   void *bias = (void *)bias_ptr(p);
   /* Always explicit: the default bias type differs between cases (FP8 kernels with an f32 D
@@ -509,17 +505,6 @@ static nt_status build_plan(nt_ctx *ctx, gemm_cache *c, const plan_key *k,
       break;
     case NT_EPI_DGELU:
       if (k->ldx % 8 == 0) st = try_desc(ctx, c, pl, p, CUBLASLT_EPILOGUE_DGELU, -1, NULL, res, &n);
-      break;
-    case NT_EPI_BGRADA:
-      if (!k->alpha_one) break;  /* cuBLASLt may scale the bias gradient: keep it exact */
-      /* An fp32 gradient vector first (no rounding), then one in D's dtype. */
-      if ((st = nt_alloc(ctx, (size_t)p->M * sizeof(float), &pl->bgrad))) goto fail;
-      pl->bgrad_dt = NT_F32;
-      st = try_desc(ctx, c, pl, p, CUBLASLT_EPILOGUE_BGRADB, CUDA_R_32F, pl->bgrad, res, &n);
-      if (!st && n == 0 && dt != NT_F32) {
-        pl->bgrad_dt = dt;
-        st = try_desc(ctx, c, pl, p, CUBLASLT_EPILOGUE_BGRADB, -1, pl->bgrad, res, &n);
-      }
       break;
     default: break;
   }
@@ -569,7 +554,7 @@ static nt_status build_plan(nt_ctx *ctx, gemm_cache *c, const plan_key *k,
   *out = pl;
   return NT_OK;
 fail:
-  plan_free(ctx, pl);
+  plan_free(pl);
   return st;
 }
 
@@ -590,9 +575,6 @@ static nt_status split_epilogue(nt_ctx *ctx, const nt_gemm_problem *p) {
                                bias, bias_dt, p->M, p->N, p->batch, NT_GEMMK_ACT_GELU);
     case NT_EPI_DGELU:
       return nt_gemmk_dgelu(ctx, dt, p->D->data, p->d_m, o->aux->data, p->x_m, p->M, p->N);
-    case NT_EPI_BGRADA:
-      return nt_gemmk_rowsum_add(ctx, p->A->dtype, p->A->data, p->a_m, p->a_k, p->M, p->K,
-                                 (float *)o->bias_grad->data);
     default: return NT_OK;
   }
 }
@@ -638,7 +620,7 @@ nt_status nt_gemm_cuda(nt_ctx *ctx, const nt_gemm_problem *orig) {
     c->stats.misses++;
     if ((st = build_plan(ctx, c, &k, p, &pl))) return st;
     if ((st = cache_insert(ctx, c, pl))) {
-      plan_free(ctx, pl);
+      plan_free(pl);
       return st;
     }
   }
@@ -660,10 +642,7 @@ nt_status nt_gemm_cuda(nt_ctx *ctx, const nt_gemm_problem *orig) {
     if ((st = SET(ctx, pl->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, s))) return st;
   }
   if ((st = run_matmul(ctx, c, pl, p))) return st;
-  if (pl->split) return split_epilogue(ctx, p);
-  if (p->o->epilogue == NT_EPI_BGRADA)
-    return nt_gemmk_add_f32(ctx, (float *)p->o->bias_grad->data, pl->bgrad, pl->bgrad_dt, p->M);
-  return NT_OK;
+  return pl->split ? split_epilogue(ctx, p) : NT_OK;
 }
 
 #endif /* NT_HAVE_CUDA */

@@ -69,14 +69,10 @@ nt_status nt_gemmk_bias_act(nt_ctx *ctx, nt_dtype dt, void *d, int64_t d_m, int6
 /* D = D * gelu'(aux). */
 nt_status nt_gemmk_dgelu(nt_ctx *ctx, nt_dtype dt, void *d, int64_t d_m, const void *aux,
                          int64_t x_m, int64_t M, int64_t N);
-/* out[m] += sum_k a[m*a_m + k*a_k] (a in dtype dt: F32, F16 or BF16). */
-nt_status nt_gemmk_rowsum_add(nt_ctx *ctx, nt_dtype dt, const void *a, int64_t a_m, int64_t a_k,
-                              int64_t M, int64_t K, float *out);
-/* out[n] += sum over m of a[m*a_m + n] (a in F32, F16 or BF16): fixed order, two kernels. */
+/* out[n] += sum over m of a[m*a_m + n] (a in F32, F16 or BF16), two kernels: an order fixed
+ * for a given shape and SM count (the chunk count follows the SM count). */
 nt_status nt_gemmk_colsum_add(nt_ctx *ctx, nt_dtype dt, const void *a, int64_t a_m, int64_t M,
                               int64_t N, float *out);
-/* dst[i] += src[i] (src in F32, F16 or BF16). */
-nt_status nt_gemmk_add_f32(nt_ctx *ctx, float *dst, const void *src, nt_dtype src_dt, int64_t n);
 /* The checksums of D (F32, F16 or BF16; [batch, M, N], strides d_batch, d_m, 1) into the
  * device array sums[NT_GEMM_NSUMS] (zeroed first), on the stream; as nt_gemm_checksum_cpu. */
 nt_status nt_gemmk_checksum(nt_ctx *ctx, nt_dtype dt, const void *d, int64_t d_m,

@@ -59,25 +59,6 @@ __global__ void dgelu_kernel(T *d, int64_t d_m, const T *aux, int64_t x_m, int64
   }
 }
 
-/* Block (32, 8): x walks 32 consecutive m (coalesced when a_m == 1, the dY^T case), y and
- * gridDim.y split k; partial sums meet in shared memory, then one atomicAdd per m. */
-template <typename T>
-__global__ void rowsum_kernel(const T *a, int64_t a_m, int64_t a_k, int64_t M, int64_t K,
-                              float *out) {
-  __shared__ float part[8][33];
-  int64_t m = blockIdx.x * 32 + threadIdx.x;
-  float s = 0.0f;
-  if (m < M)
-    for (int64_t k = blockIdx.y * 8 + threadIdx.y; k < K; k += (int64_t)gridDim.y * 8)
-      s += nt_to_f(a[m * a_m + k * a_k]);
-  part[threadIdx.y][threadIdx.x] = s;
-  __syncthreads();
-  if (threadIdx.y == 0 && m < M) {
-    for (int y = 1; y < 8; y++) s += part[y][threadIdx.x];
-    atomicAdd(out + m, s);
-  }
-}
-
 /* Column sums, stage 1. Block (tile, chunk) of 8 warps covers columns tile*256 .. +256 and the
  * rows of its chunk; warp w takes every 8th row from the chunk's w-th. A lane owns 8 columns:
  * 8 consecutive ones read as one 16-byte pack (VEC), or lane, lane+32, ... otherwise. The warps'
@@ -185,13 +166,6 @@ nt_status colsum_launch(nt_ctx *ctx, const T *a, int64_t a_m, int64_t M, int64_t
   return st;
 }
 
-template <typename T>
-__global__ void add_f32_kernel(float *dst, const T *src, int64_t n) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x)
-    dst[i] += nt_to_f(src[i]);
-}
-
 /* One block per row (grid-stride), threads along the row; fp64 sums, reduced per warp and
  * added atomically (the order of addition varies, by far less than any tolerance). */
 template <typename T>
@@ -272,28 +246,6 @@ nt_status nt_gemmk_dgelu(nt_ctx *ctx, nt_dtype dt, void *d, int64_t d_m, const v
   return NT_CUDA_LAUNCHED(ctx);
 }
 
-nt_status nt_gemmk_rowsum_add(nt_ctx *ctx, nt_dtype dt, const void *a, int64_t a_m, int64_t a_k,
-                              int64_t M, int64_t K, float *out) {
-  int64_t ky = (K + 255) / 256;
-  dim3 grid((unsigned)((M + 31) / 32), (unsigned)(ky < 1 ? 1 : (ky > 64 ? 64 : ky)));
-  dim3 block(32, 8);
-  cudaStream_t s = nt_cuda_stream(ctx);
-  switch (dt) {
-    case NT_F32:
-      rowsum_kernel<float><<<grid, block, 0, s>>>((const float *)a, a_m, a_k, M, K, out);
-      break;
-    case NT_F16:
-      rowsum_kernel<__half><<<grid, block, 0, s>>>((const __half *)a, a_m, a_k, M, K, out);
-      break;
-    case NT_BF16:
-      rowsum_kernel<__nv_bfloat16><<<grid, block, 0, s>>>((const __nv_bfloat16 *)a, a_m, a_k, M,
-                                                          K, out);
-      break;
-    default: return bad_dtype(ctx, dt, "bias gradient");
-  }
-  return NT_CUDA_LAUNCHED(ctx);
-}
-
 nt_status nt_gemmk_colsum_add(nt_ctx *ctx, nt_dtype dt, const void *a, int64_t a_m, int64_t M,
                               int64_t N, float *out) {
   if (M <= 0 || N <= 0) return NT_OK;
@@ -304,20 +256,6 @@ nt_status nt_gemmk_colsum_add(nt_ctx *ctx, nt_dtype dt, const void *a, int64_t a
       return colsum_launch<__nv_bfloat16>(ctx, (const __nv_bfloat16 *)a, a_m, M, N, out);
     default: return bad_dtype(ctx, dt, "bias gradient");
   }
-}
-
-nt_status nt_gemmk_add_f32(nt_ctx *ctx, float *dst, const void *src, nt_dtype src_dt, int64_t n) {
-  int th = 256, bl = blocks_for(n, th);
-  cudaStream_t s = nt_cuda_stream(ctx);
-  switch (src_dt) {
-    case NT_F32: add_f32_kernel<float><<<bl, th, 0, s>>>(dst, (const float *)src, n); break;
-    case NT_F16: add_f32_kernel<__half><<<bl, th, 0, s>>>(dst, (const __half *)src, n); break;
-    case NT_BF16:
-      add_f32_kernel<__nv_bfloat16><<<bl, th, 0, s>>>(dst, (const __nv_bfloat16 *)src, n);
-      break;
-    default: return bad_dtype(ctx, src_dt, "bias gradient accumulation");
-  }
-  return NT_CUDA_LAUNCHED(ctx);
 }
 
 nt_status nt_gemmk_checksum(nt_ctx *ctx, nt_dtype dt, const void *d, int64_t d_m,

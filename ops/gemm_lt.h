@@ -16,8 +16,8 @@ typedef struct {
   int64_t sa, sb, sd;              /* batch strides of cuBLASLt's A (our B), B (our A), D */
   int32_t opa, opb;
   int32_t ta, tb, td, tbias;
-  int32_t epi, beta_zero, alpha_one, tf32;
-  int32_t has_bias, has_scale, align_a, align_b, align_d, align_bias, align_aux, unused;
+  int32_t epi, beta_zero, tf32;
+  int32_t has_bias, has_scale, align_a, align_b, align_d, align_bias, align_aux;
 } plan_key;
 
 typedef struct {
@@ -37,8 +37,6 @@ typedef struct {
                                         -1: from the widened search, outside the list) */
   cublasStatus_t launch_status;      /* first failed launch while autotuning */
   bool split;          /* the epilogue runs as a separate kernel after a plain product */
-  void *bgrad;         /* fused BGRADA: cuBLASLt writes the bias gradient here (M entries) */
-  nt_dtype bgrad_dt;
   cublasStatus_t heuristic_status;   /* of the last heuristic query, for error messages */
   cublasLtEpilogue_t lt_epi;         /* the epilogue on desc */
 } plan;

@@ -20,7 +20,7 @@ static cublasStatus_t run(tuner *T, const cand *x) {
   return nt_gemm_lt_launch(T->ctx, T->pl, T->p, &x->algo, T->dout, T->c_in);
 }
 
-/* Checksums of one run of x (D, and the fused bias gradient) into host `sums`. */
+/* Checksums of one run of x (its D) into host `sums`. */
 static nt_status result_sums(tuner *T, const cand *x, double *sums, bool *launched) {
   nt_ctx *ctx = T->ctx;
   const nt_gemm_problem *p = T->p;
@@ -37,14 +37,8 @@ static nt_status result_sums(tuner *T, const cand *x, double *sums, bool *launch
   if ((st = nt_gemmk_checksum(ctx, p->D->dtype, T->dout, p->d_m, p->d_batch, p->M, p->N,
                               p->batch, T->sums_dev)))
     return st;
-  bool bgrad = T->pl->bgrad && !T->pl->split;
-  if (bgrad && (st = nt_gemmk_checksum(ctx, T->pl->bgrad_dt, T->pl->bgrad, p->M, 0, 1, p->M, 1,
-                                       T->sums_dev + NT_GEMM_NSUMS)))
-    return st;
-  memset(sums, 0, 2 * NT_GEMM_NSUMS * sizeof *sums);
   /* On the context's stream (non-blocking: a plain cudaMemcpy would not wait for it). */
-  if ((st = NT_CUDA(ctx, cudaMemcpyAsync(sums, T->sums_dev,
-                                         (bgrad ? 2 : 1) * NT_GEMM_NSUMS * sizeof(double),
+  if ((st = NT_CUDA(ctx, cudaMemcpyAsync(sums, T->sums_dev, NT_GEMM_NSUMS * sizeof(double),
                                          cudaMemcpyDeviceToHost, s))))
     return st;
   return NT_CUDA(ctx, cudaStreamSynchronize(s));
@@ -75,7 +69,7 @@ static nt_status verify(tuner *T, cand *x, bool *pass) {
   if (st || T->ref < 0) return st;
   *pass = true;
   if (&T->v[T->ref] == x) return NT_OK;
-  double sums[2 * NT_GEMM_NSUMS];
+  double sums[NT_GEMM_NSUMS];
   bool ok = false;
   if ((st = result_sums(T, x, sums, &ok))) return st;
   double e = 0.0;
@@ -84,10 +78,6 @@ static nt_status verify(tuner *T, cand *x, bool *pass) {
     *pass = x->src == SRC_HEUR;
   } else {
     e = nt_gemm_checksum_rel_diff(sums, T->ref_sums);
-    if (T->pl->bgrad && !T->pl->split) {
-      double eb = nt_gemm_checksum_rel_diff(sums + NT_GEMM_NSUMS, T->ref_sums + NT_GEMM_NSUMS);
-      if (eb > e) e = eb;
-    }
     *pass = ok && e <= T->tol;
   }
   if (!T->ref_finite) return NT_OK;
@@ -398,7 +388,7 @@ nt_status nt_gemm_lt_autotune(nt_ctx *ctx, plan *pl, const nt_gemm_problem *p,
   if ((st = NT_CUDA(ctx, cudaEventCreate(&T.e0))) || (st = NT_CUDA(ctx, cudaEventCreate(&T.e1))))
     goto done;
   if ((T.wide || c->verify_all) &&
-      (st = nt_alloc(ctx, 2 * NT_GEMM_NSUMS * sizeof(double), (void **)&T.sums_dev)))
+      (st = nt_alloc(ctx, NT_GEMM_NSUMS * sizeof(double), (void **)&T.sums_dev)))
     goto done;
   nt_gemm_search_add_list(&T, res, n);
   for (int i = 0; i < n; i++)  /* an offered candidate the heuristic marks unusable */

@@ -70,8 +70,8 @@ typedef struct {
   int timed, failed, skipped, rejected, verified, splitk_verified;
   int added[NSRC];
   int ref;                 /* candidate whose result is the reference (-1: none yet) */
-  double *sums_dev;        /* device: NT_GEMM_NSUMS for D, NT_GEMM_NSUMS for the bias gradient */
-  double ref_sums[2 * NT_GEMM_NSUMS];
+  double *sums_dev;        /* device: NT_GEMM_NSUMS for D */
+  double ref_sums[NT_GEMM_NSUMS];
   bool ref_finite;
   double tol;
 } tuner;

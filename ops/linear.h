@@ -5,8 +5,8 @@
  * Built on nt_gemm (ops/gemm.h), whose dtype rules apply: x, W and dy share one dtype; y, dx
  * and dW are that dtype or F32; b is F32 or y's dtype. The forward fuses bias, activation and
  * (optionally) a residual into the GEMM's epilogue; the backward's bias gradient is an F32 db's
- * column sums of dy (nt_gemm_bias_grad: one read of dy, fixed order), or, for a db in another
- * dtype, a GEMM against a vector of ones. */
+ * column sums of dy (nt_gemm_bias_grad: one read of dy, an order fixed for a given GPU), or,
+ * for a db in another dtype, a GEMM against a vector of ones. */
 #ifndef NT_OPS_LINEAR_H
 #define NT_OPS_LINEAR_H
 #include "core/nt.h"

@@ -33,10 +33,11 @@ nt_status nt_embedding_forward_cuda(nt_ctx *ctx, const nt_tensor *tokens, const 
                                     const nt_tensor *wpe, nt_tensor *out);
 nt_status nt_embedding_backward_cuda(nt_ctx *ctx, const nt_tensor *tokens, const nt_tensor *dout,
                                      nt_tensor *dwte, nt_tensor *dwpe);
-/* losses and dlogits may each be NULL (forward only / backward only). */
-nt_status nt_cross_entropy_cuda(nt_ctx *ctx, const nt_tensor *logits, const nt_tensor *targets,
-                                const float *dloss_scale, int64_t count, nt_tensor *losses,
-                                nt_tensor *dlogits);
+/* losses and dlogits may each be NULL (forward only / backward only). ld, ldd: the elements
+ * from one row of logits / dlogits to the next (ldd is unused without dlogits). */
+nt_status nt_cross_entropy_cuda(nt_ctx *ctx, const nt_tensor *logits, int64_t ld,
+                                const nt_tensor *targets, const float *dloss_scale, int64_t count,
+                                nt_tensor *losses, nt_tensor *dlogits, int64_t ldd);
 nt_status nt_sum_squares_cuda(nt_ctx *ctx, const nt_tensor *const *xs, int n, nt_tensor *out);
 nt_status nt_unscale_and_check_cuda(nt_ctx *ctx, nt_tensor *const *xs, int n,
                                     const nt_tensor *inv_scale, nt_tensor *found_inf);

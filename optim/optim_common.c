@@ -318,7 +318,7 @@ nt_status nt_optim_base_prepare(nt_ctx *ctx, nt_optim_base *b, const nt_optim_st
     if ((st = check_scalar(ctx, a->lr_tensor, "lr_tensor"))) return st;
     lr_dev = (const float *)a->lr_tensor->data;
   }
-  if (!(a->max_norm >= 0.0f) || !isfinite(a->max_norm))
+  if (!(a->max_norm >= 0.0f))   /* NaN too; inf is a norm without clipping, as torch's */
     return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "optimizer step: max_norm %g must be >= 0",
                     (double)a->max_norm);
   if (a->found_inf) {

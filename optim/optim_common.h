@@ -102,37 +102,62 @@ static inline NT_HD double nt_optim_powi(double base, int32_t t) {
   return r;
 }
 
+/* Explicitly rounded fp32 and fp64 arithmetic for the rules shared by the host and the device:
+ * on the device no multiply-add is contracted into an FMA (the one FMA, NT_FFMA, is explicit on
+ * both sides), so both compute the same bits. */
 #ifdef __CUDA_ARCH__
+#define NT_FMUL(a, b) __fmul_rn((a), (b))
+#define NT_FADD(a, b) __fadd_rn((a), (b))
+#define NT_FSUB(a, b) __fsub_rn((a), (b))
+#define NT_FDIV(a, b) __fdiv_rn((a), (b))
+#define NT_FSQRT(a) __fsqrt_rn(a)
+#define NT_FFMA(a, b, c) __fmaf_rn((a), (b), (c))
 #define NT_DMUL(a, b) __dmul_rn((a), (b))
 #define NT_DSUB(a, b) __dsub_rn((a), (b))
 #else
+#define NT_FMUL(a, b) ((a) * (b))
+#define NT_FADD(a, b) ((a) + (b))
+#define NT_FSUB(a, b) ((a) - (b))
+#define NT_FDIV(a, b) ((a) / (b))
+#define NT_FSQRT(a) sqrtf(a)
+#define NT_FFMA(a, b, c) fmaf((a), (b), (c))   /* correctly rounded, as the device's */
 #define NT_DMUL(a, b) ((a) * (b))
 #define NT_DSUB(a, b) ((a) - (b))
 #endif
 
-/* The prepare rule (host and device). found, grad_scale, sumsq and lr_dev may be NULL. With
- * grad_scale (gradients still scaled, see nt_optim_step_args) a non-finite sumsq sets *found. */
+/* The prepare rule (host and device). found, grad_scale, sumsq and lr_dev may be NULL;
+ * nt_optim_base_prepare gives sumsq whenever max_norm > 0, and grad_scale only then.
+ * Clipping as torch's clip_grad_norm_: total = sqrt(sumsq) (times grad_scale: the norm of the
+ * unscaled gradients), coefficient min(1, max_norm / (total + 1e-6)) (times grad_scale), in
+ * explicitly rounded fp32. With grad_scale and found, a total that is not finite sets *found
+ * and skips the step, as an unscale pass would have: a non-finite sumsq (a gradient that is
+ * not finite, or squares that overflow fp32), an infinite grad_scale (1/scale once the loss
+ * scale is below 2^-127: the unscale pass would have made every element inf or NaN), or a
+ * product that overflows. A finite total gives a finite coefficient (min(1, ...) is in
+ * [0, 1]). Without found there is no overflow check: a NaN coefficient propagates, as torch's
+ * clip_grad_norm_ does on a non-finite norm. */
 static inline NT_HD void nt_optim_prepare_rule(nt_optim_record *r, float *found,
                                                const float *grad_scale, const float *sumsq,
                                                float max_norm, double beta1, double beta2,
                                                double lr, const float *lr_dev,
                                                const nt_optim_groups *g) {
-  if (found && grad_scale && sumsq && !(*sumsq - *sumsq == 0.0f)) *found = 1.0f;
+  const float inv = grad_scale ? *grad_scale : 1.0f;
+  const bool clip = sumsq && max_norm > 0.0f;
+  float coef = inv, total = 0.0f;
+  if (clip) {
+    total = grad_scale ? NT_FMUL(NT_FSQRT(*sumsq), inv) : NT_FSQRT(*sumsq);
+    float c = NT_FDIV(max_norm, NT_FADD(total, 1e-6f));
+    /* clamp(max=1) as torch: a NaN coefficient propagates (c < 1 is false for NaN); an
+     * infinite max_norm gives 1 (no clipping) */
+    if (!(c < 1.0f) && c == c) c = 1.0f;
+    coef = grad_scale ? NT_FMUL(c, inv) : c;
+  }
+  if (found && grad_scale && !isfinite(total)) *found = 1.0f;
   r->skip = (found && *found != 0.0f) ? 1 : 0;
   if (r->skip) return;
   r->step += 1;
-  const float inv = grad_scale ? *grad_scale : 1.0f;
-  r->clip_coef = inv;
-  if (sumsq && max_norm > 0.0f) {
-    /* With a power-of-two grad_scale (the loss scaler's) this is exactly the norm of the
-     * unscaled gradients, and clip * inv their unscale-then-clip factor. */
-    float total = grad_scale ? sqrtf(*sumsq) * inv : sqrtf(*sumsq);
-    float c = max_norm / (total + 1e-6f);
-    /* clamp(max=1) as torch: a NaN coefficient propagates (c < 1 is false for NaN). */
-    if (!(c < 1.0f) && c == c) c = 1.0f;
-    r->clip_coef = grad_scale ? c * inv : c;
-    r->total_norm = total;
-  }
+  r->clip_coef = coef;
+  if (clip) r->total_norm = total;
   /* torch's arithmetic (it reproduces docs/semantics.md's vectors bit for bit): the corrections
    * rounded to fp32, the step size an fp32 division. */
   r->bias1 = (float)(1.0 - nt_optim_powi(beta1, r->step));

@@ -49,7 +49,8 @@ typedef struct {
 typedef struct {
   double lr;                      /* this step's learning rate (optim/schedule.h); < 0: the optimizer's lr */
   const nt_tensor *found_inf;     /* F32 scalar on the ctx's device, or NULL: no overflow check */
-  float max_norm;                 /* > 0: clip by global norm; 0: no clipping */
+  float max_norm;                 /* > 0: clip by global norm (inf: a coefficient of 1 for
+                                   * any finite norm, as torch's); 0: no clipping */
   const nt_tensor *grad_sumsq;    /* F32 scalar sum of squares of all grads, or NULL */
   const nt_tensor *lr_tensor;     /* F32 scalar on the device, or NULL: the lr read on the device
                                    * (overrides lr), so a captured CUDA graph of the step can
@@ -57,8 +58,10 @@ typedef struct {
   /* F32 scalar on the device, or NULL: the gradients still carry a factor (the loss scale, a
    * divisor) that the step removes by multiplying them by grad_scale, folded into the clipping
    * coefficient (no pass over the gradients). Needs max_norm > 0: the norm is taken as
-   * sqrt(grad_sumsq) * grad_scale, and a non-finite grad_sumsq is the overflow check: found_inf
-   * (when given) is set to 1 and the step skipped, as if the unscale pass had found it. */
+   * sqrt(grad_sumsq) * grad_scale, and that norm not being finite is the overflow check (a
+   * non-finite gradient, squares that overflow fp32, an infinite grad_scale): with found_inf,
+   * it is set to 1 and the step skipped, as if the unscale pass had found it; without, nothing
+   * is checked (a NaN coefficient propagates, as torch's clip_grad_norm_'s). */
   const nt_tensor *grad_scale;
 } nt_optim_step_args;
 

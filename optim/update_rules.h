@@ -1,28 +1,13 @@
 /* The per-element update rules of Adam/AdamW and SGD, shared by the CPU loops and the CUDA
- * kernels. Every multiply/add/divide is an explicitly rounded fp32 operation (no contraction
- * into FMA on the device; the one FMA is explicit on both sides), so the CPU and the GPU
- * produce the same bits. The order of operations is torch.optim's: it reproduces the Adam and
- * AdamW vectors of docs/semantics.md bit for bit. Private. */
+ * kernels. Every multiply/add/divide is an explicitly rounded fp32 operation (NT_FMUL and the
+ * others of optim/optim_common.h: no contraction into FMA on the device; the one FMA is
+ * explicit on both sides), so the CPU and the GPU produce the same bits. The order of
+ * operations is torch.optim's: it reproduces the Adam and AdamW vectors of docs/semantics.md
+ * bit for bit. Private. */
 #ifndef NT_OPTIM_UPDATE_RULES_H
 #define NT_OPTIM_UPDATE_RULES_H
 #include <math.h>
 #include "optim/optim_common.h"
-
-#ifdef __CUDA_ARCH__
-#define NT_FMUL(a, b) __fmul_rn((a), (b))
-#define NT_FADD(a, b) __fadd_rn((a), (b))
-#define NT_FSUB(a, b) __fsub_rn((a), (b))
-#define NT_FDIV(a, b) __fdiv_rn((a), (b))
-#define NT_FSQRT(a) __fsqrt_rn(a)
-#define NT_FFMA(a, b, c) __fmaf_rn((a), (b), (c))
-#else
-#define NT_FMUL(a, b) ((a) * (b))
-#define NT_FADD(a, b) ((a) + (b))
-#define NT_FSUB(a, b) ((a) - (b))
-#define NT_FDIV(a, b) ((a) / (b))
-#define NT_FSQRT(a) sqrtf(a)
-#define NT_FFMA(a, b, c) fmaf((a), (b), (c))   /* correctly rounded, as the device's */
-#endif
 
 typedef struct {
   float beta1, one_minus_beta1, beta2, one_minus_beta2, eps;
@@ -45,7 +30,9 @@ static inline NT_HD nt_adam_coefs nt_adam_coefs_make(const nt_optim_record *r, i
   return k;
 }
 
-/* One element: p (fp32 master), m, v updated in place; g already unscaled. */
+/* One element: p (fp32 master), m, v updated in place; g * clip is the gradient the step
+ * applies (clip is the record's clip_coef: the clipping coefficient, times grad_scale when the
+ * unscale is folded into it, so g may still be scaled). */
 static inline NT_HD void nt_adam_update(float *p, float *m, float *v, float g, float clip,
                                         const nt_adam_hyper *h, const nt_adam_coefs *k) {
   float pp = *p;

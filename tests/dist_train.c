@@ -277,7 +277,9 @@ static nt_status train_step(nt_ctx *ctx, run *m, const opts *o, int s, int world
   int n = 0;
   if (!st) st = nt_fsdp_owned_grads(f, owned, &n);
   for (int i = 0; i < n; i++) ptrs[i] = &owned[i];
-  if (!st) st = nt_fsdp_unscale_factor(ctx, f, NULL, &m->factor);
+  float inv_w = 1.0f / (float)nt_fsdp_grad_divisor(f);   /* the mean over the ranks */
+  nt_tensor inv_w_host = nt_tensor_view(&inv_w, NT_F32, nt_cpu(), 0, NULL);
+  if (!st) st = nt_tensor_copy(ctx, &m->factor, &inv_w_host);
   if (!st) st = nt_tensor_zero(ctx, &m->found_inf);
   if (!st) st = nt_unscale_and_check(ctx, ptrs, n, &m->factor, &m->found_inf);
   if (!st) st = nt_sum_squares(ctx, (const nt_tensor *const *)ptrs, n, &m->sumsq);

@@ -143,7 +143,7 @@ static void test_backward_fd(nt_ctx *ctx) {
   for (int i = 0; i < OUT; i++) e2 = fmax(e2, fabs(db[i] - 2 * ab[i]));
   CHECK(e2 < 1e-5, "second backward doubles every gradient (max dev %.3g)", e2);
 
-  /* db alone (no dW: the ones-vector GEMM) and only dx. */
+  /* db alone (no dW: the column sums) and only dx. */
   float db2[OUT] = {0}, dx2[R * IN] = {0};
   nt_tensor db2t = nt_tensor_view(db2, NT_F32, nt_cpu(), 1, (int64_t[]){OUT});
   nt_tensor dx2t = nt_tensor_view(dx2, NT_F32, nt_cpu(), 3, (int64_t[]){B0, B1, IN});

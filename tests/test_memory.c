@@ -324,6 +324,19 @@ static void test_no_cache(void) {
   CHECK(c == a && stats(ctx).n_system_allocs == 3, "an equal request reuses the freed block");
   nt_free(ctx, b);
   nt_free(ctx, c);
+  /* Out of memory with a larger block cached: the retry gives the cache back rather than
+   * handing out the larger block. */
+  CHECK_OK(ctx, nt_mem_empty_cache(ctx));
+  nt_mem_set_limit(ctx, 3000);
+  CHECK_OK(ctx, nt_alloc(ctx, 2000, &a));
+  nt_free(ctx, a);
+  uint64_t flushes = stats(ctx).n_cache_flushes;
+  CHECK_OK(ctx, nt_alloc(ctx, 1500, &c));
+  s = stats(ctx);
+  CHECK(s.reserved == 1500 && s.allocated == 1500 && s.n_cache_flushes == flushes + 1,
+        "exact after an OOM retry: reserved %zu, allocated %zu, %llu flushes", s.reserved,
+        s.allocated, (unsigned long long)(s.n_cache_flushes - flushes));
+  nt_free(ctx, c);
   nt_ctx_free(ctx);
 }
 

@@ -1,8 +1,8 @@
 /* Optimizers: the Adam/AdamW vectors of docs/semantics.md, Adam/AdamW/SGD against a
  * double-precision reference on odd sizes with parameter groups and clipping, the device skip
  * on found_inf (bitwise untouched state), the F16/BF16 compute copy written by the kernel,
- * save/load resuming bit-identically, standalone clipping, a loss scale folded into the
- * clipping coefficient (grad_scale), LR schedules and argument errors.
+ * save/load resuming bit-identically, standalone clipping, LR schedules and argument errors
+ * (a loss scale folded into the clipping coefficient: test_grad_scale.c).
  * Compiled twice: the CPU test, and with NT_TEST_GPU (gpu_test_optim.c), where every scenario
  * also runs on the GPU and must give the CPU's bits. */
 #include "testutil.h"
@@ -505,72 +505,6 @@ done:
   nt_tensor_free(ctx, &u.grads);
 }
 
-/* grad_scale: gradients left scaled by a power of two, with the factor folded into the
- * clipping coefficient, give the unscaled step's bits; a non-finite gradient sets found_inf
- * and skips the step; grad_scale without clipping is refused. */
-static void test_grad_scale(nt_ctx *ctx) {
-  int64_t n = N0;
-  nt_param_unit ua, ub;
-  nt_adamw *oa = NULL, *ob = NULL;
-  nt_tensor inv, found, ma, mb;
-  float *g = malloc(sizeof(float) * N0), *gs = malloc(sizeof(float) * N0);
-  float *pa = malloc(sizeof(float) * N0), *pb = malloc(sizeof(float) * N0);
-  memset(&ua, 0, sizeof ua);
-  ub = ua;
-  memset(&inv, 0, sizeof inv);
-  found = inv;
-  nt_test_rng r = {4242};
-  nt_test_fill_uniform(&r, pa, N0, -1, 1);
-  nt_test_fill_uniform(&r, g, N0, -3, 3);
-  for (int i = 0; i < N0; i++) gs[i] = g[i] * 4096.0f;   /* exact: a power of two */
-  bool ok = CHECK_OK(ctx, nt_tensor_alloc(ctx, &ua.params, NT_F32, 1, &n)) &&
-            CHECK_OK(ctx, nt_tensor_alloc(ctx, &ua.grads, NT_F32, 1, &n)) &&
-            CHECK_OK(ctx, nt_tensor_alloc(ctx, &ub.params, NT_F32, 1, &n)) &&
-            CHECK_OK(ctx, nt_tensor_alloc(ctx, &ub.grads, NT_F32, 1, &n)) &&
-            CHECK_OK(ctx, nt_tensor_alloc(ctx, &inv, NT_F32, 0, NULL)) &&
-            CHECK_OK(ctx, nt_tensor_alloc(ctx, &found, NT_F32, 0, NULL));
-  if (!ok) goto done;
-  nt_test_upload(ctx, &ua.params, pa);
-  nt_test_upload(ctx, &ub.params, pa);
-  if (!CHECK_OK(ctx, nt_adamw_create(ctx, NULL, &ua, 1, NULL, 0, &oa)) ||
-      !CHECK_OK(ctx, nt_adamw_create(ctx, NULL, &ub, 1, NULL, 0, &ob)))
-    goto done;
-  set_scalar(ctx, &inv, 1.0f / 4096.0f);
-  set_scalar(ctx, &found, 0.0f);
-  nt_test_upload(ctx, &ua.grads, g);
-  nt_test_upload(ctx, &ub.grads, gs);
-  nt_optim_step_args a = nt_optim_args(0.01);
-  a.max_norm = 0.5f;   /* the norm of g is far above: clipping acts */
-  nt_optim_step_args b = a;
-  b.grad_scale = &inv;
-  b.found_inf = &found;
-  CHECK_OK(ctx, nt_adamw_step(ctx, oa, &a));
-  CHECK_OK(ctx, nt_adamw_step(ctx, ob, &b));
-  nt_adamw_state_views(oa, 0, &ma, NULL, NULL);
-  nt_adamw_state_views(ob, 0, &mb, NULL, NULL);
-  nt_test_download(ctx, &ma, pa);
-  nt_test_download(ctx, &mb, pb);
-  CHECK(!memcmp(pa, pb, sizeof(float) * N0), "scaled grads with grad_scale: the unscaled bits");
-  gs[17] = INFINITY;
-  nt_test_upload(ctx, &ub.grads, gs);
-  CHECK_OK(ctx, nt_adamw_step(ctx, ob, &b));
-  float fl = 0.0f;
-  int32_t t = 0;
-  nt_test_download(ctx, &found, &fl);
-  nt_test_download(ctx, &mb, pb);
-  nt_adamw_get_step(ctx, ob, &t);
-  CHECK(fl == 1.0f && t == 1 && !memcmp(pa, pb, sizeof(float) * N0),
-        "overflow through grad_scale: found_inf %g, step %d, params kept", (double)fl, t);
-  b.max_norm = 0.0f;
-  CHECK_ERR(ctx, NT_ERR_INVALID_ARG, nt_adamw_step(ctx, ob, &b));
-done:
-  nt_adamw_free(ctx, oa);
-  nt_adamw_free(ctx, ob);
-  nt_tensor *ts[] = {&ua.params, &ua.grads, &ub.params, &ub.grads, &inv, &found};
-  for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) nt_tensor_free(ctx, ts[i]);
-  free(g); free(gs); free(pa); free(pb);
-}
-
 /* The lr read from a device tensor (CUDA-graph friendly) gives the host lr's bits. */
 static void test_lr_tensor(nt_ctx *ctx) {
   int64_t n = 101;
@@ -691,7 +625,6 @@ static void run_all(nt_ctx *ctx, nt_ctx *cpu) {
   remove(STATE_PREFIX "test_optim_adamw.state");
   test_clip(ctx);
   test_scaled_step(ctx);
-  test_grad_scale(ctx);
   test_lr_tensor(ctx);
   test_schedules(ctx);
   test_errors(ctx);

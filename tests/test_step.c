@@ -3,7 +3,8 @@
  *    clipping and the fp16 loss scaler;
  *  - the unit hooks come in the documented order (forward: embeddings, blocks, ln_f; gradients
  *    ready: ln_f, blocks last first, embeddings) and the step hooks once per step, with the
- *    found_inf / sumsq pointers the configuration asks for;
+ *    found_inf / sumsq pointers the configuration asks for (with clipping: sumsq only, the
+ *    unscale being folded into the optimizer; without: found_inf only);
  *  - running the unscale and norm stages over per-unit element ranges (each unit cut in two)
  *    gives the same parameters, bit for bit, as whole units;
  *  - an injected overflow skips the optimizer on the device and backs the scale off, and the
@@ -192,9 +193,21 @@ static void test_hooks(nt_ctx *ctx) {
         log.n_bwd);
   CHECK(same_order(log.ready, log.n_ready, ready, 4),
         "grads_ready: ln_f, blocks last first, embeddings (%d calls)", log.n_ready);
-  CHECK(log.n_reduce == 1 && log.saw_found && log.saw_sumsq && log.n_updated == 1,
+  /* clipping on: the unscale is folded into the optimizer, found_inf is set after the
+   * reduction from the reduced sum of squares */
+  CHECK(log.n_reduce == 1 && !log.saw_found && log.saw_sumsq && log.n_updated == 1,
         "step hooks once per step: reduce %d (found_inf %d, sumsq %d), updated %d",
         log.n_reduce, log.saw_found, log.saw_sumsq, log.n_updated);
+  /* clipping off: the unscale pass sets found_inf, which is reduced; no sum of squares */
+  nt_step_free(ctx, s);
+  s = NULL;
+  so.max_norm = 0.0f;
+  memset(&log, 0, sizeof log);
+  if (!CHECK_OK(ctx, nt_step_create(ctx, &so, &s)) || !CHECK_OK(ctx, nt_step_run(ctx, s, 1e-3)))
+    goto done;
+  CHECK(log.n_reduce == 1 && log.saw_found && !log.saw_sumsq && log.n_updated == 1,
+        "without clipping: reduce %d (found_inf %d, sumsq %d), updated %d", log.n_reduce,
+        log.saw_found, log.saw_sumsq, log.n_updated);
 done:
   nt_step_free(ctx, s);
   nt_optimizer_free(ctx, &opt);

@@ -3,9 +3,10 @@
  * shards. What the step itself must still do for N > 1 ranks:
  *   - zero the gradients with nt_fsdp_zero_grad (sharded strategies have no whole gradient
  *     buffer between steps: their unit->grad data is NULL): the step hooks' zero_grad;
- *   - divide the gradients by N in its unscale stage, also without a loss scaler: unscale with
- *     the factor nt_fsdp_unscale_factor gives (inv_scale / N), so means over the global batch
- *     reach the optimizer (reductions are sums): nt_step_options.grad_divisor = N;
+ *   - divide the gradients by N, also without a loss scaler, so means over the global batch
+ *     reach the optimizer (reductions are sums): nt_step_options.grad_divisor = N (the unscale
+ *     factor becomes inv_scale / N: applied in place without clipping, folded into the clip
+ *     coefficient with it);
  *   - with the MPI backend, run without CUDA graphs (its collectives synchronize the host). */
 #ifndef NT_DIST_FSDP_STEP_H
 #define NT_DIST_FSDP_STEP_H

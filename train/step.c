@@ -276,12 +276,13 @@ static float *found_inf_flag(nt_step *s) {
 /* Stage 3: the gradients carry the loss scale and, summed over ranks x accumulated
  * micro-steps, a factor grad_divisor. With clipping on, no pass over them: *factor gets
  * 1/scale (/ grad_divisor) and the optimizer applies it inside its update, folded into the
- * clipping coefficient, taking the overflow check from the sum of squares (stage 4), which is
- * non-finite when a gradient is (a power-of-two scale gives the same bits as the pass). One
- * difference from PyTorch's unscale-then-check: a finite scaled gradient whose square
- * overflows fp32 (|g * scale| > ~1.8e19, i.e. |g| > ~2.8e14 at scale 65536) also skips the
- * step, where PyTorch (unscaling first) would clip and step normally up to |g| ~ 1.8e19.
- * Without clipping: grads *= the factor over the owned ranges and found_inf = 1 on a
+ * clipping coefficient, setting found_inf (fp16) when the unscaled norm sqrt(sumsq) * factor
+ * (stages 4-5) is not finite: when a gradient is not, or 1/scale is inf. The same bits as the
+ * pass when the scale and grad_divisor are powers of two, within rounding otherwise. One
+ * difference from PyTorch's unscale-then-check: finite scaled gradients whose global sum of
+ * squares overflows fp32 (above ~3.4e38: a scaled global norm above ~1.8e19, an unscaled one
+ * above ~2.8e14 at scale 65536) also skip the step, where PyTorch (unscaling first) would clip
+ * and step normally. Without clipping: grads *= the factor over the owned ranges and found_inf = 1 on a
  * non-finite element, one multi-tensor launch (the scaler zeroes found_inf first); nothing to
  * do without loss scaling and without a divisor. *folded says which. */
 static nt_status stage_unscale_and_check(nt_ctx *ctx, nt_step *s, nt_tensor *factor_out,
@@ -329,12 +330,14 @@ static nt_status stage_grad_sumsq(nt_ctx *ctx, nt_step *s) {
   return nt_sum_squares(ctx, (const nt_tensor *const *)s->grad_list, s->n_ranges, &out);
 }
 
-/* Stage 5: found_inf MAX and sumsq SUM across ranks (the hook); identity at one rank. */
-static nt_status stage_global_reduce(nt_ctx *ctx, nt_step *s) {
+/* Stage 5: found_inf MAX and sumsq SUM across ranks (the hook); identity at one rank. With
+ * stage 3 folded, found_inf is still zero on every rank (the optimizer sets it from the global
+ * sum of squares): only sumsq is reduced. */
+static nt_status stage_global_reduce(nt_ctx *ctx, nt_step *s, bool folded) {
   const nt_step_hooks *h = s->o.hooks;
   if (!h || !h->global_reduce) return NT_OK;
   float *sumsq = s->o.max_norm > 0.0f ? s->sumsq : NULL;
-  float *found = found_inf_flag(s);
+  float *found = folded ? NULL : found_inf_flag(s);
   if (!sumsq && !found) return NT_OK;
   return h->global_reduce(ctx, h->arg, found, sumsq);
 }
@@ -410,7 +413,7 @@ nt_status nt_step_update(nt_ctx *ctx, nt_step *s, double lr) {
   bool folded = false;
   nt_status st = stage_unscale_and_check(ctx, s, &factor, &folded);
   if (!st) st = stage_grad_sumsq(ctx, s);
-  if (!st) st = stage_global_reduce(ctx, s);
+  if (!st) st = stage_global_reduce(ctx, s, folded);
   if (!st) stage_clip(s, &a, &sumsq);
   if (folded) a.grad_scale = &factor;   /* the unscale rides on the optimizer's update */
   if (!st) st = stage_optimizer(ctx, s, &a, found ? &found_view : NULL);

@@ -19,13 +19,18 @@
  *                        two eager steps that warm the memory pool and the GEMM plans)
  *   gradients ready      per unit, inside the body: the model calls hooks->unit->grads_ready as
  *                        each unit's backward is enqueued (data parallel reduces there)
- *   unscale + inf check  grads *= 1/scale (and 1/grad_divisor: the mean over ranks and
- *                        micro-steps) over the owned gradient ranges, found_inf (a device F32
- *                        flag) = 1 on any non-finite element (fp16 only)
+ *   unscale + inf check  without clipping: grads *= 1/scale (and 1/grad_divisor: the mean over
+ *                        ranks and micro-steps) over the owned gradient ranges, found_inf (a
+ *                        device F32 flag, fp16 only) = 1 on any non-finite element. With
+ *                        clipping the gradients stay as they are: the factor goes to the
+ *                        optimizer (folded into the clip coefficient, below)
  *   gradient norm        the sum of squares of the owned gradient ranges (when clipping)
- *   global reductions    hooks->global_reduce(found_inf MAX, sumsq SUM) (identity at one rank)
- *   clip                 coef = min(1, max_norm / (sqrt(sumsq) + 1e-6)), applied inside the
- *                        optimizer's kernel (torch.nn.utils.clip_grad_norm_'s arithmetic)
+ *   global reductions    hooks->global_reduce(found_inf MAX, sumsq SUM) (identity at one rank);
+ *                        with clipping, sumsq only (found_inf is set by the optimizer)
+ *   clip                 coef = min(1, max_norm / (norm + 1e-6)), norm = sqrt(sumsq) times the
+ *                        factor, applied (times the factor) inside the optimizer's kernel
+ *                        (torch.nn.utils.clip_grad_norm_'s arithmetic); a norm that is not
+ *                        finite sets found_inf (fp16)
  *   optimizer            AdamW; skipped on the device when found_inf != 0 (parameters, moments
  *                        and the step counter unchanged)
  *   scaler update        GradScaler's rule on the device (back off on overflow, grow after
@@ -85,7 +90,8 @@ typedef struct nt_step_hooks {
   const nt_unit_hooks *unit;                 /* passed to the model's body */
   /* found_inf: device F32 scalar, reduce MAX across ranks in place; sumsq: device F32 scalar
    * (sum of squares of this rank's owned gradient elements, padding excluded), reduce SUM in
-   * place. Either may be NULL (no scaler / no clipping). */
+   * place. Either may be NULL: found_inf without a scaler or with clipping (the optimizer then
+   * sets it from the reduced sumsq), sumsq without clipping. */
   nt_status (*global_reduce)(nt_ctx *ctx, void *arg, float *found_inf, float *sumsq);
   /* after the optimizer step (skipped or not): sharded strategies all-gather updated params */
   nt_status (*params_updated)(nt_ctx *ctx, void *arg);
@@ -119,8 +125,10 @@ typedef struct {
   int n_ranges;
   const nt_step_hooks *hooks;     /* NULL: one rank. Not copied: must outlive the step */
   /* > 1: the gradients hold a sum of that many micro-batch means (ranks x accumulated
-   * micro-steps); the unscale stage multiplies them by 1 / grad_divisor (with the loss
-   * scaler's 1/scale folded in), so everything after it sees the global mean. 0 or 1: none. */
+   * micro-steps); the optimizer sees them multiplied by 1 / grad_divisor (times the loss
+   * scaler's 1/scale): the global mean. Without clipping the unscale stage multiplies the
+   * gradients in place; with clipping the factor is folded into the clip coefficient and the
+   * gradient buffers keep the sum. 0 or 1: none. */
   int grad_divisor;
   int cuda_graph;                 /* -1 auto (on a GPU context), 0 never, 1 on (falls back to
                                    * eager with a warning when capture fails) */
