@@ -282,9 +282,9 @@ static float *found_inf_flag(nt_step *s) {
  * difference from PyTorch's unscale-then-check: finite scaled gradients whose global sum of
  * squares overflows fp32 (above ~3.4e38: a scaled global norm above ~1.8e19, an unscaled one
  * above ~2.8e14 at scale 65536) also skip the step, where PyTorch (unscaling first) would clip
- * and step normally. Without clipping: grads *= the factor over the owned ranges and found_inf = 1 on a
- * non-finite element, one multi-tensor launch (the scaler zeroes found_inf first); nothing to
- * do without loss scaling and without a divisor. *folded says which. */
+ * and step normally. Without clipping: grads *= the factor over the owned ranges and
+ * found_inf = 1 on a non-finite element, one multi-tensor launch (the scaler zeroes found_inf
+ * first); nothing to do without loss scaling and without a divisor. *folded says which. */
 static nt_status stage_unscale_and_check(nt_ctx *ctx, nt_step *s, nt_tensor *factor_out,
                                          bool *folded) {
   nt_scaler *sc = s->o.optimizer.scaler;
