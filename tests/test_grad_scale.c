@@ -280,20 +280,4 @@ static void run_all(nt_ctx *ctx, nt_ctx *cpu) {
   test_errors(ctx, &d);
 }
 
-int main(void) {
-  nt_ctx *cpu = NULL;
-  if (nt_ctx_create(&cpu, nt_cpu()) != NT_OK) return 1;
-#ifdef NT_TEST_GPU
-  nt_ctx *ctx = nt_test_cuda_ctx();
-  if (!ctx) {
-    nt_ctx_free(cpu);
-    return nt_test_skip("no GPU");
-  }
-  run_all(ctx, cpu);
-  nt_ctx_free(ctx);
-#else
-  run_all(cpu, NULL);
-#endif
-  nt_ctx_free(cpu);
-  return nt_test_finish();
-}
+int main(void) { return nt_test_main_on_device(NT_TEST_ON_GPU, run_all); }

@@ -66,6 +66,24 @@ const char *nt_test_fashion_dir(void) {
   return d && *d ? d : NT_FASHION_DEFAULT_DIR;
 }
 
+int nt_test_main_on_device(bool gpu, void (*run)(nt_ctx *ctx, nt_ctx *cpu)) {
+  nt_ctx *cpu = NULL;
+  if (nt_ctx_create(&cpu, nt_cpu()) != NT_OK) return 1;
+  if (gpu) {
+    nt_ctx *ctx = nt_test_cuda_ctx();
+    if (!ctx) {
+      nt_ctx_free(cpu);
+      return nt_test_skip("no GPU");
+    }
+    run(ctx, cpu);
+    nt_ctx_free(ctx);
+  } else {
+    run(cpu, NULL);
+  }
+  nt_ctx_free(cpu);
+  return nt_test_finish();
+}
+
 nt_ctx *nt_test_cuda_ctx(void) {
   const nt_ctx_options o = nt_test_ctx_options();
   return nt_test_cuda_ctx_with(&o);

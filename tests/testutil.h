@@ -53,6 +53,16 @@ nt_ctx *nt_test_cuda_ctx_with(const nt_ctx_options *opts);
 const char *nt_test_data_dir(void);
 const char *nt_test_fashion_dir(void);
 int nt_test_skip(const char *why);
+/* main() of a test file built twice, as test_X.c and as gpu_test_X.c (which defines NT_TEST_GPU
+ * and includes test_X.c): run(ctx, cpu) on a CUDA context with a CPU context beside it for
+ * comparisons, or run(cpu, NULL) in the CPU build; skips without a GPU; returns
+ * nt_test_finish(). */
+int nt_test_main_on_device(bool gpu, void (*run)(nt_ctx *ctx, nt_ctx *cpu));
+#ifdef NT_TEST_GPU
+#define NT_TEST_ON_GPU true
+#else
+#define NT_TEST_ON_GPU false
+#endif
 
 /* Deterministic uniform numbers in [lo, hi) (splitmix64 on a test-local state). */
 typedef struct { uint64_t s; } nt_test_rng;
