@@ -20,6 +20,8 @@ build=${2:-build}
 out=${OUT:-/tmp/nt-out}/dist
 mkdir -p "$out"
 export NT_DATA_DIR="$PWD/.data" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# NVLink multicast (NVLS) stays off on the lent machines of several GPUs
+export NCCL_NVLS_ENABLE=0
 nt="$PWD/$build/nanotrain"
 if [ ! -x "$nt" ]; then
   scripts/build.sh "$build" -DNT_CUDA_ARCHS=90a > "$out/build.log" 2>&1 ||
