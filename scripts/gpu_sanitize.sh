@@ -49,7 +49,9 @@ gpt=("$nt" gpt --device cuda --data synthetic --vocab-size 65 --n-layer 2 --n-he
 cnn=("$nt" cnn --device cuda --data-dir "$fashion" --widths 8,16,32 --batch-size 16 --epochs 1
      --max-iters 3 --no-cuda-graph --num-workers 1 --quiet)
 # name | command (words; the arrays above by name)
-# the training steps first (they reach most kernels), the op tests after, the slowest last
+# the training steps first (they reach most kernels), the op tests after, the slowest last;
+# --quick: the attention and NHWC convolution tests on a subset of cases that still reaches
+# every kernel (the full tests take minutes under the sanitizer)
 entries=(
   "gpt_bf16_3_steps|@gpt --dtype bf16"
   "cnn_fp16_3_steps|@cnn --dtype fp16"
@@ -59,13 +61,15 @@ entries=(
   "dropout|$t/gpu_test_dropout"
   "adamw|$t/gpu_test_optim"
   "scaler|$t/gpu_test_scaler"
-  "attention|$t/gpu_test_attention"
+  "grad_scale|$t/gpu_test_grad_scale"
+  "attention|$t/gpu_test_attention --quick"
   "conv2d|$t/gpu_test_conv2d"
+  "conv2d_nhwc|$t/gpu_test_conv2d_nhwc --quick"
   "gpt_fp16_3_steps|@gpt --dtype fp16"
   "gemm|$t/gpu_test_gemm"
 )
-racecheck_on=" attention layernorm cross_entropy conv2d dropout embedding scaler adamw gpt_bf16_3_steps cnn_fp16_3_steps "
-initcheck_on=" layernorm cross_entropy embedding gpt_bf16_3_steps "
+racecheck_on=" attention conv2d_nhwc layernorm cross_entropy conv2d dropout embedding scaler adamw grad_scale gpt_bf16_3_steps cnn_fp16_3_steps "
+initcheck_on=" layernorm cross_entropy embedding conv2d_nhwc attention gpt_bf16_3_steps cnn_fp16_3_steps "
 
 start=$(date +%s)
 errors_total=0 failed=0 incomplete=0

@@ -428,7 +428,9 @@ static void run_variants(nt_ctx *c, const opt_fn opts[3], const char *const name
   }
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  bool quick;
+  if (!nt_test_quick_arg(argc, argv, &quick)) return 2;
   nt_ctx *g = nt_test_cuda_ctx();
   if (!g) return nt_test_skip("no GPU");
   nt_ctx *c, *v;
@@ -438,8 +440,13 @@ int main(void) {
       {3, 2, 64, 64, 2.f},   {1, 1, 128, 64, 2.f}, {2, 1, 65, 32, 2.f},  {2, 3, 200, 64, 6.f},
       {1, 2, 1024, 64, 1.f}, {4, 6, 256, 64, 1.f}, {1, 2, 100, 48, 2.f}, {1, 1, 50, 128, 2.f},
       {2, 1, 20, 7, 2.f},    {1, 1, 130, 96, 1.f}, {1, 3, 700, 64, 1.f}, {2, 1, 513, 32, 2.f}};
+  /* --quick: one case per kernel path (D 64 / 32 / odd / 96, T 1 and past 512) */
+  const acase quick_cases[] = {{2, 3, 37, 64, 2.f}, {1, 2, 100, 32, 2.f}, {1, 1, 1, 64, 2.f},
+                               {1, 2, 1024, 64, 1.f}, {2, 1, 20, 7, 2.f}, {1, 1, 130, 96, 1.f}};
   const nt_dtype dts[3] = {NT_BF16, NT_F16, NT_F32};
-  const int ncases = (int)(sizeof cases / sizeof cases[0]);
+  const int ncases = quick ? (int)(sizeof quick_cases / sizeof quick_cases[0])
+                           : (int)(sizeof cases / sizeof cases[0]);
+  const acase *cs = quick ? quick_cases : cases;
   const rmode plain = {"auto", false, 0, 0.f, 0, 0, false};
   for (int mode = 0; mode < 2; mode++) {
     /* mode 0: whatever the dispatch picks (tensor cores for F16/BF16 with D 32/64);
@@ -452,8 +459,8 @@ int main(void) {
     }
     for (int d = 0; d < 3; d++)
       for (int i = 0; i < ncases; i++) {
-        if (mode == 1 && cases[i].T > 300) continue; /* the simple kernels are slow */
-        run_case(v, c, dts[d], cases[i], &rm, 100 + (uint64_t)i);
+        if (mode == 1 && cs[i].T > 300) continue; /* the simple kernels are slow */
+        run_case(v, c, dts[d], cs[i], &rm, 100 + (uint64_t)i);
       }
     if (v != g) nt_ctx_free(v);
   }
@@ -466,7 +473,7 @@ int main(void) {
   const opt_fn var_opts[3] = {mma_opts, wg_keys64_opts, wg_fallbacks_opts};
   const char *var_name[3] = {"mma.sync pair", "wgmma bwd 64 keys, groups of 5",
                              "wgmma cp.async, transient dQ, no PDL"};
-  run_variants(c, var_opts, var_name, cases, ncases, &plain, 200);
+  run_variants(c, var_opts, var_name, cs, ncases, &plain, 200);
   /* Unaligned views must fall back to the simple kernels and still be right. */
   rmode un = plain;
   un.unaligned = true;
@@ -479,7 +486,11 @@ int main(void) {
                           {1, 1, 1, 64, 2.f},   {2, 1, 65, 32, 2.f},  {1, 3, 200, 64, 4.f},
                           {1, 2, 513, 64, 1.f}, {2, 1, 20, 7, 2.f},   {1, 1, 130, 96, 1.f},
                           {4, 6, 256, 64, 1.f}, {2, 2, 37, 32, 2.f},  {1, 1, 257, 32, 2.f}};
-  const int ndc = (int)(sizeof dcases / sizeof dcases[0]);
+  const acase quick_dcases[] = {{2, 3, 37, 64, 2.f}, {1, 2, 200, 32, 2.f},
+                                {1, 2, 513, 64, 1.f}, {2, 1, 20, 7, 2.f}};
+  const int ndc = quick ? (int)(sizeof quick_dcases / sizeof quick_dcases[0])
+                        : (int)(sizeof dcases / sizeof dcases[0]);
+  const acase *dcs = quick ? quick_dcases : dcases;
   const rmode dmodes[] = {
       {"dropout", false, 0, 0.2f, 7, 0, false},
       {"dropout", false, 0, 0.5f, 1234567, (3ull << 32) + 8, false},
@@ -495,12 +506,12 @@ int main(void) {
     for (size_t r = 0; r < sizeof dmodes / sizeof dmodes[0]; r++)
       for (int d = 0; d < 3; d++)
         for (int i = 0; i < ndc; i++) {
-          if (mode == 1 && (dcases[i].T > 300 || r % 2)) continue; /* the simple kernels are slow */
+          if (mode == 1 && (dcs[i].T > 300 || r % 2)) continue; /* the simple kernels are slow */
           rmode rm = dmodes[r];
           char name[64];
           snprintf(name, sizeof name, "%s%s", mode ? "simple " : "", rm.name);
           rm.name = name;
-          run_case(v, c, dts[d], dcases[i], &rm, 400 + (uint64_t)i);
+          run_case(v, c, dts[d], dcs[i], &rm, 400 + (uint64_t)i);
         }
     if (v != g) nt_ctx_free(v);
   }
@@ -510,7 +521,7 @@ int main(void) {
   const opt_fn drop_opts[3] = {mma_opts, wg_keys128_opts, wg_fallbacks_opts};
   const char *drop_name[3] = {"dropout mma.sync pair", "dropout wgmma bwd 128 keys, groups of 2",
                               "dropout wgmma cp.async, transient dQ, no PDL"};
-  run_variants(c, drop_opts, drop_name, dcases, ndc, &dmodes[4], 500);
+  run_variants(c, drop_opts, drop_name, dcs, ndc, &dmodes[4], 500);
   /* The mask bit for bit, on the tensor-core and the simple path. */
   for (int mode = 0; mode < 2; mode++) {
     v = g;

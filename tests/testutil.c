@@ -84,6 +84,13 @@ int nt_test_main_on_device(bool gpu, void (*run)(nt_ctx *ctx, nt_ctx *cpu)) {
   return nt_test_finish();
 }
 
+bool nt_test_quick_arg(int argc, char **argv, bool *quick) {
+  *quick = argc == 2 && strcmp(argv[1], "--quick") == 0;
+  if (argc == 1 || *quick) return true;
+  fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
+  return false;
+}
+
 nt_ctx *nt_test_cuda_ctx(void) {
   const nt_ctx_options o = nt_test_ctx_options();
   return nt_test_cuda_ctx_with(&o);
