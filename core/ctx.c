@@ -269,7 +269,7 @@ void *nt_ctx_workspace(nt_ctx *ctx, size_t *bytes) {
 size_t nt_ctx_workspace_bytes(const nt_ctx *ctx) { return ctx->workspace_bytes; }
 
 /* Whether the compute stream is being captured into a CUDA graph (false for a CPU context). */
-static nt_status compute_capturing(nt_ctx *ctx, bool *capturing) {
+nt_status nt_ctx_capturing(nt_ctx *ctx, bool *capturing) {
   *capturing = false;
 #ifdef NT_HAVE_CUDA
   if (nt_ctx_is_cuda(ctx)) {
@@ -289,7 +289,7 @@ nt_status nt_ctx_set_workspace_bytes(nt_ctx *ctx, size_t bytes) {
 #ifdef NT_HAVE_CUDA
   bool capturing;
   nt_status st = nt_cuda_set_device(ctx);
-  if (!st) st = compute_capturing(ctx, &capturing);
+  if (!st) st = nt_ctx_capturing(ctx, &capturing);
   if (st) return st;
   if (capturing)
     return NT_ERROR(ctx, NT_ERR_STATE, "cuBLASLt workspace: cannot be resized while the compute "
@@ -420,7 +420,7 @@ nt_status nt_ctx_rng_step_begin(nt_ctx *ctx) {
   if (ctx->rng_in_step)
     return NT_ERROR(ctx, NT_ERR_STATE, "nt_ctx_rng_step_begin: a step is already open");
   bool capturing;
-  nt_status st = compute_capturing(ctx, &capturing);
+  nt_status st = nt_ctx_capturing(ctx, &capturing);
   if (!st) st = rng_base_sync(ctx, capturing, "nt_ctx_rng_step_begin");
   if (st) return st;
   ctx->rng_in_step = true;
@@ -437,7 +437,7 @@ nt_status nt_ctx_rng_step_end(nt_ctx *ctx, uint64_t *reserved) {
   ctx->rng_step_used = 0;
   if (reserved) *reserved = n;
   bool capturing;
-  nt_status st = compute_capturing(ctx, &capturing);
+  nt_status st = nt_ctx_capturing(ctx, &capturing);
   if (st) return st;
   if (nt_ctx_is_cuda(ctx)) {
 #ifdef NT_HAVE_CUDA
@@ -460,7 +460,7 @@ nt_status nt_ctx_rng_step_replay(nt_ctx *ctx, uint64_t reserved) {
     return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "nt_ctx_rng_step_replay: %llu numbers is not a "
                     "step's count (a multiple of 4)", (unsigned long long)reserved);
   bool capturing;
-  nt_status st = compute_capturing(ctx, &capturing);
+  nt_status st = nt_ctx_capturing(ctx, &capturing);
   if (!st) st = rng_base_sync(ctx, capturing, "nt_ctx_rng_step_replay");
   if (st) return st;
   ctx->rng_offset += reserved;

@@ -41,6 +41,8 @@ nt_status nt_rng_base_set_cuda(nt_ctx *ctx, uint64_t *base, uint64_t value);
 nt_status nt_rng_base_add_cuda(nt_ctx *ctx, uint64_t *base, uint64_t n);
 #endif
 
+/* Whether ctx's compute stream is being captured into a CUDA graph (false on the CPU). */
+nt_status nt_ctx_capturing(nt_ctx *ctx, bool *capturing);
 nt_status nt_pool_create(nt_ctx *ctx, struct nt_pool **out);
 void nt_pool_destroy(nt_ctx *ctx, struct nt_pool *pool);
 NT_EXTERN_C_END

@@ -450,6 +450,21 @@ static nt_status oom_error(nt_ctx *ctx, size_t bytes, int flushed) {
 static mblock *new_segment(nt_ctx *ctx, size_t size, int small, size_t bytes, nt_status *st) {
   struct nt_pool *p = ctx->pool;
   size_t seg = ctx->opts.mem_cache ? segment_size(size) : size;
+  /* A cudaMalloc inside a capture invalidates it, and the error would surface later at some
+   * unrelated launch: say so here instead. */
+  bool capturing = false;
+  if ((*st = nt_ctx_capturing(ctx, &capturing))) return NULL;
+  if (capturing) {
+    *st = NT_ERROR(ctx, NT_ERR_STATE,
+                   "device memory: a request of %zu bytes needs a new cudaMalloc while the "
+                   "compute stream is being captured into a CUDA graph (that would invalidate "
+                   "the capture); run the captured work once eagerly first so the pool holds "
+                   "its memory%s", bytes,
+                   ctx->opts.mem_cache ? "" : " (with mem_cache off, a freed block serves only "
+                   "a request of its exact size, once its stream work is done: capture with "
+                   "mem_cache on)");
+    return NULL;
+  }
   mblock *b = calloc(1, sizeof *b);
   if (!b) { *st = NT_ERROR(ctx, NT_ERR_OOM, "out of host memory for a pool block"); return NULL; }
   void *mem = NULL;

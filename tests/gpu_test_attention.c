@@ -542,7 +542,11 @@ int main(int argc, char **argv) {
     v = g;
     if (mode == 1 && !(v = variant_ctx(simple_opts))) continue;
     const char *mname = mode ? "simple" : "auto";
-    for (int step = MASK_STEP; step <= MASK_GRAPH; step++) {
+    /* With the pool's cache off (the sanitizer's NT_MEM_CACHE=0) a capture cannot get its
+     * scratch (gpu_test_memory checks that clear error): the graph form is left out. */
+    const int last = nt_ctx_opts(v)->mem_cache ? MASK_GRAPH : MASK_STEP;
+    if (last != MASK_GRAPH) printf("  mask %s graph: not run (mem_cache off)\n", mname);
+    for (int step = MASK_STEP; step <= last; step++) {
       test_mask_exact(v, c, NT_BF16, 3, 37, 64, mname, 0.2f, (7ull << 32) + 8, step);
       test_mask_exact(v, c, NT_F16, 2, 97, 32, mname, 0.2f, 4104, step);
       test_mask_exact(v, c, NT_F32, 2, 65, 64, mname, 0.3f, 16, step);

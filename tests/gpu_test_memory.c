@@ -1,7 +1,8 @@
 /* The caching allocator on the GPU: a training-step pattern reaches a steady state with no
  * cudaMalloc; blocks do not overlap; a block recorded on another stream is held back until
  * that stream's work is done; out of memory is a clear error after which the pool still works;
- * frees from worker threads; pinned buffers are page-locked. */
+ * frees from worker threads; pinned buffers are page-locked; a request that needs a new
+ * segment during a CUDA graph capture is a clear error. */
 #include "tests/testutil.h"
 #include <pthread.h>
 #include <stdatomic.h>
@@ -243,6 +244,34 @@ static void test_pinned_and_empty_cache(nt_ctx *ctx) {
   CHECK(s.fragmentation == 0.0, "nothing cached: fragmentation %g", s.fragmentation);
 }
 
+/* A request that needs a new segment while the stream is being captured is a clear error (a
+ * cudaMalloc would invalidate the capture and fail some later launch instead); a cached block
+ * is still handed out during the capture. */
+static void test_alloc_in_capture(nt_ctx *ctx) {
+  cudaStream_t s = (cudaStream_t)nt_ctx_stream(ctx);
+  void *warm = NULL, *a = NULL, *b = NULL;
+  CHECK_OK(ctx, nt_alloc(ctx, 2 * MiB, &warm));
+  nt_free(ctx, warm);
+  cuda_ok(cudaStreamSynchronize(s), "sync");
+  nt_mem_stats before = stats(ctx);
+  if (!cuda_ok(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "begin capture"))
+    return;
+  bool cached_ok = CHECK_OK(ctx, nt_alloc(ctx, 2 * MiB, &a));
+  nt_status st = nt_alloc(ctx, (size_t)3 << 30, &b);
+  char msg[512];
+  snprintf(msg, sizeof msg, "%s", nt_last_error(ctx));
+  cudaGraph_t graph = NULL;
+  cudaError_t end = cudaStreamEndCapture(s, &graph);
+  if (graph) cudaGraphDestroy(graph);
+  CHECK(end == cudaSuccess, "the capture stays valid: %s", cudaGetErrorString(end));
+  CHECK(st == NT_ERR_STATE && b == NULL, "new segment during capture: status %d", (int)st);
+  CHECK(strstr(msg, "captured into a CUDA graph") && strstr(msg, "3221225472 bytes"),
+        "message: %s", msg);
+  CHECK(stats(ctx).n_system_allocs == before.n_system_allocs, "no cudaMalloc during capture");
+  if (cached_ok) nt_free(ctx, a);
+  CHECK(cudaGetLastError() == cudaSuccess, "no lingering CUDA error");
+}
+
 int main(void) {
   nt_ctx *ctx = nt_test_cuda_ctx();
   if (!ctx) return nt_test_skip("no GPU");
@@ -251,6 +280,7 @@ int main(void) {
   test_record_stream(ctx);
   test_worker_frees(ctx);
   test_oom(ctx);
+  test_alloc_in_capture(ctx);
   test_pinned_and_empty_cache(ctx);
   nt_mem_stats s = stats(ctx);
   CHECK(s.fragmentation >= 0.0 && s.fragmentation <= 1.0, "fragmentation %g", s.fragmentation);
