@@ -114,8 +114,12 @@ nt_status nt_params_alloc(nt_ctx *ctx, nt_params *p, nt_dtype compute_dtype) {
       st = nt_tensor_alloc(ctx, &u->compute, compute_dtype, 1, &n);
       if (st) break;
     }
+    /* every buffer zeroed once, the compute copy too: the optimizer and the casts write only
+     * the parameters' elements, and kernels' vector loads (a 10-element bias, say) reach into
+     * the alignment gaps after them, which must hold defined values */
     st = nt_tensor_zero(ctx, &u->master);
     if (!st) st = nt_tensor_zero(ctx, &u->grad);
+    if (!st && u->compute.owner) st = nt_tensor_zero(ctx, &u->compute);
     if (st) break;
   }
   p->allocated = true;

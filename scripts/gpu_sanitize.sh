@@ -3,7 +3,8 @@
 # memcheck on every entry, then racecheck on the kernels that use shared memory, then initcheck
 # on a few while time is left. Each run is bounded (SANITIZE_RUN_S, default 30 s) and the
 # whole script by SANITIZE_BUDGET_S (default 240 s); a run that would not fit is listed as not
-# run. Writes $OUT/sanitize.md (test, tool, result, errors, seconds) and each run's log under
+# run. SANITIZE_ONLY / SANITIZE_SKIP: space-separated tool:test pairs to run alone / leave out
+# (e.g. SANITIZE_ONLY="racecheck:conv2d"). Writes $OUT/sanitize.md (test, tool, result, errors, seconds) and each run's log under
 # $OUT/sanitize/.
 #   scripts/gpu_sanitize.sh [BUILD_DIR]     (default: build; configured for sm_90a and built
 #                                            here when it has no nanotrain)
@@ -36,13 +37,12 @@ if [[ ! -x $build/nanotrain ]]; then
     { tail -20 "$logs/build.log"; exit 1; }
 fi
 export NT_GEMM_AUTOTUNE=0 NT_GEMM_SEARCH=0 NT_MEM_CACHE=0
-# racecheck leaves cuBLASLt's own kernels (nvjet_*) uninstrumented: it reports hazards inside
-# them (their split-K and TMA synchronisation is not what it models), they are not our code,
-# and instrumenting them makes the GEMM-heavy tests time out.
-race_opts=()
-if "$cs" --help 2>&1 | grep -q -- --kernel-name-exclude; then
-  race_opts=(--kernel-name-exclude kns=nvjet)
-fi
+# Races inside cuBLASLt's own kernels (nvjet_*, cutlass*, sm90_xmma*: not our code) are
+# counted apart: racecheck reports hazards inside its split-K kernels. Leaving them out of the
+# instrumentation (--kernel-name-exclude) made the sanitizer fail on them ("failed to handle a
+# hardware exception"), so they run instrumented and their reports are sorted afterwards.
+# memcheck and initcheck reports count whatever kernel made them: the memory is ours.
+lib_kernels='(nvjet_|cutlass|sm90_xmma|sm80_xmma)'
 
 # a Fashion-MNIST-shaped set of random images for the CNN: no dataset needed
 fashion=$logs/fashion
@@ -85,7 +85,9 @@ errors_total=0 failed=0 incomplete=0
   echo
   echo "$("$cs" --version | tail -1); $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
   echo "Budget ${budget} s, at most ${per_run} s a run; NT_MEM_CACHE=0 NT_GEMM_AUTOTUNE=0" \
-       "NT_GEMM_SEARCH=0; racecheck options: ${race_opts[*]:-none}."
+       "NT_GEMM_SEARCH=0. \"in cuBLASLt\": reports whose kernel is one of cuBLASLt's" \
+       "(printed reports only, --print-limit 50), not counted as errors when every printed" \
+       "report is one."
   echo
   echo "| test | tool | result | errors | seconds |"
   echo "|---|---|---|---:|---:|"
@@ -102,10 +104,8 @@ run_one() {   # name tool words...
   fi
   local limit=$((left < per_run ? left : per_run)) log=$logs/${name}_$tool.log
   local t0=$(date +%s)
-  local extra=()
-  [[ $tool == racecheck ]] && extra=(${race_opts[@]+"${race_opts[@]}"})
   timeout -k 5 "$limit" "$cs" --tool "$tool" --error-exitcode 99 --print-limit 50 \
-    --report-api-errors no ${extra[@]+"${extra[@]}"} "$@" >"$log" 2>&1
+    --report-api-errors no "$@" >"$log" 2>&1
   local rc=$? secs=$(($(date +%s) - t0))
   # the sanitizer's own count; a run cut short: the reports printed so far
   # ("ERROR SUMMARY: N errors"; racecheck: "RACECHECK SUMMARY: H hazards displayed (N errors,
@@ -117,10 +117,19 @@ run_one() {   # name tool words...
   if [[ -z $n ]]; then
     n=$(grep -Ec '^========= (Invalid|Race|Uninitialized|Error|Program hit|Warning: Race|Out-of-range|Misaligned|Malloc|Leaked|Barrier)' "$log")
   fi
+  # printed reports, and those of them inside cuBLASLt's kernels
+  local printed lib
+  printed=$(grep -Ec '^========= (Error: Race|Warning: Race|Uninitialized|Invalid|Out-of-range|Misaligned)' "$log")
+  lib=$(grep -Ec "^=========( Error: Race reported between [A-Za-z]+ access at|     at) (void )?$lib_kernels" "$log")
   local result
   case $rc in
   0) result=ok ;;
-  99) result=ERRORS ;;
+  99) result=ERRORS
+      if [[ $tool == racecheck ]] && ((printed > 0 && lib == printed && n <= printed)); then
+        result="ok: all $n in cuBLASLt's kernels"; n=0
+      elif ((lib > 0)); then
+        result="ERRORS ($lib of $printed printed in cuBLASLt's kernels)"
+      fi ;;
   77) result="skipped (no GPU)"; incomplete=$((incomplete + 1)) ;;
   124|137) result="timed out after ${limit} s"; incomplete=$((incomplete + 1)) ;;
   *) result="FAILED (exit $rc)"; failed=$((failed + 1)) ;;
@@ -135,6 +144,8 @@ for tool in memcheck racecheck initcheck; do
     name=${e%%|*} cmd=${e#*|}
     [[ $tool == racecheck && $racecheck_on != *" $name "* ]] && continue
     [[ $tool == initcheck && $initcheck_on != *" $name "* ]] && continue
+    [[ -n ${SANITIZE_ONLY:-} && " $SANITIZE_ONLY " != *" $tool:$name "* ]] && continue
+    [[ " ${SANITIZE_SKIP:-} " == *" $tool:$name "* ]] && continue
     read -r -a words <<<"$cmd"
     case ${words[0]} in
     @gpt) words=("${gpt[@]}" "${words[@]:1}") ;;
