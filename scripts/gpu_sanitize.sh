@@ -79,6 +79,8 @@ racecheck_on=" attention conv2d_nhwc layernorm cross_entropy conv2d dropout embe
 initcheck_on=" layernorm cross_entropy embedding conv2d_nhwc attention gpt_bf16_3_steps cnn_fp16_3_steps "
 
 start=$(date +%s)
+kernel_notes=$logs/kernels.txt
+: >"$kernel_notes"
 errors_total=0 failed=0 incomplete=0
 {
   echo "# compute-sanitizer ($(date -u '+%Y-%m-%d %H:%M UTC'))"
@@ -104,7 +106,11 @@ run_one() {   # name tool words...
   fi
   local limit=$((left < per_run ? left : per_run)) log=$logs/${name}_$tool.log
   local t0=$(date +%s)
-  timeout -k 5 "$limit" "$cs" --tool "$tool" --error-exitcode 99 --print-limit 50 \
+  # initcheck prints every report, without backtraces, so that the kernels making them can
+  # all be counted (its reports in the training steps number ~10^5)
+  local print=(--print-limit 50)
+  [[ $tool == initcheck ]] && print=(--print-limit 1000000 --show-backtrace no)
+  timeout -k 5 "$limit" "$cs" --tool "$tool" --error-exitcode 99 "${print[@]}" \
     --report-api-errors no "$@" >"$log" 2>&1
   local rc=$? secs=$(($(date +%s) - t0))
   # the sanitizer's own count; a run cut short: the reports printed so far
@@ -136,6 +142,13 @@ run_one() {   # name tool words...
   esac
   errors_total=$((errors_total + n))
   echo "| $name | $tool | $result | $n | $secs |" >>"$summary"
+  if ((n > 0)); then   # which kernels made the reports (the printed ones), for the notes below
+    grep -A1 -E '^========= (Uninitialized|Invalid|Out-of-range|Misaligned)' "$log" |
+      sed -n 's/^=========     at \(void \)\{0,1\}\(.*\)+0x[0-9a-f]*$/\2/p' | cut -c1-100 | sort | uniq -c |
+      sort -rn | head -8 | while read -r count kernel; do
+        echo "$name $tool: $count in \`$kernel\`" >>"$kernel_notes"
+      done
+  fi
   echo "$name $tool: $result, $n error(s), ${secs} s"
 }
 
@@ -161,6 +174,12 @@ for tool in memcheck racecheck initcheck; do
 done
 
 {
+  if [[ -s $kernel_notes ]]; then
+    echo
+    echo "Reports by kernel (printed reports):"
+    echo
+    sed 's/^/- /' "$kernel_notes"
+  fi
   echo
   echo "Total: $errors_total error(s), $failed failed run(s), $incomplete run(s) timed out," \
        "skipped or not run; $(($(date +%s) - start)) s. Logs: sanitize/<test>_<tool>.log."
