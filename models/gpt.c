@@ -296,8 +296,8 @@ static nt_status build_activations(nt_ctx *ctx, nt_gpt *g, nt_dtype dt, bool all
 #undef ADD
   if (!st && alloc) st = nt_arena_alloc(ctx, a);
   /* The logits' row padding (columns Vp..Ls) is never written by the head GEMM or the loss,
-   * but the vector loads of the GEMMs that read the logits' gradient cover it: zero it once so
-   * those reads see defined values (and compute-sanitizer's initcheck stays quiet). */
+   * but the 16-byte loads of the GEMM that reads the logits' gradient cover it (initcheck
+   * reported those reads in cuBLASLt's kernel until this zeroing): defined values, once. */
   if (!st && alloc && g->Ls != g->Vp) st = nt_tensor_zero(ctx, &g->logits);
   for (int i = 0; i < NCARVE && !st && alloc; i++)
     *carve[i].t = nt_tensor_view((char *)g->shared.data + offs[i], dt, g->shared.device,

@@ -115,8 +115,8 @@ nt_status nt_params_alloc(nt_ctx *ctx, nt_params *p, nt_dtype compute_dtype) {
       if (st) break;
     }
     /* every buffer zeroed once, the compute copy too: the optimizer and the casts write only
-     * the parameters' elements, and kernels' vector loads (a 10-element bias, say) reach into
-     * the alignment gaps after them, which must hold defined values */
+     * the parameters' elements, so the alignment gaps between them would otherwise never be
+     * defined, and a vector load at a tensor's end may read into one */
     st = nt_tensor_zero(ctx, &u->master);
     if (!st) st = nt_tensor_zero(ctx, &u->grad);
     if (!st && u->compute.owner) st = nt_tensor_zero(ctx, &u->compute);
