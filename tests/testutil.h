@@ -53,9 +53,10 @@ nt_ctx *nt_test_cuda_ctx_with(const nt_ctx_options *opts);
 const char *nt_test_data_dir(void);
 const char *nt_test_fashion_dir(void);
 int nt_test_skip(const char *why);
-/* True when the test was started as `test --quick`: a subset of its cases that still reaches
- * every kernel, for slow runners such as compute-sanitizer (scripts/gpu_sanitize.sh). Any other
- * argument is an error (message on stderr; the caller returns 2). */
+/* Reads a test's optional `--quick` argument into *quick (quick: a subset of its cases that
+ * still reaches every kernel, for slow runners such as compute-sanitizer, see
+ * scripts/gpu_sanitize.sh). Any other argument: false, with the usage on stderr (the caller
+ * returns 2). */
 bool nt_test_quick_arg(int argc, char **argv, bool *quick);
 /* main() of a test file built twice, as test_X.c and as gpu_test_X.c (which defines NT_TEST_GPU
  * and includes test_X.c): run(ctx, cpu) on a CUDA context with a CPU context beside it for
