@@ -1,14 +1,17 @@
 /* CUDA NHWC Conv2d (tensor-core implicit GEMM for F16 / BF16, direct kernels for F32) and NHWC
- * MaxPool2d against the CPU reference (ops/conv2d_nhwc.h). Conv: the CNN's four layers (batch
- * 16, and conv2 / conv4 at the training batch 256), odd shapes (N*H*W not a multiple of the
- * 128-row tile, Cin = 1 / 3 / 8 / 24 / 40, Cout = 5 / 24 / 40 / 72), stride 2 (dx by the direct
- * kernel), pad 0, a 3x5 kernel; bias f32 or the dtype, fused ReLU (forward) and the ReLU mask
- * (backward), dw f32 or the dtype; dx must be overwritten (prefilled with garbage), dw / db
- * accumulated onto a prefilled value, and a second backward must give bit-identical gradients
- * (fixed-order split-K). Relative errors ||gpu - ref|| / ||ref|| are printed per case, and the
- * worst per dtype at the end; the bounds (below) are under twice the H200's worst. MaxPool
- * must match exactly, in both y layouts,
- * with and without the mask, and so must the fused conv + pool forward against conv then pool. */
+ * MaxPool2d against the CPU reference (ops/conv2d_nhwc.h). Conv: the CNN's four layers at its
+ * default widths (32 / 64), at small ones (8 / 16: the widths scripts/gpu_sanitize.sh trains)
+ * and at odd ones (5 / 12), batch 16, and conv2 / conv4 at the training batch 256; odd shapes
+ * (N*H*W not a multiple of the 128-row tile, Cin = 1 / 3 / 8 / 24 / 40, Cout = 5 / 24 / 40 /
+ * 72), stride 2 (dx by the direct kernel), pad 0, a 3x5 kernel; bias f32 or the dtype, fused
+ * ReLU (forward) and the ReLU mask (backward), dw f32 or the dtype. Outputs written whole (y,
+ * dx, the pools' y and argmax) start as NaN (argmax: a sentinel), so an element a kernel skips
+ * fails the comparison; dw / db are accumulated onto a prefilled value, and a second backward
+ * must give bit-identical gradients (fixed-order split-K). Relative errors ||gpu - ref|| /
+ * ||ref|| are printed per case, and the worst per dtype at the end; the bounds (below) are
+ * under twice the H200's worst. MaxPool must match exactly, in both y layouts, with and
+ * without the mask, and so must the fused conv + pool forward against conv then pool (Cout 5 /
+ * 8 / 12 / 16 / 24 / 32 / 64 / 72, NCHW y among them for Cout 8 / 12 / 16). */
 #include "tests/testutil.h"
 #include "ops/conv2d_nhwc.h"
 #include <math.h>
@@ -23,6 +26,21 @@ static bool put(nt_ctx *g, nt_tensor *dev, nt_dtype dt, int ndim, const int64_t 
                 const float *src) {
   if (!CHECK_OK(g, nt_tensor_alloc(g, dev, dt, ndim, shape))) return false;
   return nt_test_upload(g, dev, src);
+}
+
+/* An output that a kernel must write whole, allocated holding garbage no kernel produces: NaN
+ * in a float dtype (it equals nothing, and makes a relative error infinite), kUnwritten in I32
+ * (an argmax is never negative). */
+enum { kUnwritten = -12345 };
+static bool put_garbage(nt_ctx *g, nt_tensor *dev, nt_dtype dt, int ndim, const int64_t *shape) {
+  int64_t n = 1;
+  for (int i = 0; i < ndim; i++) n *= shape[i];
+  float *h = malloc(((size_t)n + 1) * sizeof *h);
+  if (!h) return false;
+  for (int64_t i = 0; i < n; i++) h[i] = dt == NT_I32 ? (float)kUnwritten : NAN;
+  bool ok = put(g, dev, dt, ndim, shape, h);
+  free(h);
+  return ok;
 }
 
 static double worst[3][4];   /* [dtype][y, dx, dw, db] */
@@ -68,7 +86,7 @@ static void conv_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, ccase k, bool f32_bias,
   nt_test_fill_uniform(&rng, dy, (int64_t)ny, -1, 1);
   nt_test_fill_uniform(&rng, pw, (int64_t)nw, -1, 1);
   nt_test_fill_uniform(&rng, pb, (int64_t)nb, -1, 1);
-  for (size_t i = 0; i < nx; i++) junk[i] = 7.0f;
+  for (size_t i = 0; i < nx; i++) junk[i] = NAN;   /* dx is overwritten whole */
   /* Round the inputs to the dtypes the GPU sees, so the reference starts from the same values. */
   free(nt_test_to_dtype(x, nx, dt));
   free(nt_test_to_dtype(w, nw, dt));
@@ -105,7 +123,7 @@ static void conv_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, ccase k, bool f32_bias,
             tdb = {0};
   ok = ok && put(g, &tx, dt, 4, sx, x) && put(g, &tw, dt, 4, sw, w) &&
        put(g, &tb, bdt, 1, sb, b) && put(g, &tdy, dt, 4, sy, dy) && put(g, &tm, dt, 4, sy, mask) &&
-       put(g, &tdx, dt, 4, sx, junk) && CHECK_OK(g, nt_tensor_alloc(g, &ty, dt, 4, sy)) &&
+       put(g, &tdx, dt, 4, sx, junk) && put_garbage(g, &ty, dt, 4, sy) &&
        CHECK_OK(g, nt_tensor_alloc(g, &tdw, wdt, 4, sw)) &&
        CHECK_OK(g, nt_tensor_alloc(g, &tdb, bdt, 1, sb));
   ok = ok && CHECK_OK(g, nt_conv2d_nhwc_forward(g, &tx, &tw, &tb, &ty, p, relu)) &&
@@ -200,7 +218,8 @@ static void partial_outputs(nt_ctx *g, nt_ctx *c, nt_dtype dt) {
 }
 
 /* The conv + pool forward (pool in the conv's epilogue for F16 / BF16) against the GPU's own
- * conv then pool: the same values and argmax, bit for bit (the conv's rows only move). */
+ * conv then pool: the same values and argmax, bit for bit (the conv's rows only move). Both
+ * pools' outputs start as garbage (put_garbage): an element either skips is counted apart. */
 static void fused_pool_case(nt_ctx *g, nt_dtype dt, ccase k, bool nchw, uint64_t seed) {
   const int OH = (k.H + 2 * k.pad - k.KH) / k.stride + 1,
             OW = (k.W + 2 * k.pad - k.KW) / k.stride + 1, PH = OH / 2, PW = OW / 2;
@@ -220,11 +239,9 @@ static void fused_pool_case(nt_ctx *g, nt_dtype dt, ccase k, bool nchw, uint64_t
   nt_conv2d_params p = {k.stride, k.pad};
   nt_tensor tx = {0}, tw = {0}, tb = {0}, tz = {0}, t1 = {0}, t2 = {0}, m1 = {0}, m2 = {0};
   bool ok = put(g, &tx, dt, 4, sx, x) && put(g, &tw, dt, 4, sw, w) &&
-            put(g, &tb, NT_F32, 1, sb, b) && CHECK_OK(g, nt_tensor_alloc(g, &tz, dt, 4, sz)) &&
-            CHECK_OK(g, nt_tensor_alloc(g, &t1, dt, 4, sp)) &&
-            CHECK_OK(g, nt_tensor_alloc(g, &t2, dt, 4, sp)) &&
-            CHECK_OK(g, nt_tensor_alloc(g, &m1, NT_I32, 4, sp)) &&
-            CHECK_OK(g, nt_tensor_alloc(g, &m2, NT_I32, 4, sp));
+            put(g, &tb, NT_F32, 1, sb, b) && put_garbage(g, &tz, dt, 4, sz) &&
+            put_garbage(g, &t1, dt, 4, sp) && put_garbage(g, &t2, dt, 4, sp) &&
+            put_garbage(g, &m1, NT_I32, 4, sp) && put_garbage(g, &m2, NT_I32, 4, sp);
   ok = ok && CHECK_OK(g, nt_conv2d_nhwc_forward(g, &tx, &tw, &tb, &tz, p, true)) &&
        CHECK_OK(g, nt_maxpool2d_nhwc_forward(g, &tz, &t1, &m1, 2, nchw)) &&
        CHECK_OK(g, nt_conv2d_nhwc_pool_forward(g, &tx, &tw, &tb, &t2, &m2, p, true, nchw, NULL)) &&
@@ -233,11 +250,14 @@ static void fused_pool_case(nt_ctx *g, nt_dtype dt, ccase k, bool nchw, uint64_t
     nt_tensor ha = nt_tensor_view(aa, NT_I32, nt_cpu(), 4, sp),
               hb = nt_tensor_view(ab, NT_I32, nt_cpu(), 4, sp);
     ok = CHECK_OK(g, nt_tensor_copy(g, &ha, &m1)) && CHECK_OK(g, nt_tensor_copy(g, &hb, &m2));
-    int bad = 0;
-    for (size_t i = 0; ok && i < np; i++) bad += ya[i] != yb[i] || aa[i] != ab[i];
+    int bad = 0, unwritten = 0;
+    for (size_t i = 0; ok && i < np; i++) {
+      bad += ya[i] != yb[i] || aa[i] != ab[i];
+      unwritten += isnan(ya[i]) || isnan(yb[i]) || aa[i] == kUnwritten || ab[i] == kUnwritten;
+    }
     CHECK(ok && bad == 0, "conv+pool %s N%d %dx%dx%d->%d%s: %d of %zu outputs differ from conv "
-          "then pool", nt_dtype_name(dt), k.N, k.H, k.W, k.Cin, k.Cout, nchw ? " nchw-y" : "",
-          bad, np);
+          "then pool (%d left unwritten by one of them)", nt_dtype_name(dt), k.N, k.H, k.W,
+          k.Cin, k.Cout, nchw ? " nchw-y" : "", bad, np, unwritten);
   }
   nt_tensor *all[8] = {&tx, &tw, &tb, &tz, &t1, &t2, &m1, &m2};
   for (int i = 0; i < 8; i++) nt_tensor_free(g, all[i]);
@@ -263,7 +283,7 @@ static void pool_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, int N, int H, int W, in
   int32_t *ram = malloc(4 * ny), *gam = malloc(4 * ny);
   nt_test_fill_uniform(&rng, x, (int64_t)nx, -3, 3);
   nt_test_fill_uniform(&rng, dy, (int64_t)ny, -1, 1);
-  for (size_t i = 0; i < nx; i++) junk[i] = 5.0f;
+  for (size_t i = 0; i < nx; i++) junk[i] = NAN;   /* dx is overwritten whole */
   free(nt_test_to_dtype(x, nx, dt));
   free(nt_test_to_dtype(dy, ny, dt));
   nt_tensor cx = nt_tensor_view(x, NT_F32, nt_cpu(), 4, sx),
@@ -276,8 +296,8 @@ static void pool_case(nt_ctx *g, nt_ctx *c, nt_dtype dt, int N, int H, int W, in
             CHECK_OK(c, nt_maxpool2d_nhwc_backward(c, &cdy, &ca, masked ? &cy : NULL, &cdx, k,
                                                    nchw));
   ok = ok && put(g, &tx, dt, 4, sx, x) && put(g, &tdy, dt, 4, sy, dy) &&
-       put(g, &tdx, dt, 4, sx, junk) && CHECK_OK(g, nt_tensor_alloc(g, &ty, dt, 4, sy)) &&
-       CHECK_OK(g, nt_tensor_alloc(g, &ta, NT_I32, 4, sy));
+       put(g, &tdx, dt, 4, sx, junk) && put_garbage(g, &ty, dt, 4, sy) &&
+       put_garbage(g, &ta, NT_I32, 4, sy);
   ok = ok && CHECK_OK(g, nt_maxpool2d_nhwc_forward(g, &tx, &ty, &ta, k, nchw)) &&
        CHECK_OK(g, nt_maxpool2d_nhwc_backward(g, &tdy, &ta, masked ? &ty : NULL, &tdx, k, nchw)) &&
        nt_test_download(g, &ty, gy) && nt_test_download(g, &tdx, gdx);
@@ -306,11 +326,16 @@ int main(int argc, char **argv) {
   nt_ctx *c;
   if (nt_ctx_create(&c, nt_cpu())) return 1;
   const nt_dtype dts[3] = {NT_F32, NT_F16, NT_BF16};
-  /* The CNN's layers as the model runs them (conv1 without dx in the model, tested anyway). */
-  const ccase cnn[] = {{16, 1, 28, 28, 32, 3, 3, 1, 1},
-                       {16, 32, 28, 28, 32, 3, 3, 1, 1},
-                       {16, 32, 14, 14, 64, 3, 3, 1, 1},
-                       {16, 64, 14, 14, 64, 3, 3, 1, 1}};
+  /* The CNN's layers as the model runs them (conv1 without dx in the model, tested anyway):
+   * at its default widths 32 / 64, at 8 / 16 (gpu_sanitize.sh's --widths 8,16,32: Cout under
+   * the 32-wide column tile, Cin 8 and 16 padded to one 32-wide k-step per tap) and at 5 / 12
+   * (Cin and Cout not multiples of 8: element loads, element stores). */
+  const ccase cnn[] = {{16, 1, 28, 28, 32, 3, 3, 1, 1},  {16, 32, 28, 28, 32, 3, 3, 1, 1},
+                       {16, 32, 14, 14, 64, 3, 3, 1, 1}, {16, 64, 14, 14, 64, 3, 3, 1, 1},
+                       {16, 1, 28, 28, 8, 3, 3, 1, 1},   {16, 8, 28, 28, 8, 3, 3, 1, 1},
+                       {16, 8, 14, 14, 16, 3, 3, 1, 1},  {16, 16, 14, 14, 16, 3, 3, 1, 1},
+                       {16, 1, 28, 28, 5, 3, 3, 1, 1},   {16, 5, 28, 28, 5, 3, 3, 1, 1},
+                       {16, 5, 14, 14, 12, 3, 3, 1, 1},  {16, 12, 14, 14, 12, 3, 3, 1, 1}};
   /* Odd shapes: M = N*OH*OW not a multiple of 128; Cin 3 and 5 (element loads), 8 / 24 / 40
    * (16-byte chunks, Cp padded to 32 / 64); Cout 5, 24, 40, 72 (> 64: two column tiles);
    * stride 2 (dx by the direct kernel); pad 0; a 3x5 kernel (different pads for dx). */
@@ -320,7 +345,7 @@ int main(int argc, char **argv) {
                        {2, 8, 9, 12, 8, 3, 5, 1, 1},   {5, 1, 28, 28, 32, 3, 3, 1, 1},
                        {1, 5, 5, 5, 3, 1, 1, 1, 0}};
   for (int d = 0; d < 3; d++) {
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < (int)(sizeof cnn / sizeof cnn[0]); i++) {
       conv_case(g, c, dts[d], cnn[i], true, true, true, 10 + (uint64_t)i);
       conv_case(g, c, dts[d], cnn[i], false, false, false, 20 + (uint64_t)i);
     }
@@ -339,12 +364,17 @@ int main(int argc, char **argv) {
     pool_case(g, c, dts[d], 3, 13, 13, 5, 2, false, false);
     pool_case(g, c, dts[d], 2, 7, 8, 3, 3, true, false);
   }
-  /* conv + pool: the CNN's two (pool2 writes NCHW), odd planes (7x9 -> 3x4: the last conv row
-   * and column are dropped), Cin 1 / 3, Cout 5 / 24 / 72, a stride-2 conv */
+  /* conv + pool (odd entries write y NCHW, even ones NHWC): the CNN's two at the default
+   * widths (pool2 writes NCHW), at 8 / 16 and at 5 / 12 (each in the model's layout); odd
+   * planes (7x9 -> 3x4: the last conv row and column are dropped), Cin 1 / 3 / 8 / 16, Cout 5
+   * / 8 / 16 / 24 / 72, a stride-2 conv */
   const ccase fused[] = {{16, 32, 28, 28, 32, 3, 3, 1, 1}, {16, 64, 14, 14, 64, 3, 3, 1, 1},
                          {3, 8, 7, 9, 24, 3, 3, 1, 1},     {2, 3, 6, 10, 5, 3, 3, 1, 1},
                          {5, 1, 28, 28, 32, 3, 3, 1, 1},   {2, 16, 12, 12, 72, 3, 3, 1, 1},
-                         {2, 8, 15, 13, 16, 3, 3, 2, 1}};
+                         {2, 8, 15, 13, 16, 3, 3, 2, 1},   {16, 16, 14, 14, 16, 3, 3, 1, 1},
+                         {16, 8, 28, 28, 8, 3, 3, 1, 1},   {16, 12, 14, 14, 12, 3, 3, 1, 1},
+                         {16, 5, 28, 28, 5, 3, 3, 1, 1},   {3, 8, 10, 14, 16, 3, 3, 1, 1},
+                         {2, 16, 9, 7, 8, 3, 3, 1, 1},     {3, 16, 14, 14, 8, 3, 3, 1, 1}};
   for (int d = 0; d < 3; d++)
     for (int i = 0; i < (int)(sizeof fused / sizeof fused[0]); i++)
       fused_pool_case(g, dts[d], fused[i], i % 2 == 1, 50 + (uint64_t)i);
