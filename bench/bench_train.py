@@ -481,18 +481,28 @@ def padded(V):
     return (V + 63) // 64 * 64 if V >= 1024 else V   # nt_gpt_padded_vocab's rule
 
 
-def gpt_workload(name, a):
+def gpt_config(name, tiny=False):
+    """The GPT workload's shapes (L layers, H heads, C wide, block T, vocabulary V, dropout p,
+    per-step batch B, default window); tiny: the CPU smoke shapes. bench_dist_torch.py builds
+    its model from the same dictionary."""
     if name == "gpt-char":
         cfg = dict(L=6, H=6, C=384, T=256, V=65, p=0.2, B=64, window=25)
-        if a.tiny:
+        if tiny:
             cfg.update(L=1, H=2, C=32, T=32, B=4)
+    else:
+        cfg = dict(L=12, H=12, C=768, T=1024, V=50257, p=0.0, B=16, window=20)
+        if tiny:
+            cfg.update(L=1, H=2, C=32, T=64, B=2)
+    return cfg
+
+
+def gpt_workload(name, a):
+    cfg = gpt_config(name, a.tiny)
+    if name == "gpt-char":
         toks, real = shakespeare_tokens()
         nt = ["gpt", "--dtype", "bf16", "--dropout", str(cfg["p"])] + ([] if real else
                                                                         ["--data", "synthetic"])
     else:
-        cfg = dict(L=12, H=12, C=768, T=1024, V=50257, p=0.0, B=16, window=20)
-        if a.tiny:
-            cfg.update(L=1, H=2, C=32, T=64, B=2)
         toks = torch.randint(cfg["V"], (4_000_000,), generator=torch.Generator().manual_seed(0))
         nt = ["gpt", "--preset", "gpt2", "--dtype", "bf16", "--data", "synthetic"]
     nt += ["--n-layer", str(cfg["L"]), "--n-head", str(cfg["H"]), "--n-embd", str(cfg["C"]),

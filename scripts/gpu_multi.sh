@@ -12,9 +12,19 @@
 # 2. scaling: GPT-2 124M tokens/s at 1, 2, 4, 8 GPUs (<= N) per strategy, weak scaling (16 x
 #    1024 tokens per GPU), --cuda-graph; efficiency = tokens/s(n) / (n x tokens/s(1)); each
 #    rank's measured peak vs memest (the end-of-run lines, not --trace: it reads the GPU
-#    every step and would slow the runs being timed)
+#    every step and would slow the runs being timed). After nanotrain's runs at each n, PyTorch's
+#    at the same n (bench/bench_dist_torch.py under torchrun: the same model, batch and dtype,
+#    timed with CUDA events over windows after warm-up): $TORCH_VARIANTS, default DDP, FSDP2
+#    FULL_SHARD-like and FSDP2 SHARD_GRAD_OP-like (eager), then, once every n is done, DDP with
+#    torch.compile at each n; efficiency against torch's own 1-GPU figure, peak per rank
+#    (torch.cuda.max_memory_allocated). A torch run that would start past $TORCH_BUDGET_S
+#    seconds from the script's start (default 540: the device's 10-minute command, with
+#    `--part 2`; 0: no limit) is skipped and listed as SKIP, and none runs past it; without
+#    torch (python3 -c "import torch") the torch rows are left out, with a note.
 # --cpu: the same steps with --device cpu, mpirun --oversubscribe, N = 2, a tiny GPT (2 layers,
-#    32 wide, block 32), 20 steps, fp32 only (so N/2 = 1: one process and one FSDP rank).
+#    32 wide, block 32), 20 steps, fp32 only (so N/2 = 1: one process and one FSDP rank);
+#    the torch rows (when torch is importable): --device cpu --tiny (gloo, bench_train.py's
+#    tiny GPT-2 shapes, not nanotrain's tiny GPT), eager only, no budget: a smoke check.
 # Summary: $OUT/multi_summary.md (logs and runs in $OUT/multi), PASS/FAIL per check; exits 1
 # when a check fails.
 set -uo pipefail
@@ -63,6 +73,8 @@ if [ $cpu = 1 ]; then
   configs=("tiny fp32 4")              # model, dtype, per-rank batch
   scale=(--batch-size 4 --max-iters 20 --log-interval 5)
   scale_sizes=(1 2)
+  torch_def="ddp fsdp2-full fsdp2-grad-op" budget_def=0
+  torch_args=(--device cpu --tiny --windows 3 --window 2 --skip 1)
 else
   N=${n_arg:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')}
   steps=50 SAVE=40 tmo=600
@@ -75,7 +87,13 @@ else
          --cuda-graph)
   scale_sizes=()
   for n in 1 2 4 8; do [ "$n" -le "$N" ] && scale_sizes+=("$n"); done
+  torch_def="ddp fsdp2-full fsdp2-grad-op ddp+compile" budget_def=540
+  # 2 warm-up windows (compilation happens there), 5 timed windows of 10 steps
+  torch_args=(--device cuda --windows 5 --window 10 --skip 2)
 fi
+# the torch variants of part 2: WRAP or WRAP+compile (bench_dist_torch.py --wrap WRAP)
+read -ra torch_variants <<< "${TORCH_VARIANTS-$torch_def}"
+TORCH_BUDGET_S=${TORCH_BUDGET_S:-$budget_def}
 [ "$N" -ge 2 ] 2>/dev/null || { echo "need N >= 2 ranks (got '$N')"; exit 1; }
 half=$((N / 2))
 echo "gpu_multi: $([ $cpu = 1 ] && echo "CPU ranks" || echo GPUs), N = $N, logs in $out"
@@ -198,24 +216,106 @@ mem_of() {  # "r0 peak/memest r1 ..." (MiB) from the end-of-run lines
 [ "$part" = 1 ] && scale_sizes=()
 read -ra sargs <<< "$(model_args "$([ $cpu = 1 ] && echo tiny || echo gpt2)")"
 [ $cpu = 1 ] && sargs+=(--dtype fp32)
-for s in "${strategies[@]}"; do
-  base=0
-  for n in "${scale_sizes[@]}"; do
-    r="$out/scale_${s}_$n"
-    rm -rf "$r"
-    launch "$n" "$r.log" "${sargs[@]}" "${scale[@]}" --sharding-strategy "$s" --out-dir "$r"
-    rc=$?
-    if [ $rc != 0 ]; then
-      row rows2 1 "| $s | $n | - | - | exit $rc: $(why "$r.log")"; continue
+# the table's rows by name (a strategy or "torch VARIANT") and ranks, printed name by name
+declare -A srow sbase
+names=("${strategies[@]}")
+row2() {  # row2 NAME N RC|SKIP TEXT
+  local v=PASS
+  case $3 in 0) ;; SKIP) v=SKIP ;; *) v=FAIL; fails=$((fails + 1)) ;; esac
+  srow[$1.$2]="| $1 | $2 | $4 | $v |"
+}
+# efficiency of T tokens/s at N ranks against BASE at 1
+eff_of() { awk -v t="$1" -v b="$2" -v n="$3" 'BEGIN{ if (b > 0) printf "%.3f", t / (n * b); else print "-" }'; }
+scale_nt() {  # scale_nt STRATEGY N: nanotrain's run
+  local s=$1 n=$2 r="$out/scale_$1_$2" rc t mem nmem ok
+  rm -rf "$r"
+  launch "$n" "$r.log" "${sargs[@]}" "${scale[@]}" --sharding-strategy "$s" --out-dir "$r"
+  rc=$?
+  if [ $rc != 0 ]; then
+    row2 "$s" "$n" 1 "- | - | exit $rc: $(why "$r.log")"; return
+  fi
+  t=$(tok_s "$r")
+  [ "$n" = 1 ] && sbase[$s]=$t
+  mem=$(mem_of "$r.log")
+  nmem=$(echo "$mem" | grep -o '/' | wc -l)
+  ok=1; [ "$t" -gt 0 ] 2>/dev/null && [ "$nmem" = "$n" ] && ok=0
+  row2 "$s" "$n" $ok "$t | $(eff_of "$t" "${sbase[$s]:-0}" "$n") | $mem"
+  rm -rf "$r"/ckpt-*   # GPT-2's checkpoints: 1.5 GB each, not needed
+}
+# torch's runs: bench/bench_dist_torch.py under torchrun (python3 -m torch.distributed.run,
+# what the torchrun command runs), one process per GPU; its JSON gives the row
+torch_ok=0 torch_note=""
+if [ ${#torch_variants[@]} -gt 0 ] && [ ${#scale_sizes[@]} -gt 0 ]; then
+  if python3 -c "import torch" 2>/dev/null; then
+    torch_ok=1
+    for v in "${torch_variants[@]}"; do names+=("torch $v"); done
+  else
+    torch_note="torch is not importable by python3: the torch rows are left out."
+    echo "gpu_multi: $torch_note"
+  fi
+fi
+# why a torch run failed: a rank's first exception line (or argparse's error), not torchrun's
+# own ChildFailedError; else the log's last line
+torch_why() {
+  { grep -v ChildFailedError "$1" | grep -m1 -E '^[A-Za-z_.]*(Error|Exception)(: |$)|: error: ' ||
+    tail -1 "$1"; } | cut -c1-200 | tr '|' '/'
+}
+scale_torch() {  # scale_torch VARIANT N
+  local v=$1 n=$2 r="$out/scale_torch_${1/+/_}_$2" left lim t mem flags=() res rc
+  local name="torch $v"
+  if [ "$TORCH_BUDGET_S" -gt 0 ]; then
+    left=$((TORCH_BUDGET_S - SECONDS))
+    if [ "$left" -lt 30 ]; then
+      row2 "$name" "$n" SKIP "- | - | not run: past TORCH_BUDGET_S=$TORCH_BUDGET_S s"; return
     fi
-    t=$(tok_s "$r")
-    [ "$n" = 1 ] && base=$t
-    eff=$(awk -v t="$t" -v b="$base" -v n="$n" 'BEGIN{ if (b > 0) printf "%.3f", t / (n * b); else print "-" }')
-    mem=$(mem_of "$r.log")
-    nmem=$(echo "$mem" | grep -o '/' | wc -l)
-    ok=1; [ "$t" -gt 0 ] 2>/dev/null && [ "$nmem" = "$n" ] && ok=0
-    row rows2 $ok "| $s | $n | $t | $eff | $mem"
-    rm -rf "$r"/ckpt-*   # GPT-2's checkpoints: 1.5 GB each, not needed
+    [ "$left" -lt "$tmo" ] && lim=$left || lim=$tmo
+  else
+    lim=$tmo
+  fi
+  [[ $v == *+compile ]] && flags=(--compile)
+  rm -f "$r.json"
+  timeout "$lim" python3 -m torch.distributed.run --standalone --nproc_per_node "$n" \
+    bench/bench_dist_torch.py --wrap "${v%+compile}" "${flags[@]}" "${torch_args[@]}" \
+    --json "$r.json" > "$r.log" 2>&1
+  rc=$?
+  if grep -q '; skipped$' "$r.log"; then   # a wrapper this torch cannot run on the CPU
+    row2 "$name" "$n" SKIP "- | - | $(grep -m1 '; skipped$' "$r.log" | sed 's/^[^:]*: //' | tr '|' '/')"
+    return
+  fi
+  if [ $rc != 0 ] || [ ! -s "$r.json" ]; then
+    row2 "$name" "$n" 1 "- | - | exit $rc$([ $rc = 124 ] && echo " (timeout $lim s)"): $(torch_why "$r.log")"
+    return
+  fi
+  # "TOKENS/S PEAKS": peaks as mem_of's "r0 MiB r1 MiB ..." ("-" where not measured: CPU)
+  res=$(python3 - "$r.json" "$n" <<'PY' 2>/dev/null
+import json, sys
+r = json.load(open(sys.argv[1]))
+p = r["peak_mib"]
+ok = r["world_size"] == int(sys.argv[2]) and len(p) == r["world_size"] and r["tokens_per_s"] > 0
+print("%.0f" % r["tokens_per_s"] if ok else 0,
+      " ".join("r%d %s" % (k, "-" if x is None else "%.0f" % x) for k, x in enumerate(p)))
+PY
+)
+  read -r t mem <<< "$res"
+  [ "$n" = 1 ] && sbase[$name]=$t
+  rc=1; [ "${t:-0}" -gt 0 ] 2>/dev/null && rc=0
+  row2 "$name" "$n" $rc "${t:--} | $(eff_of "${t:-0}" "${sbase[$name]:-0}" "$n") | ${mem:-}"
+}
+for n in "${scale_sizes[@]}"; do
+  for s in "${strategies[@]}"; do scale_nt "$s" "$n"; done
+  [ $torch_ok = 1 ] || continue
+  for v in "${torch_variants[@]}"; do [[ $v == *+compile ]] || scale_torch "$v" "$n"; done
+done
+# the compiled variants last: compilation is the slowest part, the first the budget drops
+if [ $torch_ok = 1 ]; then
+  for v in "${torch_variants[@]}"; do
+    [[ $v == *+compile ]] || continue
+    for n in "${scale_sizes[@]}"; do scale_torch "$v" "$n"; done
+  done
+fi
+for name in "${names[@]}"; do
+  for n in "${scale_sizes[@]}"; do
+    [ -n "${srow[$name.$n]:-}" ] && rows2+=("${srow[$name.$n]}")
   done
 done
 
@@ -238,9 +338,16 @@ sum="${OUT:-/tmp/nt-out}/multi_summary.md"
   echo
   echo "## 2. Scaling (weak, ${scale[*]})"
   echo
-  echo "efficiency = tokens/s(n) / (n x tokens/s(1)); memory: per rank, measured peak / memest (MiB),"
-  echo "from the end-of-run lines (--trace not used: it syncs every step). Check: the run"
-  echo "completed and every rank reported its peak."
+  echo "efficiency = tokens/s(n) / (n x tokens/s(1)), each row against its own 1-rank figure;"
+  echo "memory: per rank, measured peak / memest (MiB), from the end-of-run lines (--trace not used:"
+  echo "it syncs every step). Check: the run completed and every rank reported its peak."
+  if [ $torch_ok = 1 ]; then
+    echo "torch rows: bench/bench_dist_torch.py ${torch_args[*]} under torchrun (global tokens/s,"
+    echo "the median window, each window its slowest rank's); memory: torch.cuda.max_memory_allocated"
+    echo "per rank over the timed windows, less the pre-built batches (no memest; - on the CPU)."
+    [ $cpu = 1 ] && echo "On the CPU the torch rows run bench_train.py's tiny GPT-2 shapes, not nanotrain's tiny GPT."
+  fi
+  [ -n "$torch_note" ] && echo "$torch_note"
   echo
   echo "| strategy | ranks | tokens/s | efficiency | peak / memest per rank | result |"
   echo "|---|---:|---:|---:|---|---|"
