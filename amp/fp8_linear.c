@@ -348,15 +348,27 @@ nt_status nt_fp8_linear_backward(nt_ctx *ctx, const nt_fp8_linear_cfg *cfg, cons
   nt_tensor sig = nt_fp8_scale_inv_tensor(s, ig);
   int64_t K16 = up16(K), N16 = up16(N), M16 = up16(M);
   bool amax_done = false;
-  if (dx) {
-    /* dx [M, K] += dyq [M, N16] . (W^T q [K16, N16])^T */
-    nt_tensor gq, wt;
+  /* dy quantized row-major [M, N16] for dx and transposed [N, M16] for dW; with both wanted,
+   * in one pass over dy. */
+  nt_tensor gq = {0}, gt = {0};
+  const bool both = dx && dw;
+  if (both) {
     if ((st = job_alloc(&j, NT_FP8_E5M2, M, N16, &gq)) ||
-        (st = job_alloc(&j, NT_FP8_E4M3, K16, N16, &wt)) ||
-        (st = nt_fp8_quantize(ctx, &dy2, &gq, false, &sg, &ag)) ||
-        (st = nt_fp8_quantize(ctx, w, &wt, true, &sw, NULL)))
+        (st = job_alloc(&j, NT_FP8_E5M2, N, M16, &gt)) ||
+        (st = nt_fp8_quantize_dual(ctx, &dy2, &gq, &gt, &sg, &ag)))
       goto done;
     amax_done = true;
+  }
+  if (dx) {
+    /* dx [M, K] += dyq [M, N16] . (W^T q [K16, N16])^T */
+    nt_tensor wt;
+    if (!both && ((st = job_alloc(&j, NT_FP8_E5M2, M, N16, &gq)) ||
+                  (st = nt_fp8_quantize(ctx, &dy2, &gq, false, &sg, &ag))))
+      goto done;
+    amax_done = true;
+    if ((st = job_alloc(&j, NT_FP8_E4M3, K16, N16, &wt)) ||
+        (st = nt_fp8_quantize(ctx, w, &wt, true, &sw, NULL)))
+      goto done;
     if ((st = product_into(&j, &gq, &sig, &wt, &siw, &dx2, true, NULL, K16 != K || N16 != N)))
       goto done;
     job_release(&j, gq.data);
@@ -364,19 +376,19 @@ nt_status nt_fp8_linear_backward(nt_ctx *ctx, const nt_fp8_linear_cfg *cfg, cons
   }
   if (dw) {
     /* dW [N, K] += (dy^T q [N, M16]) . (x^T q [K16, M16])^T */
-    nt_tensor gt, xt;
-    if ((st = job_alloc(&j, NT_FP8_E5M2, N, M16, &gt)) ||
-        (st = job_alloc(&j, NT_FP8_E4M3, K16, M16, &xt)) ||
-        (st = nt_fp8_quantize(ctx, &dy2, &gt, true, &sg, amax_done ? NULL : &ag)) ||
-        (st = nt_fp8_quantize(ctx, &x2, &xt, true, &sx, NULL)))
+    nt_tensor xt;
+    if (!both && ((st = job_alloc(&j, NT_FP8_E5M2, N, M16, &gt)) ||
+                  (st = nt_fp8_quantize(ctx, &dy2, &gt, true, &sg, &ag))))
       goto done;
     amax_done = true;
+    if ((st = job_alloc(&j, NT_FP8_E4M3, K16, M16, &xt)) ||
+        (st = nt_fp8_quantize(ctx, &x2, &xt, true, &sx, NULL)))
+      goto done;
     /* The GEMM's K is M16 (zeros past M on both sides): only K16 != K forces the scratch. */
     if ((st = product_into(&j, &gt, &sig, &xt, &six, dw, true, NULL, K16 != K))) goto done;
   }
   if (!amax_done) {
     /* Only db wanted: still record dy's amax, so the scale keeps tracking the gradient. */
-    nt_tensor gq;
     if ((st = job_alloc(&j, NT_FP8_E5M2, M, N, &gq)) ||
         (st = nt_fp8_quantize(ctx, &dy2, &gq, false, &sg, &ag)))
       goto done;

@@ -11,7 +11,9 @@
  *   forward:  xq = e4m3(x * s_x), wq = e4m3(W * s_w), amax_x and amax_w recorded;
  *             y = (xq wq^T) * (1/s_x)(1/s_w) + b                       E4M3 x E4M3
  *   backward: dyq = e5m2(dy * s_g), amax_g recorded; W and x quantized again with the same
- *             scales (transposed: the GEMMs want K-major operands);
+ *             scales (transposed: the GEMMs want K-major operands); with both dx and dW
+ *             wanted, dy is quantized row-major and transposed in one pass
+ *             (nt_fp8_quantize_dual);
  *             dx += (dyq (wq^T)^T) / (s_g s_w)                          E5M2 x E4M3
  *             dW += (dyq^T (xq^T)^T) / (s_g s_x)                        E5M2 x E4M3
  *             db += column sums of dy in fp32 (from dy itself, not its FP8 copy).

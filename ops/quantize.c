@@ -7,6 +7,8 @@
 #ifdef NT_HAVE_CUDA
 nt_status nt_fp8_quantize_cuda(nt_ctx *ctx, const nt_tensor *x, nt_tensor *y, bool transpose,
                                const float *scale, float *amax);
+nt_status nt_fp8_quantize_dual_cuda(nt_ctx *ctx, const nt_tensor *x, nt_tensor *y_rows,
+                                    nt_tensor *y_t, const float *scale, float *amax);
 nt_status nt_fp8_dequantize_cuda(nt_ctx *ctx, const nt_tensor *x, const float *scale_inv,
                                  nt_tensor *y);
 #endif
@@ -52,27 +54,40 @@ static nt_status quantize_cpu(const nt_tensor *x, nt_tensor *y, bool transpose, 
   return NT_OK;
 }
 
-nt_status nt_fp8_quantize(nt_ctx *ctx, const nt_tensor *x, nt_tensor *y, bool transpose,
-                          const nt_tensor *scale, nt_tensor *amax) {
-  char b1[96], b2[96];
+/* The checks of x and of the scalars, shared by both entry points. */
+static nt_status check_input(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *scale,
+                             const nt_tensor *amax) {
+  char b[96];
   nt_status st;
-  if (!x || !y) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "fp8 quantize: x and y are required");
   if ((st = check_scalar(ctx, scale, "fp8 quantize scale")) ||
       (amax && (st = check_scalar(ctx, amax, "fp8 quantize amax"))) ||
-      (st = nt_check_device(ctx, x, "fp8 quantize x")) ||
-      (st = nt_check_device(ctx, y, "fp8 quantize y")))
+      (st = nt_check_device(ctx, x, "fp8 quantize x")))
     return st;
-  if (x->ndim != 2 || y->ndim != 2)
-    return NT_ERROR(ctx, NT_ERR_SHAPE, "fp8 quantize: x %s and y %s must be 2-D",
-                    nt_tensor_describe(x, b1, sizeof b1), nt_tensor_describe(y, b2, sizeof b2));
-  if (!is_float(x->dtype) || !is_fp8(y->dtype))
-    return NT_ERROR(ctx, NT_ERR_DTYPE,
-                    "fp8 quantize: x is %s (f32, f16 or bf16) and y is %s (e4m3 or e5m2)",
-                    nt_dtype_name(x->dtype), nt_dtype_name(y->dtype));
+  if (x->ndim != 2)
+    return NT_ERROR(ctx, NT_ERR_SHAPE, "fp8 quantize: x %s must be 2-D",
+                    nt_tensor_describe(x, b, sizeof b));
+  if (!is_float(x->dtype))
+    return NT_ERROR(ctx, NT_ERR_DTYPE, "fp8 quantize: x is %s (f32, f16 or bf16)",
+                    nt_dtype_name(x->dtype));
   if ((x->stride[1] != 1 && x->shape[1] > 1) || x->stride[0] < x->shape[1])
     return NT_ERROR(ctx, NT_ERR_UNSUPPORTED,
                     "fp8 quantize: x %s needs unit stride along its last dim and rows that do "
-                    "not overlap", nt_tensor_describe(x, b1, sizeof b1));
+                    "not overlap", nt_tensor_describe(x, b, sizeof b));
+  return NT_OK;
+}
+
+/* y: 2-D, FP8, contiguous, on ctx's device, large enough for x (transposed or not). */
+static nt_status check_output(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *y,
+                              bool transpose) {
+  char b1[96], b2[96];
+  nt_status st;
+  if ((st = nt_check_device(ctx, y, "fp8 quantize y"))) return st;
+  if (y->ndim != 2)
+    return NT_ERROR(ctx, NT_ERR_SHAPE, "fp8 quantize: y %s must be 2-D",
+                    nt_tensor_describe(y, b1, sizeof b1));
+  if (!is_fp8(y->dtype))
+    return NT_ERROR(ctx, NT_ERR_DTYPE, "fp8 quantize: y is %s (e4m3 or e5m2)",
+                    nt_dtype_name(y->dtype));
   if ((st = nt_check_contiguous(ctx, y, "fp8 quantize y"))) return st;
   int64_t need_r = transpose ? x->shape[1] : x->shape[0];
   int64_t need_c = transpose ? x->shape[0] : x->shape[1];
@@ -81,6 +96,15 @@ nt_status nt_fp8_quantize(nt_ctx *ctx, const nt_tensor *x, nt_tensor *y, bool tr
                     "fp8 quantize: y %s is too small for x %s%s (needs at least [%lld, %lld])",
                     nt_tensor_describe(y, b1, sizeof b1), nt_tensor_describe(x, b2, sizeof b2),
                     transpose ? " transposed" : "", (long long)need_r, (long long)need_c);
+  return NT_OK;
+}
+
+nt_status nt_fp8_quantize(nt_ctx *ctx, const nt_tensor *x, nt_tensor *y, bool transpose,
+                          const nt_tensor *scale, nt_tensor *amax) {
+  nt_status st;
+  if (!x || !y) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "fp8 quantize: x and y are required");
+  if ((st = check_input(ctx, x, scale, amax)) || (st = check_output(ctx, x, y, transpose)))
+    return st;
   if (nt_tensor_numel(y) == 0) return NT_OK;
 #ifdef NT_HAVE_CUDA
   if (nt_ctx_is_cuda(ctx))
@@ -91,6 +115,35 @@ nt_status nt_fp8_quantize(nt_ctx *ctx, const nt_tensor *x, nt_tensor *y, bool tr
     return NT_ERROR(ctx, NT_ERR_NO_DEVICE, "fp8 quantize: CUDA tensors without the CUDA backend");
   return quantize_cpu(x, y, transpose, *(const float *)scale->data,
                       amax ? (float *)amax->data : NULL);
+}
+
+nt_status nt_fp8_quantize_dual(nt_ctx *ctx, const nt_tensor *x, nt_tensor *y_rows,
+                               nt_tensor *y_t, const nt_tensor *scale, nt_tensor *amax) {
+  nt_status st;
+  if (!x || !y_rows || !y_t)
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "fp8 quantize dual: x, y_rows and y_t are required");
+  if ((st = check_input(ctx, x, scale, amax)) || (st = check_output(ctx, x, y_rows, false)) ||
+      (st = check_output(ctx, x, y_t, true)))
+    return st;
+  if (y_rows->dtype != y_t->dtype)
+    return NT_ERROR(ctx, NT_ERR_DTYPE, "fp8 quantize dual: y_rows is %s but y_t %s (one format)",
+                    nt_dtype_name(y_rows->dtype), nt_dtype_name(y_t->dtype));
+  int64_t nr = nt_tensor_numel(y_rows), nt = nt_tensor_numel(y_t);
+  if (nr && nt && y_rows->data == y_t->data)
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "fp8 quantize dual: y_rows and y_t share a buffer");
+  /* An empty output leaves the single-layout form (x is then empty too, or the other is). */
+  if (nr == 0) return nt_fp8_quantize(ctx, x, y_t, true, scale, amax);
+  if (nt == 0) return nt_fp8_quantize(ctx, x, y_rows, false, scale, amax);
+#ifdef NT_HAVE_CUDA
+  if (nt_ctx_is_cuda(ctx))
+    return nt_fp8_quantize_dual_cuda(ctx, x, y_rows, y_t, (const float *)scale->data,
+                                     amax ? (float *)amax->data : NULL);
+#endif
+  if (nt_ctx_is_cuda(ctx))
+    return NT_ERROR(ctx, NT_ERR_NO_DEVICE, "fp8 quantize: CUDA tensors without the CUDA backend");
+  float s = *(const float *)scale->data;
+  quantize_cpu(x, y_rows, false, s, amax ? (float *)amax->data : NULL);
+  return quantize_cpu(x, y_t, true, s, NULL);
 }
 
 nt_status nt_fp8_dequantize(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *scale_inv,

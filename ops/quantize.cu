@@ -1,134 +1,142 @@
-/* FP8 quantization kernels. Both forms compute the tensor's amax in the same pass: a NaN-aware
- * max per thread, a block reduction, then one atomicMax per block on the float's bits (a
- * non-negative float orders like its bit pattern read as an int; NaN, normalised to 0x7fc00000,
- * sits above inf and so wins, as the delayed-scaling update expects).
- *   plain:      each thread makes 16 output bytes of a row: 16-byte loads (two 8-element packs)
- *               when the row is aligned, one 16-byte store.
- *   transposed: 64x64 tiles through shared memory (written transposed there), so both the
- *               global reads (along x's rows; 16-byte packs when the tile's columns all exist
- *               and rows are aligned) and the 16-byte writes (along y's rows) are coalesced. */
+/* FP8 quantization kernels. Every form computes the tensor's amax in the same pass: the max of
+ * |x|'s bits as unsigned integers per thread (a non-negative float orders like its bit pattern,
+ * and every NaN's bits lie above inf's, so a NaN wins, as the delayed-scaling update expects),
+ * a block reduction, then one atomicMax per block with NaN normalised to 0x7fc00000.
+ * The unit of work is 16 consecutive elements of one row of x (load_q16): 16-byte loads when
+ * the row is aligned and the 16 all exist, two elements per conversion instruction
+ * (__nv_cvt_float2_to_fp8x2: the same rounding as the one-element form, so the same bytes).
+ *   plain:      a grid-stride loop over y's 16-byte groups, one 16-byte store each.
+ *   tiles:      64x64 tiles of x, one 16-element unit per thread; the units go transposed into
+ *               shared memory (a 16-byte XOR swizzle keeps both the byte writes and the 16-byte
+ *               reads free of bank conflicts), from where y_t's rows leave in 16-byte stores;
+ *               with a row-major output too (the dual form), each unit is also stored there
+ *               directly, so x is read once for both layouts. */
 #include "ops/memops_cuda.cuh"
 #include <cuda_fp8.h>
 
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kTile = 64;
-constexpr int kPitch = kTile + 16;  /* bytes per shared row: keeps 16-byte rows aligned */
+constexpr int kTile = 64;  /* 64 x 64 elements = kThreads units of 16 */
 
-template <bool E4M3> __device__ __forceinline__ uint8_t to_fp8(float v) {
-  return (uint8_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, E4M3 ? __NV_E4M3 : __NV_E5M2);
-}
+/* One FP8 output: rows x cols bytes, dense; vec: 16-byte aligned with cols % 16 == 0. */
+struct out8 {
+  uint8_t *p;
+  int64_t rows, cols;
+  bool vec;
+};
 
-__device__ __forceinline__ float nan_max(float m, float v) {
-  if (m != m) return m;
-  return (v != v || v > m) ? v : m;
-}
+__device__ __forceinline__ uint32_t abs_bits(float v) { return __float_as_uint(v) & 0x7fffffffu; }
 
-/* Block-wide NaN-aware max, then one atomic into *amax. */
-__device__ __forceinline__ void block_amax(float m, float *amax) {
-  __shared__ float red[kThreads / 32];
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) m = nan_max(m, __shfl_xor_sync(0xffffffffu, m, o));
+/* Block-wide max of the amax bits, then one atomic into *amax. */
+__device__ __forceinline__ void block_amax(uint32_t m, float *amax) {
+  __shared__ uint32_t red[kThreads / 32];
+  m = __reduce_max_sync(0xffffffffu, m);
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (lane == 0) red[warp] = m;
   __syncthreads();
   if (threadIdx.x == 0) {
-    float v = red[0];
-    for (int w = 1; w < (int)(blockDim.x >> 5); w++) v = nan_max(v, red[w]);
-    int bits = v != v ? 0x7fc00000 : __float_as_int(v);
-    atomicMax(reinterpret_cast<int *>(amax), bits);
+    uint32_t v = red[0];
+    for (int w = 1; w < (int)(blockDim.x >> 5); w++) v = max(v, red[w]);
+    if (v > 0x7f800000u) v = 0x7fc00000u;
+    atomicMax(reinterpret_cast<int *>(amax), (int)v);
+  }
+}
+
+/* x[r, c0 .. c0 + 16) quantized: fp8(x * s) inside x, 0 outside it (whatever the scale); |x|
+ * folded into the amax bits m. vec_in: x and its row stride are 16-byte aligned. */
+template <typename T, bool E4M3>
+__device__ __forceinline__ uint4 load_q16(const T *x, int64_t ldx, int64_t R, int64_t C,
+                                          int64_t r, int64_t c0, float s, bool vec_in,
+                                          uint32_t &m) {
+  float v[16];
+  const bool full = r < R && c0 + 16 <= C;
+  if (full && vec_in) {
+    const T *p = x + r * ldx + c0;
+    nt_load8(p, v);
+    nt_load8(p + 8, v + 8);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 16; j++)
+      v[j] = (r < R && c0 + j < C) ? nt_to_f(x[r * ldx + c0 + j]) : 0.0f;
+  }
+  union { uint4 w; __nv_fp8x2_storage_t h[8]; } q;
+#pragma unroll
+  for (int j = 0; j < 16; j += 2) {
+    m = max(m, max(abs_bits(v[j]), abs_bits(v[j + 1])));
+    float2 f = make_float2(v[j] * s, v[j + 1] * s);
+    if (!full) {
+      if (r >= R || c0 + j >= C) f.x = 0.0f;
+      if (r >= R || c0 + j + 1 >= C) f.y = 0.0f;
+    }
+    q.h[j / 2] = __nv_cvt_float2_to_fp8x2(f, __NV_SATFINITE, E4M3 ? __NV_E4M3 : __NV_E5M2);
+  }
+  return q.w;
+}
+
+/* Stores the 16 bytes at o.p[row, col ..], those of them inside o. */
+__device__ __forceinline__ void store16(const out8 &o, int64_t row, int64_t col, uint4 q) {
+  if (row >= o.rows || col >= o.cols) return;
+  uint8_t *out = o.p + row * o.cols + col;
+  if (o.vec) {
+    *reinterpret_cast<uint4 *>(out) = q;
+  } else {
+    union { uint4 w; uint8_t b[16]; } u;
+    u.w = q;
+    for (int j = 0; j < 16 && col + j < o.cols; j++) out[j] = u.b[j];
   }
 }
 
 template <typename T, bool E4M3>
 __global__ void __launch_bounds__(kThreads)
-quantize_rows(const T *x, int64_t ldx, int64_t R, int64_t C, uint8_t *y, int64_t yr, int64_t yc,
-              const float *scale, float *amax, bool vec_in, bool vec_out) {
+quantize_rows(const T *x, int64_t ldx, int64_t R, int64_t C, out8 y, const float *scale,
+              float *amax, bool vec_in) {
   const float s = *scale;
-  const int64_t groups = (yc + 15) / 16;
-  float m = 0.0f;
-  for (int64_t g = (int64_t)blockIdx.x * kThreads + threadIdx.x; g < yr * groups;
-       g += (int64_t)gridDim.x * kThreads) {
-    int64_t r = g / groups, c0 = (g % groups) * 16;
-    float v[16];
-    if (r < R && vec_in && c0 + 16 <= C) {
-      nt_load8(x + r * ldx + c0, v);
-      nt_load8(x + r * ldx + c0 + 8, v + 8);
-    } else {
-#pragma unroll
-      for (int j = 0; j < 16; j++)
-        v[j] = (r < R && c0 + j < C) ? nt_to_f(x[r * ldx + c0 + j]) : 0.0f;
-    }
-    union { uint4 w; uint8_t b[16]; } q;
-#pragma unroll
-    for (int j = 0; j < 16; j++) {
-      m = nan_max(m, fabsf(v[j]));
-      /* Padding is 0 whatever the scale; the image of x is fp8(x * scale). */
-      q.b[j] = (r < R && c0 + j < C) ? to_fp8<E4M3>(v[j] * s) : (uint8_t)0;
-    }
-    uint8_t *out = y + r * yc + c0;
-    if (vec_out) {
-      *reinterpret_cast<uint4 *>(out) = q.w;
-    } else {
-      for (int j = 0; j < 16 && c0 + j < yc; j++) out[j] = q.b[j];
+  const int64_t groups = (y.cols + 15) / 16, total = y.rows * groups;
+  const int64_t start = (int64_t)blockIdx.x * kThreads + threadIdx.x;
+  const int64_t stride = (int64_t)gridDim.x * kThreads;
+  /* (r, g) steps by the stride in rows and groups: no division inside the loop. */
+  int64_t r = start / groups, g = start % groups;
+  const int64_t dr = stride / groups, dg = stride % groups;
+  uint32_t m = 0;
+  for (int64_t i = start; i < total; i += stride) {
+    store16(y, r, g * 16, load_q16<T, E4M3>(x, ldx, R, C, r, g * 16, s, vec_in, m));
+    r += dr;
+    g += dg;
+    if (g >= groups) {
+      g -= groups;
+      r++;
     }
   }
   if (amax) block_amax(m, amax);
 }
 
-/* Block (bx, by) makes y rows [by*64, +64) (x's columns) x y columns [bx*64, +64) (x's rows). */
-template <typename T, bool E4M3>
+/* Byte offset of element (row, col) of the 64 x 64 shared tile: 16-byte segments XOR-swizzled
+ * by the row's 16-row band. */
+__device__ __forceinline__ int tile_at(int row, int col) {
+  return row * kTile + ((((col >> 4) ^ (row >> 4)) & 3) << 4) + (col & 15);
+}
+
+/* Block (bx, by) covers x rows [bx*64, +64) and x columns [by*64, +64): y_t rows [by*64, +64)
+ * and columns [bx*64, +64), and with ROWS the same region of yr. Thread t quantizes the unit at
+ * tile row t/4, columns (t%4)*16. */
+template <typename T, bool E4M3, bool ROWS>
 __global__ void __launch_bounds__(kThreads)
-quantize_transposed(const T *x, int64_t ldx, int64_t R, int64_t C, uint8_t *y, int64_t yr,
-                    int64_t yc, const float *scale, float *amax, bool vec_in, bool vec_out) {
-  __shared__ __align__(16) uint8_t tile[kTile * kPitch];
+quantize_tiles(const T *x, int64_t ldx, int64_t R, int64_t C, out8 yr, out8 yt,
+               const float *scale, float *amax, bool vec_in) {
+  __shared__ __align__(16) uint8_t tile[kTile * kTile];
   const float s = *scale;
   const int64_t r0 = (int64_t)blockIdx.x * kTile, c0 = (int64_t)blockIdx.y * kTile;
-  float m = 0.0f;
-  if (vec_in && c0 + kTile <= C) {
-    /* The tile's columns all exist: 8-element packs (16-byte loads), 8 threads per row. */
-    for (int p = threadIdx.x; p < kTile * (kTile / 8); p += kThreads) {
-      int rr = p / (kTile / 8), cc0 = (p % (kTile / 8)) * 8;
-      int64_t r = r0 + rr;
-      float v[8];
-      if (r < R) nt_load8(x + r * ldx + c0 + cc0, v);
+  const int ur = threadIdx.x >> 2, uc = (threadIdx.x & 3) * 16;
+  uint32_t m = 0;
+  union { uint4 w; uint8_t b[16]; } q;
+  q.w = load_q16<T, E4M3>(x, ldx, R, C, r0 + ur, c0 + uc, s, vec_in, m);
+  if (ROWS) store16(yr, r0 + ur, c0 + uc, q.w);
 #pragma unroll
-      for (int j = 0; j < 8; j++) {
-        uint8_t q = 0;
-        if (r < R) {
-          m = nan_max(m, fabsf(v[j]));
-          q = to_fp8<E4M3>(v[j] * s);
-        }
-        tile[(cc0 + j) * kPitch + rr] = q;
-      }
-    }
-  } else {
-    for (int i = threadIdx.x; i < kTile * kTile; i += kThreads) {
-      int rr = i / kTile, cc = i % kTile;
-      int64_t r = r0 + rr, c = c0 + cc;
-      uint8_t q = 0;
-      if (r < R && c < C) {
-        float v = nt_to_f(x[r * ldx + c]);
-        m = nan_max(m, fabsf(v));
-        q = to_fp8<E4M3>(v * s);
-      }
-      tile[cc * kPitch + rr] = q;
-    }
-  }
+  for (int j = 0; j < 16; j++) tile[tile_at(uc + j, ur)] = q.b[j];
   __syncthreads();
-  /* 64 rows of y x 4 segments of 16 bytes = 256 threads. */
-  int cc = threadIdx.x >> 2, seg = (threadIdx.x & 3) * 16;
-  int64_t row = c0 + cc, col = r0 + seg;
-  if (row < yr && col < yc) {
-    const uint8_t *src = tile + cc * kPitch + seg;
-    uint8_t *out = y + row * yc + col;
-    if (vec_out && col + 16 <= yc) {
-      *reinterpret_cast<uint4 *>(out) = *reinterpret_cast<const uint4 *>(src);
-    } else {
-      for (int j = 0; j < 16 && col + j < yc; j++) out[j] = src[j];
-    }
-  }
+  /* Tile row ur of the transpose (x column c0 + ur), bytes uc .. uc + 15 (x rows r0 + uc ..). */
+  store16(yt, c0 + ur, r0 + uc, *reinterpret_cast<const uint4 *>(tile + tile_at(ur, uc)));
   if (amax) block_amax(m, amax);
 }
 
@@ -149,40 +157,74 @@ unsigned grid_for(nt_ctx *ctx, int64_t work) {
   return (unsigned)(blocks < 1 ? 1 : blocks);
 }
 
+out8 out_of(const nt_tensor *y) {
+  out8 o = {nullptr, 0, 0, false};
+  if (!y) return o;
+  o.p = (uint8_t *)y->data;
+  o.rows = y->shape[0];
+  o.cols = y->shape[1];
+  o.vec = nt_aligned16(o.p) && o.cols % 16 == 0;
+  return o;
+}
+
+int64_t up64(int64_t n) { return (n + kTile - 1) / kTile; }
+
+/* yr: the row-major output or NULL; yt: the transposed one or NULL (not both NULL). */
 template <typename T, bool E4M3>
-void launch(nt_ctx *ctx, const nt_tensor *x, nt_tensor *y, bool transpose, const float *scale,
-            float *amax) {
+void launch(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *yr, const nt_tensor *yt,
+            const float *scale, float *amax) {
   const T *xp = (const T *)x->data;
-  uint8_t *yp = (uint8_t *)y->data;
   int64_t R = x->shape[0], C = x->shape[1], ldx = x->stride[0];
-  int64_t yr = y->shape[0], yc = y->shape[1];
-  bool vec_out = nt_aligned16(yp) && yc % 16 == 0;
   bool vec_in = nt_aligned16(xp) && (ldx * (int64_t)sizeof(T)) % 16 == 0;
+  out8 orow = out_of(yr), otr = out_of(yt);
   cudaStream_t st = nt_cuda_stream(ctx);
-  if (transpose) {
-    dim3 grid((unsigned)((yc + kTile - 1) / kTile), (unsigned)((yr + kTile - 1) / kTile));
-    quantize_transposed<T, E4M3><<<grid, kThreads, 0, st>>>(xp, ldx, R, C, yp, yr, yc, scale,
-                                                           amax, vec_in, vec_out);
-  } else {
-    int64_t work = yr * ((yc + 15) / 16);
-    quantize_rows<T, E4M3><<<grid_for(ctx, work), kThreads, 0, st>>>(xp, ldx, R, C, yp, yr, yc,
-                                                                     scale, amax, vec_in, vec_out);
+  if (!yt) {
+    int64_t work = orow.rows * ((orow.cols + 15) / 16);
+    quantize_rows<T, E4M3><<<grid_for(ctx, work), kThreads, 0, st>>>(xp, ldx, R, C, orow, scale,
+                                                                     amax, vec_in);
+    return;
   }
+  /* The tiles cover both outputs, in x's coordinates. */
+  int64_t rows = otr.cols > orow.rows ? otr.cols : orow.rows;
+  int64_t cols = otr.rows > orow.cols ? otr.rows : orow.cols;
+  dim3 grid((unsigned)up64(rows), (unsigned)up64(cols));
+  if (yr)
+    quantize_tiles<T, E4M3, true><<<grid, kThreads, 0, st>>>(xp, ldx, R, C, orow, otr, scale,
+                                                            amax, vec_in);
+  else
+    quantize_tiles<T, E4M3, false><<<grid, kThreads, 0, st>>>(xp, ldx, R, C, orow, otr, scale,
+                                                             amax, vec_in);
+}
+
+nt_status quantize(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *yr, const nt_tensor *yt,
+                   const float *scale, float *amax) {
+  if (yt) {
+    int64_t cols = yt->shape[0], rows = yt->shape[1];
+    if (yr && yr->shape[1] > cols) cols = yr->shape[1];
+    if (yr && yr->shape[0] > rows) rows = yr->shape[0];
+    if (up64(cols) > 65535 || up64(rows) > INT32_MAX)
+      return NT_ERROR(ctx, NT_ERR_UNSUPPORTED,
+                      "fp8 quantize: a transposed output of %lld x %lld is beyond the grid's "
+                      "reach", (long long)cols, (long long)rows);
+  }
+  bool e4m3 = (yt ? yt : yr)->dtype == NT_FP8_E4M3;
+  NT_DISPATCH_FLOAT(x->dtype, T,
+                    if (e4m3) launch<T, true>(ctx, x, yr, yt, scale, amax);
+                    else launch<T, false>(ctx, x, yr, yt, scale, amax));
+  return NT_CUDA_LAUNCHED(ctx);
 }
 
 }  // namespace
 
 extern "C" nt_status nt_fp8_quantize_cuda(nt_ctx *ctx, const nt_tensor *x, nt_tensor *y,
                                           bool transpose, const float *scale, float *amax) {
-  if (transpose && ((y->shape[0] + kTile - 1) / kTile > 65535))
-    return NT_ERROR(ctx, NT_ERR_UNSUPPORTED,
-                    "fp8 quantize: transposed output of %lld rows is beyond the grid's reach",
-                    (long long)y->shape[0]);
-  bool e4m3 = y->dtype == NT_FP8_E4M3;
-  NT_DISPATCH_FLOAT(x->dtype, T,
-                    if (e4m3) launch<T, true>(ctx, x, y, transpose, scale, amax);
-                    else launch<T, false>(ctx, x, y, transpose, scale, amax));
-  return NT_CUDA_LAUNCHED(ctx);
+  return quantize(ctx, x, transpose ? nullptr : y, transpose ? y : nullptr, scale, amax);
+}
+
+extern "C" nt_status nt_fp8_quantize_dual_cuda(nt_ctx *ctx, const nt_tensor *x,
+                                               nt_tensor *y_rows, nt_tensor *y_t,
+                                               const float *scale, float *amax) {
+  return quantize(ctx, x, y_rows, y_t, scale, amax);
 }
 
 extern "C" nt_status nt_fp8_dequantize_cuda(nt_ctx *ctx, const nt_tensor *x,

@@ -23,6 +23,14 @@ NT_EXTERN_C_BEGIN
 nt_status nt_fp8_quantize(nt_ctx *ctx, const nt_tensor *x, nt_tensor *y, bool transpose,
                           const nt_tensor *scale, nt_tensor *amax);
 
+/* Both layouts from one pass over x: the same bytes (padding included) and the same amax as
+ *   nt_fp8_quantize(x, y_rows, false, ..amax) and nt_fp8_quantize(x, y_t, true, ..NULL),
+ * with x [R, C], y_rows [R', C'] (R' >= R, C' >= C) and y_t [C'', R''] (C'' >= C, R'' >= R) of
+ * one FP8 dtype, distinct buffers. On the GPU x is read once (the linear backward's dY, which
+ * its two GEMMs want row-major and transposed). amax may be NULL. */
+nt_status nt_fp8_quantize_dual(nt_ctx *ctx, const nt_tensor *x, nt_tensor *y_rows,
+                               nt_tensor *y_t, const nt_tensor *scale, nt_tensor *amax);
+
 /* y = float(x) * scale_inv, elementwise over same-shape contiguous tensors: x FP8, y F32. The
  * FP8 GEMM emulation uses it (and tests: dequantize(quantize(x)) ~ x). */
 nt_status nt_fp8_dequantize(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *scale_inv,

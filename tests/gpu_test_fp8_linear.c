@@ -1,7 +1,8 @@
 /* FP8 quantization and the FP8 linear layer on the GPU against the CPU:
  *   - quantize (plain and transposed, every input dtype, E4M3 and E5M2, padded and unpadded
  *     outputs, aligned rows (16-byte path) and not, several blocks): the same bytes as the CPU
- *     and the same amax bits; dequantize: the same floats.
+ *     and the same amax bits; dequantize: the same floats. The dual form (both layouts in one
+ *     pass): both outputs the CPU's bytes and the single-layout calls', the same amax.
  *   - the linear layer, forward and backward (accumulating), run step 1 / scale update /
  *     step 2 on both devices: recorded amaxes and the resulting scales bit-identical; outputs
  *     against the CPU emulation when the GPU emulates too (fp32 GEMMs on the same dequantized
@@ -53,6 +54,40 @@ static nt_status fetch(nt_ctx *ctx, const nt_tensor *t, float *out) {
 
 /* ---------------- quantize ---------------- */
 
+/* An FP8 [rows, cols] tensor on ctx filled with 0xCD: a kernel must write every byte, padding
+ * included. */
+static nt_status alloc_poisoned(nt_ctx *ctx, nt_dtype fmt, int64_t rows, int64_t cols,
+                                nt_tensor *t) {
+  nt_status st = nt_tensor_alloc(ctx, t, fmt, 2, (int64_t[]){rows, cols});
+  if (st) return st;
+  uint8_t *poison = malloc((size_t)(rows * cols) + 1);
+  if (!poison) return NT_ERROR(ctx, NT_ERR_OOM, "host staging");
+  memset(poison, 0xCD, (size_t)(rows * cols));
+  nt_tensor ph = nt_tensor_view(poison, fmt, nt_cpu(), 2, (int64_t[]){rows, cols});
+  st = nt_tensor_copy(ctx, t, &ph);
+  free(poison);
+  return st;
+}
+
+/* The bytes of a 2-D FP8 tensor (or the bits of an F32 scalar) into host memory. */
+static nt_status raw_of(nt_ctx *ctx, const nt_tensor *t, void *host) {
+  nt_tensor ht = nt_tensor_view(host, t->dtype, nt_cpu(), t->ndim, t->shape);
+  return nt_tensor_copy(ctx, &ht, t);
+}
+
+/* Byte-equal, or a line naming the first difference. */
+static bool same_bytes(const char *what, const char *which, const uint8_t *got,
+                       const uint8_t *want, int64_t n) {
+  int64_t diff = 0, first = -1;
+  for (int64_t i = 0; i < n; i++)
+    if (got[i] != want[i]) { diff++; if (first < 0) first = i; }
+  if (diff)
+    printf("  %s: %s: %lld bytes differ, first at %lld: 0x%02x vs 0x%02x\n", what, which,
+           (long long)diff, (long long)first, got[first], want[first]);
+  CHECK(diff == 0, "%s: %s: %lld bytes differ", what, which, (long long)diff);
+  return diff == 0;
+}
+
 typedef struct {
   int64_t R, C, ldx, yr, yc;
   bool tr;
@@ -76,7 +111,7 @@ static void quantize_case(ctxs *c, nt_dtype in, nt_dtype fmt, qshape q, float sc
   bool ok = CHECK_OK(c->cpu, make(c->cpu, xh, in, 2, (int64_t[]){q.R, q.ldx}, &xc)) &&
             CHECK_OK(c->gpu, make(c->gpu, xh, in, 2, (int64_t[]){q.R, q.ldx}, &xg)) &&
             CHECK_OK(c->cpu, nt_tensor_alloc(c->cpu, &yc, fmt, 2, (int64_t[]){q.yr, q.yc})) &&
-            CHECK_OK(c->gpu, nt_tensor_alloc(c->gpu, &yg, fmt, 2, (int64_t[]){q.yr, q.yc})) &&
+            CHECK_OK(c->gpu, alloc_poisoned(c->gpu, fmt, q.yr, q.yc, &yg)) &&
             CHECK_OK(c->cpu, make(c->cpu, &one, NT_F32, 0, NULL, &sc)) &&
             CHECK_OK(c->gpu, make(c->gpu, &one, NT_F32, 0, NULL, &sg)) &&
             CHECK_OK(c->cpu, make(c->cpu, &a0, NT_F32, 0, NULL, &ac)) &&
@@ -85,36 +120,19 @@ static void quantize_case(ctxs *c, nt_dtype in, nt_dtype fmt, qshape q, float sc
     /* Views with the logical columns (row stride ldx). */
     nt_tensor xvc = xc, xvg = xg;
     xvc.shape[1] = xvg.shape[1] = q.C;
-    /* Poison the GPU output: the kernel must write every byte, padding included. */
-    uint8_t *poison = malloc((size_t)ny);
-    memset(poison, 0xCD, (size_t)ny);
-    nt_tensor ph = nt_tensor_view(poison, fmt, nt_cpu(), 2, (int64_t[]){q.yr, q.yc});
-    ok = CHECK_OK(c->gpu, nt_tensor_copy(c->gpu, &yg, &ph)) &&
-         CHECK_OK(c->cpu, nt_fp8_quantize(c->cpu, &xvc, &yc, q.tr, &sc, &ac)) &&
+    ok = CHECK_OK(c->cpu, nt_fp8_quantize(c->cpu, &xvc, &yc, q.tr, &sc, &ac)) &&
          CHECK_OK(c->gpu, nt_fp8_quantize(c->gpu, &xvg, &yg, q.tr, &sg, &ag));
-    free(poison);
   }
   if (ok) {
-    nt_tensor hc = nt_tensor_view(ycpu, fmt, nt_cpu(), 2, (int64_t[]){q.yr, q.yc});
-    nt_tensor hg = nt_tensor_view(ygpu, fmt, nt_cpu(), 2, (int64_t[]){q.yr, q.yc});
-    nt_tensor h1 = nt_tensor_view(&amax_c, NT_F32, nt_cpu(), 0, NULL);
-    nt_tensor h2 = nt_tensor_view(&amax_g, NT_F32, nt_cpu(), 0, NULL);
-    if (CHECK_OK(c->cpu, nt_tensor_copy(c->cpu, &hc, &yc)) &&
-        CHECK_OK(c->gpu, nt_tensor_copy(c->gpu, &hg, &yg)) &&
-        CHECK_OK(c->cpu, nt_tensor_copy(c->cpu, &h1, &ac)) &&
-        CHECK_OK(c->gpu, nt_tensor_copy(c->gpu, &h2, &ag))) {
-      int64_t diff = 0, first = -1;
-      for (int64_t i = 0; i < ny; i++)
-        if (ycpu[i] != ygpu[i]) { diff++; if (first < 0) first = i; }
-      if (diff)
-        printf("  %s: %lld bytes differ, first at %lld: gpu 0x%02x cpu 0x%02x\n", what,
-               (long long)diff, (long long)first, ygpu[first], ycpu[first]);
-      CHECK(diff == 0, "%s: %lld bytes differ from the CPU", what, (long long)diff);
+    if (CHECK_OK(c->cpu, raw_of(c->cpu, &yc, ycpu)) && CHECK_OK(c->gpu, raw_of(c->gpu, &yg, ygpu)) &&
+        CHECK_OK(c->cpu, raw_of(c->cpu, &ac, &amax_c)) &&
+        CHECK_OK(c->gpu, raw_of(c->gpu, &ag, &amax_g))) {
+      bool same = same_bytes(what, "gpu vs cpu", ygpu, ycpu, ny);
       uint32_t bc, bg;
       memcpy(&bc, &amax_c, 4);
       memcpy(&bg, &amax_g, 4);
       CHECK(bc == bg, "%s: amax gpu %.9g cpu %.9g", what, amax_g, amax_c);
-      printf("  quantize %s: bit-exact %s, amax %.6g\n", what, diff ? "NO" : "yes", amax_g);
+      printf("  quantize %s: bit-exact %s, amax %.6g\n", what, same ? "yes" : "NO", amax_g);
     }
     /* Dequantize of the GPU bytes: the same floats on both devices. */
     nt_tensor dc = {0}, dg = {0};
@@ -142,6 +160,72 @@ static void quantize_case(ctxs *c, nt_dtype in, nt_dtype fmt, qshape q, float sc
 
 static int64_t up16(int64_t n) { return (n + 15) / 16 * 16; }
 
+typedef struct {
+  int64_t R, C, ldx;
+  int64_t rr, rc;   /* the row-major output */
+  int64_t tr, tc;   /* the transposed output */
+} dshape;
+
+/* nt_fp8_quantize_dual on the GPU: both outputs the CPU's bytes (and so the reference's, which
+ * test_fp8_linear checks) and the GPU's single-layout calls' bytes; the amax the CPU's bits. */
+static void quantize_dual_case(ctxs *c, nt_dtype in, nt_dtype fmt, dshape q, float scale) {
+  nt_test_rng rng = {(uint64_t)(q.R * 6007 + q.C * 37 + in * 3 + fmt)};
+  int64_t nx = q.R * q.ldx, nr = q.rr * q.rc, nt = q.tr * q.tc;
+  float *xh = calloc((size_t)nx, sizeof(float));
+  uint8_t *h[6];  /* gpu dual rows, t; cpu dual rows, t; gpu single rows, t */
+  for (int i = 0; i < 6; i++) h[i] = malloc((size_t)(i % 2 ? nt : nr) + 1);
+  for (int64_t i = 0; i < nx; i++) {
+    float v = (float)nt_test_uniform(&rng, -2, 2);
+    xh[i] = i % 29 == 5 ? v * 400.0f : i % 31 == 7 ? v * 1e-6f : v;
+  }
+  nt_tensor xc = {0}, xg = {0}, sc = {0}, sg = {0}, ac = {0}, ag = {0}, a1 = {0};
+  nt_tensor y[6] = {{0}};  /* as h */
+  float a0 = 0.25f, amax[3] = {0, 0, 0};  /* gpu dual, cpu dual, gpu single */
+  char what[200];
+  snprintf(what, sizeof what, "dual %s->%s x[%lld, %lld] ld %lld -> [%lld, %lld] + [%lld, %lld]",
+           nt_dtype_name(in), nt_dtype_name(fmt), (long long)q.R, (long long)q.C,
+           (long long)q.ldx, (long long)q.rr, (long long)q.rc, (long long)q.tr, (long long)q.tc);
+  bool ok = CHECK_OK(c->cpu, make(c->cpu, xh, in, 2, (int64_t[]){q.R, q.ldx}, &xc)) &&
+            CHECK_OK(c->gpu, make(c->gpu, xh, in, 2, (int64_t[]){q.R, q.ldx}, &xg)) &&
+            CHECK_OK(c->cpu, make(c->cpu, &scale, NT_F32, 0, NULL, &sc)) &&
+            CHECK_OK(c->gpu, make(c->gpu, &scale, NT_F32, 0, NULL, &sg)) &&
+            CHECK_OK(c->cpu, make(c->cpu, &a0, NT_F32, 0, NULL, &ac)) &&
+            CHECK_OK(c->gpu, make(c->gpu, &a0, NT_F32, 0, NULL, &ag)) &&
+            CHECK_OK(c->gpu, make(c->gpu, &a0, NT_F32, 0, NULL, &a1));
+  for (int i = 0; ok && i < 6; i++) {
+    nt_ctx *ctx = i / 2 == 1 ? c->cpu : c->gpu;
+    ok = CHECK_OK(ctx, alloc_poisoned(ctx, fmt, i % 2 ? q.tr : q.rr, i % 2 ? q.tc : q.rc, &y[i]));
+  }
+  nt_tensor xvc = xc, xvg = xg;
+  xvc.shape[1] = xvg.shape[1] = q.C;
+  ok = ok && CHECK_OK(c->gpu, nt_fp8_quantize_dual(c->gpu, &xvg, &y[0], &y[1], &sg, &ag)) &&
+       CHECK_OK(c->cpu, nt_fp8_quantize_dual(c->cpu, &xvc, &y[2], &y[3], &sc, &ac)) &&
+       CHECK_OK(c->gpu, nt_fp8_quantize(c->gpu, &xvg, &y[4], false, &sg, &a1)) &&
+       CHECK_OK(c->gpu, nt_fp8_quantize(c->gpu, &xvg, &y[5], true, &sg, NULL));
+  for (int i = 0; ok && i < 6; i++) {
+    nt_ctx *ctx = i / 2 == 1 ? c->cpu : c->gpu;
+    ok = CHECK_OK(ctx, raw_of(ctx, &y[i], h[i]));
+  }
+  ok = ok && CHECK_OK(c->gpu, raw_of(c->gpu, &ag, &amax[0])) &&
+       CHECK_OK(c->cpu, raw_of(c->cpu, &ac, &amax[1])) &&
+       CHECK_OK(c->gpu, raw_of(c->gpu, &a1, &amax[2]));
+  if (ok) {
+    bool same = same_bytes(what, "rows, gpu vs cpu", h[0], h[2], nr) &&
+                same_bytes(what, "transposed, gpu vs cpu", h[1], h[3], nt) &&
+                same_bytes(what, "rows, dual vs single", h[0], h[4], nr) &&
+                same_bytes(what, "transposed, dual vs single", h[1], h[5], nt);
+    CHECK(memcmp(&amax[0], &amax[1], 4) == 0 && memcmp(&amax[0], &amax[2], 4) == 0,
+          "%s: amax gpu dual %.9g, cpu %.9g, gpu single %.9g", what, amax[0], amax[1], amax[2]);
+    printf("  quantize %s: bit-exact %s, amax %.6g\n", what, same ? "yes" : "NO", amax[0]);
+  }
+  for (int i = 0; i < 6; i++) nt_tensor_free(i / 2 == 1 ? c->cpu : c->gpu, &y[i]);
+  nt_tensor_free(c->cpu, &xc); nt_tensor_free(c->gpu, &xg);
+  nt_tensor_free(c->cpu, &sc); nt_tensor_free(c->gpu, &sg);
+  nt_tensor_free(c->cpu, &ac); nt_tensor_free(c->gpu, &ag); nt_tensor_free(c->gpu, &a1);
+  for (int i = 0; i < 6; i++) free(h[i]);
+  free(xh);
+}
+
 static void test_quantize(ctxs *c) {
   const nt_dtype ins[3] = {NT_F32, NT_BF16, NT_F16};
   const qshape shapes[] = {
@@ -161,6 +245,21 @@ static void test_quantize(ctxs *c) {
         nt_dtype fmt = f ? NT_FP8_E5M2 : NT_FP8_E4M3;
         quantize_case(c, ins[i], fmt, shapes[s], f ? 3000.0f : 100.0f);
       }
+  const dshape dual[] = {
+      {257, 131, 131, 257, up16(131), 131, up16(257)}, /* the backward's padding, odd rows */
+      {300, 64, 64, 300, 64, 64, up16(300)},           /* aligned: 16-byte loads and stores */
+      {37, 45, 48, 37, 48, 48, 48},                    /* row stride 48, padded both ways */
+      {37, 45, 45, 37, 45, 45, 37},                    /* unpadded odd outputs: byte stores */
+      {50, 20, 24, 130, 90, 20, 50},                   /* rows output beyond y_t's tiles */
+      {50, 20, 20, 50, 20, 100, 150},                  /* y_t beyond the rows output */
+      {4099, 77, 80, 4099, 80, 77, up16(4099)},        /* many tiles: the amax across blocks */
+      {1024, 768, 768, 1024, 768, 768, 1024},          /* a GPT-2 shape, all whole tiles */
+  };
+  for (int i = 0; i < 3; i++)
+    for (int f = 0; f < 2; f++)
+      for (size_t s = 0; s < sizeof dual / sizeof dual[0]; s++)
+        quantize_dual_case(c, ins[i], f ? NT_FP8_E5M2 : NT_FP8_E4M3, dual[s],
+                           f ? 3000.0f : 100.0f);
   /* A NaN makes the amax NaN on the GPU too. */
   float xh[40], amax = 0;
   for (int i = 0; i < 40; i++) xh[i] = (float)i;

@@ -28,21 +28,53 @@ static float d8(nt_dtype f, uint8_t v) {
 
 /* ---------------- quantize ---------------- */
 
-static void test_quantize_case(nt_ctx *ctx, nt_dtype in, nt_dtype fmt, bool tr, int64_t R,
-                               int64_t C, int64_t ldx, int64_t yr, int64_t yc, float scale) {
-  nt_test_rng rng = {(uint64_t)(R * 131 + C * 7 + in + 10 * fmt + tr)};
-  void *xm = calloc((size_t)(R * ldx + 1), 4);
-  uint8_t *y = malloc((size_t)(yr * yc));
-  memset(y, 0xAB, (size_t)(yr * yc));  /* padding must be overwritten with zeros */
-  float expect_amax = 0.0f;
+/* x [R, C] (row stride ldx) of dtype `in` filled with values in (-3, 3), every 17th times 300
+ * (beyond the formats' range once scaled: saturation); returns max |x| as stored. */
+static float fill_x(void *xm, nt_dtype in, int64_t R, int64_t C, int64_t ldx, uint64_t seed) {
+  nt_test_rng rng = {seed};
+  float amax = 0.0f;
   for (int64_t r = 0; r < R; r++)
     for (int64_t c = 0; c < C; c++) {
-      /* a few values beyond the format's range after scaling: saturation */
       float v = (float)nt_test_uniform(&rng, -3, 3);
       if ((r * C + c) % 17 == 3) v *= 300.0f;
       nt_store_f32(xm, in, r * ldx + c, v);
-      expect_amax = fmaxf(expect_amax, fabsf(nt_load_f32(xm, in, r * ldx + c)));
+      amax = fmaxf(amax, fabsf(nt_load_f32(xm, in, r * ldx + c)));
     }
+  return amax;
+}
+
+/* y [yr, yc] against the per-element reference q8(x * scale) (transposed or not), padding 0.
+ * Returns whether all bytes match; also checks that some bytes saturated. */
+static bool check_bytes(const void *xm, nt_dtype in, int64_t R, int64_t C, int64_t ldx,
+                        nt_dtype fmt, bool tr, const uint8_t *y, int64_t yr, int64_t yc,
+                        float scale, const char *what) {
+  int64_t bad = 0, pad_bad = 0, sat = 0;
+  for (int64_t i = 0; i < yr; i++)
+    for (int64_t j = 0; j < yc; j++) {
+      int64_t r = tr ? j : i, c = tr ? i : j;
+      uint8_t got = y[i * yc + j];
+      if (r < R && c < C) {
+        uint8_t want = q8(fmt, nt_load_f32(xm, in, r * ldx + c) * scale);
+        bad += got != want;
+        sat += fabsf(d8(fmt, got)) == nt_fp8_max(fmt);
+      } else {
+        pad_bad += got != 0;
+      }
+    }
+  CHECK(bad == 0 && pad_bad == 0,
+        "%s %s->%s%s [%lld,%lld] -> [%lld,%lld]: %lld wrong bytes, %lld bad padding", what,
+        nt_dtype_name(in), nt_dtype_name(fmt), tr ? " transposed" : "", (long long)R,
+        (long long)C, (long long)yr, (long long)yc, (long long)bad, (long long)pad_bad);
+  CHECK(sat > 0, "%s: the case has saturated values (%lld)", what, (long long)sat);
+  return bad == 0 && pad_bad == 0;
+}
+
+static void test_quantize_case(nt_ctx *ctx, nt_dtype in, nt_dtype fmt, bool tr, int64_t R,
+                               int64_t C, int64_t ldx, int64_t yr, int64_t yc, float scale) {
+  void *xm = calloc((size_t)(R * ldx + 1), 4);
+  uint8_t *y = malloc((size_t)(yr * yc));
+  memset(y, 0xAB, (size_t)(yr * yc));  /* padding must be overwritten with zeros */
+  float expect_amax = fill_x(xm, in, R, C, ldx, (uint64_t)(R * 131 + C * 7 + in + 10 * fmt + tr));
   nt_tensor x = nt_tensor_view(xm, in, nt_cpu(), 2, (int64_t[]){R, C});
   x.stride[0] = ldx;
   nt_tensor yt = nt_tensor_view(y, fmt, nt_cpu(), 2, (int64_t[]){yr, yc});
@@ -50,24 +82,7 @@ static void test_quantize_case(nt_ctx *ctx, nt_dtype in, nt_dtype fmt, bool tr, 
   nt_tensor st = nt_tensor_view(&s, NT_F32, nt_cpu(), 0, NULL);
   nt_tensor at = nt_tensor_view(&amax, NT_F32, nt_cpu(), 0, NULL);
   if (CHECK_OK(ctx, nt_fp8_quantize(ctx, &x, &yt, tr, &st, &at))) {
-    int64_t bad = 0, pad_bad = 0, sat = 0;
-    for (int64_t i = 0; i < yr; i++)
-      for (int64_t j = 0; j < yc; j++) {
-        int64_t r = tr ? j : i, c = tr ? i : j;
-        uint8_t got = y[i * yc + j];
-        if (r < R && c < C) {
-          float v = nt_load_f32(xm, in, r * ldx + c);
-          uint8_t want = q8(fmt, v * scale);
-          bad += got != want;
-          sat += fabsf(d8(fmt, got)) == nt_fp8_max(fmt);
-        } else {
-          pad_bad += got != 0;
-        }
-      }
-    CHECK(bad == 0 && pad_bad == 0, "%s->%s%s [%lld,%lld]: %lld wrong bytes, %lld bad padding",
-          nt_dtype_name(in), nt_dtype_name(fmt), tr ? " transposed" : "", (long long)R,
-          (long long)C, (long long)bad, (long long)pad_bad);
-    CHECK(sat > 0, "the case has saturated values (%lld)", (long long)sat);
+    check_bytes(xm, in, R, C, ldx, fmt, tr, y, yr, yc, scale, "quantize");
     CHECK(amax == expect_amax, "amax %g, expected %g (max |x|)", amax, expect_amax);
   }
   /* The amax is a max with what is there: a larger recorded value stays. */
@@ -76,6 +91,38 @@ static void test_quantize_case(nt_ctx *ctx, nt_dtype in, nt_dtype fmt, bool tr, 
     CHECK(amax == 1e6f, "amax max-accumulates: %g", amax);
   free(xm);
   free(y);
+}
+
+/* The dual form: x [R, C] (row stride ldx) into y_rows [rr, rc] and y_t [tr, tc] at once; each
+ * output equal to the reference and to the single-layout call's bytes, one amax update. */
+static void test_quantize_dual_case(nt_ctx *ctx, nt_dtype in, nt_dtype fmt, int64_t R, int64_t C,
+                                    int64_t ldx, int64_t rr, int64_t rc, int64_t tr, int64_t tc,
+                                    float scale) {
+  void *xm = calloc((size_t)(R * ldx + 1), 4);
+  uint8_t *yr = malloc((size_t)(rr * rc)), *yt = malloc((size_t)(tr * tc));
+  uint8_t *sr = malloc((size_t)(rr * rc)), *st1 = malloc((size_t)(tr * tc));
+  memset(yr, 0xAB, (size_t)(rr * rc));
+  memset(yt, 0xCD, (size_t)(tr * tc));
+  float expect_amax = fill_x(xm, in, R, C, ldx, (uint64_t)(R * 977 + C * 13 + in + 10 * fmt));
+  nt_tensor x = nt_tensor_view(xm, in, nt_cpu(), 2, (int64_t[]){R, C});
+  x.stride[0] = ldx;
+  nt_tensor yrt = nt_tensor_view(yr, fmt, nt_cpu(), 2, (int64_t[]){rr, rc});
+  nt_tensor ytt = nt_tensor_view(yt, fmt, nt_cpu(), 2, (int64_t[]){tr, tc});
+  nt_tensor srt = nt_tensor_view(sr, fmt, nt_cpu(), 2, (int64_t[]){rr, rc});
+  nt_tensor stt = nt_tensor_view(st1, fmt, nt_cpu(), 2, (int64_t[]){tr, tc});
+  float s = scale, amax = 0.5f;
+  nt_tensor sc = nt_tensor_view(&s, NT_F32, nt_cpu(), 0, NULL);
+  nt_tensor at = nt_tensor_view(&amax, NT_F32, nt_cpu(), 0, NULL);
+  if (CHECK_OK(ctx, nt_fp8_quantize_dual(ctx, &x, &yrt, &ytt, &sc, &at)) &&
+      CHECK_OK(ctx, nt_fp8_quantize(ctx, &x, &srt, false, &sc, NULL)) &&
+      CHECK_OK(ctx, nt_fp8_quantize(ctx, &x, &stt, true, &sc, NULL))) {
+    check_bytes(xm, in, R, C, ldx, fmt, false, yr, rr, rc, scale, "dual rows");
+    check_bytes(xm, in, R, C, ldx, fmt, true, yt, tr, tc, scale, "dual transposed");
+    CHECK(memcmp(yr, sr, (size_t)(rr * rc)) == 0 && memcmp(yt, st1, (size_t)(tr * tc)) == 0,
+          "dual [%lld,%lld]: the bytes of the single-layout calls", (long long)R, (long long)C);
+    CHECK(amax == expect_amax, "dual amax %g, expected %g (max |x|)", amax, expect_amax);
+  }
+  free(xm); free(yr); free(yt); free(sr); free(st1);
 }
 
 static void test_quantize(nt_ctx *ctx) {
@@ -88,6 +135,10 @@ static void test_quantize(nt_ctx *ctx) {
       test_quantize_case(ctx, ins[i], fmt, false, 13, 37, 41, 13, 37, scale);  /* row stride */
       test_quantize_case(ctx, ins[i], fmt, true, 13, 37, 37, 48, 16, scale);
       test_quantize_case(ctx, ins[i], fmt, true, 70, 5, 8, 5, 70, scale);
+      /* dual: padded both ways (as the linear backward pads), unpadded odd, row stride */
+      test_quantize_dual_case(ctx, ins[i], fmt, 13, 37, 37, 13, 48, 37, 16, scale);
+      test_quantize_dual_case(ctx, ins[i], fmt, 70, 5, 5, 70, 5, 5, 70, scale);
+      test_quantize_dual_case(ctx, ins[i], fmt, 19, 33, 41, 32, 48, 48, 32, scale);
     }
   /* NaN: the amax becomes NaN (the scale update then keeps the old scale). */
   float xv[4] = {1, NAN, -2, 0}, s = 1, amax = 0;
@@ -105,6 +156,17 @@ static void test_quantize(nt_ctx *ctx) {
   nt_tensor wrong = nt_tensor_view(y, NT_U8, nt_cpu(), 2, (int64_t[]){1, 4});
   CHECK_ERR(ctx, NT_ERR_DTYPE, nt_fp8_quantize(ctx, &x, &wrong, false, &st, &at));
   CHECK_ERR(ctx, NT_ERR_INVALID_ARG, nt_fp8_quantize(ctx, &x, &yt, false, NULL, &at));
+  uint8_t y2[4 * 16], y3[16];
+  nt_tensor yt_t = nt_tensor_view(y2, NT_FP8_E4M3, nt_cpu(), 2, (int64_t[]){4, 16});
+  nt_tensor yt_small = nt_tensor_view(y2, NT_FP8_E4M3, nt_cpu(), 2, (int64_t[]){3, 16});
+  nt_tensor yt_e5 = nt_tensor_view(y2, NT_FP8_E5M2, nt_cpu(), 2, (int64_t[]){4, 16});
+  nt_tensor yr16 = nt_tensor_view(y3, NT_FP8_E4M3, nt_cpu(), 2, (int64_t[]){1, 16});
+  CHECK_ERR(ctx, NT_ERR_SHAPE, nt_fp8_quantize_dual(ctx, &x, &yt, &yt_small, &st, &at));
+  CHECK_ERR(ctx, NT_ERR_SHAPE, nt_fp8_quantize_dual(ctx, &x, &small, &yt_t, &st, &at));
+  CHECK_ERR(ctx, NT_ERR_DTYPE, nt_fp8_quantize_dual(ctx, &x, &yr16, &yt_e5, &st, &at));
+  CHECK_ERR(ctx, NT_ERR_INVALID_ARG, nt_fp8_quantize_dual(ctx, &x, &yt, NULL, &st, &at));
+  nt_tensor alias = nt_tensor_view(y2, NT_FP8_E4M3, nt_cpu(), 2, (int64_t[]){1, 16});
+  CHECK_ERR(ctx, NT_ERR_INVALID_ARG, nt_fp8_quantize_dual(ctx, &x, &alias, &yt_t, &st, &at));
   /* Dequantize: value * scale_inv. */
   float deq[4], sinv = 0.25f;
   nt_tensor dt = nt_tensor_view(deq, NT_F32, nt_cpu(), 2, (int64_t[]){1, 4});
