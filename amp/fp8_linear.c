@@ -193,14 +193,17 @@ static void job_free(job *j) {
 
 /* D = beta D + (A B^T) * sa * sb (+ bias), A [M, K] and B [N, K] FP8, sa and sb the device
  * scale_inv scalars. Emulation: both operands dequantized to fp32 (value * scale_inv), then an
- * fp32 GEMM, never TF32 whatever the context's default. */
+ * fp32 GEMM, never TF32 whatever the context's default. With aux (FP8 GEMMs only, beta 0): the
+ * GELU_AUX epilogue, aux = the product (+ bias) and D = gelu_tanh(aux). */
 static nt_status mm(job *j, const nt_tensor *A, const nt_tensor *sa, const nt_tensor *B,
-                    const nt_tensor *sb, nt_tensor *D, float beta, const nt_tensor *bias) {
+                    const nt_tensor *sb, nt_tensor *D, float beta, const nt_tensor *bias,
+                    nt_tensor *aux) {
   nt_gemm_opts o = nt_gemm_defaults();
   o.trans_b = true;
   o.beta = beta;
   o.bias = bias;
-  o.epilogue = bias ? NT_EPI_BIAS : NT_EPI_NONE;
+  o.epilogue = aux ? NT_EPI_GELU_AUX : bias ? NT_EPI_BIAS : NT_EPI_NONE;
+  o.aux = aux;
   if (j->fp8) {
     o.scale_inv_a = (const float *)sa->data;
     o.scale_inv_b = (const float *)sb->data;
@@ -226,22 +229,28 @@ static bool direct_ok(const nt_tensor *out, bool padded) {
          ((uintptr_t)out->data & 15u) == 0;
 }
 
+/* Whether the GEMM A B^T (+ bias) may write `out` itself (else an fp32 scratch and a kernel). */
+static bool gemm_writes_out(const job *j, const nt_tensor *B, const nt_tensor *out,
+                            const nt_tensor *bias, bool padded) {
+  /* A bias rides on the GEMM only in the case the FP8 GEMM tests cover (bf16 bias, bf16 out). */
+  bool bias_ok = !bias || (bias->dtype == NT_BF16 && out->dtype == NT_BF16 &&
+                           bias->stride[0] == 1);
+  /* The emulation's fp32 GEMM writes only F32 outputs. */
+  bool dtype_ok = j->fp8 || out->dtype == NT_F32;
+  return direct_ok(out, padded) && bias_ok && dtype_ok && B->shape[0] == out->shape[1];
+}
+
 /* out (+)= A B^T scaled, through the GEMM directly or an fp32 scratch. A is [M, Kp], B [Np, Kp]
  * with Np >= out's columns; padded says Np or Kp differ from the real dims. */
 static nt_status product_into(job *j, const nt_tensor *A, const nt_tensor *sa, const nt_tensor *B,
                               const nt_tensor *sb, nt_tensor *out, bool accumulate,
                               const nt_tensor *bias, bool padded) {
   nt_status st;
-  /* A bias rides on the GEMM only in the case the FP8 GEMM tests cover (bf16 bias, bf16 out). */
-  bool bias_ok = !bias || (bias->dtype == NT_BF16 && out->dtype == NT_BF16 &&
-                           bias->stride[0] == 1);
-  /* The emulation's fp32 GEMM writes only F32 outputs. */
-  bool dtype_ok = j->fp8 || out->dtype == NT_F32;
-  if (direct_ok(out, padded) && bias_ok && dtype_ok && B->shape[0] == out->shape[1])
-    return mm(j, A, sa, B, sb, out, accumulate ? 1.0f : 0.0f, bias);
+  if (gemm_writes_out(j, B, out, bias, padded))
+    return mm(j, A, sa, B, sb, out, accumulate ? 1.0f : 0.0f, bias, NULL);
   nt_tensor D;
   if ((st = job_alloc(j, NT_F32, A->shape[0], B->shape[0], &D)) ||
-      (st = mm(j, A, sa, B, sb, &D, 0.0f, NULL)) ||
+      (st = mm(j, A, sa, B, sb, &D, 0.0f, NULL, NULL)) ||
       (st = add_into(j->ctx, out, (const float *)D.data, B->shape[0], bias, accumulate)))
     return st;
   job_release(j, D.data);
@@ -250,16 +259,22 @@ static nt_status product_into(job *j, const nt_tensor *A, const nt_tensor *sa, c
 
 /* ---- forward and backward ---- */
 
+/* y = x W^T + b; with pre (act GELU): pre = x W^T + b and y = gelu_tanh(pre), in the FP8 GEMM's
+ * GELU_AUX epilogue where the GEMM writes y itself (FP8 GEMMs, no padding, see product_into;
+ * nt_gemm splits the epilogue off where cuBLASLt has no fused kernel), else the GEMM into pre
+ * and the elementwise GELU. pre and y are then contiguous, of one dtype (checked by the
+ * caller). */
 static nt_status forward(nt_ctx *ctx, const nt_fp8_linear_cfg *cfg, const nt_tensor *x,
-                         const nt_tensor *w, const nt_tensor *b, nt_tensor *y) {
+                         const nt_tensor *w, const nt_tensor *b, nt_tensor *y, nt_tensor *pre) {
   nt_status st;
-  nt_tensor x2, y2, xq, wq;
+  nt_tensor x2, y2, xq, wq, pre2 = {0};
   job j = {ctx, false, {0}, 0};
   if (!x || !w || !y)
     return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "fp8 linear: x, W and y are required");
   if ((st = check_cfg(ctx, cfg)) || (st = check_weight(ctx, w, "W"))) return st;
   int64_t N = w->shape[0], K = w->shape[1];
   if ((st = rows_view(ctx, x, K, "x", &x2)) || (st = rows_view(ctx, y, N, "y", &y2)) ||
+      (pre && (st = rows_view(ctx, pre, N, "pre", &pre2))) ||
       (b && (st = check_vector(ctx, b, N, "b"))))
     return st;
   if (x2.shape[0] != y2.shape[0])
@@ -280,7 +295,14 @@ static nt_status forward(nt_ctx *ctx, const nt_fp8_linear_cfg *cfg, const nt_ten
       (st = nt_fp8_quantize(ctx, &x2, &xq, false, &sx, &ax)) ||
       (st = nt_fp8_quantize(ctx, w, &wq, false, &sw, &aw)))
     goto done;
-  st = product_into(&j, &xq, &six, &wq, &siw, &y2, false, b, K16 != K || N16 != N);
+  bool padded = K16 != K || N16 != N;
+  if (pre && j.fp8 && gemm_writes_out(&j, &wq, &y2, b, padded) &&
+      gemm_writes_out(&j, &wq, &pre2, b, padded)) {
+    st = mm(&j, &xq, &six, &wq, &siw, &y2, 0.0f, b, &pre2);
+  } else {
+    st = product_into(&j, &xq, &six, &wq, &siw, pre ? &pre2 : &y2, false, b, padded);
+    if (!st && pre) st = nt_gelu_forward(ctx, pre, y);
+  }
 done:
   job_free(&j);
   return st;
@@ -292,10 +314,10 @@ nt_status nt_fp8_linear_forward(nt_ctx *ctx, const nt_fp8_linear_cfg *cfg, const
   nt_status st;
   if (!y) return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "fp8 linear: x, W and y are required");
   switch (act) {
-    case NT_ACT_NONE: return forward(ctx, cfg, x, w, b, y);
+    case NT_ACT_NONE: return forward(ctx, cfg, x, w, b, y, NULL);
     case NT_ACT_RELU:
       if ((st = nt_check_contiguous(ctx, y, "fp8 linear y (relu)")) ||
-          (st = forward(ctx, cfg, x, w, b, y)))
+          (st = forward(ctx, cfg, x, w, b, y, NULL)))
         return st;
       return nt_relu_forward(ctx, y, y);
     case NT_ACT_GELU:
@@ -309,8 +331,7 @@ nt_status nt_fp8_linear_forward(nt_ctx *ctx, const nt_fp8_linear_cfg *cfg, const
       if (pre->dtype != y->dtype)
         return NT_ERROR(ctx, NT_ERR_DTYPE, "fp8 linear: pre is %s but y is %s (one dtype)",
                         nt_dtype_name(pre->dtype), nt_dtype_name(y->dtype));
-      if ((st = forward(ctx, cfg, x, w, b, pre))) return st;
-      return nt_gelu_forward(ctx, pre, y);
+      return forward(ctx, cfg, x, w, b, y, pre);
     default:
       return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "fp8 linear: unknown activation %d", (int)act);
   }

@@ -57,8 +57,11 @@ nt_status nt_fp8_linear_uses_fp8(nt_ctx *ctx, const nt_fp8_linear_cfg *cfg, bool
 
 /* act as nt_linear_forward: GELU writes the pre-activation x W^T + b into `pre` (same shape
  * and dtype as y, kept for backward) and y = gelu_tanh(pre); RELU gives y = relu(..) (pre
- * unused). The activation runs as its own elementwise pass after the GEMM (ops/elementwise.h);
- * with an activation y (and pre) must be contiguous. */
+ * unused). With real FP8 GEMMs and no padding (in and out multiples of 16, y 16-byte aligned,
+ * no bias or a bf16 bias with bf16 y) GELU runs in the GEMM's GELU_AUX epilogue (ops/gemm.h;
+ * y may be gelu_tanh of the pre-activation before its rounding to pre); otherwise, and for RELU
+ * and the emulation, the activation is its own elementwise pass after the GEMM
+ * (ops/elementwise.h). With an activation y (and pre) must be contiguous. */
 nt_status nt_fp8_linear_forward(nt_ctx *ctx, const nt_fp8_linear_cfg *cfg, const nt_tensor *x,
                                 const nt_tensor *w, const nt_tensor *b, nt_tensor *y,
                                 nt_activation act, nt_tensor *pre);
