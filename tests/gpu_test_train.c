@@ -50,12 +50,12 @@ static const vs_cpu_bound gpt_bounds[] = {
     {NT_F16, false, 2.8e-6, 1.6e-3},  /* 1.43e-6 (1.28e-6 to 1.57e-6), 8.27e-4 */
     {NT_BF16, true, 4.3e-5, 0.15},    /* 2.17e-5, 0.0795 */
 };
-/* Measured at the default widths; the small and odd shapes below are held to the same
- * bounds (not measured on the H200 yet: the printed figures say how close they come). */
+/* One bound per dtype covers every shape below: twice the worst shape's measurement (the
+ * defaults, except bf16 gradients: 7.42e-3 at widths 8/16/32, 2026-12-04 14:55 run). */
 static const vs_cpu_bound cnn_bounds[] = {
     {NT_F32, false, 8e-7, 1.9e-6},   /* equal to 6 decimals (0 to 4.14e-7), 9.96e-7 */
     {NT_F16, false, 2.6e-6, 2.3e-2}, /* 1.30e-6 (0.87e-6 to 1.74e-6), 0.0118 */
-    {NT_BF16, false, 1.7e-6, 7e-3},  /* 0 to 8.69e-7 (printed 1e-6 apart), 3.59e-3 */
+    {NT_BF16, false, 1.7e-6, 1.5e-2}, /* 0 to 8.69e-7 (printed 1e-6 apart), 7.42e-3 */
 };
 
 /* The CNN's widths and batch for cnn_vs_cpu: the defaults; the widths and batch that
