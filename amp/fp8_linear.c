@@ -340,9 +340,27 @@ nt_status nt_fp8_linear_forward(nt_ctx *ctx, const nt_fp8_linear_cfg *cfg, const
 nt_status nt_fp8_linear_backward(nt_ctx *ctx, const nt_fp8_linear_cfg *cfg, const nt_tensor *dy,
                                  const nt_tensor *x, const nt_tensor *w, nt_tensor *dx,
                                  nt_tensor *dw, nt_tensor *db) {
+  return nt_fp8_linear_backward_ex(ctx, cfg, dy, x, w, dx, dw, db, NULL);
+}
+
+/* dy's GELU backward (opts.dy_gelu_pre) into a scratch g of dy's dtype: g = 0 + dy * gelu'(pre). */
+static nt_status gelu_scratch(job *j, const nt_tensor *dy, const nt_tensor *pre, nt_tensor *g) {
   nt_status st;
-  nt_tensor dy2, x2, dx2;
+  if ((st = job_alloc(j, dy->dtype, dy->shape[0], dy->shape[1], g)) ||
+      (st = nt_tensor_zero(j->ctx, g)))
+    return st;
+  return nt_gelu_backward(j->ctx, pre, dy, g);
+}
+
+nt_status nt_fp8_linear_backward_ex(nt_ctx *ctx, const nt_fp8_linear_cfg *cfg,
+                                    const nt_tensor *dy, const nt_tensor *x, const nt_tensor *w,
+                                    nt_tensor *dx, nt_tensor *dw, nt_tensor *db,
+                                    const nt_fp8_linear_bwd_opts *opts) {
+  nt_status st;
+  nt_tensor dy2, x2, dx2, pre2;
   job j = {ctx, false, {0}, 0};
+  const nt_fp8_linear_bwd_opts none = {0}, *o = opts ? opts : &none;
+  const nt_tensor *pre = o->dy_gelu_pre;
   if (!dy || !x || !w)
     return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "fp8 linear backward: dy, x and W are required");
   if ((st = check_cfg(ctx, cfg)) || (st = check_weight(ctx, w, "W"))) return st;
@@ -351,6 +369,16 @@ nt_status nt_fp8_linear_backward(nt_ctx *ctx, const nt_fp8_linear_cfg *cfg, cons
       (dx && (st = rows_view(ctx, dx, K, "dx", &dx2))) ||
       (dw && (st = check_weight(ctx, dw, "dW"))) || (db && (st = check_vector(ctx, db, N, "db"))))
     return st;
+  if (pre) {
+    if ((st = nt_check_contiguous(ctx, dy, "fp8 linear backward dy (with dy_gelu_pre)")) ||
+        (st = nt_check_contiguous(ctx, pre, "fp8 linear backward dy_gelu_pre")) ||
+        (st = nt_check_same_shape(ctx, pre, dy, "fp8 linear backward dy_gelu_pre vs dy")) ||
+        (st = rows_view(ctx, pre, N, "dy_gelu_pre", &pre2)))
+      return st;
+    if (pre->dtype != dy->dtype)
+      return NT_ERROR(ctx, NT_ERR_DTYPE, "fp8 linear backward: dy_gelu_pre is %s but dy %s "
+                      "(one dtype)", nt_dtype_name(pre->dtype), nt_dtype_name(dy->dtype));
+  }
   int64_t M = dy2.shape[0];
   if (x2.shape[0] != M || (dx && dx2.shape[0] != M))
     return NT_ERROR(ctx, NT_ERR_SHAPE, "fp8 linear backward: dy has %lld rows, x %lld%s",
@@ -370,15 +398,22 @@ nt_status nt_fp8_linear_backward(nt_ctx *ctx, const nt_fp8_linear_cfg *cfg, cons
   int64_t K16 = up16(K), N16 = up16(N), M16 = up16(M);
   bool amax_done = false;
   /* dy quantized row-major [M, N16] for dx and transposed [N, M16] for dW; with both wanted,
-   * in one pass over dy. */
-  nt_tensor gq = {0}, gt = {0};
-  const bool both = dx && dw;
+   * in one pass over dy that also sums an fp32 db and does the GELU backward. Otherwise the
+   * GELU backward first goes to a scratch that stands in for dy. */
+  nt_tensor gq = {0}, gt = {0}, g;
+  const bool both = dx && dw, fused = both && (!db || db->dtype == NT_F32);
+  if (pre && !fused) {
+    if ((st = gelu_scratch(&j, &dy2, &pre2, &g))) goto done;
+    dy2 = g;
+  }
   if (both) {
+    nt_fp8_dual_opts q = {fused && pre ? &pre2 : NULL, fused ? db : NULL};
     if ((st = job_alloc(&j, NT_FP8_E5M2, M, N16, &gq)) ||
         (st = job_alloc(&j, NT_FP8_E5M2, N, M16, &gt)) ||
-        (st = nt_fp8_quantize_dual(ctx, &dy2, &gq, &gt, &sg, &ag)))
+        (st = nt_fp8_quantize_dual(ctx, &dy2, &gq, &gt, &sg, &ag, &q)))
       goto done;
     amax_done = true;
+    if (fused) db = NULL;
   }
   if (dx) {
     /* dx [M, K] += dyq [M, N16] . (W^T q [K16, N16])^T */
@@ -390,7 +425,8 @@ nt_status nt_fp8_linear_backward(nt_ctx *ctx, const nt_fp8_linear_cfg *cfg, cons
     if ((st = job_alloc(&j, NT_FP8_E4M3, K16, N16, &wt)) ||
         (st = nt_fp8_quantize(ctx, w, &wt, true, &sw, NULL)))
       goto done;
-    if ((st = product_into(&j, &gq, &sig, &wt, &siw, &dx2, true, NULL, K16 != K || N16 != N)))
+    if ((st = product_into(&j, &gq, &sig, &wt, &siw, &dx2, !o->overwrite_dx, NULL,
+                           K16 != K || N16 != N)))
       goto done;
     job_release(&j, gq.data);
     job_release(&j, wt.data);

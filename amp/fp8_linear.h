@@ -13,7 +13,8 @@
  *   backward: dyq = e5m2(dy * s_g), amax_g recorded; W and x quantized again with the same
  *             scales (transposed: the GEMMs want K-major operands); with both dx and dW
  *             wanted, dy is quantized row-major and transposed in one pass
- *             (nt_fp8_quantize_dual);
+ *             (nt_fp8_quantize_dual), which also sums db (fp32 db) and can form dy from the
+ *             gradient of a GELU after the layer (nt_fp8_linear_bwd_opts);
  *             dx += (dyq (wq^T)^T) / (s_g s_w)                          E5M2 x E4M3
  *             dW += (dyq^T (xq^T)^T) / (s_g s_x)                        E5M2 x E4M3
  *             db += column sums of dy in fp32 (from dy itself, not its FP8 copy).
@@ -70,6 +71,26 @@ nt_status nt_fp8_linear_forward(nt_ctx *ctx, const nt_fp8_linear_cfg *cfg, const
 nt_status nt_fp8_linear_backward(nt_ctx *ctx, const nt_fp8_linear_cfg *cfg, const nt_tensor *dy,
                                  const nt_tensor *x, const nt_tensor *w, nt_tensor *dx,
                                  nt_tensor *dw, nt_tensor *db);
+
+/* Options of nt_fp8_linear_backward_ex; all zero (or NULL options) is nt_fp8_linear_backward.
+ * dW and db always accumulate. */
+typedef struct {
+  /* dx = dy W: the GEMM (or the fp32 scratch's add) writes dx without reading it, which spares
+   * zeroing dx first. */
+  bool overwrite_dx;
+  /* The layer's output went through GELU (an MLP's first layer, y = gelu_tanh(pre)), and dy
+   * is the gradient of gelu's output: the layer's own output gradient is then
+   * dy * gelu_tanh'(pre), rounded to dy's dtype (the bytes nt_gelu_backward into a zeroed
+   * tensor gives). With dx and dW both wanted (and db NULL or F32) it is formed inside the
+   * quantization pass and never stored; otherwise in a scratch first. pre: dy's shape, dtype
+   * and layout (dy then contiguous). */
+  const nt_tensor *dy_gelu_pre;
+} nt_fp8_linear_bwd_opts;
+
+nt_status nt_fp8_linear_backward_ex(nt_ctx *ctx, const nt_fp8_linear_cfg *cfg,
+                                    const nt_tensor *dy, const nt_tensor *x, const nt_tensor *w,
+                                    nt_tensor *dx, nt_tensor *dw, nt_tensor *db,
+                                    const nt_fp8_linear_bwd_opts *opts);
 
 NT_EXTERN_C_END
 #endif

@@ -48,8 +48,8 @@ static nt_status lin_bwd(nt_ctx *ctx, const nt_cnn *m, int k, const nt_tensor *d
     return nt_linear_backward_ex(ctx, dy, x, w, dx, dw, db, &o);
   }
   nt_fp8_linear_cfg c = {m->fp8, k * NT_FP8_LINEAR_TENSORS, m->fp8_emulate};
-  nt_status st = nt_tensor_zero(ctx, dx);   /* the FP8 backward accumulates into dx */
-  return st ? st : nt_fp8_linear_backward(ctx, &c, dy, x, w, dx, dw, db);
+  const nt_fp8_linear_bwd_opts o = {.overwrite_dx = true};
+  return nt_fp8_linear_backward_ex(ctx, &c, dy, x, w, dx, dw, db, &o);
 }
 
 nt_status nt_cnn_enable_fp8(nt_ctx *ctx, nt_cnn *m, bool emulate) {

@@ -90,40 +90,40 @@ static nt_status proj_residual(nt_ctx *ctx, const nt_gpt *g, int l, int k, float
 }
 
 /* Backward of linear layer k of block l: dx = dy W (overwritten: every dx in the model is a
- * scratch gradient), dW += dy^T x, db += column sums of dy. The FP8 linear only accumulates:
- * there dx is zeroed first. */
+ * scratch gradient), dW += dy^T x, db += column sums of dy. gelu_pre (FP8 only): dy is the
+ * gradient of gelu(gelu_pre), whose backward the FP8 backward's quantization pass forms. */
 static nt_status lin_bwd(nt_ctx *ctx, const nt_gpt *g, int l, int k, const nt_tensor *dy,
                          const nt_tensor *x, const nt_tensor *w, nt_tensor *dx, nt_tensor *dw,
-                         nt_tensor *db) {
+                         nt_tensor *db, const nt_tensor *gelu_pre) {
   if (!g->fp8) {
     nt_linear_bwd_opts o = {.overwrite_dx = true};
     return nt_linear_backward_ex(ctx, dy, x, w, dx, dw, db, &o);
   }
   nt_fp8_linear_cfg c = {g->fp8, (4 * l + k) * NT_FP8_LINEAR_TENSORS, g->fp8_emulate};
-  nt_status st = nt_tensor_zero(ctx, dx);
-  if (!st) st = nt_fp8_linear_backward(ctx, &c, dy, x, w, dx, dw, db);
-  return st;
+  nt_fp8_linear_bwd_opts o = {.overwrite_dx = true, .dy_gelu_pre = gelu_pre};
+  return nt_fp8_linear_backward_ex(ctx, &c, dy, x, w, dx, dw, db, &o);
 }
 
-/* Backward of block l's mlp.c_proj, whose input was act = gelu(pre): act holds gelu(pre)
- * (kept from the forward; the input of the weight gradient), dpre is scratch. On return
- * *dpre_out points at the gradient of pre: dpre, where the GELU backward rides on the dx
- * GEMM's epilogue, or act (FP8: a GEMM into dpre, then a separate GELU backward into act,
- * which the weight gradient no longer needs). */
-static nt_status mlp_proj_bwd(nt_ctx *ctx, nt_gpt *g, int l, const nt_tensor *dy,
-                              const nt_tensor *pre, nt_tensor *act, nt_tensor *dpre,
-                              nt_tensor **dpre_out) {
+/* Backward of block l's MLP, act = gelu(pre) between mlp.c_fc and mlp.c_proj: dy is the
+ * gradient of c_proj's output, dx receives that of c_fc's input, dact is scratch. Where the
+ * GELU backward happens:
+ *   bf16/fp16/fp32: in the epilogue of c_proj's dx GEMM, so dact holds the gradient of pre;
+ *   FP8: dact holds the gradient of act, and c_fc's backward forms the GELU backward while it
+ *        quantizes dact (amp/fp8_linear.h, dy_gelu_pre). */
+static nt_status mlp_bwd(nt_ctx *ctx, nt_gpt *g, int l, const nt_tensor *dy, const nt_tensor *x,
+                         const nt_tensor *pre, const nt_tensor *act, nt_tensor *dact,
+                         nt_tensor *dx) {
   pv *P = g->layers[l].p;
-  if (!g->fp8) {
+  nt_status st;
+  if (g->fp8) {
+    st = lin_bwd(ctx, g, l, 3, dy, act, &P[FCP_W].w, dact, &P[FCP_W].g, &P[FCP_B].g, NULL);
+  } else {
     nt_linear_bwd_opts o = {.overwrite_dx = true, .dgelu_pre = pre};
-    *dpre_out = dpre;
-    return nt_linear_backward_ex(ctx, dy, act, &P[FCP_W].w, dpre, &P[FCP_W].g, &P[FCP_B].g, &o);
+    st = nt_linear_backward_ex(ctx, dy, act, &P[FCP_W].w, dact, &P[FCP_W].g, &P[FCP_B].g, &o);
   }
-  nt_status st = lin_bwd(ctx, g, l, 3, dy, act, &P[FCP_W].w, dpre, &P[FCP_W].g, &P[FCP_B].g);
-  if (!st) st = nt_tensor_zero(ctx, act);
-  if (!st) st = nt_gelu_backward(ctx, pre, dpre, act);
-  *dpre_out = act;
-  return st;
+  if (st) return st;
+  return lin_bwd(ctx, g, l, 2, dact, x, &P[FC_W].w, dx, &P[FC_W].g, &P[FC_B].g,
+                 g->fp8 ? pre : NULL);
 }
 
 nt_gpt_config nt_gpt_config_shakespeare_char(void) {
@@ -560,7 +560,7 @@ static nt_status block_backward(nt_ctx *ctx, nt_gpt *g, gpt_layer *L, const nt_t
   nt_tensor lse = nt_prefix_view(&L->lse, 3, lsh);
   nt_tensor x1 = v3(&L->x1, b, t, C), ln2 = v3(&L->ln2, b, t, C);
   nt_tensor m2 = v1(&L->ln2_mean, N), r2 = v1(&L->ln2_rstd, N);
-  nt_tensor pre = v3(&L->fc_pre, b, t, 4 * C), *dpre_out = NULL;
+  nt_tensor pre = v3(&L->fc_pre, b, t, 4 * C);
   pv *P = L->p;
   int l = (int)(L - g->layers);
   nt_status st = NT_OK;
@@ -570,8 +570,7 @@ static nt_status block_backward(nt_ctx *ctx, nt_gpt *g, gpt_layer *L, const nt_t
     st = dropout_grad(ctx, p, L->mlp_off, &dres, &dtmp);
     dbranch = &dtmp;
   }
-  if (!st) st = mlp_proj_bwd(ctx, g, l, dbranch, &pre, &act, &dpre, &dpre_out);
-  if (!st) st = lin_bwd(ctx, g, l, 2, dpre_out, &ln2, &P[FC_W].w, &dc, &P[FC_W].g, &P[FC_B].g);
+  if (!st) st = mlp_bwd(ctx, g, l, dbranch, &ln2, &pre, &act, &dpre, &dc);
   if (!st) st = nt_layernorm_backward(ctx, &dc, &x1, &P[LN2_W].w, &m2, &r2, &dres, &P[LN2_W].g,
                                       &P[LN2_B].g);
   /* attention branch: x1 = x + drop(c_proj(attn(c_attn(ln1(x))))), attn on head views */
@@ -579,12 +578,12 @@ static nt_status block_backward(nt_ctx *ctx, nt_gpt *g, gpt_layer *L, const nt_t
     if (!st) st = dropout_grad(ctx, p, L->att_off, &dres, &dtmp);
   }
   if (!st) st = lin_bwd(ctx, g, l, 1, dbranch, &ym, &P[PROJ_W].w, &dc, &P[PROJ_W].g,
-                                   &P[PROJ_B].g);
+                                   &P[PROJ_B].g, NULL);
   nt_attention_opts ao = attention_opts(ctx, p, L->attp_off);
   ao.overwrite = true;
   if (!st) st = nt_attention_backward_ex(ctx, &datt, &q, &k, &v, &att, &lse, &dq, &dk, &dv, &ao);
   if (!st) st = lin_bwd(ctx, g, l, 0, &dqkv, &ln1, &P[QKV_W].w, &dc, &P[QKV_W].g,
-                                   &P[QKV_B].g);
+                                   &P[QKV_B].g, NULL);
   if (!st) st = nt_layernorm_backward(ctx, &dc, x, &P[LN1_W].w, &m1, &r1, &dres, &P[LN1_W].g,
                                       &P[LN1_B].g);
   return st;

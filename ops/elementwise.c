@@ -1,5 +1,6 @@
 #include "ops/elementwise.h"
 #include "ops/memops_impl.h"
+#include "ops/gelu_rule.h"
 #include <math.h>
 
 /* ---- checks shared by the memory-bound ops (declared in memops_impl.h) ---- */
@@ -32,20 +33,6 @@ nt_status nt_memops_no_cuda(nt_ctx *ctx, const char *op) {
 
 /* ---- CPU reference ---- */
 
-#define GELU_S 0.7978845608028654f /* sqrt(2 / pi) */
-#define GELU_C 0.044715f
-
-static float gelu_f(float x) {
-  float u = GELU_S * (x + GELU_C * x * x * x);
-  return 0.5f * x * (1.0f + tanhf(u));
-}
-
-static float gelu_grad_f(float x) {
-  float u = GELU_S * (x + GELU_C * x * x * x);
-  float t = tanhf(u);
-  float du = GELU_S * (1.0f + 3.0f * GELU_C * x * x);
-  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
-}
 
 static void map_cpu(nt_ew_op op, float alpha, const nt_tensor *a, const nt_tensor *b,
                     nt_tensor *out) {
@@ -53,9 +40,9 @@ static void map_cpu(nt_ew_op op, float alpha, const nt_tensor *a, const nt_tenso
   for (int64_t i = 0; i < n; i++) {
     float x = nt_load_f32(a->data, a->dtype, i), r = 0.0f;
     switch (op) {
-    case NT_EW_GELU_FWD: r = gelu_f(x); break;
+    case NT_EW_GELU_FWD: r = nt_gelu(x); break;
     case NT_EW_GELU_BWD:
-      r = nt_load_f32(out->data, out->dtype, i) + nt_load_f32(b->data, b->dtype, i) * gelu_grad_f(x);
+      r = nt_load_f32(out->data, out->dtype, i) + nt_load_f32(b->data, b->dtype, i) * nt_gelu_grad(x);
       break;
     case NT_EW_RELU_FWD: r = x > 0.0f ? x : 0.0f; break;
     case NT_EW_RELU_BWD:

@@ -1,29 +1,19 @@
 /* Elementwise maps: one kernel template per op, 8-element packs with 16-byte accesses when
  * every pointer is 16-byte aligned, a scalar loop for the tail (or for everything otherwise). */
 #include "ops/memops_cuda.cuh"
+#include "ops/gelu_rule.h"
 
 namespace {
-
-constexpr float kGeluS = 0.7978845608028654f; /* sqrt(2 / pi) */
-constexpr float kGeluC = 0.044715f;
 
 /* One element: a, b are the inputs, o the current output (read only by accumulating ops). */
 template <nt_ew_op OP> struct ew;
 template <> struct ew<NT_EW_GELU_FWD> {
   static constexpr bool reads_b = false, reads_out = false;
-  __device__ static float f(float a, float, float, float) {
-    float u = kGeluS * (a + kGeluC * a * a * a);
-    return 0.5f * a * (1.0f + tanhf(u));
-  }
+  __device__ static float f(float a, float, float, float) { return nt_gelu(a); }
 };
 template <> struct ew<NT_EW_GELU_BWD> {
   static constexpr bool reads_b = true, reads_out = true;
-  __device__ static float f(float x, float dy, float o, float) {
-    float u = kGeluS * (x + kGeluC * x * x * x);
-    float t = tanhf(u);
-    float du = kGeluS * (1.0f + 3.0f * kGeluC * x * x);
-    return o + dy * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
-  }
+  __device__ static float f(float x, float dy, float o, float) { return o + dy * nt_gelu_grad(x); }
 };
 template <> struct ew<NT_EW_RELU_FWD> {
   static constexpr bool reads_b = false, reads_out = false;

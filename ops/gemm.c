@@ -2,6 +2,7 @@
  * the inputs; the output, aux and epilogue rounded exactly as the GPU stores them). */
 #include "ops/gemm_internal.h"
 #include "core/convert.h"
+#include "ops/gelu_rule.h"
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
@@ -12,13 +13,6 @@ nt_gemm_opts nt_gemm_defaults(void) {
   o.alpha = 1.0f;
   o.alpha_set = true;
   return o;
-}
-
-void nt_gemm_tanh_gelu(float x, float *gelu, float *dgelu) {
-  const float s = 0.7978845608028654f, c = 0.044715f;
-  float t = tanhf(s * (x + c * x * x * x));
-  if (gelu) *gelu = 0.5f * x * (1.0f + t);
-  if (dgelu) *dgelu = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * s * (1.0f + 3.0f * c * x * x);
 }
 
 static const char *epi_name(nt_gemm_epilogue e) {
@@ -270,14 +264,12 @@ nt_status nt_gemm_cpu(nt_ctx *ctx, const nt_gemm_problem *p) {
         switch (e) {
           case NT_EPI_GELU_AUX: {
             nt_store_f32(o->aux->data, o->aux->dtype, m * p->x_m + n, v);
-            nt_gemm_tanh_gelu(v, &v, NULL);
+            v = nt_gelu(v);
             break;
           }
           case NT_EPI_RELU: v = act_relu(v); break;
           case NT_EPI_DGELU: {
-            float g;
-            nt_gemm_tanh_gelu(nt_load_f32(o->aux->data, o->aux->dtype, m * p->x_m + n), NULL, &g);
-            v *= g;
+            v *= nt_gelu_grad(nt_load_f32(o->aux->data, o->aux->dtype, m * p->x_m + n));
             break;
           }
           default: break;

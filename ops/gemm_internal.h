@@ -21,7 +21,6 @@ typedef struct {
 } nt_gemm_problem;
 
 nt_status nt_gemm_cpu(nt_ctx *ctx, const nt_gemm_problem *p);
-void nt_gemm_tanh_gelu(float x, float *gelu, float *dgelu);
 
 /* ---- The autotuner's widened search (gemm_search.c); these parts are plain C, CPU-tested. */
 
@@ -73,6 +72,10 @@ nt_status nt_gemmk_dgelu(nt_ctx *ctx, nt_dtype dt, void *d, int64_t d_m, const v
  * for a given shape and SM count (the chunk count follows the SM count). */
 nt_status nt_gemmk_colsum_add(nt_ctx *ctx, nt_dtype dt, const void *a, int64_t a_m, int64_t M,
                               int64_t N, float *out);
+/* Its second kernel alone: out[n] += the sum over c < nchunks of partial[c * N + n], added in
+ * the order of c (for column sums that another kernel left in partial: ops/quantize.cu). */
+nt_status nt_gemmk_colsum_finish(nt_ctx *ctx, const float *partial, int64_t nchunks, int64_t N,
+                                 float *out);
 /* The checksums of D (F32, F16 or BF16; [batch, M, N], strides d_batch, d_m, 1) into the
  * device array sums[NT_GEMM_NSUMS] (zeroed first), on the stream; as nt_gemm_checksum_cpu. */
 nt_status nt_gemmk_checksum(nt_ctx *ctx, nt_dtype dt, const void *d, int64_t d_m,

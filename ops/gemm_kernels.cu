@@ -7,17 +7,11 @@
 #include "ops/cuda_dtype.cuh"
 #include "ops/memops_cuda.cuh"
 #include "core/memory.h"
+#include "ops/gelu_rule.h"
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 namespace {
-
-__device__ __forceinline__ void tanh_gelu(float x, float *g, float *dg) {
-  const float s = 0.7978845608028654f, c = 0.044715f;
-  float t = tanhf(s * (x + c * x * x * x));
-  *g = 0.5f * x * (1.0f + t);
-  *dg = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * s * (1.0f + 3.0f * c * x * x);
-}
 
 int blocks_for(int64_t n, int threads) {
   int64_t b = (n + threads - 1) / threads;
@@ -38,9 +32,7 @@ __global__ void bias_act_kernel(T *d, int64_t d_m, int64_t d_batch, T *aux, int6
     if (act == NT_GEMMK_ACT_RELU) {
       x = x > 0.0f ? x : 0.0f;
     } else if (act == NT_GEMMK_ACT_GELU) {
-      float g, dg;
-      tanh_gelu(x, &g, &dg);
-      x = g;
+      x = nt_gelu(x);
     }
     *dp = nt_from_f<T>(x);
   }
@@ -52,10 +44,8 @@ __global__ void dgelu_kernel(T *d, int64_t d_m, const T *aux, int64_t x_m, int64
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
        i += (int64_t)gridDim.x * blockDim.x) {
     int64_t n = i % N, m = i / N;
-    float g, dg;
-    tanh_gelu(nt_to_f(aux[m * x_m + n]), &g, &dg);
     T *dp = d + m * d_m + n;
-    *dp = nt_from_f<T>(nt_to_f(*dp) * dg);
+    *dp = nt_from_f<T>(nt_to_f(*dp) * nt_gelu_grad(nt_to_f(aux[m * x_m + n])));
   }
 }
 
@@ -157,11 +147,7 @@ nt_status colsum_launch(nt_ctx *ctx, const T *a, int64_t a_m, int64_t M, int64_t
   else
     colsum_partial_kernel<T, false><<<grid, 32 * kColWarps, 0, s>>>(a, a_m, M, N, rpc, partial);
   st = NT_CUDA_LAUNCHED(ctx);
-  if (!st) {
-    colsum_finish_kernel<<<(unsigned)((N + 31) / 32), 32 * kColWarps, 0, s>>>(N, (int)chunks,
-                                                                            partial, out);
-    st = NT_CUDA_LAUNCHED(ctx);
-  }
+  if (!st) st = nt_gemmk_colsum_finish(ctx, partial, chunks, N, out);
   nt_free(ctx, partial); /* stream-ordered: reused only by later work on this stream */
   return st;
 }
@@ -256,6 +242,16 @@ nt_status nt_gemmk_colsum_add(nt_ctx *ctx, nt_dtype dt, const void *a, int64_t a
       return colsum_launch<__nv_bfloat16>(ctx, (const __nv_bfloat16 *)a, a_m, M, N, out);
     default: return bad_dtype(ctx, dt, "bias gradient");
   }
+}
+
+nt_status nt_gemmk_colsum_finish(nt_ctx *ctx, const float *partial, int64_t nchunks, int64_t N,
+                                 float *out) {
+  if (N <= 0) return NT_OK;
+  if (nchunks > INT32_MAX)
+    return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "column sums: %lld partial rows", (long long)nchunks);
+  colsum_finish_kernel<<<(unsigned)((N + 31) / 32), 32 * kColWarps, 0, nt_cuda_stream(ctx)>>>(
+      N, (int)nchunks, partial, out);
+  return NT_CUDA_LAUNCHED(ctx);
 }
 
 nt_status nt_gemmk_checksum(nt_ctx *ctx, nt_dtype dt, const void *d, int64_t d_m,

@@ -1,6 +1,7 @@
 /* FP8 quantization: argument checks, dispatch, and the CPU reference (per-element conversion
  * through core/convert.h, so the CPU bytes are the GPU's). */
 #include "ops/quantize.h"
+#include "ops/gelu_rule.h"
 #include <math.h>
 #include <string.h>
 
@@ -8,7 +9,8 @@
 nt_status nt_fp8_quantize_cuda(nt_ctx *ctx, const nt_tensor *x, nt_tensor *y, bool transpose,
                                const float *scale, float *amax);
 nt_status nt_fp8_quantize_dual_cuda(nt_ctx *ctx, const nt_tensor *x, nt_tensor *y_rows,
-                                    nt_tensor *y_t, const float *scale, float *amax);
+                                    nt_tensor *y_t, const float *scale, float *amax,
+                                    const nt_tensor *gelu_pre, float *colsum);
 nt_status nt_fp8_dequantize_cuda(nt_ctx *ctx, const nt_tensor *x, const float *scale_inv,
                                  nt_tensor *y);
 #endif
@@ -117,13 +119,71 @@ nt_status nt_fp8_quantize(nt_ctx *ctx, const nt_tensor *x, nt_tensor *y, bool tr
                       amax ? (float *)amax->data : NULL);
 }
 
-nt_status nt_fp8_quantize_dual(nt_ctx *ctx, const nt_tensor *x, nt_tensor *y_rows,
-                               nt_tensor *y_t, const nt_tensor *scale, nt_tensor *amax) {
+/* The dual form's options: gelu_pre like x, colsum an F32 [C] vector. */
+static nt_status check_dual_opts(nt_ctx *ctx, const nt_tensor *x, const nt_fp8_dual_opts *o) {
+  char b1[96], b2[96];
   nt_status st;
+  const nt_tensor *p = o->gelu_pre, *cs = o->colsum;
+  if (p) {
+    if ((st = nt_check_device(ctx, p, "fp8 quantize dual gelu_pre"))) return st;
+    if (p->dtype != x->dtype || p->ndim != 2 || p->shape[0] != x->shape[0] ||
+        p->shape[1] != x->shape[1] || p->stride[0] != x->stride[0] ||
+        (x->shape[1] > 1 && p->stride[1] != x->stride[1]))
+      return NT_ERROR(ctx, NT_ERR_SHAPE, "fp8 quantize dual: gelu_pre %s must have x's shape, "
+                      "dtype and strides (x %s)", nt_tensor_describe(p, b1, sizeof b1),
+                      nt_tensor_describe(x, b2, sizeof b2));
+  }
+  if (cs) {
+    if ((st = nt_check_device(ctx, cs, "fp8 quantize dual colsum")) ||
+        (st = nt_check_dtype(ctx, cs, NT_F32, "fp8 quantize dual colsum")))
+      return st;
+    if (cs->ndim != 1 || cs->shape[0] != x->shape[1] || (cs->shape[0] > 1 && cs->stride[0] != 1))
+      return NT_ERROR(ctx, NT_ERR_SHAPE, "fp8 quantize dual: colsum %s must be a contiguous "
+                      "[%lld]", nt_tensor_describe(cs, b1, sizeof b1), (long long)x->shape[1]);
+  }
+  return NT_OK;
+}
+
+/* CPU: x' (x itself, or the GELU backward into a contiguous copy of x's dtype), quantized
+ * twice, its column sums in double. */
+static nt_status dual_cpu(nt_ctx *ctx, const nt_tensor *x, nt_tensor *y_rows, nt_tensor *y_t,
+                          float s, float *amax, const nt_fp8_dual_opts *o) {
+  int64_t R = x->shape[0], C = x->shape[1];
+  nt_tensor g = *x;
+  if (o->gelu_pre) {
+    nt_status st = nt_tensor_alloc(ctx, &g, x->dtype, 2, x->shape);
+    if (st) return st;
+    for (int64_t r = 0; r < R; r++)
+      for (int64_t c = 0; c < C; c++) {
+        int64_t i = r * x->stride[0] + c;
+        float v = nt_load_f32(x->data, x->dtype, i);
+        float p = nt_load_f32(o->gelu_pre->data, x->dtype, i);
+        nt_store_f32(g.data, g.dtype, r * C + c, 0.0f + v * nt_gelu_grad(p));
+      }
+  }
+  quantize_cpu(&g, y_rows, false, s, amax);
+  quantize_cpu(&g, y_t, true, s, NULL);
+  if (o->colsum) {
+    float *cs = (float *)o->colsum->data;
+    for (int64_t c = 0; c < C; c++) {
+      double sum = 0.0;
+      for (int64_t r = 0; r < R; r++) sum += nt_load_f32(g.data, g.dtype, r * g.stride[0] + c);
+      cs[c] += (float)sum;
+    }
+  }
+  if (o->gelu_pre) nt_tensor_free(ctx, &g);
+  return NT_OK;
+}
+
+nt_status nt_fp8_quantize_dual(nt_ctx *ctx, const nt_tensor *x, nt_tensor *y_rows,
+                               nt_tensor *y_t, const nt_tensor *scale, nt_tensor *amax,
+                               const nt_fp8_dual_opts *opts) {
+  nt_status st;
+  const nt_fp8_dual_opts none = {0}, *o = opts ? opts : &none;
   if (!x || !y_rows || !y_t)
     return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "fp8 quantize dual: x, y_rows and y_t are required");
   if ((st = check_input(ctx, x, scale, amax)) || (st = check_output(ctx, x, y_rows, false)) ||
-      (st = check_output(ctx, x, y_t, true)))
+      (st = check_output(ctx, x, y_t, true)) || (st = check_dual_opts(ctx, x, o)))
     return st;
   if (y_rows->dtype != y_t->dtype)
     return NT_ERROR(ctx, NT_ERR_DTYPE, "fp8 quantize dual: y_rows is %s but y_t %s (one format)",
@@ -131,19 +191,20 @@ nt_status nt_fp8_quantize_dual(nt_ctx *ctx, const nt_tensor *x, nt_tensor *y_row
   int64_t nr = nt_tensor_numel(y_rows), nt = nt_tensor_numel(y_t);
   if (nr && nt && y_rows->data == y_t->data)
     return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "fp8 quantize dual: y_rows and y_t share a buffer");
-  /* An empty output leaves the single-layout form (x is then empty too, or the other is). */
+  /* An empty output leaves the single-layout form: x is then empty (R or C is 0), so the
+   * options have nothing to add. */
   if (nr == 0) return nt_fp8_quantize(ctx, x, y_t, true, scale, amax);
   if (nt == 0) return nt_fp8_quantize(ctx, x, y_rows, false, scale, amax);
 #ifdef NT_HAVE_CUDA
   if (nt_ctx_is_cuda(ctx))
     return nt_fp8_quantize_dual_cuda(ctx, x, y_rows, y_t, (const float *)scale->data,
-                                     amax ? (float *)amax->data : NULL);
+                                     amax ? (float *)amax->data : NULL, o->gelu_pre,
+                                     o->colsum ? (float *)o->colsum->data : NULL);
 #endif
   if (nt_ctx_is_cuda(ctx))
     return NT_ERROR(ctx, NT_ERR_NO_DEVICE, "fp8 quantize: CUDA tensors without the CUDA backend");
-  float s = *(const float *)scale->data;
-  quantize_cpu(x, y_rows, false, s, amax ? (float *)amax->data : NULL);
-  return quantize_cpu(x, y_t, true, s, NULL);
+  return dual_cpu(ctx, x, y_rows, y_t, *(const float *)scale->data,
+                  amax ? (float *)amax->data : NULL, o);
 }
 
 nt_status nt_fp8_dequantize(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *scale_inv,

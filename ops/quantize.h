@@ -23,13 +23,27 @@ NT_EXTERN_C_BEGIN
 nt_status nt_fp8_quantize(nt_ctx *ctx, const nt_tensor *x, nt_tensor *y, bool transpose,
                           const nt_tensor *scale, nt_tensor *amax);
 
+/* What else the pass over x in nt_fp8_quantize_dual does; all NULL (or NULL options): nothing.
+ * Both serve the FP8 linear backward, whose dY is otherwise read again (amp/fp8_linear.h). */
+typedef struct {
+  /* x is the gradient of gelu_tanh(gelu_pre) (ops/gelu_rule.h): the tensor quantized (and
+   * summed, and recorded in amax) is x' = dtype(x)(0 + x * gelu'(gelu_pre)), the bytes that
+   * nt_gelu_backward into a zeroed tensor of x's dtype would hold, never stored. gelu_pre: x's
+   * shape, dtype and strides, not aliasing the outputs. */
+  const nt_tensor *gelu_pre;
+  /* F32 [C], contiguous: colsum[c] += the sum over rows of x'[r, c] in fp32 (a linear
+   * layer's bias gradient). The GPU adds per 64-row block, then the blocks in order. */
+  nt_tensor *colsum;
+} nt_fp8_dual_opts;
+
 /* Both layouts from one pass over x: the same bytes (padding included) and the same amax as
  *   nt_fp8_quantize(x, y_rows, false, ..amax) and nt_fp8_quantize(x, y_t, true, ..NULL),
  * with x [R, C], y_rows [R', C'] (R' >= R, C' >= C) and y_t [C'', R''] (C'' >= C, R'' >= R) of
  * one FP8 dtype, distinct buffers. On the GPU x is read once (the linear backward's dY, which
- * its two GEMMs want row-major and transposed). amax may be NULL. */
+ * its two GEMMs want row-major and transposed). amax and opts may be NULL. */
 nt_status nt_fp8_quantize_dual(nt_ctx *ctx, const nt_tensor *x, nt_tensor *y_rows,
-                               nt_tensor *y_t, const nt_tensor *scale, nt_tensor *amax);
+                               nt_tensor *y_t, const nt_tensor *scale, nt_tensor *amax,
+                               const nt_fp8_dual_opts *opts);
 
 /* y = float(x) * scale_inv, elementwise over same-shape contiguous tensors: x FP8, y F32. The
  * FP8 GEMM emulation uses it (and tests: dequantize(quantize(x)) ~ x). */
