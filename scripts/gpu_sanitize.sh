@@ -73,9 +73,11 @@ entries=(
   "conv2d|$t/gpu_test_conv2d"
   "conv2d_nhwc|$t/gpu_test_conv2d_nhwc --quick"
   "gpt_fp16_3_steps|@gpt --dtype fp16"
+  "gpt_fp8_3_steps|@gpt --dtype fp8"
+  "fp8_linear|$t/gpu_test_fp8_linear --quick"
   "gemm|$t/gpu_test_gemm"
 )
-racecheck_on=" attention conv2d_nhwc layernorm cross_entropy conv2d dropout embedding scaler adamw grad_scale gpt_bf16_3_steps cnn_fp16_3_steps "
+racecheck_on=" attention conv2d_nhwc layernorm cross_entropy conv2d dropout embedding scaler adamw grad_scale gpt_bf16_3_steps cnn_fp16_3_steps fp8_linear gpt_fp8_3_steps "
 initcheck_on=" layernorm cross_entropy embedding conv2d_nhwc attention gpt_bf16_3_steps cnn_fp16_3_steps "
 
 start=$(date +%s)

@@ -14,7 +14,7 @@
  *     (tests/fp8_fused_cases.h) against the unfused ops on the GPU: the same bytes and bits;
  *     column sums within `fused_sum_bound` (fp32 sums per 64-row block, then in block order).
  *   - a 2-layer MLP trained with FP8 GEMMs learns (loss falls to < 20% of its start).
- *   - a timing line at a GPT-2 MLP shape (fp8 vs bf16 linear), printed only.
+ *   - a timing line at a GPT-2 MLP shape (fp8 vs bf16 linear), printed only (not with --quick).
  * Prints what it compares; skips (77) without a GPU. */
 #include "tests/testutil.h"
 #include "tests/fp8_fused_cases.h"
@@ -600,7 +600,9 @@ static void timing(ctxs *c) {
   nt_fp8_state_free(g, s);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  bool quick;  /* --quick (the sanitizer's runs): no timing line */
+  if (!nt_test_quick_arg(argc, argv, &quick)) return 2;
   ctxs c = {NULL, NULL};
   c.gpu = nt_test_cuda_ctx();
   if (!c.gpu) return nt_test_skip("no GPU");
@@ -615,8 +617,8 @@ int main(void) {
   CHECK(hopper == (cc >= 90), "uses_fp8 follows the compute capability");
   test_quantize(&c);
   test_linear(&c, hopper);
-  /* Not measured on the H200 yet. */
-  const double fused_sum_bound = 2e-6;
+  /* Twice the H200's worst (3.27e-8, 2026-12-04 15:40; the fused backward's db measured 0). */
+  const double fused_sum_bound = 6.5e-8;
   fused_dual_case(c.gpu, NT_BF16, 300, 200, 16, fused_sum_bound);
   fused_dual_case(c.gpu, NT_F32, 130, 77, 3, fused_sum_bound);
   fused_dual_case(c.gpu, NT_F16, 64, 64, 0, fused_sum_bound);
@@ -634,7 +636,7 @@ int main(void) {
     double rf = train_mlp(c.gpu, 300, false);
     printf("  mlp on the GPU, FP8 GEMMs: final/initial loss %.3f\n", rf);
     CHECK(rf >= 0 && rf < 0.2, "the fp8 MLP learns: final/initial loss %.3f", rf);
-    timing(&c);
+    if (!quick) timing(&c);
   }
   nt_ctx_free(c.cpu);
   nt_ctx_free(c.gpu);
