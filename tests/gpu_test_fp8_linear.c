@@ -13,7 +13,8 @@
  *   - the fused GELU backward and column sums of the dual form and of the layer's backward
  *     (tests/fp8_fused_cases.h) against the unfused ops on the GPU: the same bytes and bits;
  *     column sums within `fused_sum_bound` (fp32 sums per 64-row block, then in block order).
- *   - a 2-layer MLP trained with FP8 GEMMs learns (loss falls to < 20% of its start).
+ *   - a 2-layer MLP trained with FP8 GEMMs learns (loss falls to < 20% of its start; not with
+ *     --quick, which keeps the cases that reach every kernel).
  *   - a timing line at a GPT-2 MLP shape (fp8 vs bf16 linear), printed only (not with --quick).
  * Prints what it compares; skips (77) without a GPU. */
 #include "tests/testutil.h"
@@ -296,16 +297,16 @@ typedef struct {
 } lresult;
 
 /* Rel err bounds against the CPU emulation per case dtype (f32, f16, bf16) and output, about
- * twice the worst the H200 measured (2026-12-04 03:20 run, docs/tolerances.md); 1e-7 where it
- * measured 0. */
+ * twice the worst the H200 measured (docs/tolerances.md); 1e-7 where it measured 0. The
+ * emulation's fp32 GEMM algorithm changes what rounds: the worst figures come from runs where
+ * the autotuner, under load from parallel tests, or the heuristic alone (NT_GEMM_AUTOTUNE=0,
+ * the sanitizer's runs, 2026-12-04 15:50) picked another algorithm. */
 enum { O_Y, O_DX, O_DW, O_DB, NO };
 static const double emulated_bound[3][NO] = {
     /* y     dx    dW      db        measured: y, dx, dW, db */
-    {4e-7, 1e-7, 2.5e-7, 1.9e-7},   /* f32: 2.03e-7, 0, 1.29e-7, 9.79e-8 */
-    {1e-7, 1e-7, 1e-7, 1e-7},       /* f16: 0, 0, 0, 0 */
-    {1.3e-5, 6.5e-5, 2.2e-4, 1e-7}, /* bf16: 6.46e-6, 3.25e-5, 1.13e-4, 0 (y and dx: one bf16
-                                     * rounding flips when the autotuner, under load from other
-                                     * tests, picks another GEMM algorithm) */
+    {4.5e-7, 3.6e-7, 2.9e-7, 1.9e-7}, /* f32: 2.21e-7, 1.79e-7, 1.42e-7, 9.79e-8 */
+    {1e-7, 1e-7, 1e-7, 1e-7},         /* f16: 0, 0, 0, 0 */
+    {4e-5, 6.5e-5, 2.2e-4, 1e-7},     /* bf16: 1.96e-5, 3.25e-5, 1.13e-4, 0 */
 };
 static const double fp8_bound[3][NO] = {
     {2e-4, 1.4e-4, 1.1e-4, 1.9e-7},   /* f32: 1.01e-4, 7.31e-5, 5.52e-5, 9.79e-8 */
@@ -601,7 +602,7 @@ static void timing(ctxs *c) {
 }
 
 int main(int argc, char **argv) {
-  bool quick;  /* --quick (the sanitizer's runs): no timing line */
+  bool quick;  /* --quick (the sanitizer's runs): no MLP training, no timing line */
   if (!nt_test_quick_arg(argc, argv, &quick)) return 2;
   ctxs c = {NULL, NULL};
   c.gpu = nt_test_cuda_ctx();
@@ -629,14 +630,16 @@ int main(int argc, char **argv) {
   fused_backward_case(c.gpu, NT_BF16, NT_BF16, true, 256, 128, 192, !hopper, 0.0);
   fused_backward_case(c.gpu, NT_BF16, NT_F32, false, 256, 128, 192, !hopper, 0.0);
   fused_errors(c.gpu);
-  double re = train_mlp(c.gpu, 300, true);
-  printf("  mlp on the GPU, emulated: final/initial loss %.3f\n", re);
-  CHECK(re >= 0 && re < 0.2, "the emulated fp8 MLP learns on the GPU: %.3f", re);
-  if (hopper) {
+  if (!quick) {
+    double re = train_mlp(c.gpu, 300, true);
+    printf("  mlp on the GPU, emulated: final/initial loss %.3f\n", re);
+    CHECK(re >= 0 && re < 0.2, "the emulated fp8 MLP learns on the GPU: %.3f", re);
+  }
+  if (hopper && !quick) {
     double rf = train_mlp(c.gpu, 300, false);
     printf("  mlp on the GPU, FP8 GEMMs: final/initial loss %.3f\n", rf);
     CHECK(rf >= 0 && rf < 0.2, "the fp8 MLP learns: final/initial loss %.3f", rf);
-    if (!quick) timing(&c);
+    timing(&c);
   }
   nt_ctx_free(c.cpu);
   nt_ctx_free(c.gpu);
