@@ -51,7 +51,7 @@ static const vs_cpu_bound gpt_bounds[] = {
     {NT_BF16, true, 4.3e-5, 0.15},    /* 2.17e-5, 0.0795 */
 };
 /* One bound per dtype covers every shape below: twice the worst shape's measurement (the
- * defaults, except bf16 gradients: 7.42e-3 at widths 8/16/32, 2026-12-04 14:55 run). */
+ * defaults, except bf16 gradients: 7.42e-3 at widths 8/16/32, 2026-12-04 14:51 run). */
 static const vs_cpu_bound cnn_bounds[] = {
     {NT_F32, false, 8e-7, 1.9e-6},   /* equal to 6 decimals (0 to 4.14e-7), 9.96e-7 */
     {NT_F16, false, 2.6e-6, 2.3e-2}, /* 1.30e-6 (0.87e-6 to 1.74e-6), 0.0118 */
