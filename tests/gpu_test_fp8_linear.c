@@ -11,14 +11,14 @@
  *     and output rounding), within the bounds of `emulated_bound` / `fp8_bound`; the bias
  *     gradient never sees FP8.
  *   - the fused GELU backward and column sums of the dual form and of the layer's backward
- *     (tests/fp8_fused_cases.h) against the unfused ops on the GPU: the same bytes and bits;
+ *     (tests/fp8_cases.h) against the unfused ops on the GPU: the same bytes and bits;
  *     column sums within `fused_sum_bound` (fp32 sums per 64-row block, then in block order).
  *   - a 2-layer MLP trained with FP8 GEMMs learns (loss falls to < 20% of its start; not with
  *     --quick, which keeps the cases that reach every kernel).
  *   - a timing line at a GPT-2 MLP shape (fp8 vs bf16 linear), printed only (not with --quick).
  * Prints what it compares; skips (77) without a GPU. */
 #include "tests/testutil.h"
-#include "tests/fp8_fused_cases.h"
+#include "tests/fp8_cases.h"
 #include "amp/fp8_linear.h"
 #include "ops/quantize.h"
 #include "ops/linear.h"
@@ -470,85 +470,6 @@ static void test_linear(ctxs *c, bool hopper) {
   }
 }
 
-/* ---------------- a 2-layer MLP learns with FP8 GEMMs ---------------- */
-
-enum { TB = 64, TI = 40, TH = 96, TO = 24 };
-
-static double train_mlp(nt_ctx *ctx, int steps, bool emulate) {
-  nt_test_rng rng = {99};
-  static float xh[TB * TI], th[TB * TO], w1h[TH * TI], w2h[TO * TH], teach[TO * TI], yh[TB * TO];
-  static float dyh[TB * TO];
-  nt_test_fill_uniform(&rng, xh, TB * TI, -1, 1);
-  nt_test_fill_uniform(&rng, teach, TO * TI, -0.5f, 0.5f);
-  for (int b = 0; b < TB; b++)
-    for (int o = 0; o < TO; o++) {
-      double s = 0;
-      for (int i = 0; i < TI; i++) s += xh[b * TI + i] * teach[o * TI + i];
-      th[b * TO + o] = (float)fabs(s);
-    }
-  nt_test_fill_uniform(&rng, w1h, TH * TI, -0.158f, 0.158f);
-  nt_test_fill_uniform(&rng, w2h, TO * TH, -0.102f, 0.102f);
-  nt_tensor x = {0}, w1 = {0}, b1 = {0}, w2 = {0}, b2 = {0}, a = {0}, y = {0}, dy = {0};
-  nt_tensor da = {0}, dh = {0}, dw1 = {0}, db1 = {0}, dw2 = {0}, db2 = {0};
-  nt_fp8_state *s = NULL;
-  double first = -1, last = -1;
-  nt_status st;
-  if ((st = make(ctx, xh, NT_F32, 2, (int64_t[]){TB, TI}, &x)) ||
-      (st = make(ctx, w1h, NT_F32, 2, (int64_t[]){TH, TI}, &w1)) ||
-      (st = make(ctx, NULL, NT_F32, 1, (int64_t[]){TH}, &b1)) ||
-      (st = make(ctx, w2h, NT_F32, 2, (int64_t[]){TO, TH}, &w2)) ||
-      (st = make(ctx, NULL, NT_F32, 1, (int64_t[]){TO}, &b2)) ||
-      (st = make(ctx, NULL, NT_F32, 2, (int64_t[]){TB, TH}, &a)) ||
-      (st = make(ctx, NULL, NT_F32, 2, (int64_t[]){TB, TO}, &y)) ||
-      (st = make(ctx, NULL, NT_F32, 2, (int64_t[]){TB, TO}, &dy)) ||
-      (st = make(ctx, NULL, NT_F32, 2, (int64_t[]){TB, TH}, &da)) ||
-      (st = make(ctx, NULL, NT_F32, 2, (int64_t[]){TB, TH}, &dh)) ||
-      (st = make(ctx, NULL, NT_F32, 2, (int64_t[]){TH, TI}, &dw1)) ||
-      (st = make(ctx, NULL, NT_F32, 1, (int64_t[]){TH}, &db1)) ||
-      (st = make(ctx, NULL, NT_F32, 2, (int64_t[]){TO, TH}, &dw2)) ||
-      (st = make(ctx, NULL, NT_F32, 1, (int64_t[]){TO}, &db2)) ||
-      (st = nt_tensor_zero(ctx, &b1)) || (st = nt_tensor_zero(ctx, &b2)) ||
-      (st = nt_fp8_linear_state_create(ctx, NULL, 2, &s)))
-    goto done;
-  nt_fp8_linear_cfg l1 = {s, 0, emulate}, l2 = {s, 3, emulate};
-  nt_tensor hy = nt_tensor_view(yh, NT_F32, nt_cpu(), 2, (int64_t[]){TB, TO});
-  nt_tensor hdy = nt_tensor_view(dyh, NT_F32, nt_cpu(), 2, (int64_t[]){TB, TO});
-  nt_tensor *grads[7] = {&da, &dh, &dw1, &db1, &dw2, &db2, NULL};
-  const float lr = 0.3f;
-  for (int it = 0; it < steps; it++) {
-    if ((st = nt_fp8_linear_forward(ctx, &l1, &x, &w1, &b1, &a, NT_ACT_RELU, NULL)) ||
-        (st = nt_fp8_linear_forward(ctx, &l2, &a, &w2, &b2, &y, NT_ACT_NONE, NULL)) ||
-        (st = nt_tensor_copy(ctx, &hy, &y)))
-      goto done;
-    double loss = 0;
-    for (int i = 0; i < TB * TO; i++) {
-      double d = yh[i] - th[i];
-      loss += d * d / (TB * TO);
-      dyh[i] = (float)(2 * d / (TB * TO));
-    }
-    if (it == 0) first = loss;
-    last = loss;
-    if (it % 50 == 0 || it == steps - 1)
-      printf("  mlp (%s) step %3d: loss %.5f\n", emulate ? "emulated" : "fp8", it, loss);
-    for (int g = 0; grads[g]; g++)
-      if ((st = nt_tensor_zero(ctx, grads[g]))) goto done;
-    if ((st = nt_tensor_copy(ctx, &dy, &hdy)) ||
-        (st = nt_fp8_linear_backward(ctx, &l2, &dy, &a, &w2, &da, &dw2, &db2)) ||
-        (st = nt_relu_backward(ctx, &a, &da, &dh)) ||
-        (st = nt_fp8_linear_backward(ctx, &l1, &dh, &x, &w1, NULL, &dw1, &db1)) ||
-        (st = nt_axpy(ctx, -lr, &dw1, &w1)) || (st = nt_axpy(ctx, -lr, &db1, &b1)) ||
-        (st = nt_axpy(ctx, -lr, &dw2, &w2)) || (st = nt_axpy(ctx, -lr, &db2, &b2)) ||
-        (st = nt_fp8_update(ctx, s)))
-      goto done;
-  }
-done:
-  if (st) fprintf(stderr, "mlp training: %s\n", nt_last_error(ctx));
-  nt_tensor *all[] = {&x, &w1, &b1, &w2, &b2, &a, &y, &dy, &da, &dh, &dw1, &db1, &dw2, &db2};
-  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) nt_tensor_free(ctx, all[i]);
-  nt_fp8_state_free(ctx, s);
-  return st || first <= 0 ? -1.0 : last / first;
-}
-
 /* ---------------- timing (printed, not asserted) ---------------- */
 
 static double now_s(void) {
@@ -631,12 +552,12 @@ int main(int argc, char **argv) {
   fused_backward_case(c.gpu, NT_BF16, NT_F32, false, 256, 128, 192, !hopper, 0.0);
   fused_errors(c.gpu);
   if (!quick) {
-    double re = train_mlp(c.gpu, 300, true);
+    double re = fp8_mlp_ratio(c.gpu, 300, true, 64, 96);
     printf("  mlp on the GPU, emulated: final/initial loss %.3f\n", re);
     CHECK(re >= 0 && re < 0.2, "the emulated fp8 MLP learns on the GPU: %.3f", re);
   }
   if (hopper && !quick) {
-    double rf = train_mlp(c.gpu, 300, false);
+    double rf = fp8_mlp_ratio(c.gpu, 300, false, 64, 96);
     printf("  mlp on the GPU, FP8 GEMMs: final/initial loss %.3f\n", rf);
     CHECK(rf >= 0 && rf < 0.2, "the fp8 MLP learns: final/initial loss %.3f", rf);
     timing(&c);

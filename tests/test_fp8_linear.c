@@ -11,7 +11,7 @@
  * values (recomputed here per element with core/convert.h), only fp32 accumulation is left:
  * 1e-5. The bias gradient never sees FP8: 1e-6 against fp64. */
 #include "tests/testutil.h"
-#include "tests/fp8_fused_cases.h"
+#include "tests/fp8_cases.h"
 #include "amp/fp8_linear.h"
 #include "ops/quantize.h"
 #include "ops/linear.h"
@@ -439,93 +439,6 @@ static void test_activation(nt_ctx *ctx) {
   nt_fp8_state_free(ctx, s);
 }
 
-/* ---------------- a 2-layer MLP learns in FP8 ---------------- */
-
-enum { TB = 48, TI = 40, TH = 72, TO = 24 };
-
-static nt_status to_dev(nt_ctx *ctx, const float *h, int ndim, const int64_t *shape, nt_tensor *t) {
-  nt_status st = nt_tensor_alloc(ctx, t, NT_F32, ndim, shape);
-  if (st) return st;
-  nt_tensor ht = nt_tensor_view((void *)h, NT_F32, nt_cpu(), ndim, shape);
-  return nt_tensor_copy(ctx, t, &ht);
-}
-
-/* Returns the loss ratio last/first over `steps` SGD steps on a fixed batch (teacher targets),
- * or a negative number on failure. */
-static double train_mlp(nt_ctx *ctx, int steps) {
-  nt_test_rng rng = {99};
-  static float xh[TB * TI], th[TB * TO], w1h[TH * TI], w2h[TO * TH], teach[TO * TI], yh[TB * TO];
-  static float dyh[TB * TO], zero[TB * TH];
-  nt_test_fill_uniform(&rng, xh, TB * TI, -1, 1);
-  nt_test_fill_uniform(&rng, teach, TO * TI, -0.5f, 0.5f);
-  for (int b = 0; b < TB; b++)
-    for (int o = 0; o < TO; o++) {
-      double s = 0;
-      for (int i = 0; i < TI; i++) s += xh[b * TI + i] * teach[o * TI + i];
-      th[b * TO + o] = (float)fabs(s);  /* a nonlinear target */
-    }
-  nt_test_fill_uniform(&rng, w1h, TH * TI, -0.158f, 0.158f);
-  nt_test_fill_uniform(&rng, w2h, TO * TH, -0.118f, 0.118f);
-  memset(zero, 0, sizeof zero);
-  nt_tensor x = {0}, w1 = {0}, b1 = {0}, w2 = {0}, b2 = {0}, a = {0}, y = {0}, dy = {0};
-  nt_tensor da = {0}, dh = {0}, dw1 = {0}, db1 = {0}, dw2 = {0}, db2 = {0};
-  nt_fp8_state *s = NULL;
-  double first = -1, last = -1;
-  nt_status st;
-  if ((st = to_dev(ctx, xh, 2, (int64_t[]){TB, TI}, &x)) ||
-      (st = to_dev(ctx, w1h, 2, (int64_t[]){TH, TI}, &w1)) ||
-      (st = to_dev(ctx, zero, 1, (int64_t[]){TH}, &b1)) ||
-      (st = to_dev(ctx, w2h, 2, (int64_t[]){TO, TH}, &w2)) ||
-      (st = to_dev(ctx, zero, 1, (int64_t[]){TO}, &b2)) ||
-      (st = to_dev(ctx, zero, 2, (int64_t[]){TB, TH}, &a)) ||
-      (st = to_dev(ctx, zero, 2, (int64_t[]){TB, TO}, &y)) ||
-      (st = to_dev(ctx, zero, 2, (int64_t[]){TB, TO}, &dy)) ||
-      (st = to_dev(ctx, zero, 2, (int64_t[]){TB, TH}, &da)) ||
-      (st = to_dev(ctx, zero, 2, (int64_t[]){TB, TH}, &dh)) ||
-      (st = to_dev(ctx, zero, 2, (int64_t[]){TH, TI}, &dw1)) ||
-      (st = to_dev(ctx, zero, 1, (int64_t[]){TH}, &db1)) ||
-      (st = to_dev(ctx, zero, 2, (int64_t[]){TO, TH}, &dw2)) ||
-      (st = to_dev(ctx, zero, 1, (int64_t[]){TO}, &db2)) ||
-      (st = nt_fp8_linear_state_create(ctx, NULL, 2, &s)))
-    goto done;
-  nt_fp8_linear_cfg l1 = {s, 0, false}, l2 = {s, 3, false};
-  nt_tensor hy = nt_tensor_view(yh, NT_F32, nt_cpu(), 2, (int64_t[]){TB, TO});
-  nt_tensor hdy = nt_tensor_view(dyh, NT_F32, nt_cpu(), 2, (int64_t[]){TB, TO});
-  nt_tensor *grads[7] = {&da, &dh, &dw1, &db1, &dw2, &db2, NULL};
-  const float lr = 0.3f;
-  for (int it = 0; it < steps; it++) {
-    if ((st = nt_fp8_linear_forward(ctx, &l1, &x, &w1, &b1, &a, NT_ACT_RELU, NULL)) ||
-        (st = nt_fp8_linear_forward(ctx, &l2, &a, &w2, &b2, &y, NT_ACT_NONE, NULL)) ||
-        (st = nt_tensor_copy(ctx, &hy, &y)))
-      goto done;
-    double loss = 0;
-    for (int i = 0; i < TB * TO; i++) {
-      double d = yh[i] - th[i];
-      loss += d * d / (TB * TO);
-      dyh[i] = (float)(2 * d / (TB * TO));
-    }
-    if (it == 0) first = loss;
-    last = loss;
-    if (it % 50 == 0 || it == steps - 1) printf("  mlp step %3d: loss %.5f\n", it, loss);
-    for (int g = 0; grads[g]; g++)
-      if ((st = nt_tensor_zero(ctx, grads[g]))) goto done;
-    if ((st = nt_tensor_copy(ctx, &dy, &hdy)) ||
-        (st = nt_fp8_linear_backward(ctx, &l2, &dy, &a, &w2, &da, &dw2, &db2)) ||
-        (st = nt_relu_backward(ctx, &a, &da, &dh)) ||
-        (st = nt_fp8_linear_backward(ctx, &l1, &dh, &x, &w1, NULL, &dw1, &db1)) ||
-        (st = nt_axpy(ctx, -lr, &dw1, &w1)) || (st = nt_axpy(ctx, -lr, &db1, &b1)) ||
-        (st = nt_axpy(ctx, -lr, &dw2, &w2)) || (st = nt_axpy(ctx, -lr, &db2, &b2)) ||
-        (st = nt_fp8_update(ctx, s)))
-      goto done;
-  }
-done:
-  if (st) fprintf(stderr, "mlp training: %s\n", nt_last_error(ctx));
-  nt_tensor *all[] = {&x, &w1, &b1, &w2, &b2, &a, &y, &dy, &da, &dh, &dw1, &db1, &dw2, &db2};
-  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) nt_tensor_free(ctx, all[i]);
-  nt_fp8_state_free(ctx, s);
-  return st || first <= 0 ? -1.0 : last / first;
-}
-
 int main(void) {
   nt_ctx *ctx;
   if (nt_ctx_create(&ctx, nt_cpu())) return 1;
@@ -545,7 +458,7 @@ int main(void) {
   fused_backward_case(ctx, NT_BF16, NT_BF16, true, 48, 32, 64, true, 0.0);
   fused_backward_case(ctx, NT_BF16, NT_F32, false, 48, 32, 64, true, 0.0);
   fused_errors(ctx);
-  double ratio = train_mlp(ctx, 300);
+  double ratio = fp8_mlp_ratio(ctx, 300, true, 48, 72);
   printf("  mlp (emulated fp8): final/initial loss %.3f\n", ratio);
   CHECK(ratio >= 0 && ratio < 0.2, "the fp8 MLP learns: final/initial loss %.3f", ratio);
   nt_ctx_free(ctx);

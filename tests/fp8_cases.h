@@ -1,5 +1,6 @@
-/* The FP8 linear backward's fused forms against the unfused ops on the same context, for
- * test_fp8_linear.c (a CPU context) and gpu_test_fp8_linear.c (a CUDA one), which include it:
+/* FP8 cases run on any context, included by test_fp8_linear.c (a CPU context) and
+ * gpu_test_fp8_linear.c (a CUDA one). The fused forms of the FP8 linear backward against the
+ * unfused ops on the same context:
  *   - nt_fp8_quantize_dual with gelu_pre and colsum against nt_gelu_backward into a zeroed
  *     tensor followed by the plain dual call: the same bytes in both layouts and the same
  *     amax; the column sums (added to what colsum held) against fp64 sums of that tensor.
@@ -7,9 +8,10 @@
  *     and nt_fp8_linear_backward into zeroed outputs: the same dx and dW bits (the same FP8
  *     operands reach the same GEMMs), and db within `db_bound` (the GPU sums in another order);
  *     with an F32 db (the fused pass), a BF16 db and dx alone (the GELU backward in a scratch).
- * dx starts as NaN where overwrite_dx must not read it. */
-#ifndef NT_TESTS_FP8_FUSED_CASES_H
-#define NT_TESTS_FP8_FUSED_CASES_H
+ * dx starts as NaN where overwrite_dx must not read it. And a 2-layer MLP that must learn with
+ * FP8 linears (fp8_mlp_ratio). */
+#ifndef NT_TESTS_FP8_CASES_H
+#define NT_TESTS_FP8_CASES_H
 #include "tests/testutil.h"
 #include "amp/fp8_linear.h"
 #include "ops/elementwise.h"
@@ -188,6 +190,85 @@ static void fused_errors(nt_ctx *ctx) {
   nt_tensor *all[] = {&x, &pre, &y0, &y1, &sc, &cs};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (all[i]->data) nt_tensor_free(ctx, all[i]);
+}
+
+/* A 2-layer MLP (in 40 -> hidden, ReLU -> out 24, FP8 linears) fitted by SGD to |teacher(x)| on
+ * one batch: the loss ratio last/first after `steps` steps, or a negative number on failure. */
+static double fp8_mlp_ratio(nt_ctx *ctx, int steps, bool emulate, int64_t TB, int64_t TH) {
+  const int64_t TI = 40, TO = 24;
+  nt_test_rng rng = {99};
+  float *xh = malloc(sizeof(float) * (size_t)(TB * TI)), *th = malloc(sizeof(float) * (size_t)(TB * TO));
+  float *w1h = malloc(sizeof(float) * (size_t)(TH * TI)), *w2h = malloc(sizeof(float) * (size_t)(TO * TH));
+  float *teach = malloc(sizeof(float) * (size_t)(TO * TI)), *yh = malloc(sizeof(float) * (size_t)(TB * TO));
+  float *dyh = malloc(sizeof(float) * (size_t)(TB * TO));
+  nt_test_fill_uniform(&rng, xh, TB * TI, -1, 1);
+  nt_test_fill_uniform(&rng, teach, TO * TI, -0.5f, 0.5f);
+  for (int64_t b = 0; b < TB; b++)
+    for (int64_t o = 0; o < TO; o++) {
+      double s = 0;
+      for (int64_t i = 0; i < TI; i++) s += xh[b * TI + i] * teach[o * TI + i];
+      th[b * TO + o] = (float)fabs(s);  /* a nonlinear target */
+    }
+  const float r1 = (float)(1 / sqrt((double)TI)), r2 = (float)(1 / sqrt((double)TH));
+  nt_test_fill_uniform(&rng, w1h, TH * TI, -r1, r1);
+  nt_test_fill_uniform(&rng, w2h, TO * TH, -r2, r2);
+  nt_tensor x = {0}, w1 = {0}, b1 = {0}, w2 = {0}, b2 = {0}, a = {0}, y = {0}, dy = {0};
+  nt_tensor da = {0}, dh = {0}, dw1 = {0}, db1 = {0}, dw2 = {0}, db2 = {0};
+  nt_fp8_state *s = NULL;
+  double first = -1, last = -1;
+  nt_status st = NT_OK;
+  bool ok = fused_tensor(ctx, &x, NT_F32, TB, TI, xh, 0) &&
+            fused_tensor(ctx, &w1, NT_F32, TH, TI, w1h, 0) &&
+            fused_tensor(ctx, &b1, NT_F32, -1, TH, NULL, 0) &&
+            fused_tensor(ctx, &w2, NT_F32, TO, TH, w2h, 0) &&
+            fused_tensor(ctx, &b2, NT_F32, -1, TO, NULL, 0) &&
+            fused_tensor(ctx, &a, NT_F32, TB, TH, NULL, 0) &&
+            fused_tensor(ctx, &y, NT_F32, TB, TO, NULL, 0) &&
+            fused_tensor(ctx, &dy, NT_F32, TB, TO, NULL, 0) &&
+            fused_tensor(ctx, &da, NT_F32, TB, TH, NULL, 0) &&
+            fused_tensor(ctx, &dh, NT_F32, TB, TH, NULL, 0) &&
+            fused_tensor(ctx, &dw1, NT_F32, TH, TI, NULL, 0) &&
+            fused_tensor(ctx, &db1, NT_F32, -1, TH, NULL, 0) &&
+            fused_tensor(ctx, &dw2, NT_F32, TO, TH, NULL, 0) &&
+            fused_tensor(ctx, &db2, NT_F32, -1, TO, NULL, 0) &&
+            CHECK_OK(ctx, nt_fp8_linear_state_create(ctx, NULL, 2, &s));
+  nt_fp8_linear_cfg l1 = {s, 0, emulate}, l2 = {s, 3, emulate};
+  nt_tensor hy = nt_tensor_view(yh, NT_F32, nt_cpu(), 2, (int64_t[]){TB, TO});
+  nt_tensor hdy = nt_tensor_view(dyh, NT_F32, nt_cpu(), 2, (int64_t[]){TB, TO});
+  nt_tensor *grads[7] = {&da, &dh, &dw1, &db1, &dw2, &db2, NULL};
+  const float lr = 0.3f;
+  for (int it = 0; ok && it < steps; it++) {
+    if ((st = nt_fp8_linear_forward(ctx, &l1, &x, &w1, &b1, &a, NT_ACT_RELU, NULL)) ||
+        (st = nt_fp8_linear_forward(ctx, &l2, &a, &w2, &b2, &y, NT_ACT_NONE, NULL)) ||
+        (st = nt_tensor_copy(ctx, &hy, &y)))
+      break;
+    double loss = 0;
+    for (int64_t i = 0; i < TB * TO; i++) {
+      double d = yh[i] - th[i];
+      loss += d * d / (double)(TB * TO);
+      dyh[i] = (float)(2 * d / (double)(TB * TO));
+    }
+    if (it == 0) first = loss;
+    last = loss;
+    if (it % 50 == 0 || it == steps - 1)
+      printf("  mlp (%s) step %3d: loss %.5f\n", emulate ? "emulated" : "fp8", it, loss);
+    for (int g = 0; grads[g] && !st; g++) st = nt_tensor_zero(ctx, grads[g]);
+    if (st || (st = nt_tensor_copy(ctx, &dy, &hdy)) ||
+        (st = nt_fp8_linear_backward(ctx, &l2, &dy, &a, &w2, &da, &dw2, &db2)) ||
+        (st = nt_relu_backward(ctx, &a, &da, &dh)) ||
+        (st = nt_fp8_linear_backward(ctx, &l1, &dh, &x, &w1, NULL, &dw1, &db1)) ||
+        (st = nt_axpy(ctx, -lr, &dw1, &w1)) || (st = nt_axpy(ctx, -lr, &db1, &b1)) ||
+        (st = nt_axpy(ctx, -lr, &dw2, &w2)) || (st = nt_axpy(ctx, -lr, &db2, &b2)) ||
+        (st = nt_fp8_update(ctx, s)))
+      break;
+  }
+  if (st) fprintf(stderr, "mlp training: %s\n", nt_last_error(ctx));
+  nt_tensor *all[] = {&x, &w1, &b1, &w2, &b2, &a, &y, &dy, &da, &dh, &dw1, &db1, &dw2, &db2};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    if (all[i]->data) nt_tensor_free(ctx, all[i]);
+  nt_fp8_state_free(ctx, s);
+  free(xh); free(th); free(w1h); free(w2h); free(teach); free(yh); free(dyh);
+  return !ok || st || first <= 0 ? -1.0 : last / first;
 }
 
 #endif
