@@ -33,7 +33,6 @@ nt_status nt_memops_no_cuda(nt_ctx *ctx, const char *op) {
 
 /* ---- CPU reference ---- */
 
-
 static void map_cpu(nt_ew_op op, float alpha, const nt_tensor *a, const nt_tensor *b,
                     nt_tensor *out) {
   int64_t n = nt_tensor_numel(out);
