@@ -20,7 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A [rows, cols] tensor of dt on ctx, filled from h (or with `fill` where h is NULL). */
+/* A [rows, cols] tensor of dt on ctx (rows < 0: a 1-D [cols]), filled from h (or with `fill`
+ * where h is NULL); FP8 tensors are left unfilled. */
 static bool fused_tensor(nt_ctx *ctx, nt_tensor *t, nt_dtype dt, int64_t rows, int64_t cols,
                          const float *h, float fill) {
   int64_t shape[2] = {rows, cols};
