@@ -583,13 +583,19 @@ def workload(name, a, dev, clock):
         toks, items = None, cfg["B"]
     print(f"== {name}", flush=True)
     res = {"config": {k: v for k, v in cfg.items()}, "torch": {}}
-    if a.train:
+    # nanotrain in the workload's dtype, and with --nt-fp8 GPT-2 in FP8 too (a row beside it,
+    # no torch counterpart: the mission's packages have no Transformer Engine)
+    runs = [("nanotrain", name, nt_args)]
+    if a.nt_fp8 and name == "gpt2":
+        runs.append(("nanotrain_fp8", name + "-fp8",
+                     [("fp8" if p == "--dtype" else v) for p, v in zip([""] + nt_args, nt_args)]))
+    for key, log_name, args in runs if a.train else []:
         try:
-            res["nanotrain"] = nanotrain(a, name, nt_args, cfg["window"], items, a.log_dir)
-            print(f"  nanotrain: {res['nanotrain']['step_ms']:.3f} ms/step", flush=True)
+            res[key] = nanotrain(a, log_name, args, cfg["window"], items, a.log_dir)
+            print(f"  {key}: {res[key]['step_ms']:.3f} ms/step", flush=True)
         except Exception as e:
-            res["nanotrain"] = {"error": (str(e).splitlines() or [""])[0][:200]}
-            print(f"  nanotrain: {e}", file=sys.stderr, flush=True)
+            res[key] = {"error": (str(e).splitlines() or [""])[0][:200]}
+            print(f"  {key}: {e}", file=sys.stderr, flush=True)
     fresh_memory(dev)
     data = torch_data(name, cfg, toks, dev, a)
     cfg["mem_base"] = allocated(dev)   # the data (and anything left before it)
@@ -608,14 +614,17 @@ def table(results, meta):
     for name, r in results.items():
         nt = r.get("nanotrain", {})
         rows = [("nanotrain" + (" (CUDA graph)" if nt.get("graph") else ""), nt)]
+        if "nanotrain_fp8" in r:
+            f8 = r["nanotrain_fp8"]
+            rows.append(("nanotrain --dtype fp8" + (" (CUDA graph)" if f8.get("graph") else ""), f8))
         rows += [(f"torch {v}" + (f" V={x['vocab']}" if "vocab" in x else ""), x)
                  for v, x in r["torch"].items()]
         for side, x in rows:
             if "step_ms" not in x:
                 lines.append(f"| {name} | {side} | {x.get('error', 'not run')} | | | | |")
                 continue
-            ratio = (f"{x['step_ms'] / nt['step_ms']:.2f}x" if "step_ms" in nt and x is not nt
-                     else "")
+            ratio = (f"{x['step_ms'] / nt['step_ms']:.2f}x"
+                     if "step_ms" in nt and side.startswith("torch") else "")
             lines.append(f"| {name} | {side} | {x['step_ms']:.3f} | {x['min_ms']:.3f}-"
                          f"{x['max_ms']:.3f} | {x['items_per_s']:,.0f} {units[name]} | "
                          f"{x['peak_mib']:,.0f} | {ratio} |")
@@ -627,6 +636,10 @@ def table(results, meta):
             ms, v = min(done)
             lines.append(f"{name}: nanotrain {nt['step_ms']:.3f} ms/step, the fastest torch "
                          f"({v}) {ms:.3f} ms/step: nanotrain {ms / nt['step_ms']:.2f}x.")
+        f8 = r.get("nanotrain_fp8", {})
+        if "step_ms" in f8 and "step_ms" in nt:
+            lines.append(f"{name}: nanotrain --dtype fp8 {f8['step_ms']:.3f} ms/step: "
+                         f"{nt['step_ms'] / f8['step_ms']:.3f}x the tokens/s of the bf16 run.")
     lines.append(f"{meta['windows']} timed windows of ("
                  + ", ".join(f"{k}: {v}" for k, v in meta['window'].items())
                  + f") steps after {meta['skip']} warm-up windows; torch {meta['torch']}, "
@@ -641,6 +654,8 @@ def main():
     ap.add_argument("--train", default="build/nanotrain",
                     help="nanotrain binary ('' skips the nanotrain side)")
     ap.add_argument("--only", default="gpt-char,gpt2,cnn")
+    ap.add_argument("--nt-fp8", action="store_true",
+                    help="gpt2: also time nanotrain with --dtype fp8 (a row beside bf16's)")
     ap.add_argument("--variants", default="",
                     help="PyTorch variants to run, in this order (default: the starred ones above): " +
                     ", ".join(dict.fromkeys(VARIANTS["gpt"] + VARIANTS["cnn"])))

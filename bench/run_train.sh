@@ -2,7 +2,8 @@
 # The training benchmark in one command for a GPU session: builds $BUILD/nanotrain if it is
 # missing, then runs bench/bench_train.py over all three workloads (nanotrain against PyTorch's
 # eager, torch.compile, padded-vocabulary, whole-step CUDA graph and DataLoader variants, timed
-# the same way on both sides: see the script's docstring) and prints the markdown table.
+# the same way on both sides: see the script's docstring; GPT-2 also in FP8, --nt-fp8) and
+# prints the markdown table.
 # About 5 minutes on an H200 with the build present (most of it torch.compile's compilations;
 # less on a warm inductor cache); a cold build adds its own minutes. Bounded: torch variants
 # that would start past $BUDGET_S seconds (390) are skipped and reported as skipped.
@@ -28,7 +29,7 @@ fi
 if [[ -z "${NT_FASHION_DIR:-}" && -d .data/fashion-mnist ]]; then
   export NT_FASHION_DIR="$PWD/.data/fashion-mnist"
 fi
-args=(--train "$BUILD/nanotrain" --budget-s "${BUDGET_S:-390}")
+args=(--train "$BUILD/nanotrain" --budget-s "${BUDGET_S:-390}" --nt-fp8)
 log=/dev/null
 if [[ -n "${OUT:-}" ]]; then
   mkdir -p "$OUT"
