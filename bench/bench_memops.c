@@ -220,6 +220,7 @@ int main(int argc, char **argv) {
   const bench_shape shapes[] = {
       {COPY, 1, (int64_t)2 << 30},
       {LN_FWD, 16384, 768},   {LN_BWD, 16384, 768},   {LN_FWD, 131072, 768}, {LN_BWD, 131072, 768},
+      {LN_FWD, 16384, 384},   {LN_BWD, 16384, 384},
       {GELU_FWD, 16384, 3072}, {GELU_BWD, 16384, 3072}, {GELU_FWD, 65536, 3072},
       {GELU_BWD, 65536, 3072}, {CE_FUSED, 16384, 50304}, {CE_FUSED, 16384, 65},
       {CE_FUSED, 131072, 65},

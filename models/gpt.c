@@ -50,6 +50,8 @@ struct nt_gpt {
   /* scratch shared by all layers: dres, dtmp, dc, and views into `shared` (see
    * build_activations) */
   nt_tensor dres, dtmp, dc, shared;
+  nt_tensor bsum;                   /* F32 [C]: the next projection's bias gradient, summed by
+                                       the LayerNorm backward before it (ln_bwd) */
   nt_tensor tmp;                    /* forward */
   nt_tensor dpre;                   /* MLP backward */
   nt_tensor dqkv;                   /* attention backward */
@@ -72,11 +74,11 @@ static nt_status lin_fwd(nt_ctx *ctx, const nt_gpt *g, int l, int k, const nt_te
 /* A residual branch's output projection (linear layer k of block l) and the residual add:
  * out = res + dropout(x W^T + b). Without dropout the add rides on the GEMM (res is its C
  * operand: one launch, one rounding); with dropout, or in FP8, the projection goes to `tmp`,
- * then dropout (into `dropped`) and the add follow. */
+ * then the dropout and the add follow in one pass (nt_dropout_add; a plain add at p = 0). */
 static nt_status proj_residual(nt_ctx *ctx, const nt_gpt *g, int l, int k, float p,
                                uint64_t off, const nt_tensor *x, const nt_tensor *w,
                                const nt_tensor *b, const nt_tensor *res, nt_tensor *tmp,
-                               nt_tensor *dropped, nt_tensor *out) {
+                               nt_tensor *out) {
   if (p <= 0.0f && !g->fp8) {
     nt_linear_fwd_opts o = {.residual = res};
     return nt_linear_forward_ex(ctx, x, w, b, out, NT_ACT_NONE, NULL, &o);
@@ -84,9 +86,7 @@ static nt_status proj_residual(nt_ctx *ctx, const nt_gpt *g, int l, int k, float
   nt_status st = lin_fwd(ctx, g, l, k, x, w, b, tmp, NT_ACT_NONE, NULL);
   if (st) return st;
   if (p <= 0.0f) return nt_add(ctx, res, tmp, out);
-  st = nt_dropout_forward(ctx, tmp, dropped, p, nt_ctx_seed(ctx), off);
-  if (!st) st = nt_add(ctx, res, dropped, out);
-  return st;
+  return nt_dropout_add(ctx, tmp, res, out, p, nt_ctx_seed(ctx), off);
 }
 
 /* Backward of linear layer k of block l: dx = dy W (overwritten: every dx in the model is a
@@ -109,7 +109,9 @@ static nt_status lin_bwd(nt_ctx *ctx, const nt_gpt *g, int l, int k, const nt_te
  * GELU backward happens:
  *   bf16/fp16/fp32: in the epilogue of c_proj's dx GEMM, so dact holds the gradient of pre;
  *   FP8: dact holds the gradient of act, and c_fc's backward forms the GELU backward while it
- *        quantizes dact (amp/fp8_linear.h, dy_gelu_pre). */
+ *        quantizes dact (amp/fp8_linear.h, dy_gelu_pre).
+ * c_proj's bias gradient: outside FP8, the LayerNorm backward before summed it into g->bsum
+ * (ln_bwd); FP8's backward sums it while quantizing dy. */
 static nt_status mlp_bwd(nt_ctx *ctx, nt_gpt *g, int l, const nt_tensor *dy, const nt_tensor *x,
                          const nt_tensor *pre, const nt_tensor *act, nt_tensor *dact,
                          nt_tensor *dx) {
@@ -119,7 +121,8 @@ static nt_status mlp_bwd(nt_ctx *ctx, nt_gpt *g, int l, const nt_tensor *dy, con
     st = lin_bwd(ctx, g, l, 3, dy, act, &P[FCP_W].w, dact, &P[FCP_W].g, &P[FCP_B].g, NULL);
   } else {
     nt_linear_bwd_opts o = {.overwrite_dx = true, .dgelu_pre = pre};
-    st = nt_linear_backward_ex(ctx, dy, act, &P[FCP_W].w, dact, &P[FCP_W].g, &P[FCP_B].g, &o);
+    st = nt_linear_backward_ex(ctx, dy, act, &P[FCP_W].w, dact, &P[FCP_W].g, NULL, &o);
+    if (!st) st = nt_add(ctx, &P[FCP_B].g, &g->bsum, &P[FCP_B].g);
   }
   if (st) return st;
   return lin_bwd(ctx, g, l, 2, dact, x, &P[FC_W].w, dx, &P[FC_W].g, &P[FC_B].g,
@@ -276,6 +279,8 @@ static nt_status build_activations(nt_ctx *ctx, nt_gpt *g, nt_dtype dt, bool all
   ADD(g->dres, dt, 3, sC);
   ADD(g->dtmp, dt, 3, sC);
   ADD(g->dc, dt, 3, sC);
+  int64_t s1C[1] = {C};
+  ADD(g->bsum, NT_F32, 1, s1C);
   /* The forward, the MLP branch's backward and the attention branch's backward never hold
    * live scratch at the same time (one stream, one after the other): their buffers are
    * carved from one region, each phase's laid out from its start. */
@@ -456,7 +461,7 @@ static nt_status forward(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, bool t
   } else {
     st = nt_embedding_forward(ctx, tokens, &g->wte.w, &g->wpe.w, &x0);
   }
-  nt_tensor x = x0, dropped = v3(&g->dtmp, b, t, C);
+  nt_tensor x = x0;
   for (int l = 0; l < c->n_layer && !st; l++) {
     gpt_layer *L = &g->layers[l];
     nt_tensor ln1 = v3(&L->ln1, b, t, C), m1 = v1(&L->ln1_mean, N), r1 = v1(&L->ln1_rstd, N);
@@ -481,12 +486,12 @@ static nt_status forward(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, bool t
                                     NT_ACT_NONE, NULL);
     if (!st) st = nt_attention_forward_ex(ctx, &q, &k, &v, &att, &lse, &ao);
     if (!st) st = proj_residual(ctx, g, l, 1, p, L->att_off, &ym, &L->p[PROJ_W].w,
-                                &L->p[PROJ_B].w, &x, &tmp, &dropped, &x1);
+                                &L->p[PROJ_B].w, &x, &tmp, &x1);
     if (!st) st = nt_layernorm_forward(ctx, &x1, &L->p[LN2_W].w, &L->p[LN2_B].w, &ln2, &m2, &r2);
     if (!st) st = lin_fwd(ctx, g, l, 2, &ln2, &L->p[FC_W].w, &L->p[FC_B].w, &act, NT_ACT_GELU,
                                     &pre);
     if (!st) st = proj_residual(ctx, g, l, 3, p, L->mlp_off, &act, &L->p[FCP_W].w,
-                                &L->p[FCP_B].w, &x1, &tmp, &dropped, &x2);
+                                &L->p[FCP_B].w, &x1, &tmp, &x2);
     x = x2;
   }
   nt_tensor lnf = v3(&g->lnf, b, t, C), mf = v1(&g->lnf_mean, N), rf = v1(&g->lnf_rstd, N);
@@ -535,17 +540,30 @@ nt_status nt_gpt_eval_loss(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
   return st;
 }
 
-/* dx = dropout's gradient of dy, written (not accumulated, so dx needs no zeroing): the
- * forward's mask applied to dy, which is nt_dropout_forward with the same stream. */
-static nt_status dropout_grad(nt_ctx *ctx, float p, uint64_t off, const nt_tensor *dy,
-                              nt_tensor *dx) {
-  return nt_dropout_forward(ctx, dy, dx, p, nt_ctx_seed(ctx), off);
+/* The backward of a LayerNorm on the residual stream, x its input: dres += its dx. In the same
+ * pass (ops/layernorm.h's extras) it prepares what the branch below reads: with dropout p > 0,
+ * that branch's output gradient dtmp = dres through the branch's mask (the stream at next_off);
+ * with `sums`, g->bsum = the column sums of that gradient, the branch's bias gradient (outside
+ * FP8, whose backward sums it while quantizing). */
+static nt_status ln_bwd(nt_ctx *ctx, nt_gpt *g, const nt_tensor *x, pv *w, pv *b,
+                        const nt_tensor *mean, const nt_tensor *rstd, uint64_t next_off,
+                        bool sums) {
+  int64_t bb = g->b, t = g->t, C = g->cfg.n_embd;
+  nt_tensor dres = v3(&g->dres, bb, t, C), dtmp = v3(&g->dtmp, bb, t, C), dc = v3(&g->dc, bb, t, C);
+  float p = g->cfg.dropout;
+  nt_layernorm_bwd_opts o = {NULL, p, nt_ctx_seed(ctx), next_off, sums ? &g->bsum : NULL};
+  if (p > 0.0f) o.dropped = &dtmp;
+  return nt_layernorm_backward_ex(ctx, &dc, x, &w->w, mean, rstd, &dres, &w->g, &b->g, &o);
 }
 
-/* dres holds d(block output); on return it holds d(block input). Gradients of activations
- * are overwritten, not accumulated, wherever the op can (GEMMs with beta 0); ops that only
- * accumulate get a zeroed buffer. */
-static nt_status block_backward(nt_ctx *ctx, nt_gpt *g, gpt_layer *L, const nt_tensor *x) {
+/* On entry dres holds d(block output) and the LayerNorm backward above has prepared the MLP
+ * branch's output gradient (dtmp with dropout, else dres itself) and, outside FP8, its bias
+ * gradient in bsum (ln_bwd); on return the same holds for the block below, whose MLP branch
+ * draws its mask at next_off (the embeddings' dropout for block 0, which has no bias).
+ * Gradients of activations are overwritten, not accumulated, wherever the op can (GEMMs with
+ * beta 0). */
+static nt_status block_backward(nt_ctx *ctx, nt_gpt *g, gpt_layer *L, const nt_tensor *x,
+                                uint64_t next_off) {
   int64_t b = g->b, t = g->t, C = g->cfg.n_embd, H = g->cfg.n_head, D = C / H, N = b * t;
   float p = g->cfg.dropout;
   nt_tensor dres = v3(&g->dres, b, t, C), dtmp = v3(&g->dtmp, b, t, C), dc = v3(&g->dc, b, t, C);
@@ -563,29 +581,21 @@ static nt_status block_backward(nt_ctx *ctx, nt_gpt *g, gpt_layer *L, const nt_t
   nt_tensor pre = v3(&L->fc_pre, b, t, 4 * C);
   pv *P = L->p;
   int l = (int)(L - g->layers);
-  nt_status st = NT_OK;
+  const bool sums = !g->fp8;
+  const nt_tensor *dbranch = p > 0.0f ? &dtmp : &dres;
   /* MLP branch: x2 = x1 + drop(fc_proj(gelu(fc(ln2(x1))))) */
-  const nt_tensor *dbranch = &dres;
-  if (p > 0.0f) {
-    st = dropout_grad(ctx, p, L->mlp_off, &dres, &dtmp);
-    dbranch = &dtmp;
-  }
-  if (!st) st = mlp_bwd(ctx, g, l, dbranch, &ln2, &pre, &act, &dpre, &dc);
-  if (!st) st = nt_layernorm_backward(ctx, &dc, &x1, &P[LN2_W].w, &m2, &r2, &dres, &P[LN2_W].g,
-                                      &P[LN2_B].g);
+  nt_status st = mlp_bwd(ctx, g, l, dbranch, &ln2, &pre, &act, &dpre, &dc);
+  if (!st) st = ln_bwd(ctx, g, &x1, &P[LN2_W], &P[LN2_B], &m2, &r2, L->att_off, sums);
   /* attention branch: x1 = x + drop(c_proj(attn(c_attn(ln1(x))))), attn on head views */
-  if (p > 0.0f) {
-    if (!st) st = dropout_grad(ctx, p, L->att_off, &dres, &dtmp);
-  }
   if (!st) st = lin_bwd(ctx, g, l, 1, dbranch, &ym, &P[PROJ_W].w, &dc, &P[PROJ_W].g,
-                                   &P[PROJ_B].g, NULL);
+                        sums ? NULL : &P[PROJ_B].g, NULL);
+  if (!st && sums) st = nt_add(ctx, &P[PROJ_B].g, &g->bsum, &P[PROJ_B].g);
   nt_attention_opts ao = attention_opts(ctx, p, L->attp_off);
   ao.overwrite = true;
   if (!st) st = nt_attention_backward_ex(ctx, &datt, &q, &k, &v, &att, &lse, &dq, &dk, &dv, &ao);
   if (!st) st = lin_bwd(ctx, g, l, 0, &dqkv, &ln1, &P[QKV_W].w, &dc, &P[QKV_W].g,
                                    &P[QKV_B].g, NULL);
-  if (!st) st = nt_layernorm_backward(ctx, &dc, x, &P[LN1_W].w, &m1, &r1, &dres, &P[LN1_W].g,
-                                      &P[LN1_B].g);
+  if (!st) st = ln_bwd(ctx, g, x, &P[LN1_W], &P[LN1_B], &m1, &r1, next_off, sums && l > 0);
   return st;
 }
 
@@ -602,7 +612,7 @@ nt_status nt_gpt_train_step(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
   /* dlogits overwrite the logits (fused, in place). */
   st = nt_cross_entropy_fused(ctx, &logits, &tg, dloss_scale, N, &losses, &logits);
   if (!st) st = nt_mean(ctx, &losses, &g->loss);
-  nt_tensor lnf2 = v2(&g->lnf, N, C), dc2 = v2(&g->dc, N, C), dc = v3(&g->dc, b, t, C);
+  nt_tensor lnf2 = v2(&g->lnf, N, C), dc2 = v2(&g->dc, N, C);
   nt_tensor dres = v3(&g->dres, b, t, C);
   /* head: dlnf = dlogits @ wte; dwte += dlogits^T @ lnf (the tied weight is the embeddings
    * unit's, whose gradient is final only after the embedding backward) */
@@ -614,23 +624,23 @@ nt_status nt_gpt_train_step(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
   if (!st) st = nt_gemm(ctx, &logits, &lnf2, &g->wte.g, &o);
   const nt_tensor *xl = c->n_layer ? &g->layers[c->n_layer - 1].x2 : &g->x0;
   nt_tensor xL = v3(xl, b, t, C), mf = v1(&g->lnf_mean, N), rf = v1(&g->lnf_rstd, N);
+  /* the residual stream's gradient starts at ln_f's backward (every later one adds to it) */
   if (!st) st = nt_tensor_zero(ctx, &dres);
   if (!st) st = unit_hook(ctx, g, hooks, g->lnf_unit, nt_unit_before_backward);
-  if (!st) st = nt_layernorm_backward(ctx, &dc, &xL, &g->lnf_w.w, &mf, &rf, &dres, &g->lnf_w.g,
-                                      &g->lnf_b.g);
+  int n = c->n_layer;
+  if (!st) st = ln_bwd(ctx, g, &xL, &g->lnf_w, &g->lnf_b, &mf, &rf,
+                       n ? g->layers[n - 1].mlp_off : g->emb_off, n > 0 && !g->fp8);
   if (!st) st = unit_hook(ctx, g, hooks, g->lnf_unit, nt_unit_grads_ready);
-  for (int l = c->n_layer - 1; l >= 0 && !st; l--) {
+  for (int l = n - 1; l >= 0 && !st; l--) {
     nt_tensor xin = v3(l ? &g->layers[l - 1].x2 : &g->x0, b, t, C);
     st = unit_hook(ctx, g, hooks, g->layers[l].unit, nt_unit_before_backward);
-    if (!st) st = block_backward(ctx, g, &g->layers[l], &xin);
+    if (!st) st = block_backward(ctx, g, &g->layers[l], &xin,
+                                 l ? g->layers[l - 1].mlp_off : g->emb_off);
     if (!st) st = unit_hook(ctx, g, hooks, g->layers[l].unit, nt_unit_grads_ready);
   }
-  const nt_tensor *demb = &dres;
+  /* the embeddings' output gradient: through their dropout (prepared by the last ln_bwd) */
   nt_tensor dtmp = v3(&g->dtmp, b, t, C);
-  if (c->dropout > 0.0f) {
-    if (!st) st = dropout_grad(ctx, c->dropout, g->emb_off, &dres, &dtmp);
-    demb = &dtmp;
-  }
+  const nt_tensor *demb = c->dropout > 0.0f ? &dtmp : &dres;
   if (!st) st = nt_embedding_backward(ctx, tokens, demb, &g->wte.g, &g->wpe.g);
   if (!st) st = unit_hook(ctx, g, hooks, g->emb_unit, nt_unit_grads_ready);
   /* the amaxes recorded this step become the next step's FP8 scales */

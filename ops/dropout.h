@@ -7,7 +7,9 @@
  * base + offset + i, the base read from the context's step word when the op runs (so a
  * replayed CUDA graph draws a fresh mask every step). 0 <= p <= 1; p = 0 copies, p = 1 gives
  * zeros. x, y (dy, dx) F32/F16/BF16 of one dtype and shape, contiguous; math in fp32.
- * Backward: dx += dy * mask / (1 - p). */
+ * Backward: dx += dy * mask / (1 - p).
+ * nt_dropout_add: y = res + x * mask / (1 - p), a residual branch's dropout and add in one pass
+ * (one rounding; res like x). */
 #ifndef NT_OPS_DROPOUT_H
 #define NT_OPS_DROPOUT_H
 #include "core/nt.h"
@@ -17,6 +19,8 @@ nt_status nt_dropout_forward(nt_ctx *ctx, const nt_tensor *x, nt_tensor *y, floa
                              uint64_t seed, uint64_t offset);
 nt_status nt_dropout_backward(nt_ctx *ctx, const nt_tensor *dy, nt_tensor *dx, float p,
                               uint64_t seed, uint64_t offset);
+nt_status nt_dropout_add(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *res, nt_tensor *y,
+                         float p, uint64_t seed, uint64_t offset);
 
 NT_EXTERN_C_END
 #endif

@@ -1,5 +1,7 @@
 #include "ops/layernorm.h"
 #include "ops/memops_impl.h"
+#include "ops/dropout.h"
+#include "ops/gemm.h"
 #include <math.h>
 
 /* ---- CPU reference (fp64 statistics and sums) ---- */
@@ -128,10 +130,27 @@ nt_status nt_layernorm_forward(nt_ctx *ctx, const nt_tensor *x, const nt_tensor 
   return NT_OK;
 }
 
-nt_status nt_layernorm_backward(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *x,
-                                const nt_tensor *weight, const nt_tensor *mean,
-                                const nt_tensor *rstd, nt_tensor *dx, nt_tensor *dweight,
-                                nt_tensor *dbias) {
+/* The backward's extras one op after another (the CPU, and GPU shapes the fused pass does not
+ * take): dropped = dropout(dx), colsum = its column sums. */
+static nt_status backward_extras(nt_ctx *ctx, int64_t rows, int64_t C, nt_tensor *dx,
+                                 const nt_layernorm_bwd_opts *o) {
+  nt_status st = NT_OK;
+  const nt_tensor *src = dx;
+  if (o->dropped) {
+    st = nt_dropout_forward(ctx, dx, o->dropped, o->p, o->seed, o->offset);
+    src = o->dropped;
+  }
+  if (st || !o->colsum) return st;
+  int64_t shape[2] = {rows, C};
+  nt_tensor src2 = nt_tensor_view(src->data, src->dtype, src->device, 2, shape);
+  st = nt_tensor_zero(ctx, o->colsum);
+  return st ? st : nt_gemm_bias_grad(ctx, &src2, o->colsum);
+}
+
+nt_status nt_layernorm_backward_ex(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *x,
+                                   const nt_tensor *weight, const nt_tensor *mean,
+                                   const nt_tensor *rstd, nt_tensor *dx, nt_tensor *dweight,
+                                   nt_tensor *dbias, const nt_layernorm_bwd_opts *opts) {
   int64_t rows = 0, C = 0;
   nt_status st = check_common(ctx, "layernorm_backward", x, weight, NULL, &rows, &C);
   if (!st) st = check_same(ctx, x, dy, "layernorm_backward dy");
@@ -140,18 +159,40 @@ nt_status nt_layernorm_backward(nt_ctx *ctx, const nt_tensor *dy, const nt_tenso
   if (!st) st = check_stat(ctx, rstd, rows, "layernorm_backward rstd");
   if (!st) st = check_stat(ctx, dweight, C, "layernorm_backward dweight");
   if (!st && dbias) st = check_stat(ctx, dbias, C, "layernorm_backward dbias");
+  bool extras = opts && (opts->dropped || opts->colsum);
+  if (!st && extras && opts->dropped) {
+    st = check_same(ctx, x, opts->dropped, "layernorm_backward dropped");
+    if (!st && !(opts->p >= 0.0f && opts->p < 1.0f))
+      st = NT_ERROR(ctx, NT_ERR_INVALID_ARG, "layernorm_backward: dropout p = %g must be in "
+                    "[0, 1)", (double)opts->p);
+    if (!st && opts->offset % 4 != 0)
+      st = NT_ERROR(ctx, NT_ERR_INVALID_ARG, "layernorm_backward: RNG offset %llu must be a "
+                    "multiple of 4", (unsigned long long)opts->offset);
+  }
+  if (!st && extras && opts->colsum) st = check_stat(ctx, opts->colsum, C, "layernorm_backward colsum");
   if (st) return st;
+  bool fused = false;
   if (nt_ctx_is_cuda(ctx)) {
 #ifdef NT_HAVE_CUDA
     if (C > 12800)
       return NT_ERROR(ctx, NT_ERR_UNSUPPORTED,
                       "layernorm_backward: C = %lld is above the GPU kernel's 12800", (long long)C);
-    return nt_layernorm_backward_cuda(ctx, dy, x, weight, mean, rstd, dx, dweight, dbias);
+    st = nt_layernorm_backward_cuda(ctx, dy, x, weight, mean, rstd, dx, dweight, dbias,
+                                    extras ? opts : NULL, &fused);
 #else
     return nt_memops_no_cuda(ctx, "layernorm_backward");
 #endif
+  } else {
+    backward_cpu(rows, C, dy, x, weight, (const float *)mean->data, (const float *)rstd->data,
+                 dx, (float *)dweight->data, dbias ? (float *)dbias->data : NULL);
   }
-  backward_cpu(rows, C, dy, x, weight, (const float *)mean->data, (const float *)rstd->data, dx,
-               (float *)dweight->data, dbias ? (float *)dbias->data : NULL);
-  return NT_OK;
+  if (!st && extras && !fused) st = backward_extras(ctx, rows, C, dx, opts);
+  return st;
+}
+
+nt_status nt_layernorm_backward(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *x,
+                                const nt_tensor *weight, const nt_tensor *mean,
+                                const nt_tensor *rstd, nt_tensor *dx, nt_tensor *dweight,
+                                nt_tensor *dbias) {
+  return nt_layernorm_backward_ex(ctx, dy, x, weight, mean, rstd, dx, dweight, dbias, NULL);
 }

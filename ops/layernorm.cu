@@ -1,14 +1,191 @@
-/* LayerNorm on the GPU: one warp per row. The row is read from DRAM once; the second and third
- * passes over it (variance, output) hit L1. Backward: dx per row as in forward, and dweight /
- * dbias summed deterministically in two stages: every warp adds its rows into its own slice of
- * shared memory (a lane always owns the same columns, so no races), the block sums its warps'
- * slices in order into a per-block partial, and a finalize kernel sums the partials in a fixed
- * order and adds them to dweight / dbias. */
+/* LayerNorm on the GPU: one warp per row, a lane always owning the same columns.
+ *
+ * Rows of 16-bit types with C a multiple of 8 up to 1024 (GPT-2's 768, the small GPT's 384) take
+ * the register kernels: a lane holds its NP packs of 8 elements of the row in registers, so the
+ * row crosses DRAM once and nothing is re-read. The backward loads x, dy and dx of a row
+ * together, keeps its dweight / dbias (and the extras' column sums) in registers across the
+ * rows it walks, and writes them once per block: no shared-memory traffic per row. Its extras
+ * (ops/layernorm.h) are formed from the rounded dx before it is stored: the dropout mask of
+ * ops/dropout_cuda.cuh on the same element numbers as nt_dropout_forward, and the column sums.
+ *
+ * Other rows (fp32, odd C, misaligned data, wider rows) take the general kernels: the row comes
+ * from DRAM once and the variance and output passes hit L1; the backward's every warp adds its
+ * rows into its own slice of shared memory.
+ *
+ * Either way dweight / dbias are summed deterministically in two stages: a per-block partial
+ * (the block's warps in order), then a finalize kernel sums the partials in a fixed order. */
 #include "ops/memops_cuda.cuh"
+#include "ops/dropout_cuda.cuh"
+#include <initializer_list>
 
 namespace {
 
-constexpr int kWarps = 8; /* rows per block in forward */
+constexpr int kWarps = 8;    /* rows per block in the general forward */
+constexpr int kRegMaxNP = 4; /* the register kernels take C <= 32 lanes x 8 x kRegMaxNP */
+constexpr int kRegFwdWarps = 4, kRegBwdWarps = 4;
+
+/* Column of lane's pack j. */
+__device__ __forceinline__ int reg_col(int lane, int j) { return (lane + 32 * j) * NT_PACK; }
+
+template <typename T, typename W, int NP>
+__global__ void __launch_bounds__(32 * kRegFwdWarps)
+    ln_forward_reg_kernel(int64_t rows, int C, const T *__restrict__ x, const W *__restrict__ w,
+                          const W *__restrict__ b, T *__restrict__ y, float *__restrict__ mean,
+                          float *__restrict__ rstd) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = (int64_t)blockIdx.x * kRegFwdWarps + (threadIdx.x >> 5);
+  if (row >= rows) return;
+  const int64_t o = row * C;
+  float v[NP][NT_PACK];
+  float s = 0.0f;
+#pragma unroll
+  for (int j = 0; j < NP; j++) {
+    const int c = reg_col(lane, j);
+    if (c < C) {
+      nt_load8(x + o + c, v[j]);
+#pragma unroll
+      for (int i = 0; i < NT_PACK; i++) s += v[j][i];
+    }
+  }
+  const float m = nt_warp_sum(s) / (float)C;
+  float q = 0.0f;
+#pragma unroll
+  for (int j = 0; j < NP; j++)
+    if (reg_col(lane, j) < C)
+#pragma unroll
+      for (int i = 0; i < NT_PACK; i++) q += (v[j][i] - m) * (v[j][i] - m);
+  const float r = rsqrtf(nt_warp_sum(q) / (float)C + 1e-5f);
+#pragma unroll
+  for (int j = 0; j < NP; j++) {
+    const int c = reg_col(lane, j);
+    if (c >= C) continue;
+    float wv[NT_PACK], bv[NT_PACK];
+    nt_load8(w + c, wv);
+    if (b) nt_load8(b + c, bv);
+#pragma unroll
+    for (int i = 0; i < NT_PACK; i++) v[j][i] = (v[j][i] - m) * r * wv[i] + (b ? bv[i] : 0.0f);
+    nt_store8(y + o + c, v[j]);
+  }
+  if (lane == 0) {
+    if (mean) mean[row] = m;
+    if (rstd) rstd[row] = r;
+  }
+}
+
+/* The backward's extras in the register kernel (ops/layernorm.h). */
+struct reg_extras {
+  void *dropped;          /* T *, or NULL */
+  float p, keep_scale;
+  uint64_t seed, rel_offset;
+  const uint64_t *base;   /* the RNG step word, NULL outside a step */
+  bool colsum;
+};
+
+/* Grid-stride over rows, kRegBwdWarps rows at a time. Dynamic shared memory: kRegBwdWarps
+ * slices of nout * C floats; block b's partial sums go to partial[b * nout * C ..]: dweight,
+ * dbias, then (nout 3) the column sums. */
+template <typename T, typename W, int NP>
+__global__ void __launch_bounds__(32 * kRegBwdWarps)
+    ln_backward_reg_kernel(int64_t rows, int C, const T *__restrict__ dy,
+                           const T *__restrict__ x, const W *__restrict__ w,
+                           const float *__restrict__ mean, const float *__restrict__ rstd, T *dx,
+                           float *__restrict__ partial, reg_extras e) {
+  extern __shared__ float4 smem4[];
+  float *smem = reinterpret_cast<float *>(smem4);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nout = e.colsum ? 3 : 2;
+  const uint64_t offset = e.rel_offset + (e.base ? *e.base : 0);
+  T *dropped = static_cast<T *>(e.dropped);
+  float aw[NP][NT_PACK], ab[NP][NT_PACK], ac[NP][NT_PACK];
+#pragma unroll
+  for (int j = 0; j < NP; j++)
+#pragma unroll
+    for (int i = 0; i < NT_PACK; i++) aw[j][i] = ab[j][i] = ac[j][i] = 0.0f;
+  for (int64_t row = (int64_t)blockIdx.x * kRegBwdWarps + warp; row < rows;
+       row += (int64_t)gridDim.x * kRegBwdWarps) {
+    const int64_t o = row * C;
+    nt_raw_pack<T> xr[NP], dyr[NP], dxr[NP];
+#pragma unroll
+    for (int j = 0; j < NP; j++) {
+      const int c = reg_col(lane, j);
+      if (c < C) {
+        xr[j] = nt_load_raw(x + o + c);
+        dyr[j] = nt_load_raw(dy + o + c);
+        dxr[j] = nt_load_raw(dx + o + c);
+      }
+    }
+    const float m = mean[row], r = rstd[row];
+    float sg = 0.0f, sgx = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NP; j++) {
+      const int c = reg_col(lane, j);
+      if (c >= C) continue;
+      float xv[NT_PACK], dv[NT_PACK], wv[NT_PACK];
+      nt_unpack(xr[j], xv);
+      nt_unpack(dyr[j], dv);
+      nt_load8(w + c, wv);
+#pragma unroll
+      for (int i = 0; i < NT_PACK; i++) {
+        float g = wv[i] * dv[i];
+        sg += g;
+        sgx += g * (xv[i] - m) * r;
+      }
+    }
+    sg = nt_warp_sum(sg) / (float)C;
+    sgx = nt_warp_sum(sgx) / (float)C;
+#pragma unroll
+    for (int j = 0; j < NP; j++) {
+      const int c = reg_col(lane, j);
+      if (c >= C) continue;
+      float xv[NT_PACK], dv[NT_PACK], wv[NT_PACK], ov[NT_PACK];
+      nt_unpack(xr[j], xv);
+      nt_unpack(dyr[j], dv);
+      nt_unpack(dxr[j], ov);
+      nt_load8(w + c, wv);
+#pragma unroll
+      for (int i = 0; i < NT_PACK; i++) {
+        float xh = (xv[i] - m) * r;
+        ov[i] += (wv[i] * dv[i] - sg - xh * sgx) * r;
+        aw[j][i] += dv[i] * xh;
+        ab[j][i] += dv[i];
+      }
+      nt_raw_pack<T> out = nt_pack_from<T>(ov);
+      nt_store_raw(dx + o + c, out);
+      if (!dropped && !e.colsum) continue;
+      nt_unpack(out, ov); /* dx as stored: what the unfused ops would read */
+      if (dropped) {
+        bool keep[NT_PACK];
+        nt_dropout_keep8(e.seed, offset + (uint64_t)(o + c), e.p, keep);
+#pragma unroll
+        for (int i = 0; i < NT_PACK; i++) ov[i] = keep[i] ? ov[i] * e.keep_scale : 0.0f;
+        out = nt_pack_from<T>(ov);
+        nt_store_raw(dropped + o + c, out);
+        nt_unpack(out, ov);
+      }
+      if (e.colsum)
+#pragma unroll
+        for (int i = 0; i < NT_PACK; i++) ac[j][i] += ov[i];
+    }
+  }
+  float *mine = smem + (size_t)warp * nout * C;
+#pragma unroll
+  for (int j = 0; j < NP; j++) {
+    const int c = reg_col(lane, j);
+    if (c >= C) continue;
+#pragma unroll
+    for (int i = 0; i < NT_PACK; i++) {
+      mine[c + i] = aw[j][i];
+      mine[C + c + i] = ab[j][i];
+      if (e.colsum) mine[2 * C + c + i] = ac[j][i];
+    }
+  }
+  __syncthreads();
+  float *out = partial + (size_t)blockIdx.x * nout * C;
+  for (int i = threadIdx.x; i < nout * C; i += blockDim.x) {
+    float t = 0.0f;
+    for (int k = 0; k < kRegBwdWarps; k++) t += smem[(size_t)k * nout * C + i];
+    out[i] = t;
+  }
+}
 
 template <typename T, typename W, bool VEC>
 __global__ void ln_forward_kernel(int64_t rows, int C, const T *__restrict__ x,
@@ -146,39 +323,51 @@ __global__ void ln_backward_kernel(int64_t rows, int C, const T *__restrict__ dy
   }
 }
 
-/* dweight[c] += sum over k of partial[k][0][c], dbias likewise from partial[k][1][c]. A block
+/* dweight[c] += sum over k of partial[k][0][c], dbias likewise from partial[k][1][c], and with
+ * nout 3 colsum[c] = the sum of partial[k][2][c] (partial rows are nout * C floats). A block
  * owns 32 columns; its 16 warps each sum every 16th partial row (coalesced 32-float reads, many
  * in flight), then warp 0 adds the 16 warp sums in order: fixed order, bit-reproducible, and
  * 16x shorter dependent chains than one thread per column walking all the partials. */
 constexpr int kFinWarps = 16;
 
 __global__ void __launch_bounds__(32 * kFinWarps)
-    ln_finalize_kernel(int C, int nblocks, const float *__restrict__ partial, float *dweight,
-                       float *dbias) {
-  __shared__ float sw_s[kFinWarps][32], sb_s[kFinWarps][32];
+    ln_finalize_kernel(int C, int nblocks, int nout, const float *__restrict__ partial,
+                       float *dweight, float *dbias, float *colsum) {
+  __shared__ float s_s[3][kFinWarps][32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int c = blockIdx.x * 32 + lane;
-  float sw = 0.0f, sb = 0.0f;
+  float a[3] = {0.0f, 0.0f, 0.0f};
   /* Unrolled so that several partial rows' loads are in flight at once (the sums still run in
    * k order): the loop is a chain of memory round trips otherwise. */
   if (c < C)
 #pragma unroll 8
     for (int k = warp; k < nblocks; k += kFinWarps) {
-      sw += partial[(size_t)k * 2 * C + c];
-      sb += partial[(size_t)k * 2 * C + C + c];
+      const float *row = partial + (size_t)k * nout * C + c;
+      a[0] += row[0];
+      a[1] += row[C];
+      if (nout == 3) a[2] += row[2 * C];
     }
-  sw_s[warp][lane] = sw;
-  sb_s[warp][lane] = sb;
+#pragma unroll
+  for (int q = 0; q < 3; q++) s_s[q][warp][lane] = a[q];
   __syncthreads();
   if (warp || c >= C) return;
-  sw = sb = 0.0f;
+  a[0] = a[1] = a[2] = 0.0f;
 #pragma unroll
-  for (int w = 0; w < kFinWarps; w++) {
-    sw += sw_s[w][lane];
-    sb += sb_s[w][lane];
-  }
-  dweight[c] += sw;
-  if (dbias) dbias[c] += sb;
+  for (int w = 0; w < kFinWarps; w++)
+#pragma unroll
+    for (int q = 0; q < 3; q++) a[q] += s_s[q][w][lane];
+  dweight[c] += a[0];
+  if (dbias) dbias[c] += a[1];
+  if (nout == 3) colsum[c] = a[2];
+}
+
+/* The register kernels' pack count for C and the rows' pointers (0: they do not take them;
+ * only 16-bit types reach this). */
+int reg_packs(int C, std::initializer_list<const void *> ptrs) {
+  if (C % NT_PACK != 0 || C > 32 * NT_PACK * kRegMaxNP) return 0;
+  for (const void *p : ptrs)
+    if (p && !nt_aligned16(p)) return 0;
+  return (C + 32 * NT_PACK - 1) / (32 * NT_PACK);
 }
 
 template <typename T, typename W>
@@ -188,26 +377,37 @@ void launch_forward(nt_ctx *ctx, int64_t rows, int C, const nt_tensor *x, const 
   const W *wp = (const W *)w->data, *bp = b ? (const W *)b->data : nullptr;
   T *yp = (T *)y->data;
   float *mp = mean ? (float *)mean->data : nullptr, *rp = rstd ? (float *)rstd->data : nullptr;
+  cudaStream_t s = nt_cuda_stream(ctx);
+  const unsigned reg_blocks = (unsigned)((rows + kRegFwdWarps - 1) / kRegFwdWarps);
+#define NT_LN_FWD_REG(NP)                                                                        \
+  ln_forward_reg_kernel<T, W, NP><<<reg_blocks, 32 * kRegFwdWarps, 0, s>>>(rows, C, xp, wp, bp,  \
+                                                                           yp, mp, rp);          \
+  return
+  if constexpr (sizeof(T) == 2) {
+    switch (reg_packs(C, {xp, yp, wp, bp})) {
+    case 1: NT_LN_FWD_REG(1);
+    case 2: NT_LN_FWD_REG(2);
+    case 3: NT_LN_FWD_REG(3);
+    case 4: NT_LN_FWD_REG(4);
+    default: break;
+    }
+  }
+#undef NT_LN_FWD_REG
   bool vec = C % NT_PACK == 0 && nt_aligned16(xp) && nt_aligned16(yp) && nt_aligned16(wp) &&
              (!bp || nt_aligned16(bp));
   unsigned blocks = (unsigned)((rows + kWarps - 1) / kWarps);
-  cudaStream_t s = nt_cuda_stream(ctx);
   if (vec)
     ln_forward_kernel<T, W, true><<<blocks, kWarps * 32, 0, s>>>(rows, C, xp, wp, bp, yp, mp, rp);
   else
     ln_forward_kernel<T, W, false><<<blocks, kWarps * 32, 0, s>>>(rows, C, xp, wp, bp, yp, mp, rp);
 }
 
-template <typename T, typename W, bool VEC>
-nt_status launch_backward_v(nt_ctx *ctx, int64_t rows, int C, const T *dy, const T *x,
-                            const W *w, const float *mean, const float *rstd, T *dx, float *dw,
-                            float *db) {
-  /* Warps per block: as many as fit 96 KiB of shared memory, at most 8. */
-  int nw = (int)(96 * 1024 / ((size_t)8 * C));
-  if (nw > 8) nw = 8;
-  if (nw < 1) nw = 1;
-  size_t smem = (size_t)nw * 2 * C * sizeof(float);
-  auto kernel = ln_backward_kernel<T, W, VEC>;
+/* A backward kernel of nw warps and `smem` bytes of dynamic shared memory, as many blocks as
+ * fit on the GPU at once (at most one per nw rows), then the finalize over their partials of
+ * nout * C floats each. launch(grid, partial) enqueues the kernel. */
+template <typename K, typename L>
+nt_status run_backward(nt_ctx *ctx, K kernel, int nw, size_t smem, int64_t rows, int C, int nout,
+                       float *dw, float *db, float *colsum, L launch) {
   nt_status st = NT_CUDA(ctx, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                     (int)smem));
   if (st) return st;
@@ -219,34 +419,94 @@ nt_status launch_backward_v(nt_ctx *ctx, int64_t rows, int C, const T *dy, const
   if (grid > want) grid = want;
   if (grid < 1) grid = 1;
   float *partial = nullptr;
-  st = nt_alloc(ctx, (size_t)grid * 2 * C * sizeof(float), (void **)&partial);
+  st = nt_alloc(ctx, (size_t)grid * nout * C * sizeof(float), (void **)&partial);
   if (st) return st;
-  cudaStream_t s = nt_cuda_stream(ctx);
-  kernel<<<(unsigned)grid, nw * 32, smem, s>>>(rows, C, dy, x, w, mean, rstd, dx, partial);
+  launch((unsigned)grid, partial);
   st = NT_CUDA_LAUNCHED(ctx);
   if (!st) {
-    ln_finalize_kernel<<<(C + 31) / 32, 32 * kFinWarps, 0, s>>>(C, (int)grid, partial, dw, db);
+    ln_finalize_kernel<<<(C + 31) / 32, 32 * kFinWarps, 0, nt_cuda_stream(ctx)>>>(
+        C, (int)grid, nout, partial, dw, db, colsum);
     st = NT_CUDA_LAUNCHED(ctx);
   }
   nt_free(ctx, partial); /* stream-ordered: reused only by later work on this stream */
   return st;
 }
 
+template <typename T, typename W, int NP>
+nt_status backward_reg(nt_ctx *ctx, int64_t rows, int C, const T *dy, const T *x, const W *w,
+                       const float *mean, const float *rstd, T *dx, float *dw, float *db,
+                       const reg_extras &e, float *colsum) {
+  const int nout = e.colsum ? 3 : 2;
+  const size_t smem = (size_t)kRegBwdWarps * nout * C * sizeof(float);
+  auto kernel = ln_backward_reg_kernel<T, W, NP>;
+  cudaStream_t s = nt_cuda_stream(ctx);
+  return run_backward(ctx, kernel, kRegBwdWarps, smem, rows, C, nout, dw, db, colsum,
+                      [&](unsigned grid, float *partial) {
+                        kernel<<<grid, 32 * kRegBwdWarps, smem, s>>>(rows, C, dy, x, w, mean,
+                                                                     rstd, dx, partial, e);
+                      });
+}
+
+template <typename T, typename W, bool VEC>
+nt_status backward_general(nt_ctx *ctx, int64_t rows, int C, const T *dy, const T *x,
+                           const W *w, const float *mean, const float *rstd, T *dx, float *dw,
+                           float *db) {
+  /* Warps per block: as many as fit 96 KiB of shared memory, at most 8. */
+  int nw = (int)(96 * 1024 / ((size_t)8 * C));
+  if (nw > 8) nw = 8;
+  if (nw < 1) nw = 1;
+  const size_t smem = (size_t)nw * 2 * C * sizeof(float);
+  auto kernel = ln_backward_kernel<T, W, VEC>;
+  cudaStream_t s = nt_cuda_stream(ctx);
+  return run_backward(ctx, kernel, nw, smem, rows, C, 2, dw, db, nullptr,
+                      [&](unsigned grid, float *partial) {
+                        kernel<<<grid, nw * 32, smem, s>>>(rows, C, dy, x, w, mean, rstd, dx,
+                                                           partial);
+                      });
+}
+
 template <typename T, typename W>
 nt_status launch_backward(nt_ctx *ctx, int64_t rows, int C, const nt_tensor *dy,
                           const nt_tensor *x, const nt_tensor *w, const nt_tensor *mean,
-                          const nt_tensor *rstd, nt_tensor *dx, nt_tensor *dw, nt_tensor *db) {
+                          const nt_tensor *rstd, nt_tensor *dx, nt_tensor *dw, nt_tensor *db,
+                          const nt_layernorm_bwd_opts *o, bool *fused) {
   const T *dyp = (const T *)dy->data, *xp = (const T *)x->data;
   const W *wp = (const W *)w->data;
   T *dxp = (T *)dx->data;
+  const float *mp = (const float *)mean->data, *rp = (const float *)rstd->data;
+  float *dwp = (float *)dw->data, *dbp = db ? (float *)db->data : nullptr;
+  reg_extras e = {};
+  float *colsum = nullptr;
+  if (o && o->dropped) {
+    e.dropped = o->dropped->data;
+    e.p = o->p;
+    e.keep_scale = 1.0f / (1.0f - o->p);
+    e.seed = o->seed;
+    e.rel_offset = o->offset;
+    e.base = nt_ctx_rng_base(ctx);
+  }
+  if (o && o->colsum) {
+    e.colsum = true;
+    colsum = (float *)o->colsum->data;
+  }
+  *fused = true;
+#define NT_LN_BWD_REG(NP) \
+  return backward_reg<T, W, NP>(ctx, rows, C, dyp, xp, wp, mp, rp, dxp, dwp, dbp, e, colsum)
+  if constexpr (sizeof(T) == 2) {
+    switch (reg_packs(C, {dyp, xp, wp, dxp, e.dropped})) {
+    case 1: NT_LN_BWD_REG(1);
+    case 2: NT_LN_BWD_REG(2);
+    case 3: NT_LN_BWD_REG(3);
+    case 4: NT_LN_BWD_REG(4);
+    default: break;
+    }
+  }
+#undef NT_LN_BWD_REG
+  *fused = false;
   bool vec = C % NT_PACK == 0 && nt_aligned16(dyp) && nt_aligned16(xp) && nt_aligned16(wp) &&
              nt_aligned16(dxp);
-  float *dbp = db ? (float *)db->data : nullptr;
-  if (vec)
-    return launch_backward_v<T, W, true>(ctx, rows, C, dyp, xp, wp, (const float *)mean->data,
-                                         (const float *)rstd->data, dxp, (float *)dw->data, dbp);
-  return launch_backward_v<T, W, false>(ctx, rows, C, dyp, xp, wp, (const float *)mean->data,
-                                        (const float *)rstd->data, dxp, (float *)dw->data, dbp);
+  if (vec) return backward_general<T, W, true>(ctx, rows, C, dyp, xp, wp, mp, rp, dxp, dwp, dbp);
+  return backward_general<T, W, false>(ctx, rows, C, dyp, xp, wp, mp, rp, dxp, dwp, dbp);
 }
 
 } // namespace
@@ -268,19 +528,21 @@ nt_status nt_layernorm_forward_cuda(nt_ctx *ctx, const nt_tensor *x, const nt_te
 nt_status nt_layernorm_backward_cuda(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *x,
                                      const nt_tensor *weight, const nt_tensor *mean,
                                      const nt_tensor *rstd, nt_tensor *dx, nt_tensor *dweight,
-                                     nt_tensor *dbias) {
+                                     nt_tensor *dbias, const nt_layernorm_bwd_opts *opts,
+                                     bool *fused) {
   int C = (int)x->shape[x->ndim - 1];
   int64_t rows = nt_tensor_numel(x) / C;
+  *fused = false;
   if (rows == 0) return NT_OK;
   nt_status st = NT_ERR_INTERNAL;
   if (weight->dtype == NT_F32) {
     NT_DISPATCH_FLOAT(x->dtype, T,
                       st = launch_backward<T, float>(ctx, rows, C, dy, x, weight, mean, rstd, dx,
-                                                     dweight, dbias));
+                                                     dweight, dbias, opts, fused));
   } else {
     NT_DISPATCH_FLOAT(x->dtype, T,
                       st = launch_backward<T, T>(ctx, rows, C, dy, x, weight, mean, rstd, dx,
-                                                 dweight, dbias));
+                                                 dweight, dbias, opts, fused));
   }
   return st;
 }

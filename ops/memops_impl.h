@@ -4,6 +4,7 @@
 #ifndef NT_OPS_MEMOPS_IMPL_H
 #define NT_OPS_MEMOPS_IMPL_H
 #include "core/nt.h"
+#include "ops/layernorm.h"
 NT_EXTERN_C_BEGIN
 
 /* The elementwise maps: out = f(a, b[, out]). */
@@ -20,15 +21,18 @@ typedef enum {
 #ifdef NT_HAVE_CUDA
 nt_status nt_elementwise_map_cuda(nt_ctx *ctx, nt_ew_op op, float alpha, const nt_tensor *a,
                                   const nt_tensor *b, nt_tensor *out);
-nt_status nt_dropout_cuda(nt_ctx *ctx, const nt_tensor *x, nt_tensor *y, float p, uint64_t seed,
-                          uint64_t offset, bool accumulate);
+/* y = dropout(x), y += dropout(x) (accumulate) or y = res + dropout(x) (res not NULL). */
+nt_status nt_dropout_cuda(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *res, nt_tensor *y,
+                          float p, uint64_t seed, uint64_t offset, bool accumulate);
 nt_status nt_layernorm_forward_cuda(nt_ctx *ctx, const nt_tensor *x, const nt_tensor *weight,
                                     const nt_tensor *bias, nt_tensor *y, nt_tensor *mean,
                                     nt_tensor *rstd);
+/* opts (NULL: none) are done in the same pass when the shapes allow: *fused says whether. */
 nt_status nt_layernorm_backward_cuda(nt_ctx *ctx, const nt_tensor *dy, const nt_tensor *x,
                                      const nt_tensor *weight, const nt_tensor *mean,
                                      const nt_tensor *rstd, nt_tensor *dx, nt_tensor *dweight,
-                                     nt_tensor *dbias);
+                                     nt_tensor *dbias, const nt_layernorm_bwd_opts *opts,
+                                     bool *fused);
 nt_status nt_embedding_forward_cuda(nt_ctx *ctx, const nt_tensor *tokens, const nt_tensor *wte,
                                     const nt_tensor *wpe, nt_tensor *out);
 nt_status nt_embedding_backward_cuda(nt_ctx *ctx, const nt_tensor *tokens, const nt_tensor *dout,

@@ -1,5 +1,6 @@
 /* GPU dropout drops exactly the elements the CPU drops for the same seed and offset (vector and
- * scalar paths, offsets that are multiples of 4 but not of 8), same values, backward +=; and
+ * scalar paths, offsets that are multiples of 4 but not of 8), same values, backward +=,
+ * dropout_add (the residual form) the same; and
  * inside RNG steps, eagerly and as a replayed CUDA graph, with the step base added. */
 #include "ops/dropout.h"
 #include "train/cuda_graph.h"
@@ -37,6 +38,11 @@ static void run_case(nt_ctx *cc, nt_ctx *gc, nt_test_rng *r, nt_dtype dt, int64_
       CHECK_OK(gc, nt_dropout_backward(gc, &x.g, &d.g, p, seed, offset)))
     CHECK(memops_pair_err(cc, gc, &d) == 0, "%s backward (+=) differs: %g", dn,
           memops_pair_err(cc, gc, &d));
+  /* y = res + dropout(x), res = d (the backward's result on both sides) */
+  if (CHECK_OK(cc, nt_dropout_add(cc, &x.c, &d.c, &y.c, p, seed, offset)) &&
+      CHECK_OK(gc, nt_dropout_add(gc, &x.g, &d.g, &y.g, p, seed, offset)))
+    CHECK(memops_pair_err(cc, gc, &y) == 0, "%s dropout_add differs: %g", dn,
+          memops_pair_err(cc, gc, &y));
   memops_pair_free(cc, gc, &x); memops_pair_free(cc, gc, &y); memops_pair_free(cc, gc, &d);
   free(xv); free(dv);
 }

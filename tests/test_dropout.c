@@ -49,6 +49,23 @@ static void test_mask(nt_ctx *ctx, nt_test_rng *r, nt_dtype dt) {
     ref[i] = dx0[i] + (yv[i] != 0.0f ? (double)dyv[i] / (1.0 - p) : 0.0);
   CHECK(memops_rel_err_fd(dxv, ref, n) < nt_test_tol(dt) + 1e-7, "%s backward += dy*mask/(1-p): %g",
         nt_dtype_name(dt), memops_rel_err_fd(dxv, ref, n));
+  /* dropout_add: y = res + x*mask/(1-p) with one rounding (res = dx0 here). */
+  nt_tensor res = memops_tensor(ctx, dt, 1, shape, dx0), ya = memops_tensor(ctx, dt, 1, shape, NULL);
+  CHECK_OK(ctx, nt_dropout_add(ctx, &x, &res, &ya, p, seed, offset));
+  float *yav = memops_values(ctx, &ya);
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < n; i++) {
+    int keep = nt_rng_u32_to_uniform(nt_rng_u32(seed, offset + (uint64_t)i)) > p;
+    float v = keep ? xv[i] * (1.0f / (1.0f - p)) : 0.0f;
+    float want = dx0[i] + v;
+    memops_round(&want, 1, dt);
+    wrong += want != yav[i];
+  }
+  CHECK(wrong == 0, "%s dropout_add: %lld elements differ from res + x*mask/(1-p) rounded once",
+        nt_dtype_name(dt), (long long)wrong);
+  CHECK_ERR(ctx, NT_ERR_INVALID_ARG, nt_dropout_add(ctx, &x, NULL, &ya, p, seed, offset));
+  free(yav);
+  nt_tensor_free(ctx, &res); nt_tensor_free(ctx, &ya);
   free(ref); free(dxv); free(dyv); free(dx0); free(y2v); free(yv); free(xv);
   nt_tensor_free(ctx, &x); nt_tensor_free(ctx, &y); nt_tensor_free(ctx, &y2);
   nt_tensor_free(ctx, &dy); nt_tensor_free(ctx, &dx);

@@ -1,5 +1,6 @@
 /* CPU LayerNorm: forward against fp64 in every dtype (f32 and same-dtype weights), backward
  * (dx, dweight, dbias) against finite differences, accumulation, argument errors. */
+#include "ops/dropout.h"
 #include "ops/layernorm.h"
 #include "tests/memops_test.h"
 
@@ -99,6 +100,54 @@ static void test_backward(nt_ctx *ctx, nt_test_rng *r) {
   free(num); free(p); free(R); free(g0); free(g);
 }
 
+/* backward_ex's extras: dropped is nt_dropout_forward of the finished dx, colsum the column
+ * sums of dropped (or of dx); bad extras are clear errors. */
+static void test_extras(nt_ctx *ctx, nt_test_rng *r) {
+  const int64_t rows = 7, C = 24, n = rows * C, xs[2] = {rows, C}, ws[1] = {C}, ms[1] = {rows};
+  float *xv = memops_random(r, n, -2, 2), *wv = memops_random(r, C, 0.5f, 1.5f);
+  float *dyv = memops_random(r, n, -1, 1), *dx0 = memops_random(r, n, -1, 1);
+  nt_tensor x = memops_tensor(ctx, NT_F32, 2, xs, xv), y = memops_tensor(ctx, NT_F32, 2, xs, NULL);
+  nt_tensor w = memops_tensor(ctx, NT_F32, 1, ws, wv), dy = memops_tensor(ctx, NT_F32, 2, xs, dyv);
+  nt_tensor dx = memops_tensor(ctx, NT_F32, 2, xs, dx0), dw = memops_tensor(ctx, NT_F32, 1, ws, NULL);
+  nt_tensor m = memops_tensor(ctx, NT_F32, 1, ms, NULL), rs = memops_tensor(ctx, NT_F32, 1, ms, NULL);
+  nt_tensor dropped = memops_tensor(ctx, NT_F32, 2, xs, NULL), want = memops_tensor(ctx, NT_F32, 2, xs, NULL);
+  nt_tensor cs = memops_tensor(ctx, NT_F32, 1, ws, wv), cs2 = memops_tensor(ctx, NT_F32, 1, ws, wv);
+  CHECK_OK(ctx, nt_layernorm_forward(ctx, &x, &w, NULL, &y, &m, &rs));
+  nt_layernorm_bwd_opts o = {&dropped, 0.25f, 9, 8, &cs};
+  CHECK_OK(ctx, nt_layernorm_backward_ex(ctx, &dy, &x, &w, &m, &rs, &dx, &dw, NULL, &o));
+  CHECK_OK(ctx, nt_dropout_forward(ctx, &dx, &want, 0.25f, 9, 8));
+  float *a = memops_values(ctx, &dropped), *b = memops_values(ctx, &want);
+  float *c = memops_values(ctx, &cs);
+  CHECK(memcmp(a, b, (size_t)n * sizeof(float)) == 0, "dropped is dropout(dx)");
+  double worst = 0;
+  for (int64_t j = 0; j < C; j++) {
+    double sum = 0;
+    for (int64_t i = 0; i < rows; i++) sum += a[i * C + j];
+    worst = fmax(worst, fabs(sum - c[j]));
+  }
+  CHECK(worst < 1e-5, "colsum is the column sums of dropped (worst %g)", worst);
+  /* without dropped: the sums of dx itself */
+  nt_layernorm_bwd_opts o2 = {NULL, 0.0f, 0, 0, &cs2};
+  CHECK_OK(ctx, nt_layernorm_backward_ex(ctx, &dy, &x, &w, &m, &rs, &dx, &dw, NULL, &o2));
+  float *d = memops_values(ctx, &dx), *c2 = memops_values(ctx, &cs2);
+  worst = 0;
+  for (int64_t j = 0; j < C; j++) {
+    double sum = 0;
+    for (int64_t i = 0; i < rows; i++) sum += d[i * C + j];
+    worst = fmax(worst, fabs(sum - c2[j]));
+  }
+  CHECK(worst < 1e-5, "colsum without dropout is the column sums of dx (worst %g)", worst);
+  nt_layernorm_bwd_opts bad_p = {&dropped, 1.0f, 9, 8, NULL}, bad_off = {&dropped, 0.2f, 9, 6, NULL};
+  nt_layernorm_bwd_opts bad_cs = {NULL, 0.0f, 0, 0, &m};
+  CHECK_ERR(ctx, NT_ERR_INVALID_ARG, nt_layernorm_backward_ex(ctx, &dy, &x, &w, &m, &rs, &dx, &dw, NULL, &bad_p));
+  CHECK_ERR(ctx, NT_ERR_INVALID_ARG, nt_layernorm_backward_ex(ctx, &dy, &x, &w, &m, &rs, &dx, &dw, NULL, &bad_off));
+  CHECK_ERR(ctx, NT_ERR_SHAPE, nt_layernorm_backward_ex(ctx, &dy, &x, &w, &m, &rs, &dx, &dw, NULL, &bad_cs));
+  free(a); free(b); free(c); free(d); free(c2);
+  nt_tensor *all[12] = {&x, &y, &w, &dy, &dx, &dw, &m, &rs, &dropped, &want, &cs, &cs2};
+  for (int i = 0; i < 12; i++) nt_tensor_free(ctx, all[i]);
+  free(xv); free(wv); free(dyv); free(dx0);
+}
+
 static void test_errors(nt_ctx *ctx) {
   int64_t xs[2] = {4, 6}, ws[1] = {6}, bad[1] = {5}, ms[1] = {4}, ms3[1] = {3};
   nt_tensor x = memops_tensor(ctx, NT_F32, 2, xs, NULL), y = memops_tensor(ctx, NT_F32, 2, xs, NULL);
@@ -125,6 +174,7 @@ int main(void) {
   }
   test_forward(ctx, &r, NT_F16, NT_F16, 30000.0f); /* near fp16's range limit */
   test_backward(ctx, &r);
+  test_extras(ctx, &r);
   test_errors(ctx);
   nt_ctx_free(ctx);
   return nt_test_finish();
