@@ -47,11 +47,14 @@ __global__ void emb_dwpe_kernel(int B, int T_len, int C, const T *__restrict__ d
   }
 }
 
-/* Block (i, chunk) handles columns [64 * chunk, 64 * chunk + 64) of the run of equal ids
- * starting at sorted index i (blocks not at a run's start exit). Its 8 warps take every 8th row
- * of the run (2 columns per lane), then warp 0 adds the 8 partial sums in warp order: a fixed
- * summation order, so the result is bit-reproducible, while a long run (a small vocabulary has
- * hundreds of rows per id) is spread over 8 warps and C / 64 blocks instead of one block. */
+/* Block (b, chunk) handles columns [64 * chunk, 64 * chunk + 64) of the runs of equal ids that
+ * start at sorted indices b, b + gridDim.x, ... (a grid of about what the GPU holds at once: a
+ * block per sorted index launched n blocks, nearly all of which found no run start and exited,
+ * and that cost more than the sums). Its 8 warps take every 8th row of the run (2 columns per
+ * lane, several rows' loads in flight), then warp 0 adds the 8 partial sums in warp order: a
+ * fixed summation order, so the result is bit-reproducible, while a long run (a small
+ * vocabulary has hundreds or thousands of rows per id) is spread over 8 warps and C / 64
+ * blocks. */
 constexpr int kDwteWarps = 8, kDwteCols = 64;
 
 template <typename T>
@@ -60,38 +63,41 @@ __global__ void __launch_bounds__(32 * kDwteWarps)
                     const int32_t *__restrict__ sorted_pos, const T *__restrict__ dout,
                     float *__restrict__ dwte) {
   __shared__ float part[kDwteWarps][kDwteCols];
-  const int i = blockIdx.x;
-  const int id = sorted_ids[i];
-  if ((i > 0 && sorted_ids[i - 1] == id) || id < 0 || id >= V) return;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  int end = i + 1;   /* each warp finds the run's end 32 ids at a time */
-  for (;;) {
-    const int j = end + lane;
-    const unsigned same = __ballot_sync(0xffffffffu, j < n && sorted_ids[j] == id);
-    if (same != 0xffffffffu) {
-      end += __ffs(~same) - 1;
-      break;
-    }
-    end += 32;
-  }
   const int c0 = blockIdx.y * kDwteCols + 2 * lane;
-  float s0 = 0.0f, s1 = 0.0f;
-  for (int j = i + warp; j < end; j += kDwteWarps) {
-    const T *row = dout + (int64_t)sorted_pos[j] * C;
-    if (c0 < C) s0 += nt_to_f(row[c0]);
-    if (c0 + 1 < C) s1 += nt_to_f(row[c0 + 1]);
-  }
-  part[warp][2 * lane] = s0;
-  part[warp][2 * lane + 1] = s1;
-  __syncthreads();
-  if (warp) return;
-  for (int k = lane; k < kDwteCols; k += 32) {
-    const int c = blockIdx.y * kDwteCols + k;
-    if (c >= C) continue;
-    float s = 0.0f;
+  for (int i = blockIdx.x; i < n; i += gridDim.x) {
+    const int id = sorted_ids[i];   /* the same on every thread: the branches below are uniform */
+    if ((i > 0 && sorted_ids[i - 1] == id) || id < 0 || id >= V) continue;
+    int end = i + 1;   /* each warp finds the run's end 32 ids at a time */
+    for (;;) {
+      const int j = end + lane;
+      const unsigned same = __ballot_sync(0xffffffffu, j < n && sorted_ids[j] == id);
+      if (same != 0xffffffffu) {
+        end += __ffs(~same) - 1;
+        break;
+      }
+      end += 32;
+    }
+    float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll 8
+    for (int j = i + warp; j < end; j += kDwteWarps) {
+      const T *row = dout + (int64_t)sorted_pos[j] * C;
+      if (c0 < C) s0 += nt_to_f(row[c0]);
+      if (c0 + 1 < C) s1 += nt_to_f(row[c0 + 1]);
+    }
+    part[warp][2 * lane] = s0;
+    part[warp][2 * lane + 1] = s1;
+    __syncthreads();
+    if (warp == 0)
+      for (int k = lane; k < kDwteCols; k += 32) {
+        const int c = blockIdx.y * kDwteCols + k;
+        if (c >= C) continue;
+        float s = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kDwteWarps; w++) s += part[w][k];
-    dwte[(int64_t)id * C + c] += s;
+        for (int w = 0; w < kDwteWarps; w++) s += part[w][k];
+        dwte[(int64_t)id * C + c] += s;
+      }
+    __syncthreads();   /* part is reused by the block's next run */
   }
 }
 
@@ -124,6 +130,7 @@ nt_status dwte_backward(nt_ctx *ctx, int n, int C, int V, const int32_t *tok, co
                         float *dwte) {
   cudaStream_t s = nt_cuda_stream(ctx);
   int32_t *buf = nullptr; /* sorted ids, positions in, positions out */
+  const int runs_grid = n < 8 * nt_sm_count(ctx) ? n : 8 * nt_sm_count(ctx);
   void *temp = nullptr;
   size_t temp_bytes = 0;
   nt_status st = NT_CUDA(ctx, cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, tok,
@@ -139,7 +146,7 @@ nt_status dwte_backward(nt_ctx *ctx, int n, int C, int V, const int32_t *tok, co
     st = NT_CUDA(ctx, cub::DeviceRadixSort::SortPairs(temp, temp_bytes, tok, buf, buf + n,
                                                       buf + 2 * n, n, 0, 32, s));
   if (st) goto done;
-  emb_dwte_kernel<T><<<dim3((unsigned)n, (unsigned)((C + kDwteCols - 1) / kDwteCols)),
+  emb_dwte_kernel<T><<<dim3((unsigned)runs_grid, (unsigned)((C + kDwteCols - 1) / kDwteCols)),
                        32 * kDwteWarps, 0, s>>>(n, C, V, buf, buf + 2 * n, dout, dwte);
   st = NT_CUDA_LAUNCHED(ctx);
 done:

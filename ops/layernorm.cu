@@ -24,40 +24,53 @@ constexpr int kWarps = 8;    /* rows per block in the general forward */
 constexpr int kRegMaxNP = 4; /* the register kernels take C <= 32 lanes x 8 x kRegMaxNP */
 constexpr int kRegFwdWarps = 4, kRegBwdWarps = 4;
 
-/* Column of lane's pack j. */
-__device__ __forceinline__ int reg_col(int lane, int j) { return (lane + 32 * j) * NT_PACK; }
+/* The register kernels give a row LPR lanes (32, or 16 for rows up to 512 wide, so that a
+ * warp works on two rows and no lane idles at C = 384): lane l of a warp serves row
+ * l / LPR of the warp's rows and columns (l % LPR + LPR j) * 8 .. + 7 for its packs j < NP. */
+template <int LPR> __device__ __forceinline__ int reg_col(int lane, int j) {
+  return (lane % LPR + LPR * j) * NT_PACK;
+}
 
-template <typename T, typename W, int NP>
+/* Sum over the LPR lanes of a row (a fixed tree; LPR 32 is nt_warp_sum). */
+template <int LPR> __device__ __forceinline__ float row_sum(float v) {
+#pragma unroll
+  for (int o = LPR / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+template <typename T, typename W, int NP, int LPR>
 __global__ void __launch_bounds__(32 * kRegFwdWarps)
     ln_forward_reg_kernel(int64_t rows, int C, const T *__restrict__ x, const W *__restrict__ w,
                           const W *__restrict__ b, T *__restrict__ y, float *__restrict__ mean,
                           float *__restrict__ rstd) {
   const int lane = threadIdx.x & 31;
-  const int64_t row = (int64_t)blockIdx.x * kRegFwdWarps + (threadIdx.x >> 5);
-  if (row >= rows) return;
+  const int64_t row = ((int64_t)blockIdx.x * kRegFwdWarps + (threadIdx.x >> 5)) * (32 / LPR) +
+                      lane / LPR;
+  const bool valid = row < rows; /* a half-warp past the end still joins the shuffles */
   const int64_t o = row * C;
   float v[NP][NT_PACK];
   float s = 0.0f;
 #pragma unroll
   for (int j = 0; j < NP; j++) {
-    const int c = reg_col(lane, j);
-    if (c < C) {
+    const int c = reg_col<LPR>(lane, j);
+    if (valid && c < C) {
       nt_load8(x + o + c, v[j]);
 #pragma unroll
       for (int i = 0; i < NT_PACK; i++) s += v[j][i];
     }
   }
-  const float m = nt_warp_sum(s) / (float)C;
+  const float m = row_sum<LPR>(s) / (float)C;
   float q = 0.0f;
 #pragma unroll
   for (int j = 0; j < NP; j++)
-    if (reg_col(lane, j) < C)
+    if (valid && reg_col<LPR>(lane, j) < C)
 #pragma unroll
       for (int i = 0; i < NT_PACK; i++) q += (v[j][i] - m) * (v[j][i] - m);
-  const float r = rsqrtf(nt_warp_sum(q) / (float)C + 1e-5f);
+  const float r = rsqrtf(row_sum<LPR>(q) / (float)C + 1e-5f);
+  if (!valid) return;
 #pragma unroll
   for (int j = 0; j < NP; j++) {
-    const int c = reg_col(lane, j);
+    const int c = reg_col<LPR>(lane, j);
     if (c >= C) continue;
     float wv[NT_PACK], bv[NT_PACK];
     nt_load8(w + c, wv);
@@ -66,7 +79,7 @@ __global__ void __launch_bounds__(32 * kRegFwdWarps)
     for (int i = 0; i < NT_PACK; i++) v[j][i] = (v[j][i] - m) * r * wv[i] + (b ? bv[i] : 0.0f);
     nt_store8(y + o + c, v[j]);
   }
-  if (lane == 0) {
+  if (lane % LPR == 0) {
     if (mean) mean[row] = m;
     if (rstd) rstd[row] = r;
   }
@@ -81,10 +94,10 @@ struct reg_extras {
   bool colsum;
 };
 
-/* Grid-stride over rows, kRegBwdWarps rows at a time. Dynamic shared memory: kRegBwdWarps
- * slices of nout * C floats; block b's partial sums go to partial[b * nout * C ..]: dweight,
- * dbias, then (nout 3) the column sums. */
-template <typename T, typename W, int NP>
+/* Grid-stride over rows, kRegBwdWarps * 32 / LPR rows at a time. Dynamic shared memory: one
+ * slice of nout * C floats per (warp, row of the warp); block b's partial sums go to
+ * partial[b * nout * C ..]: dweight, dbias, then (nout 3) the column sums. */
+template <typename T, typename W, int NP, int LPR>
 __global__ void __launch_bounds__(32 * kRegBwdWarps)
     ln_backward_reg_kernel(int64_t rows, int C, const T *__restrict__ dy,
                            const T *__restrict__ x, const W *__restrict__ w,
@@ -92,6 +105,7 @@ __global__ void __launch_bounds__(32 * kRegBwdWarps)
                            float *__restrict__ partial, reg_extras e) {
   extern __shared__ float4 smem4[];
   float *smem = reinterpret_cast<float *>(smem4);
+  constexpr int RPW = 32 / LPR, SLICES = kRegBwdWarps * RPW;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nout = e.colsum ? 3 : 2;
   const uint64_t offset = e.rel_offset + (e.base ? *e.base : 0);
   T *dropped = static_cast<T *>(e.dropped);
@@ -100,25 +114,27 @@ __global__ void __launch_bounds__(32 * kRegBwdWarps)
   for (int j = 0; j < NP; j++)
 #pragma unroll
     for (int i = 0; i < NT_PACK; i++) aw[j][i] = ab[j][i] = ac[j][i] = 0.0f;
-  for (int64_t row = (int64_t)blockIdx.x * kRegBwdWarps + warp; row < rows;
-       row += (int64_t)gridDim.x * kRegBwdWarps) {
-    const int64_t o = row * C;
+  /* the loop runs while the warp's first row exists (a warp-uniform condition) */
+  for (int64_t first = ((int64_t)blockIdx.x * kRegBwdWarps + warp) * RPW; first < rows;
+       first += (int64_t)gridDim.x * SLICES) {
+    const int64_t row = first + lane / LPR, o = row * C;
+    const bool valid = row < rows;
     nt_raw_pack<T> xr[NP], dyr[NP], dxr[NP];
 #pragma unroll
     for (int j = 0; j < NP; j++) {
-      const int c = reg_col(lane, j);
-      if (c < C) {
+      const int c = reg_col<LPR>(lane, j);
+      if (valid && c < C) {
         xr[j] = nt_load_raw(x + o + c);
         dyr[j] = nt_load_raw(dy + o + c);
         dxr[j] = nt_load_raw(dx + o + c);
       }
     }
-    const float m = mean[row], r = rstd[row];
+    const float m = valid ? mean[row] : 0.0f, r = valid ? rstd[row] : 0.0f;
     float sg = 0.0f, sgx = 0.0f;
 #pragma unroll
     for (int j = 0; j < NP; j++) {
-      const int c = reg_col(lane, j);
-      if (c >= C) continue;
+      const int c = reg_col<LPR>(lane, j);
+      if (!valid || c >= C) continue;
       float xv[NT_PACK], dv[NT_PACK], wv[NT_PACK];
       nt_unpack(xr[j], xv);
       nt_unpack(dyr[j], dv);
@@ -130,12 +146,12 @@ __global__ void __launch_bounds__(32 * kRegBwdWarps)
         sgx += g * (xv[i] - m) * r;
       }
     }
-    sg = nt_warp_sum(sg) / (float)C;
-    sgx = nt_warp_sum(sgx) / (float)C;
+    sg = row_sum<LPR>(sg) / (float)C;
+    sgx = row_sum<LPR>(sgx) / (float)C;
 #pragma unroll
     for (int j = 0; j < NP; j++) {
-      const int c = reg_col(lane, j);
-      if (c >= C) continue;
+      const int c = reg_col<LPR>(lane, j);
+      if (!valid || c >= C) continue;
       float xv[NT_PACK], dv[NT_PACK], wv[NT_PACK], ov[NT_PACK];
       nt_unpack(xr[j], xv);
       nt_unpack(dyr[j], dv);
@@ -166,10 +182,10 @@ __global__ void __launch_bounds__(32 * kRegBwdWarps)
         for (int i = 0; i < NT_PACK; i++) ac[j][i] += ov[i];
     }
   }
-  float *mine = smem + (size_t)warp * nout * C;
+  float *mine = smem + (size_t)(warp * RPW + lane / LPR) * nout * C;
 #pragma unroll
   for (int j = 0; j < NP; j++) {
-    const int c = reg_col(lane, j);
+    const int c = reg_col<LPR>(lane, j);
     if (c >= C) continue;
 #pragma unroll
     for (int i = 0; i < NT_PACK; i++) {
@@ -182,7 +198,7 @@ __global__ void __launch_bounds__(32 * kRegBwdWarps)
   float *out = partial + (size_t)blockIdx.x * nout * C;
   for (int i = threadIdx.x; i < nout * C; i += blockDim.x) {
     float t = 0.0f;
-    for (int k = 0; k < kRegBwdWarps; k++) t += smem[(size_t)k * nout * C + i];
+    for (int k = 0; k < SLICES; k++) t += smem[(size_t)k * nout * C + i];
     out[i] = t;
   }
 }
@@ -361,14 +377,20 @@ __global__ void __launch_bounds__(32 * kFinWarps)
   if (nout == 3) colsum[c] = a[2];
 }
 
-/* The register kernels' pack count for C and the rows' pointers (0: they do not take them;
- * only 16-bit types reach this). */
-int reg_packs(int C, std::initializer_list<const void *> ptrs) {
+/* The register kernels' shape for C and the rows' pointers, as LPR * 8 + NP (0: they do not
+ * take them; only 16-bit types reach this): rows up to 512 wide get 16 lanes, wider ones 32. */
+constexpr int reg_key(int lpr, int np) { return lpr * 8 + np; }
+
+int reg_shape(int C, std::initializer_list<const void *> ptrs) {
   if (C % NT_PACK != 0 || C > 32 * NT_PACK * kRegMaxNP) return 0;
   for (const void *p : ptrs)
     if (p && !nt_aligned16(p)) return 0;
-  return (C + 32 * NT_PACK - 1) / (32 * NT_PACK);
+  const int packs = C / NT_PACK, lpr = packs <= 16 * kRegMaxNP ? 16 : 32;
+  return reg_key(lpr, (packs + lpr - 1) / lpr);
 }
+
+/* The switch cases of the register kernels' shapes: X(LPR, NP) each. */
+#define NT_LN_REG_SHAPES(X) X(16, 1) X(16, 2) X(16, 3) X(16, 4) X(32, 3) X(32, 4)
 
 template <typename T, typename W>
 void launch_forward(nt_ctx *ctx, int64_t rows, int C, const nt_tensor *x, const nt_tensor *w,
@@ -378,17 +400,17 @@ void launch_forward(nt_ctx *ctx, int64_t rows, int C, const nt_tensor *x, const 
   T *yp = (T *)y->data;
   float *mp = mean ? (float *)mean->data : nullptr, *rp = rstd ? (float *)rstd->data : nullptr;
   cudaStream_t s = nt_cuda_stream(ctx);
-  const unsigned reg_blocks = (unsigned)((rows + kRegFwdWarps - 1) / kRegFwdWarps);
-#define NT_LN_FWD_REG(NP)                                                                        \
-  ln_forward_reg_kernel<T, W, NP><<<reg_blocks, 32 * kRegFwdWarps, 0, s>>>(rows, C, xp, wp, bp,  \
-                                                                           yp, mp, rp);          \
-  return
+#define NT_LN_FWD_REG(LPR, NP)                                                                   \
+  case reg_key(LPR, NP): {                                                                       \
+    const int64_t per_block = kRegFwdWarps * (32 / LPR);                                        \
+    ln_forward_reg_kernel<T, W, NP, LPR><<<(unsigned)((rows + per_block - 1) / per_block),      \
+                                           32 * kRegFwdWarps, 0, s>>>(rows, C, xp, wp, bp, yp,   \
+                                                                      mp, rp);                   \
+    return;                                                                                      \
+  }
   if constexpr (sizeof(T) == 2) {
-    switch (reg_packs(C, {xp, yp, wp, bp})) {
-    case 1: NT_LN_FWD_REG(1);
-    case 2: NT_LN_FWD_REG(2);
-    case 3: NT_LN_FWD_REG(3);
-    case 4: NT_LN_FWD_REG(4);
+    switch (reg_shape(C, {xp, yp, wp, bp})) {
+      NT_LN_REG_SHAPES(NT_LN_FWD_REG)
     default: break;
     }
   }
@@ -403,11 +425,12 @@ void launch_forward(nt_ctx *ctx, int64_t rows, int C, const nt_tensor *x, const 
 }
 
 /* A backward kernel of nw warps and `smem` bytes of dynamic shared memory, as many blocks as
- * fit on the GPU at once (at most one per nw rows), then the finalize over their partials of
- * nout * C floats each. launch(grid, partial) enqueues the kernel. */
+ * fit on the GPU at once (at most one per rows_per_block rows), then the finalize over their
+ * partials of nout * C floats each. launch(grid, partial) enqueues the kernel. */
 template <typename K, typename L>
-nt_status run_backward(nt_ctx *ctx, K kernel, int nw, size_t smem, int64_t rows, int C, int nout,
-                       float *dw, float *db, float *colsum, L launch) {
+nt_status run_backward(nt_ctx *ctx, K kernel, int nw, int rows_per_block, size_t smem,
+                       int64_t rows, int C, int nout, float *dw, float *db, float *colsum,
+                       L launch) {
   nt_status st = NT_CUDA(ctx, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                     (int)smem));
   if (st) return st;
@@ -415,7 +438,8 @@ nt_status run_backward(nt_ctx *ctx, K kernel, int nw, size_t smem, int64_t rows,
   st = NT_CUDA(ctx, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, nw * 32, smem));
   if (st) return st;
   if (per_sm < 1) per_sm = 1;
-  int64_t want = (rows + nw - 1) / nw, grid = (int64_t)per_sm * nt_sm_count(ctx);
+  int64_t want = (rows + rows_per_block - 1) / rows_per_block;
+  int64_t grid = (int64_t)per_sm * nt_sm_count(ctx);
   if (grid > want) grid = want;
   if (grid < 1) grid = 1;
   float *partial = nullptr;
@@ -432,15 +456,16 @@ nt_status run_backward(nt_ctx *ctx, K kernel, int nw, size_t smem, int64_t rows,
   return st;
 }
 
-template <typename T, typename W, int NP>
+template <typename T, typename W, int NP, int LPR>
 nt_status backward_reg(nt_ctx *ctx, int64_t rows, int C, const T *dy, const T *x, const W *w,
                        const float *mean, const float *rstd, T *dx, float *dw, float *db,
                        const reg_extras &e, float *colsum) {
-  const int nout = e.colsum ? 3 : 2;
-  const size_t smem = (size_t)kRegBwdWarps * nout * C * sizeof(float);
-  auto kernel = ln_backward_reg_kernel<T, W, NP>;
+  const int nout = e.colsum ? 3 : 2, rows_per_block = kRegBwdWarps * (32 / LPR);
+  const size_t smem = (size_t)rows_per_block * nout * C * sizeof(float);
+  auto kernel = ln_backward_reg_kernel<T, W, NP, LPR>;
   cudaStream_t s = nt_cuda_stream(ctx);
-  return run_backward(ctx, kernel, kRegBwdWarps, smem, rows, C, nout, dw, db, colsum,
+  return run_backward(ctx, kernel, kRegBwdWarps, rows_per_block, smem, rows, C, nout, dw, db,
+                      colsum,
                       [&](unsigned grid, float *partial) {
                         kernel<<<grid, 32 * kRegBwdWarps, smem, s>>>(rows, C, dy, x, w, mean,
                                                                      rstd, dx, partial, e);
@@ -458,7 +483,7 @@ nt_status backward_general(nt_ctx *ctx, int64_t rows, int C, const T *dy, const 
   const size_t smem = (size_t)nw * 2 * C * sizeof(float);
   auto kernel = ln_backward_kernel<T, W, VEC>;
   cudaStream_t s = nt_cuda_stream(ctx);
-  return run_backward(ctx, kernel, nw, smem, rows, C, 2, dw, db, nullptr,
+  return run_backward(ctx, kernel, nw, nw, smem, rows, C, 2, dw, db, nullptr,
                       [&](unsigned grid, float *partial) {
                         kernel<<<grid, nw * 32, smem, s>>>(rows, C, dy, x, w, mean, rstd, dx,
                                                            partial);
@@ -490,14 +515,12 @@ nt_status launch_backward(nt_ctx *ctx, int64_t rows, int C, const nt_tensor *dy,
     colsum = (float *)o->colsum->data;
   }
   *fused = true;
-#define NT_LN_BWD_REG(NP) \
-  return backward_reg<T, W, NP>(ctx, rows, C, dyp, xp, wp, mp, rp, dxp, dwp, dbp, e, colsum)
+#define NT_LN_BWD_REG(LPR, NP)                                                                   \
+  case reg_key(LPR, NP):                                                                         \
+    return backward_reg<T, W, NP, LPR>(ctx, rows, C, dyp, xp, wp, mp, rp, dxp, dwp, dbp, e, colsum);
   if constexpr (sizeof(T) == 2) {
-    switch (reg_packs(C, {dyp, xp, wp, dxp, e.dropped})) {
-    case 1: NT_LN_BWD_REG(1);
-    case 2: NT_LN_BWD_REG(2);
-    case 3: NT_LN_BWD_REG(3);
-    case 4: NT_LN_BWD_REG(4);
+    switch (reg_shape(C, {dyp, xp, wp, dxp, e.dropped})) {
+      NT_LN_REG_SHAPES(NT_LN_BWD_REG)
     default: break;
     }
   }

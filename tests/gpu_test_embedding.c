@@ -1,5 +1,5 @@
 /* GPU embedding against the CPU reference: every dtype, C = 768 (vector path) and 37 (scalar),
- * V = 50304 and 11 (many repeated tokens), without wpe, accumulation into dwte/dwpe,
+ * V = 50304, 65 and 11 (many repeated tokens, runs of thousands), without wpe, accumulation into dwte/dwpe,
  * bit-identical backward across runs, NaN rows for out-of-range ids. */
 #include "ops/embedding.h"
 #include "tests/memops_test.h"
@@ -84,6 +84,9 @@ int main(void) {
     run_case(cc, gc, &r, dt, 4, 64, 768, 50304, 128, 1);
     run_case(cc, gc, &r, dt, 3, 7, 37, 11, 9, 1);
     run_case(cc, gc, &r, dt, 5, 33, 40, 11, 33, 0);
+    /* more sorted positions than the dwte grid: blocks walk several run starts; one id in
+     * three makes a run of ~2700 rows, as a frequent character does */
+    run_case(cc, gc, &r, dt, 32, 256, 384, 65, 256, 1);
   }
   bad_ids(gc);
   nt_ctx_free(cc);
