@@ -48,9 +48,9 @@ __global__ void emb_dwpe_kernel(int B, int T_len, int C, const T *__restrict__ d
 }
 
 /* Block (b, chunk) handles columns [64 * chunk, 64 * chunk + 64) of the runs of equal ids that
- * start at sorted indices b, b + gridDim.x, ... (a grid of about what the GPU holds at once: a
- * block per sorted index launched n blocks, nearly all of which found no run start and exited,
- * and that cost more than the sums). Its 8 warps take every 8th row of the run (2 columns per
+ * start at sorted indices b, b + gridDim.x, ... (with a small vocabulary, a grid of about what
+ * the GPU holds at once: a block per sorted index launched n blocks, nearly all of which found
+ * no run start and exited, and that cost more than the sums). Its 8 warps take every 8th row of the run (2 columns per
  * lane, several rows' loads in flight), then warp 0 adds the 8 partial sums in warp order: a
  * fixed summation order, so the result is bit-reproducible, while a long run (a small
  * vocabulary has hundreds or thousands of rows per id) is spread over 8 warps and C / 64
@@ -130,7 +130,10 @@ nt_status dwte_backward(nt_ctx *ctx, int n, int C, int V, const int32_t *tok, co
                         float *dwte) {
   cudaStream_t s = nt_cuda_stream(ctx);
   int32_t *buf = nullptr; /* sorted ids, positions in, positions out */
-  const int runs_grid = n < 8 * nt_sm_count(ctx) ? n : 8 * nt_sm_count(ctx);
+  /* a block per sorted index when the ids are mostly distinct (many short runs: parallelism
+   * wins), about what the GPU holds at once for a small vocabulary (few long runs) */
+  const int want = V > 8 * nt_sm_count(ctx) ? V : 8 * nt_sm_count(ctx);
+  const int runs_grid = n < want ? n : want;
   void *temp = nullptr;
   size_t temp_bytes = 0;
   nt_status st = NT_CUDA(ctx, cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, tok,

@@ -7,6 +7,9 @@
 /* The forward gathers rows: exact in every dtype (measured 0 in f16 and bf16 on the H200,
  * 2026-12-04 03:20). The fp32 weight gradients: about twice the worst measured, 1.15e-7. */
 static const double tol_grad = 2.2e-7;
+/* dwte with runs of ~2700 equal ids (8192 tokens, V = 65): fp32 sums that long measured
+ * 6.27e-7 (2026-12-04 17:20); twice that. */
+static const double tol_grad_long_runs = 1.3e-6;
 
 static void run_case(nt_ctx *cc, nt_ctx *gc, nt_test_rng *r, nt_dtype dt, int64_t B, int64_t T,
                      int64_t C, int64_t V, int64_t Tmax, int use_wpe) {
@@ -32,7 +35,8 @@ static void run_case(nt_ctx *cc, nt_ctx *gc, nt_test_rng *r, nt_dtype dt, int64_
           memops_pair_err(cc, gc, &out));
   if (CHECK_OK(cc, nt_embedding_backward(cc, &tc, &dout.c, &dwte.c, use_wpe ? &dwpe.c : NULL)) &&
       CHECK_OK(gc, nt_embedding_backward(gc, &tg, &dout.g, &dwte.g, use_wpe ? &dwpe.g : NULL))) {
-    CHECK(memops_pair_err(cc, gc, &dwte) < tol_grad, "%s dwte (+=) %g", dn, memops_pair_err(cc, gc, &dwte));
+    double tol = B * T > 1000 ? tol_grad_long_runs : tol_grad;
+    CHECK(memops_pair_err(cc, gc, &dwte) < tol, "%s dwte (+=) %g", dn, memops_pair_err(cc, gc, &dwte));
     CHECK(memops_pair_err(cc, gc, &dwpe) < tol_grad, "%s dwpe (+=) %g", dn, memops_pair_err(cc, gc, &dwpe));
   }
   nt_tensor a = memops_tensor(gc, NT_F32, 2, es, g0), b = memops_tensor(gc, NT_F32, 2, es, g0);
