@@ -162,6 +162,8 @@ nt_status nt_layernorm_backward_ex(nt_ctx *ctx, const nt_tensor *dy, const nt_te
   bool extras = opts && (opts->dropped || opts->colsum);
   if (!st && extras && opts->dropped) {
     st = check_same(ctx, x, opts->dropped, "layernorm_backward dropped");
+    if (!st && opts->dropped->data == dx->data)
+      st = NT_ERROR(ctx, NT_ERR_INVALID_ARG, "layernorm_backward: dropped must not be dx itself");
     if (!st && !(opts->p >= 0.0f && opts->p < 1.0f))
       st = NT_ERROR(ctx, NT_ERR_INVALID_ARG, "layernorm_backward: dropout p = %g must be in "
                     "[0, 1)", (double)opts->p);

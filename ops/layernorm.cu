@@ -1,4 +1,4 @@
-/* LayerNorm on the GPU: one warp per row, a lane always owning the same columns.
+/* LayerNorm on the GPU: a warp (or half of one) per row, a lane always owning the same columns.
  *
  * Rows of 16-bit types with C a multiple of 8 up to 1024 (GPT-2's 768, the small GPT's 384) take
  * the register kernels: a lane holds its NP packs of 8 elements of the row in registers, so the
@@ -36,6 +36,31 @@ template <int LPR> __device__ __forceinline__ float row_sum(float v) {
 #pragma unroll
   for (int o = LPR / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
+}
+
+/* The backward's arithmetic on one pack of 8 (both kernel forms): with g = w * dy and
+ * xhat = (x - mean) * rstd, a row first sums g and g * xhat (row_terms); then, with sg and sgx
+ * their means over the row, dx += (g - sg - xhat * sgx) * rstd, and the pack's dweight and dbias
+ * terms dy * xhat and dy are added to dw and db (pack_grads). */
+__device__ __forceinline__ void ln_bwd_row_terms(const float *xv, const float *dv, const float *wv,
+                                                 float m, float r, float &sg, float &sgx) {
+#pragma unroll
+  for (int i = 0; i < NT_PACK; i++) {
+    float g = wv[i] * dv[i];
+    sg += g;
+    sgx += g * (xv[i] - m) * r;
+  }
+}
+__device__ __forceinline__ void ln_bwd_pack_grads(const float *xv, const float *dv,
+                                                  const float *wv, float m, float r, float sg,
+                                                  float sgx, float *dx, float *dw, float *db) {
+#pragma unroll
+  for (int i = 0; i < NT_PACK; i++) {
+    float xh = (xv[i] - m) * r;
+    dx[i] += (wv[i] * dv[i] - sg - xh * sgx) * r;
+    dw[i] += dv[i] * xh;
+    db[i] += dv[i];
+  }
 }
 
 template <typename T, typename W, int NP, int LPR>
@@ -139,12 +164,7 @@ __global__ void __launch_bounds__(32 * kRegBwdWarps)
       nt_unpack(xr[j], xv);
       nt_unpack(dyr[j], dv);
       nt_load8(w + c, wv);
-#pragma unroll
-      for (int i = 0; i < NT_PACK; i++) {
-        float g = wv[i] * dv[i];
-        sg += g;
-        sgx += g * (xv[i] - m) * r;
-      }
+      ln_bwd_row_terms(xv, dv, wv, m, r, sg, sgx);
     }
     sg = row_sum<LPR>(sg) / (float)C;
     sgx = row_sum<LPR>(sgx) / (float)C;
@@ -157,13 +177,7 @@ __global__ void __launch_bounds__(32 * kRegBwdWarps)
       nt_unpack(dyr[j], dv);
       nt_unpack(dxr[j], ov);
       nt_load8(w + c, wv);
-#pragma unroll
-      for (int i = 0; i < NT_PACK; i++) {
-        float xh = (xv[i] - m) * r;
-        ov[i] += (wv[i] * dv[i] - sg - xh * sgx) * r;
-        aw[j][i] += dv[i] * xh;
-        ab[j][i] += dv[i];
-      }
+      ln_bwd_pack_grads(xv, dv, wv, m, r, sg, sgx, ov, aw[j], ab[j]);
       nt_raw_pack<T> out = nt_pack_from<T>(ov);
       nt_store_raw(dx + o + c, out);
       if (!dropped && !e.colsum) continue;
@@ -283,12 +297,7 @@ __global__ void ln_backward_kernel(int64_t rows, int C, const T *__restrict__ dy
         nt_load8(xr + p, xv);
         nt_load8(dyr + p, dv);
         nt_load8(w + p, wv);
-#pragma unroll
-        for (int i = 0; i < NT_PACK; i++) {
-          float g = wv[i] * dv[i];
-          sg += g;
-          sgx += g * (xv[i] - m) * r;
-        }
+        ln_bwd_row_terms(xv, dv, wv, m, r, sg, sgx);
       }
     } else {
       for (int c = lane; c < C; c += 32) {
@@ -306,18 +315,12 @@ __global__ void ln_backward_kernel(int64_t rows, int C, const T *__restrict__ dy
         nt_load8(dyr + p, dv);
         nt_load8(w + p, wv);
         nt_load8(dxr + p, ov);
+        /* the warp's slices in shared memory, moved as float4 */
         float4 *w4 = reinterpret_cast<float4 *>(sw + p), *b4 = reinterpret_cast<float4 *>(sb + p);
-        float4 wa = w4[0], wb = w4[1], ba = b4[0], bb = b4[1];
-        float *wacc[NT_PACK] = {&wa.x, &wa.y, &wa.z, &wa.w, &wb.x, &wb.y, &wb.z, &wb.w};
-        float *bacc[NT_PACK] = {&ba.x, &ba.y, &ba.z, &ba.w, &bb.x, &bb.y, &bb.z, &bb.w};
-#pragma unroll
-        for (int i = 0; i < NT_PACK; i++) {
-          float xh = (xv[i] - m) * r;
-          ov[i] += (wv[i] * dv[i] - sg - xh * sgx) * r;
-          *wacc[i] += dv[i] * xh;
-          *bacc[i] += dv[i];
-        }
-        w4[0] = wa; w4[1] = wb; b4[0] = ba; b4[1] = bb;
+        float4 wacc[2] = {w4[0], w4[1]}, bacc[2] = {b4[0], b4[1]};
+        ln_bwd_pack_grads(xv, dv, wv, m, r, sg, sgx, ov, reinterpret_cast<float *>(wacc),
+                          reinterpret_cast<float *>(bacc));
+        w4[0] = wacc[0]; w4[1] = wacc[1]; b4[0] = bacc[0]; b4[1] = bacc[1];
         nt_store8(dxr + p, ov);
       }
     } else {

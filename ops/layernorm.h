@@ -8,11 +8,12 @@
  * 12800.
  *
  * nt_layernorm_backward_ex also forms, from the finished dx, what a transformer's next branch
- * reads (both optional; the GPU does it in the backward's own pass when C is a multiple of 8,
- * at most 1024, and the rows are 16-byte aligned, otherwise with the ops one after another):
+ * reads (both optional; the GPU does it in the backward's own pass for bf16 and fp16 rows
+ * with C a multiple of 8 up to 1024 and 16-byte aligned data, otherwise with the ops one after
+ * another):
  *   dropped = dropout(dx) with (p, seed, offset): nt_dropout_forward's mask and values;
  *   colsum  = the column sums of dropped, or of dx without `dropped` (F32 [C], written, not
- *             accumulated; fp32 sums in a fixed order): the bias gradient of the linear layer
+ *             accumulated; sums in a fixed order): the bias gradient of the linear layer
  *             whose output gradient dx (or dropped) is. */
 #ifndef NT_OPS_LAYERNORM_H
 #define NT_OPS_LAYERNORM_H

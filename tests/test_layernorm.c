@@ -142,6 +142,8 @@ static void test_extras(nt_ctx *ctx, nt_test_rng *r) {
   CHECK_ERR(ctx, NT_ERR_INVALID_ARG, nt_layernorm_backward_ex(ctx, &dy, &x, &w, &m, &rs, &dx, &dw, NULL, &bad_p));
   CHECK_ERR(ctx, NT_ERR_INVALID_ARG, nt_layernorm_backward_ex(ctx, &dy, &x, &w, &m, &rs, &dx, &dw, NULL, &bad_off));
   CHECK_ERR(ctx, NT_ERR_SHAPE, nt_layernorm_backward_ex(ctx, &dy, &x, &w, &m, &rs, &dx, &dw, NULL, &bad_cs));
+  nt_layernorm_bwd_opts alias = {&dx, 0.2f, 9, 8, NULL};
+  CHECK_ERR(ctx, NT_ERR_INVALID_ARG, nt_layernorm_backward_ex(ctx, &dy, &x, &w, &m, &rs, &dx, &dw, NULL, &alias));
   free(a); free(b); free(c); free(d); free(c2);
   nt_tensor *all[12] = {&x, &y, &w, &dy, &dx, &dw, &m, &rs, &dropped, &want, &cs, &cs2};
   for (int i = 0; i < 12; i++) nt_tensor_free(ctx, all[i]);
