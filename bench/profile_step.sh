@@ -8,8 +8,10 @@
 # for the profilers); when $OUT/bench_train.json (bench/run_train.sh's) exists, its measured
 # step times add the "outside kernels" row (launch gaps, host work, idle GPU).
 #   OUT=/path bench/profile_step.sh [gpt-char,gpt2,cnn]
-# Env: BUILD (build), PROFILER (auto|nsys|ncu), ITERS (profiled steps, 2), TORCH_GPT (compile),
-# TORCH_CNN (gpu-compile): the torch variants profiled; NT_ARGS / TORCH_ARGS: more arguments
+# Env: BUILD (build), PROFILER (auto|nsys|ncu), ITERS (profiled steps, 2), CACHE (ncu's
+# --cache-control: all, the default, flushes the caches before every kernel; none keeps the L2
+# warm as in a real step, which matters for the small GPT's 12.6 MB activations),
+# TORCH_GPT (compile), TORCH_CNN (gpu-compile): the torch variants profiled; NT_ARGS / TORCH_ARGS: more arguments
 # for nanotrain / profile_torch.py (a CPU smoke run: NT_ARGS="--device cpu ..." TORCH_ARGS=
 # "--device cpu --tiny"). About 4 minutes on an H200 (mostly torch.compile). Writes
 # $OUT/profile_step.md and the raw logs beside it.
@@ -39,7 +41,8 @@ tmp=$(mktemp -d)   # nanotrain's checkpoints stay out of $OUT
 trap 'rm -rf "$tmp"' EXIT
 { echo "## Where a training step's GPU time goes ($(date -u '+%Y-%m-%d %H:%M UTC'))"
   echo
-  echo "nanotrain: $profiler over $iters eager steps (NT_PROFILE_ITERS=$from:$to); torch:"
+  echo "nanotrain: $profiler over $iters eager steps (NT_PROFILE_ITERS=$from:$to; ncu caches:"
+  echo "${CACHE:-all}); torch:"
   echo "torch.profiler over $iters steps of bench_train.py's variant; ms per step."
   echo; } > "$report"
 
@@ -77,6 +80,7 @@ for w in "${workloads[@]}"; do
         "$out/nanotrain_$w.nsys-rep" > "$nt_csv" 2>>"$out/nanotrain_$w.log"
   else
     NT_PROFILE_ITERS=$from:$to "$NCU" --profile-from-start off --clock-control none \
+      --cache-control "${CACHE:-all}" \
       --metrics gpu__time_duration.sum --csv "${cmd[@]}" > "$nt_csv" 2> "$out/nanotrain_$w.log"
   fi
   [[ $w == cnn ]] && tv=${TORCH_CNN:-gpu-compile} || tv=${TORCH_GPT:-compile}
