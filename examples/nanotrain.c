@@ -26,6 +26,7 @@ enum {
   O_MODEL = 256, O_DEVICE, O_DTYPE, O_BATCH, O_LR, O_MIN_LR, O_WD, O_BETA1, O_BETA2, O_EPS,
   O_MAX_ITERS, O_EPOCHS, O_WARMUP, O_DECAY_ITERS, O_NO_DECAY, O_INIT_SCALE, O_GROWTH_INTERVAL,
   O_GROWTH_FACTOR, O_BACKOFF, O_CLIP, O_DROPOUT, O_NLAYER, O_NHEAD, O_NEMBD, O_BLOCK, O_VOCAB,
+  O_HEAD_ROWS,
   O_PRESET, O_DATA, O_WIDTHS, O_SEED, O_EVAL_INTERVAL, O_EVAL_ITERS, O_LOG_INTERVAL,
   O_METRICS_INTERVAL, O_WORKERS, O_DATA_DIR, O_OUT_DIR, O_RESUME, O_CKPT_INTERVAL, O_KEEP_CKPT,
   O_SAMPLE,
@@ -200,6 +201,7 @@ static const struct option long_opts[] = {
     {"n-embd", required_argument, 0, O_NEMBD},
     {"block-size", required_argument, 0, O_BLOCK},
     {"vocab-size", required_argument, 0, O_VOCAB},
+    {"head-rows", required_argument, 0, O_HEAD_ROWS},
     {"preset", required_argument, 0, O_PRESET},
     {"data", required_argument, 0, O_DATA},
     {"widths", required_argument, 0, O_WIDTHS},
@@ -259,6 +261,8 @@ static void usage(FILE *f) {
 "  --backoff-factor X         (0.5)\n"
 "  --dropout X                gpt 0.2, cnn 0 (after the hidden layer)\n"
 "  --n-layer N --n-head N --n-embd N --block-size N --vocab-size N   GPT shape\n"
+"  --head-rows N              GPT: logits rows formed at once (0: all while they take at\n"
+"                             most 512 MiB, else halved until they do)\n"
 "  --preset shakespeare-char|gpt2   GPT config (gpt2: 12/12/768, block 1024, vocab 50257,\n"
 "                             dropout 0, synthetic tokens unless --data is a shard)\n"
 "  --data shakespeare|synthetic|FILE   GPT text: tiny shakespeare, random tokens, or an\n"
@@ -339,6 +343,7 @@ static const opt_range ranges[] = {
     IRANGE(O_NEMBD, 1, NT_MAX_N_EMBD),
     IRANGE(O_BLOCK, 1, NT_MAX_BLOCK_SIZE),
     IRANGE(O_VOCAB, 1, NT_MAX_VOCAB_SIZE),
+    IRANGE(O_HEAD_ROWS, 0, INT32_MAX),
     IRANGE(O_SEED, 0, INT64_MAX),
     IRANGE(O_EVAL_INTERVAL, 0, NT_MAX_ITERS),
     IRANGE(O_EVAL_ITERS, 1, NT_MAX_ITERS),
@@ -506,7 +511,9 @@ static int parse_cli(int argc, char **argv, cli *c) {
     case O_NEMBD: o.gpt.n_embd = (int)n; break;
     case O_BLOCK: o.gpt.block_size = (int)n; break;
     case O_VOCAB: o.gpt.vocab_size = (int)n; break;
-    case O_PRESET:
+    case O_HEAD_ROWS: o.gpt.head_rows = (int)n; break;
+    case O_PRESET: {
+      int head_rows = o.gpt.head_rows;   /* not part of the model: a preset keeps it */
       if (!strcmp(optarg, "gpt2")) {
         o.gpt = nt_gpt_config_gpt2();
         gpt2 = true;
@@ -515,7 +522,9 @@ static int parse_cli(int argc, char **argv, cli *c) {
       } else {
         return bad(name, optarg, "expected shakespeare-char or gpt2");
       }
+      o.gpt.head_rows = head_rows;
       break;
+    }
     case O_DATA:
       o.gpt_data = optarg;
       data_given = true;

@@ -42,6 +42,7 @@ struct nt_gpt {
   nt_arena arena;
   nt_tensor x0, lnf, lnf_mean, lnf_rstd, logits, losses, loss;
   int Vp;                         /* vocabulary padded for the head's GEMMs */
+  int64_t R;                      /* rows of logits formed at once (nt_gpt_head_rows) */
   int Ls;                         /* the logits' row stride: Vp, rounded up to 8 on the GPU (a
                                      16-byte aligned row for cuBLASLt's tensor-core kernels when
                                      Vp is not, e.g. the char model's 65) */
@@ -130,7 +131,7 @@ static nt_status mlp_bwd(nt_ctx *ctx, nt_gpt *g, int l, const nt_tensor *dy, con
 }
 
 nt_gpt_config nt_gpt_config_shakespeare_char(void) {
-  nt_gpt_config c = {6, 6, 384, 256, 65, 0.2f};
+  nt_gpt_config c = {6, 6, 384, 256, 65, 0.2f, 0};
   return c;
 }
 
@@ -139,7 +140,7 @@ int nt_gpt_padded_vocab(const nt_gpt_config *c) {
 }
 
 nt_gpt_config nt_gpt_config_gpt2(void) {
-  nt_gpt_config c = {12, 12, 768, 1024, 50257, 0.0f};
+  nt_gpt_config c = {12, 12, 768, 1024, 50257, 0.0f, 0};
   return c;
 }
 
@@ -159,6 +160,9 @@ nt_status nt_gpt_config_check(nt_ctx *ctx, const nt_gpt_config *c) {
   if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
     return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "GPT config: dropout %g must be in [0, 1)",
                     (double)c->dropout);
+  if (c->head_rows < 0)
+    return NT_ERROR(ctx, NT_ERR_INVALID_ARG, "GPT config: head_rows %d is negative (0: auto)",
+                    c->head_rows);
   return NT_OK;
 }
 
@@ -241,13 +245,24 @@ static nt_status build_params(nt_ctx *ctx, nt_gpt *g, nt_dtype dt, bool alloc) {
   return NT_OK;
 }
 
+/* Rows of logits the head forms at once (nt_gpt_config.head_rows). */
+static int64_t head_rows(const nt_gpt *g, nt_dtype dt) {
+  int64_t N = (int64_t)g->B * g->T, r = g->cfg.head_rows;
+  if (r == 0) {
+    size_t row = (size_t)g->Ls * nt_dtype_size(dt);
+    for (r = N; r > g->T && (size_t)r * row > NT_GPT_HEAD_BYTES;) r = (r + 1) / 2;
+  }
+  return r < g->T ? g->T : r > N ? N : r;
+}
+
 static nt_status build_activations(nt_ctx *ctx, nt_gpt *g, nt_dtype dt, bool alloc) {
   const nt_gpt_config *c = &g->cfg;
   g->Ls = nt_ctx_is_cuda(ctx) ? (g->Vp + 7) / 8 * 8 : g->Vp;
+  g->R = head_rows(g, dt);
   int64_t B = g->B, T = g->T, C = c->n_embd, H = c->n_head, N = B * T;
   int64_t sC[3] = {B, T, C}, s3C[3] = {B, T, 3 * C}, s4C[3] = {B, T, 4 * C};
   int64_t sL[3] = {B, H, T}, sN[1] = {N};
-  int64_t sV[2] = {N, g->Ls}, sVp[1] = {g->Vp};
+  int64_t sV[2] = {g->R, g->Ls}, sVp[1] = {g->Vp};
   nt_arena *a = &g->arena;
   nt_status st = NT_OK;
 #define ADD(t, dtype, nd, shp) \
@@ -381,6 +396,7 @@ nt_status nt_gpt_estimate(nt_ctx *ctx, const nt_gpt_config *cfg, nt_dtype comput
 nt_params *nt_gpt_params(nt_gpt *g) { return &g->params; }
 const nt_gpt_config *nt_gpt_get_config(const nt_gpt *g) { return &g->cfg; }
 const nt_tensor *nt_gpt_loss(const nt_gpt *g) { return &g->loss; }
+int64_t nt_gpt_head_rows(const nt_gpt *g) { return g->R; }
 size_t nt_gpt_activation_bytes(const nt_gpt *g) { return g->arena.bytes; }
 
 int64_t nt_gpt_num_params(const nt_gpt *g, bool non_embedding) {
@@ -495,22 +511,39 @@ static nt_status forward(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, bool t
     x = x2;
   }
   nt_tensor lnf = v3(&g->lnf, b, t, C), mf = v1(&g->lnf_mean, N), rf = v1(&g->lnf_rstd, N);
-  nt_tensor lnf2 = v2(&g->lnf, N, C), logits = logits_view(g, N);
   if (!st) st = unit_hook(ctx, g, hooks, g->lnf_unit, nt_unit_before_forward);
   if (!st) st = nt_layernorm_forward(ctx, &x, &g->lnf_w.w, &g->lnf_b.w, &lnf, &mf, &rf);
-  /* Tied head: logits = lnf @ wte^T. With a padded vocabulary the bias epilogue pushes the
-   * padded columns to -30000: softmax gives them exactly 0, so neither the loss nor any
-   * gradient sees them. */
-  /* the head reads the embeddings unit again (FULL_SHARD may have freed it after its forward) */
+  /* the head reads the embeddings unit again (FULL_SHARD may have freed it after its forward);
+   * the callers run it on groups of rows (head_forward) */
   if (!st) st = unit_hook(ctx, g, hooks, g->emb_unit, nt_unit_before_forward);
+  return st;
+}
+
+/* Rows r0 .. r0 + n of the last forward's batch, as views: ln_f's output x and, in the logits
+ * buffer's first n rows, their logits; tg: the same rows of targets [n] (NULL: none). */
+typedef struct {
+  nt_tensor x, logits, tg;
+} head_group;
+
+static head_group head_group_of(const nt_gpt *g, int64_t r0, int64_t n, const nt_tensor *tg) {
+  int64_t N = (int64_t)g->b * g->t;
+  nt_tensor lnf2 = v2(&g->lnf, N, g->cfg.n_embd);
+  head_group h = {nt_tensor_slice0(&lnf2, r0, n), logits_view(g, n), {0}};
+  if (tg) h.tg = nt_tensor_slice0(tg, r0, n);
+  return h;
+}
+
+/* Tied head: logits = x @ wte^T. With a padded vocabulary the bias epilogue pushes the padded
+ * columns to -30000: softmax gives them exactly 0, so neither the loss nor any gradient sees
+ * them. */
+static nt_status head_forward(nt_ctx *ctx, const nt_gpt *g, head_group *h) {
   nt_gemm_opts o = nt_gemm_defaults();
   o.trans_b = true;
-  if (g->Vp != c->vocab_size) {
+  if (g->Vp != g->cfg.vocab_size) {
     o.epilogue = NT_EPI_BIAS;
     o.bias = &g->vmask;
   }
-  if (!st) st = nt_gemm(ctx, &lnf2, &g->wte.w, &logits, &o);
-  return st;
+  return nt_gemm(ctx, &h->x, &g->wte.w, &h->logits, &o);
 }
 
 static nt_status check_targets(nt_ctx *ctx, const nt_gpt *g, const nt_tensor *targets) {
@@ -523,7 +556,14 @@ static nt_status check_targets(nt_ctx *ctx, const nt_gpt *g, const nt_tensor *ta
 
 nt_status nt_gpt_logits(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, nt_tensor *logits) {
   nt_status st = forward(ctx, g, tokens, false, NULL);
-  if (!st) *logits = logits_view(g, (int64_t)g->b * g->t);
+  if (st) return st;
+  int64_t N = (int64_t)g->b * g->t;
+  if (N > g->R)
+    return NT_ERROR(ctx, NT_ERR_SHAPE, "GPT logits of %lld rows: the head forms at most %lld "
+                    "at once (nt_gpt_config.head_rows)", (long long)N, (long long)g->R);
+  head_group h = head_group_of(g, 0, N, NULL);
+  st = head_forward(ctx, g, &h);
+  if (!st) *logits = h.logits;
   return st;
 }
 
@@ -533,9 +573,14 @@ nt_status nt_gpt_eval_loss(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
   if (!st) st = check_targets(ctx, g, targets);
   if (st) return st;
   int64_t N = (int64_t)g->b * g->t;
-  nt_tensor logits = logits_view(g, N), losses = v1(&g->losses, N);
-  nt_tensor tg = v1(targets, N);
-  st = nt_cross_entropy_forward(ctx, &logits, &tg, &losses);
+  nt_tensor losses = v1(&g->losses, N), tg = v1(targets, N);
+  for (int64_t r0 = 0; r0 < N && !st; r0 += g->R) {
+    int64_t n = N - r0 < g->R ? N - r0 : g->R;
+    head_group h = head_group_of(g, r0, n, &tg);
+    nt_tensor ls = nt_tensor_slice0(&losses, r0, n);
+    st = head_forward(ctx, g, &h);
+    if (!st) st = nt_cross_entropy_forward(ctx, &h.logits, &h.tg, &ls);
+  }
   if (!st) st = nt_mean(ctx, &losses, &g->loss);
   return st;
 }
@@ -607,21 +652,26 @@ nt_status nt_gpt_train_step(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
   if (st) return st;
   const nt_gpt_config *c = &g->cfg;
   int64_t b = g->b, t = g->t, C = c->n_embd, N = b * t;
-  nt_tensor logits = logits_view(g, N), losses = v1(&g->losses, N);
-  nt_tensor tg = v1(targets, N);
-  /* dlogits overwrite the logits (fused, in place). */
-  st = nt_cross_entropy_fused(ctx, &logits, &tg, dloss_scale, N, &losses, &logits);
+  nt_tensor losses = v1(&g->losses, N), tg = v1(targets, N);
+  nt_tensor dc2 = v2(&g->dc, N, C), dres = v3(&g->dres, b, t, C);
+  /* The head, forward and backward, on groups of rows (head_rows): the logits of a group,
+   * then its losses and their gradient in place of the logits, then dlnf = dlogits @ wte and
+   * dwte += dlogits^T @ lnf (the tied weight is the embeddings unit's, whose gradient is final
+   * only after the embedding backward). */
+  nt_gemm_opts dx_o = nt_gemm_defaults(), dw_o = nt_gemm_defaults();
+  dw_o.trans_a = true;
+  dw_o.beta = 1.0f;
+  st = unit_hook(ctx, g, hooks, g->emb_unit, nt_unit_before_backward);
+  for (int64_t r0 = 0; r0 < N && !st; r0 += g->R) {
+    int64_t n = N - r0 < g->R ? N - r0 : g->R;
+    head_group h = head_group_of(g, r0, n, &tg);
+    nt_tensor ls = nt_tensor_slice0(&losses, r0, n), dx = nt_tensor_slice0(&dc2, r0, n);
+    st = head_forward(ctx, g, &h);
+    if (!st) st = nt_cross_entropy_fused(ctx, &h.logits, &h.tg, dloss_scale, N, &ls, &h.logits);
+    if (!st) st = nt_gemm(ctx, &h.logits, &g->wte.w, &dx, &dx_o);
+    if (!st) st = nt_gemm(ctx, &h.logits, &h.x, &g->wte.g, &dw_o);
+  }
   if (!st) st = nt_mean(ctx, &losses, &g->loss);
-  nt_tensor lnf2 = v2(&g->lnf, N, C), dc2 = v2(&g->dc, N, C);
-  nt_tensor dres = v3(&g->dres, b, t, C);
-  /* head: dlnf = dlogits @ wte; dwte += dlogits^T @ lnf (the tied weight is the embeddings
-   * unit's, whose gradient is final only after the embedding backward) */
-  nt_gemm_opts o = nt_gemm_defaults();
-  if (!st) st = unit_hook(ctx, g, hooks, g->emb_unit, nt_unit_before_backward);
-  if (!st) st = nt_gemm(ctx, &logits, &g->wte.w, &dc2, &o);
-  o.trans_a = true;
-  o.beta = 1.0f;
-  if (!st) st = nt_gemm(ctx, &logits, &lnf2, &g->wte.g, &o);
   const nt_tensor *xl = c->n_layer ? &g->layers[c->n_layer - 1].x2 : &g->x0;
   nt_tensor xL = v3(xl, b, t, C), mf = v1(&g->lnf_mean, N), rf = v1(&g->lnf_rstd, N);
   /* the residual stream's gradient starts at ln_f's backward (every later one adds to it) */

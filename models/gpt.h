@@ -21,7 +21,17 @@ NT_EXTERN_C_BEGIN
 typedef struct {
   int n_layer, n_head, n_embd, block_size, vocab_size;
   float dropout;
+  /* Rows of logits the head forms at once; not part of the model (the math is the same, up
+   * to the order in which the tied embedding's gradient sums its rows). 0: every row of the
+   * batch while the logits take at most NT_GPT_HEAD_BYTES, else the batch's rows halved until
+   * they do. A step forms the logits of each group of rows, then its loss, gradient and the
+   * head's backward, before the next group, so only one group's logits are ever held (GPT-2
+   * at 16 x 1024 in bf16: 1.5 GiB whole). The value used is at least the sequence length, at
+   * most batch x sequence. */
+  int head_rows;
 } nt_gpt_config;
+
+#define NT_GPT_HEAD_BYTES ((size_t)512 << 20)
 
 /* nanoGPT's config/train_shakespeare_char.py: 6 layers, 6 heads, 384 wide, block 256, 65
  * characters, dropout 0.2. */
@@ -67,7 +77,9 @@ nt_status nt_gpt_enable_fp8(nt_ctx *ctx, nt_gpt *g, bool emulate);
  * around the units (models/module.h): before_forward for the embeddings, each block, ln_f;
  * in backward, before_backward for the embeddings (the tied head reads wte), ln_f, each block
  * (last first), and grads_ready for ln_f, each block (last first), then the embeddings. The
- * tied head reads the embeddings unit's wte again after ln_f in the forward. */
+ * tied head reads the embeddings unit's wte again after ln_f: before_forward, then
+ * before_backward for the embeddings, then the head's forward and backward, a group of rows
+ * at a time (head_rows). */
 nt_status nt_gpt_train_step(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
                             const nt_tensor *targets, const float *dloss_scale,
                             const nt_unit_hooks *hooks);
@@ -76,8 +88,11 @@ nt_status nt_gpt_eval_loss(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
                            const nt_tensor *targets);
 /* Forward without dropout; *logits views [b * t, padded vocab] (compute dtype, ctx's device;
  * columns from vocab_size on are masked to -30000), valid until the next call. On the GPU its
- * rows may be padded (row stride rounded up to 8 elements); read it through its strides. */
+ * rows may be padded (row stride rounded up to 8 elements); read it through its strides.
+ * b * t may not exceed nt_gpt_head_rows (one full sequence always fits). */
 nt_status nt_gpt_logits(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, nt_tensor *logits);
+/* Rows of logits the head forms at once (nt_gpt_config.head_rows as created). */
+int64_t nt_gpt_head_rows(const nt_gpt *g);
 /* The F32 scalar mean loss of the last train/eval call, on ctx's device. */
 const nt_tensor *nt_gpt_loss(const nt_gpt *g);
 

@@ -9,7 +9,7 @@
 #include <string.h>
 
 static nt_gpt_config tiny(void) {
-  nt_gpt_config c = {2, 2, 16, 8, 11, 0.0f};
+  nt_gpt_config c = {2, 2, 16, 8, 11, 0.0f, 0};
   return c;
 }
 
@@ -45,9 +45,11 @@ static double gpt_loss(void *arg) {
   return loss_of(b->ctx, b->g, b->x, b->y);
 }
 
-static void test_gradcheck(nt_ctx *ctx, int vocab) {
+/* head_rows: the head's rows at once (10 of 21: groups of 10, 10 and 1). */
+static void test_gradcheck(nt_ctx *ctx, int vocab, int head_rows) {
   nt_gpt_config c = tiny();
   c.vocab_size = vocab;
+  c.head_rows = head_rows;
   enum { B = 3, T = 7 };
   nt_gpt *g = NULL;
   if (!CHECK_OK(ctx, nt_gpt_create(ctx, &c, NT_F32, B, T, &g))) return;
@@ -75,7 +77,8 @@ static void test_gradcheck(nt_ctx *ctx, int vocab) {
   gpt_batch b = {ctx, g, &x, &y};
   double worst;
   int checked = nt_test_gradcheck_params(p, &r, 1e-3, 3e-2, gpt_loss, &b, &worst);
-  printf("  gradcheck: %d parameter tensors, worst relative error %.3g\n", checked, worst);
+  printf("  gradcheck (vocab %d, head rows %lld): %d parameter tensors, worst relative error "
+         "%.3g\n", vocab, (long long)nt_gpt_head_rows(g), checked, worst);
   CHECK(checked == 2 + 12 * 2 + 2, "checked %d tensors", checked);
   /* gradients accumulate: a second step without zeroing doubles them */
   nt_tensor g0 = p->units[1].grad;
@@ -95,8 +98,78 @@ static void test_gradcheck(nt_ctx *ctx, int vocab) {
   nt_gpt_free(ctx, g);
 }
 
+/* The head in groups of rows (head_rows) against the whole batch at once: the same losses,
+ * the same gradients up to the order of the tied embedding's sums; the rows used; logits of
+ * more rows than a group are refused; the automatic choice halves the rows of large logits. */
+static void test_head_rows(nt_ctx *ctx) {
+  enum { B = 3, T = 7, N = B * T };
+  const int asked[] = {0, 10, 7, 3, 100}, used[] = {N, 10, 7, 7, N};
+  nt_test_rng r = {11};
+  int32_t xs[N], ys[N];
+  nt_tensor x, y;
+  nt_gpt_config c = tiny();
+  token_batch(&r, c.vocab_size, B, T, xs, ys, &x, &y);
+  nt_gpt *whole = NULL;
+  float lw = 0, lg = 0;
+  for (int i = 0; i < 5; i++) {
+    c.head_rows = asked[i];
+    nt_gpt *g = NULL;
+    if (!CHECK_OK(ctx, nt_gpt_create(ctx, &c, NT_F32, B, T, &g))) break;
+    CHECK(nt_gpt_head_rows(g) == used[i], "head_rows %d: %lld rows at once, expected %d",
+          asked[i], (long long)nt_gpt_head_rows(g), used[i]);
+    nt_params *p = nt_gpt_params(g);
+    CHECK_OK(ctx, nt_params_init(ctx, p, 5));
+    CHECK_OK(ctx, nt_params_zero_grad(ctx, p));
+    CHECK_OK(ctx, nt_gpt_train_step(ctx, g, &x, &y, NULL, NULL));
+    memcpy(&lg, nt_gpt_loss(g)->data, sizeof lg);
+    double ev = loss_of(ctx, g, &x, &y);
+    if (!whole) {
+      whole = g;
+      lw = lg;
+      continue;
+    }
+    CHECK(lg == lw && ev == lg, "head_rows %d: train loss %.9g, eval %.9g, whole batch %.9g",
+          asked[i], lg, ev, lw);
+    nt_params *pw = nt_gpt_params(whole);
+    double worst = 0;
+    for (int u = 0; u < p->n_units; u++) {
+      double e = nt_test_rel_err(p->units[u].grad.data, pw->units[u].grad.data,
+                                 nt_tensor_numel(&p->units[u].grad));
+      if (e > worst) worst = e;
+    }
+    printf("  head_rows %d: %lld rows at once, losses equal, gradients' worst rel err %.3g\n",
+           asked[i], (long long)nt_gpt_head_rows(g), worst);
+    CHECK(worst < 2e-7, "head_rows %d: gradients within 2e-7 of the whole batch's (%g)",
+          asked[i], worst);
+    nt_tensor logits;
+    nt_status st = nt_gpt_logits(ctx, g, &x, &logits);
+    if (nt_gpt_head_rows(g) < N) {
+      CHECK(st == NT_ERR_SHAPE, "logits of %d rows with %lld at once: a shape error", N,
+            (long long)nt_gpt_head_rows(g));
+      int64_t one[2] = {1, T};
+      nt_tensor x1 = nt_tensor_view(xs, NT_I32, nt_cpu(), 2, one);
+      CHECK_OK(ctx, nt_gpt_logits(ctx, g, &x1, &logits));
+    } else {
+      CHECK_OK(ctx, st);
+    }
+    nt_gpt_free(ctx, g);
+  }
+  nt_gpt_free(ctx, whole);
+  c.head_rows = -1;
+  CHECK_ERR(ctx, NT_ERR_INVALID_ARG, nt_gpt_create(ctx, &c, NT_F32, B, T, &whole));
+  /* automatic: GPT-2's vocabulary at 16 x 1024 in fp32 (3.1 GiB of logits) is halved to 2048
+   * rows (393 MiB, at most NT_GPT_HEAD_BYTES) */
+  nt_gpt_config g2 = {1, 1, 8, 1024, 50257, 0.0f, 0};
+  nt_model_sizes a, w;
+  CHECK_OK(ctx, nt_gpt_estimate(ctx, &g2, NT_F32, 16, 1024, &a));
+  g2.head_rows = 16 * 1024;
+  CHECK_OK(ctx, nt_gpt_estimate(ctx, &g2, NT_F32, 16, 1024, &w));
+  CHECK(w.activation_bytes - a.activation_bytes == (size_t)(16 * 1024 - 2048) * 50304 * 4,
+        "automatic head rows: %zu fewer activation bytes", w.activation_bytes - a.activation_bytes);
+}
+
 static void test_init_and_layout(nt_ctx *ctx) {
-  nt_gpt_config c = {4, 4, 64, 32, 65, 0.0f};
+  nt_gpt_config c = {4, 4, 64, 32, 65, 0.0f, 0};
   nt_gpt *g = NULL;
   if (!CHECK_OK(ctx, nt_gpt_create(ctx, &c, NT_F32, 2, 32, &g))) return;
   nt_params *p = nt_gpt_params(g);
@@ -224,7 +297,7 @@ static void test_dropout_and_sizes(nt_ctx *ctx) {
 }
 
 static void test_bf16_close_to_fp32(nt_ctx *ctx) {
-  nt_gpt_config c = {2, 2, 32, 16, 13, 0.0f};
+  nt_gpt_config c = {2, 2, 32, 16, 13, 0.0f, 0};
   enum { B = 2, T = 16 };
   nt_gpt *a = NULL, *b = NULL;
   if (!CHECK_OK(ctx, nt_gpt_create(ctx, &c, NT_F32, B, T, &a))) return;
@@ -258,7 +331,7 @@ static void test_bf16_close_to_fp32(nt_ctx *ctx) {
 /* FP8 linear layers (emulated on the CPU: the same quantization, fp32 GEMMs): the loss and
  * gradients stay close to fp32's, and the delayed scales move off 1 after the first step. */
 static void test_fp8_emulated(nt_ctx *ctx) {
-  nt_gpt_config c = {2, 2, 32, 16, 13, 0.0f};
+  nt_gpt_config c = {2, 2, 32, 16, 13, 0.0f, 0};
   enum { B = 2, T = 16 };
   nt_gpt *a = NULL, *b = NULL;
   if (!CHECK_OK(ctx, nt_gpt_create(ctx, &c, NT_F32, B, T, &a))) return;
@@ -296,8 +369,10 @@ static void test_fp8_emulated(nt_ctx *ctx) {
 int main(void) {
   nt_ctx *ctx;
   if (nt_ctx_create(&ctx, nt_cpu())) return 1;
-  test_gradcheck(ctx, 11);
-  test_gradcheck(ctx, 1030);   /* padded to 1088 for the head's GEMMs */
+  test_gradcheck(ctx, 11, 0);
+  test_gradcheck(ctx, 1030, 0);   /* padded to 1088 for the head's GEMMs */
+  test_gradcheck(ctx, 1030, 10);
+  test_head_rows(ctx);
   test_init_and_layout(ctx);
   test_dropout_and_sizes(ctx);
   test_bf16_close_to_fp32(ctx);

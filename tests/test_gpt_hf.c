@@ -186,7 +186,7 @@ static void reference(const hf_weights *w, const int32_t *tok, double *logits) {
  * [B*T, V] as float, and whether wte's padded rows are zero. */
 static nt_status load_and_run(nt_ctx *ctx, const char *path, int layers, int vocab,
                               const int32_t *tok, float *out, bool *pad_zero) {
-  nt_gpt_config cfg = {layers, H, C, T, vocab, 0.0f};
+  nt_gpt_config cfg = {layers, H, C, T, vocab, 0.0f, 0};
   int Vp = nt_gpt_padded_vocab(&cfg);
   nt_gpt *g;
   nt_status st = nt_gpt_create(ctx, &cfg, NT_F32, B, T, &g);

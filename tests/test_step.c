@@ -40,7 +40,7 @@ static nt_status body(nt_ctx *ctx, void *arg, const float *loss_scale, const nt_
 }
 
 static bool make_gpt(nt_ctx *ctx, int n_layer, nt_dtype dt, gpt_body *b) {
-  nt_gpt_config c = {n_layer, 1, 8, T, 16, 0.1f};
+  nt_gpt_config c = {n_layer, 1, 8, T, 16, 0.1f, 0};
   memset(b, 0, sizeof *b);
   nt_ctx_manual_seed(ctx, 3);   /* the same dropout masks for every model built here */
   nt_ctx_set_rng_offset(ctx, 0);
@@ -303,7 +303,7 @@ static void test_ranges_and_trace(nt_ctx *ctx) {
 /* Losses of a short synthetic-token GPT run as `rank` of `world`. */
 static bool rank_losses(nt_ctx *ctx, int rank, int world, int workers, double *out, int n) {
   nt_train_options o = nt_train_defaults(NT_MODEL_GPT);
-  o.gpt = (nt_gpt_config){1, 2, 16, 8, 32, 0.1f};
+  o.gpt = (nt_gpt_config){1, 2, 16, 8, 32, 0.1f, 0};
   o.gpt_data = "synthetic";
   o.batch_size = 2;
   o.max_iters = n;

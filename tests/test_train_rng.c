@@ -38,7 +38,7 @@ static uint64_t gpt_step_numbers(const nt_gpt_config *c, int B, int T) {
 }
 
 static void gpt_bracket_vs_absolute(nt_ctx *ctx) {
-  nt_gpt_config c = {2, 2, 32, 16, 50, 0.2f};
+  nt_gpt_config c = {2, 2, 32, 16, 50, 0.2f, 0};
   enum { B = 3, T = 13, STEPS = 3 };
   nt_gpt *a = NULL, *b = NULL;
   if (!CHECK_OK(ctx, nt_gpt_create(ctx, &c, NT_F32, B, 16, &a)) ||
