@@ -262,7 +262,7 @@ static void usage(FILE *f) {
 "  --dropout X                gpt 0.2, cnn 0 (after the hidden layer)\n"
 "  --n-layer N --n-head N --n-embd N --block-size N --vocab-size N   GPT shape\n"
 "  --head-rows N              GPT: logits rows formed at once (0: all while they take at\n"
-"                             most 512 MiB, else halved until they do)\n"
+"                             most 1 GiB, else halved until they do)\n"
 "  --preset shakespeare-char|gpt2   GPT config (gpt2: 12/12/768, block 1024, vocab 50257,\n"
 "                             dropout 0, synthetic tokens unless --data is a shard)\n"
 "  --data shakespeare|synthetic|FILE   GPT text: tiny shakespeare, random tokens, or an\n"

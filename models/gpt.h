@@ -26,12 +26,13 @@ typedef struct {
    * batch while the logits take at most NT_GPT_HEAD_BYTES, else the batch's rows halved until
    * they do. A step forms the logits of each group of rows, then its loss, gradient and the
    * head's backward, before the next group, so only one group's logits are ever held (GPT-2
-   * at 16 x 1024 in bf16: 1.5 GiB whole). The value used is at least the sequence length, at
-   * most batch x sequence. */
+   * at 16 x 1024 in bf16: 1.5 GiB whole, 768 MiB in two groups). Each further group costs
+   * about 0.5% of GPT-2's step (docs/gpt_step.md, "Memory"). The value used is at least the
+   * sequence length, at most batch x sequence. */
   int head_rows;
 } nt_gpt_config;
 
-#define NT_GPT_HEAD_BYTES ((size_t)512 << 20)
+#define NT_GPT_HEAD_BYTES ((size_t)1 << 30)
 
 /* nanoGPT's config/train_shakespeare_char.py: 6 layers, 6 heads, 384 wide, block 256, 65
  * characters, dropout 0.2. */
