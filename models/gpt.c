@@ -519,16 +519,19 @@ static nt_status forward(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, bool t
   return st;
 }
 
-/* Rows r0 .. r0 + n of the last forward's batch, as views: ln_f's output x and, in the logits
- * buffer's first n rows, their logits; tg: the same rows of targets [n] (NULL: none). */
+/* The group of the last forward's rows from r0 on (at most R of them, n), as views: ln_f's
+ * output x and, in the logits buffer's first n rows, their logits; tg and losses: the same rows
+ * of the targets and of g->losses (tg NULL: none). */
 typedef struct {
-  nt_tensor x, logits, tg;
+  int64_t n;
+  nt_tensor x, logits, tg, losses;
 } head_group;
 
-static head_group head_group_of(const nt_gpt *g, int64_t r0, int64_t n, const nt_tensor *tg) {
-  int64_t N = (int64_t)g->b * g->t;
-  nt_tensor lnf2 = v2(&g->lnf, N, g->cfg.n_embd);
-  head_group h = {nt_tensor_slice0(&lnf2, r0, n), logits_view(g, n), {0}};
+static head_group head_group_of(const nt_gpt *g, int64_t r0, const nt_tensor *tg) {
+  int64_t N = (int64_t)g->b * g->t, n = N - r0 < g->R ? N - r0 : g->R;
+  nt_tensor lnf2 = v2(&g->lnf, N, g->cfg.n_embd), losses = v1(&g->losses, N);
+  head_group h = {n, nt_tensor_slice0(&lnf2, r0, n), logits_view(g, n), {0},
+                  nt_tensor_slice0(&losses, r0, n)};
   if (tg) h.tg = nt_tensor_slice0(tg, r0, n);
   return h;
 }
@@ -561,7 +564,7 @@ nt_status nt_gpt_logits(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens, nt_tens
   if (N > g->R)
     return NT_ERROR(ctx, NT_ERR_SHAPE, "GPT logits of %lld rows: the head forms at most %lld "
                     "at once (nt_gpt_config.head_rows)", (long long)N, (long long)g->R);
-  head_group h = head_group_of(g, 0, N, NULL);
+  head_group h = head_group_of(g, 0, NULL);
   st = head_forward(ctx, g, &h);
   if (!st) *logits = h.logits;
   return st;
@@ -575,11 +578,9 @@ nt_status nt_gpt_eval_loss(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
   int64_t N = (int64_t)g->b * g->t;
   nt_tensor losses = v1(&g->losses, N), tg = v1(targets, N);
   for (int64_t r0 = 0; r0 < N && !st; r0 += g->R) {
-    int64_t n = N - r0 < g->R ? N - r0 : g->R;
-    head_group h = head_group_of(g, r0, n, &tg);
-    nt_tensor ls = nt_tensor_slice0(&losses, r0, n);
+    head_group h = head_group_of(g, r0, &tg);
     st = head_forward(ctx, g, &h);
-    if (!st) st = nt_cross_entropy_forward(ctx, &h.logits, &h.tg, &ls);
+    if (!st) st = nt_cross_entropy_forward(ctx, &h.logits, &h.tg, &h.losses);
   }
   if (!st) st = nt_mean(ctx, &losses, &g->loss);
   return st;
@@ -663,11 +664,11 @@ nt_status nt_gpt_train_step(nt_ctx *ctx, nt_gpt *g, const nt_tensor *tokens,
   dw_o.beta = 1.0f;
   st = unit_hook(ctx, g, hooks, g->emb_unit, nt_unit_before_backward);
   for (int64_t r0 = 0; r0 < N && !st; r0 += g->R) {
-    int64_t n = N - r0 < g->R ? N - r0 : g->R;
-    head_group h = head_group_of(g, r0, n, &tg);
-    nt_tensor ls = nt_tensor_slice0(&losses, r0, n), dx = nt_tensor_slice0(&dc2, r0, n);
+    head_group h = head_group_of(g, r0, &tg);
+    nt_tensor dx = nt_tensor_slice0(&dc2, r0, h.n);
     st = head_forward(ctx, g, &h);
-    if (!st) st = nt_cross_entropy_fused(ctx, &h.logits, &h.tg, dloss_scale, N, &ls, &h.logits);
+    if (!st) st = nt_cross_entropy_fused(ctx, &h.logits, &h.tg, dloss_scale, N, &h.losses,
+                                         &h.logits);
     if (!st) st = nt_gemm(ctx, &h.logits, &g->wte.w, &dx, &dx_o);
     if (!st) st = nt_gemm(ctx, &h.logits, &h.x, &g->wte.g, &dw_o);
   }
