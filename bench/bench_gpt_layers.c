@@ -15,12 +15,10 @@
  *     LayerNorm backward (its dweight/dbias finalize included);
  *   - shakespeare_char's head (vocabulary 65): its three GEMMs with the logits' rows 65
  *     elements apart (130 bytes: no aligned tensor-core kernel) against 72 (the padded row
- *     stride the GPU model now uses);
- *   - a weight gradient split along its K (the tokens) by hand: S batched products of R / S
- *     tokens each into fp32 partials [S, out, in], then their sum added to dW by
- *     nt_gemm_bias_grad (column sums of the partials viewed as [S, out * in]). The small
- *     model's dW outputs are a few dozen 128 x 128 tiles for 132 SMs; cuBLASLt's own split-K
- *     kernels are among the autotuner's candidates for the plain product.
+ *     stride the GPU model now uses).
+ * A weight gradient split along K (the tokens) by hand, as S batched products into fp32
+ * partials summed afterwards, was slower than cuBLASLt's choice for every layer of both
+ * models at S = 4, 8 and 16 (bench/RESULTS.md, session 17) and was removed from this bench.
  *
  *   bench_gpt_layers [--model small|gpt2|all] [--windows 9] [--cases SUBSTRING]
  *
@@ -47,10 +45,8 @@
 /* Buffers of one rotation: a [R, 4C] activation, gradient, pre-activation and output, a
  * [R, C] residual, weights [4C, 4C]-sized, fp32 weight and bias gradients, LN statistics. */
 typedef struct {
-  nt_tensor x, dy, pre, out, res, w, dw, db, mean, rstd, lnw, part;
+  nt_tensor x, dy, pre, out, res, w, dw, db, mean, rstd, lnw;
 } bufs;
-
-#define MAX_SPLIT 16   /* part: [MAX_SPLIT, 4C * C] fp32 */
 
 typedef struct {
   int64_t R, C;
@@ -69,7 +65,6 @@ typedef struct {
   const char *name;
   int in_mul, out_mul; /* the layer: in = in_mul * C, out = out_mul * C */
   int kind;
-  int split;           /* K_WGRAD_BATCHK: the batches along K */
 } bench_case;
 
 enum {
@@ -84,46 +79,33 @@ enum {
   K_GELU,          /* nt_gelu_forward [R, 4C] */
   K_LN_BWD,        /* nt_layernorm_backward [R, C] */
   K_HEAD65,        /* the char head's forward, dx and dW GEMMs, logits rows 65 apart */
-  K_HEAD72,        /* the same, rows 72 apart */
-  K_WGRAD_BATCHK   /* dW as `split` batched products along K, then their sum added */
+  K_HEAD72         /* the same, rows 72 apart */
 };
 
 static const bench_case cases[] = {
-    {"qkv.dW+db.plain+colsum", 1, 3, K_WGRAD_SPLIT, 0},
-    {"qkv.dW.plain", 1, 3, K_WGRAD_PLAIN, 0},
-    {"qkv.db.colsum", 1, 3, K_COLSUM, 0},
-    {"proj.dW+db.plain+colsum", 1, 1, K_WGRAD_SPLIT, 0},
-    {"proj.dW.plain", 1, 1, K_WGRAD_PLAIN, 0},
-    {"proj.db.colsum", 1, 1, K_COLSUM, 0},
-    {"fc.dW+db.plain+colsum", 1, 4, K_WGRAD_SPLIT, 0},
-    {"fc.dW.plain", 1, 4, K_WGRAD_PLAIN, 0},
-    {"fc.db.colsum", 1, 4, K_COLSUM, 0},
-    {"fcproj.dW+db.plain+colsum", 4, 1, K_WGRAD_SPLIT, 0},
-    {"fcproj.dW.plain", 4, 1, K_WGRAD_PLAIN, 0},
-    {"qkv.dW.batchK4", 1, 3, K_WGRAD_BATCHK, 4},
-    {"qkv.dW.batchK8", 1, 3, K_WGRAD_BATCHK, 8},
-    {"qkv.dW.batchK16", 1, 3, K_WGRAD_BATCHK, 16},
-    {"proj.dW.batchK4", 1, 1, K_WGRAD_BATCHK, 4},
-    {"proj.dW.batchK8", 1, 1, K_WGRAD_BATCHK, 8},
-    {"proj.dW.batchK16", 1, 1, K_WGRAD_BATCHK, 16},
-    {"fc.dW.batchK4", 1, 4, K_WGRAD_BATCHK, 4},
-    {"fc.dW.batchK8", 1, 4, K_WGRAD_BATCHK, 8},
-    {"fc.dW.batchK16", 1, 4, K_WGRAD_BATCHK, 16},
-    {"fcproj.dW.batchK4", 4, 1, K_WGRAD_BATCHK, 4},
-    {"fcproj.dW.batchK8", 4, 1, K_WGRAD_BATCHK, 8},
-    {"fcproj.dW.batchK16", 4, 1, K_WGRAD_BATCHK, 16},
-    {"fcproj.db.colsum", 4, 1, K_COLSUM, 0},
-    {"fcproj.dx.dgelu", 4, 1, K_DGELU, 0},
-    {"fcproj.dx.dgelu+colsum", 4, 1, K_DGELU_COLSUM, 0},
-    {"fcproj.dx.plain", 4, 1, K_DX_PLAIN, 0},
-    {"proj.fwd.bias+add", 1, 1, K_FWD_ADD, 0},
-    {"proj.fwd.bias+residual_c", 1, 1, K_FWD_RES, 0},
-    {"fcproj.fwd.bias+add", 4, 1, K_FWD_ADD, 0},
-    {"fcproj.fwd.bias+residual_c", 4, 1, K_FWD_RES, 0},
-    {"mlp.gelu_recompute", 1, 4, K_GELU, 0},
-    {"ln.backward", 1, 1, K_LN_BWD, 0},
-    {"head65.fwd+dx+dW.ld65", 0, 0, K_HEAD65, 0},
-    {"head65.fwd+dx+dW.ld72", 0, 0, K_HEAD72, 0},
+    {"qkv.dW+db.plain+colsum", 1, 3, K_WGRAD_SPLIT},
+    {"qkv.dW.plain", 1, 3, K_WGRAD_PLAIN},
+    {"qkv.db.colsum", 1, 3, K_COLSUM},
+    {"proj.dW+db.plain+colsum", 1, 1, K_WGRAD_SPLIT},
+    {"proj.dW.plain", 1, 1, K_WGRAD_PLAIN},
+    {"proj.db.colsum", 1, 1, K_COLSUM},
+    {"fc.dW+db.plain+colsum", 1, 4, K_WGRAD_SPLIT},
+    {"fc.dW.plain", 1, 4, K_WGRAD_PLAIN},
+    {"fc.db.colsum", 1, 4, K_COLSUM},
+    {"fcproj.dW+db.plain+colsum", 4, 1, K_WGRAD_SPLIT},
+    {"fcproj.dW.plain", 4, 1, K_WGRAD_PLAIN},
+    {"fcproj.db.colsum", 4, 1, K_COLSUM},
+    {"fcproj.dx.dgelu", 4, 1, K_DGELU},
+    {"fcproj.dx.dgelu+colsum", 4, 1, K_DGELU_COLSUM},
+    {"fcproj.dx.plain", 4, 1, K_DX_PLAIN},
+    {"proj.fwd.bias+add", 1, 1, K_FWD_ADD},
+    {"proj.fwd.bias+residual_c", 1, 1, K_FWD_RES},
+    {"fcproj.fwd.bias+add", 4, 1, K_FWD_ADD},
+    {"fcproj.fwd.bias+residual_c", 4, 1, K_FWD_RES},
+    {"mlp.gelu_recompute", 1, 4, K_GELU},
+    {"ln.backward", 1, 1, K_LN_BWD},
+    {"head65.fwd+dx+dW.ld65", 0, 0, K_HEAD65},
+    {"head65.fwd+dx+dW.ld72", 0, 0, K_HEAD72},
 };
 
 /* One call of case c on rotation r. */
@@ -143,19 +125,6 @@ static nt_status run_case(nt_ctx *ctx, setup *s, const bench_case *c, int r) {
       st = nt_gemm(ctx, &dy, &x, &dw, &o);
       if (!st && c->kind == K_WGRAD_SPLIT) st = nt_gemm_bias_grad(ctx, &dy, &db);
       return st;
-    case K_WGRAD_BATCHK: {
-      const int64_t S = c->split, Ks = R / S;
-      nt_tensor dys = nt_tensor_view(b->dy.data, NT_BF16, b->dy.device, 3,
-                                     (int64_t[]){S, Ks, out});
-      nt_tensor xs = nt_tensor_view(b->x.data, NT_BF16, b->x.device, 3, (int64_t[]){S, Ks, in});
-      nt_tensor part = nt_tensor_view(b->part.data, NT_F32, b->part.device, 3,
-                                      (int64_t[]){S, out, in});
-      nt_tensor part2 = v2(&b->part, S, out * in), dwf = v1(&b->dw, out * in);
-      o.trans_a = true;
-      st = nt_gemm(ctx, &dys, &xs, &part, &o);
-      if (!st) st = nt_gemm_bias_grad(ctx, &part2, &dwf);
-      return st;
-    }
     case K_COLSUM: return nt_gemm_bias_grad(ctx, &dy, &db);
     case K_DX_PLAIN: return nt_gemm(ctx, &dy, &w, &dx, &o);
     case K_DGELU:
@@ -225,7 +194,7 @@ static nt_status setup_alloc(nt_ctx *ctx, setup *s, int64_t R, int64_t C) {
   s->C = C;
   nt_status st = NT_OK;
   int64_t big[2] = {R, 4 * C}, small[2] = {R, C}, wsh[2] = {4 * C, 4 * C}, v[1] = {4 * C},
-          rows[1] = {R}, psh[2] = {MAX_SPLIT, 4 * C * C};
+          rows[1] = {R};
   for (int r = 0; r < ROT && !st; r++) {
     bufs *b = &s->b[r];
     uint64_t k = 100 * (uint64_t)r;
@@ -240,7 +209,6 @@ static nt_status setup_alloc(nt_ctx *ctx, setup *s, int64_t R, int64_t C) {
     if (!st) st = rand_fill(ctx, &b->lnw, NT_BF16, 1, v, k + 9, 1.0f);
     if (!st) st = rand_fill(ctx, &b->mean, NT_F32, 1, rows, k + 10, 0.1f);
     if (!st) st = rand_fill(ctx, &b->rstd, NT_F32, 1, rows, k + 11, 0.1f);
-    if (!st) st = nt_tensor_alloc(ctx, &b->part, NT_F32, 2, psh);
   }
   return st;
 }
@@ -249,7 +217,7 @@ static void setup_free(nt_ctx *ctx, setup *s) {
   for (int r = 0; r < ROT; r++) {
     bufs *b = &s->b[r];
     nt_tensor *all[] = {&b->x, &b->dy, &b->pre, &b->out, &b->res, &b->w, &b->dw, &b->db,
-                        &b->mean, &b->rstd, &b->lnw, &b->part};
+                        &b->mean, &b->rstd, &b->lnw};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) nt_tensor_free(ctx, all[i]);
   }
 }
