@@ -26,7 +26,7 @@ typedef struct {
    * batch while the logits take at most NT_GPT_HEAD_BYTES, else the batch's rows halved until
    * they do. A step forms the logits of each group of rows, then its loss, gradient and the
    * head's backward, before the next group, so only one group's logits are ever held (GPT-2
-   * at 16 x 1024 in bf16: 1.5 GiB whole, 768 MiB in two groups). Each further group costs
+   * at 16 x 1024 in bf16: 1.5 GiB whole, 786 MiB in each of two groups). Each further group costs
    * about 0.5% of GPT-2's step (docs/gpt_step.md, "Memory"). The value used is at least the
    * sequence length, at most batch x sequence. */
   int head_rows;
