@@ -1,8 +1,8 @@
 /* The models and the training loop on the GPU, against the CPU:
  *  - GPT and CNN: the same weights and batch give the CPU's loss and gradients (within the
  *    bounds of `gpt_bounds` / `cnn_bounds`, per dtype; the GPT's head also in groups of rows
- *    against the CPU's whole batch), and steady-state steps make no new system allocations; the CNN at its default widths and at small and odd ones
- *    (`cnn_shapes`);
+ *    against the CPU's whole batch), and steady-state steps make no new system allocations;
+ *    the CNN at its default widths and at small and odd ones (`cnn_shapes`);
  *  - short GPT (bf16, CUDA graph) and CNN (fp16 + loss scaler) runs whose loss falls, whose
  *    first-step loss matches the CPU's closely, and a bit-identical resume on the GPU;
  *  - GPT with dropout 0.2 (synthetic tokens, bf16 and fp32) as a CUDA graph: losses
