@@ -15,6 +15,8 @@ template <typename T, int MODE>
 __global__ void dropout_kernel(int64_t n, int64_t npacks, float p, float keep_scale,
                                uint64_t seed, uint64_t rel_offset, const uint64_t *base,
                                const T *x, const T *res, T *y) {
+  pdl_wait(); /* launched with pdl_launch: nothing global before this */
+  pdl_trigger();
   /* base: the step word (a multiple of 4), NULL outside a step. */
   const uint64_t offset = rel_offset + (base ? *base : 0);
   int64_t stride = (int64_t)gridDim.x * blockDim.x;
@@ -63,8 +65,8 @@ void launch(nt_ctx *ctx, int64_t n, float p, uint64_t seed, uint64_t offset, con
   cudaStream_t s = nt_cuda_stream(ctx);
   const uint64_t *base = nt_ctx_rng_base(ctx);
   auto kernel = res ? dropout_kernel<T, RES> : acc ? dropout_kernel<T, ACC> : dropout_kernel<T, SET>;
-  kernel<<<(unsigned)blocks, threads, 0, s>>>(n, npacks, p, keep_scale, seed, offset, base, x,
-                                               res, y);
+  pdl_launch(nt_pdl_on(ctx), kernel, dim3((unsigned)blocks), dim3(threads), 0, s, n, npacks, p,
+             keep_scale, seed, offset, base, x, res, y);
 }
 
 } // namespace

@@ -59,6 +59,8 @@ template <typename T, bool VEC>
 __global__ void __launch_bounds__(32 * kColWarps)
     colsum_partial_kernel(const T *__restrict__ a, int64_t a_m, int64_t M, int64_t N,
                           int64_t rows_per_chunk, float *__restrict__ partial) {
+  pdl_wait(); /* launched with pdl_launch: nothing global before this */
+  pdl_trigger();
   __shared__ float sm[kColWarps][kColTile];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t n0 = (int64_t)blockIdx.x * kColTile;
@@ -108,6 +110,8 @@ __global__ void __launch_bounds__(32 * kColWarps)
 __global__ void __launch_bounds__(32 * kColWarps)
     colsum_finish_kernel(int64_t N, int nchunks, const float *__restrict__ partial,
                          float *__restrict__ out) {
+  pdl_wait(); /* launched with pdl_launch: nothing global before this */
+  pdl_trigger();
   __shared__ float sm[kColWarps][32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t n = (int64_t)blockIdx.x * 32 + lane;
@@ -142,10 +146,8 @@ nt_status colsum_launch(nt_ctx *ctx, const T *a, int64_t a_m, int64_t M, int64_t
   cudaStream_t s = nt_cuda_stream(ctx);
   bool vec = N % NT_PACK == 0 && a_m % NT_PACK == 0 && nt_aligned16(a);
   dim3 grid((unsigned)tiles, (unsigned)chunks);
-  if (vec)
-    colsum_partial_kernel<T, true><<<grid, 32 * kColWarps, 0, s>>>(a, a_m, M, N, rpc, partial);
-  else
-    colsum_partial_kernel<T, false><<<grid, 32 * kColWarps, 0, s>>>(a, a_m, M, N, rpc, partial);
+  auto kernel = vec ? colsum_partial_kernel<T, true> : colsum_partial_kernel<T, false>;
+  pdl_launch(nt_pdl_on(ctx), kernel, grid, dim3(32 * kColWarps), 0, s, a, a_m, M, N, rpc, partial);
   st = NT_CUDA_LAUNCHED(ctx);
   if (!st) st = nt_gemmk_colsum_finish(ctx, partial, chunks, N, out);
   nt_free(ctx, partial); /* stream-ordered: reused only by later work on this stream */
@@ -249,8 +251,8 @@ nt_status nt_gemmk_colsum_finish(nt_ctx *ctx, const float *partial, int64_t nchu
   if (N <= 0) return NT_OK;
   if (nchunks > INT32_MAX)
     return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "column sums: %lld partial rows", (long long)nchunks);
-  colsum_finish_kernel<<<(unsigned)((N + 31) / 32), 32 * kColWarps, 0, nt_cuda_stream(ctx)>>>(
-      N, (int)nchunks, partial, out);
+  pdl_launch(nt_pdl_on(ctx), colsum_finish_kernel, dim3((unsigned)((N + 31) / 32)),
+             dim3(32 * kColWarps), 0, nt_cuda_stream(ctx), N, (int)nchunks, partial, out);
   return NT_CUDA_LAUNCHED(ctx);
 }
 

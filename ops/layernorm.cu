@@ -68,6 +68,8 @@ __global__ void __launch_bounds__(32 * kRegFwdWarps)
     ln_forward_reg_kernel(int64_t rows, int C, const T *__restrict__ x, const W *__restrict__ w,
                           const W *__restrict__ b, T *__restrict__ y, float *__restrict__ mean,
                           float *__restrict__ rstd) {
+  pdl_wait(); /* launched with pdl_launch: nothing global before this */
+  pdl_trigger();
   const int lane = threadIdx.x & 31;
   const int64_t row = ((int64_t)blockIdx.x * kRegFwdWarps + (threadIdx.x >> 5)) * (32 / LPR) +
                       lane / LPR;
@@ -128,6 +130,8 @@ __global__ void __launch_bounds__(32 * kRegBwdWarps)
                            const T *__restrict__ x, const W *__restrict__ w,
                            const float *__restrict__ mean, const float *__restrict__ rstd, T *dx,
                            float *__restrict__ partial, reg_extras e) {
+  pdl_wait(); /* launched with pdl_launch: nothing global before this */
+  pdl_trigger();
   extern __shared__ float4 smem4[];
   float *smem = reinterpret_cast<float *>(smem4);
   constexpr int RPW = 32 / LPR, SLICES = kRegBwdWarps * RPW;
@@ -352,6 +356,8 @@ constexpr int kFinWarps = 16;
 __global__ void __launch_bounds__(32 * kFinWarps)
     ln_finalize_kernel(int C, int nblocks, int nout, const float *__restrict__ partial,
                        float *dweight, float *dbias, float *colsum) {
+  pdl_wait(); /* launched with pdl_launch: nothing global before this */
+  pdl_trigger();
   __shared__ float s_s[3][kFinWarps][32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int c = blockIdx.x * 32 + lane;
@@ -406,9 +412,9 @@ void launch_forward(nt_ctx *ctx, int64_t rows, int C, const nt_tensor *x, const 
 #define NT_LN_FWD_REG(LPR, NP)                                                                   \
   case reg_key(LPR, NP): {                                                                       \
     const int64_t per_block = kRegFwdWarps * (32 / LPR);                                        \
-    ln_forward_reg_kernel<T, W, NP, LPR><<<(unsigned)((rows + per_block - 1) / per_block),      \
-                                           32 * kRegFwdWarps, 0, s>>>(rows, C, xp, wp, bp, yp,   \
-                                                                      mp, rp);                   \
+    pdl_launch(nt_pdl_on(ctx), ln_forward_reg_kernel<T, W, NP, LPR>,                            \
+               dim3((unsigned)((rows + per_block - 1) / per_block)), dim3(32 * kRegFwdWarps), 0, \
+               s, rows, C, xp, wp, bp, yp, mp, rp);                                              \
     return;                                                                                      \
   }
   if constexpr (sizeof(T) == 2) {
@@ -450,11 +456,10 @@ nt_status run_backward(nt_ctx *ctx, K kernel, int nw, int rows_per_block, size_t
   if (st) return st;
   launch((unsigned)grid, partial);
   st = NT_CUDA_LAUNCHED(ctx);
-  if (!st) {
-    ln_finalize_kernel<<<(C + 31) / 32, 32 * kFinWarps, 0, nt_cuda_stream(ctx)>>>(
-        C, (int)grid, nout, partial, dw, db, colsum);
-    st = NT_CUDA_LAUNCHED(ctx);
-  }
+  if (!st)
+    st = NT_CUDA(ctx, pdl_launch(nt_pdl_on(ctx), ln_finalize_kernel, dim3((C + 31) / 32),
+                                 dim3(32 * kFinWarps), 0, nt_cuda_stream(ctx), C, (int)grid,
+                                 nout, (const float *)partial, dw, db, colsum));
   nt_free(ctx, partial); /* stream-ordered: reused only by later work on this stream */
   return st;
 }
@@ -470,8 +475,8 @@ nt_status backward_reg(nt_ctx *ctx, int64_t rows, int C, const T *dy, const T *x
   return run_backward(ctx, kernel, kRegBwdWarps, rows_per_block, smem, rows, C, nout, dw, db,
                       colsum,
                       [&](unsigned grid, float *partial) {
-                        kernel<<<grid, 32 * kRegBwdWarps, smem, s>>>(rows, C, dy, x, w, mean,
-                                                                     rstd, dx, partial, e);
+                        pdl_launch(nt_pdl_on(ctx), kernel, dim3(grid), dim3(32 * kRegBwdWarps),
+                                   smem, s, rows, C, dy, x, w, mean, rstd, dx, partial, e);
                       });
 }
 

@@ -9,6 +9,7 @@
 #include "core/cuda_util.h"
 #include "ops/cuda_dtype.cuh"
 #include "ops/memops_impl.h"
+#include "ops/pdl.cuh"
 
 /* Elements per pack: 16 bytes of a 16-bit type, 32 bytes (two accesses) of fp32. */
 #define NT_PACK 8
@@ -75,6 +76,16 @@ __device__ __forceinline__ float nt_block_sum(float v, float *scratch) {
 }
 
 __host__ __device__ static inline bool nt_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* Whether the memory-bound kernels launch with programmatic dependent launch (ops/pdl.cuh):
+ * the context's option pdl, on sm_90 or newer. */
+static inline bool nt_pdl_on(nt_ctx *ctx) {
+  int major = 0;
+  return nt_ctx_opts(ctx)->pdl &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
+                                nt_ctx_device(ctx).index) == cudaSuccess &&
+         major >= 9;
+}
 
 /* Number of SMs of the context's device (for grid-stride launches). */
 static inline int nt_sm_count(nt_ctx *ctx) {
