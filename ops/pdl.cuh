@@ -7,7 +7,10 @@
  * a kernel launched the ordinary way. Callers pass the context's option pdl (core/ctx.h):
  * false launches every kernel the ordinary way.
  * Attention forward+backward on the H200, 10 queued calls: 0.3798 against 0.3852 ms at
- * (16, 12, 1024, 64), 0.1124 against 0.1175 ms at (64, 6, 256, 64). */
+ * (16, 12, 1024, 64), 0.1124 against 0.1175 ms at (64, 6, 256, 64). Since session 17 the
+ * LayerNorm register kernels and their finalize, dropout and the column sums launch this way
+ * too (nt_pdl_on, ops/memops_cuda.cuh): shakespeare_char's step, option on against off in one
+ * call, 3.76M against 3.65M tokens/s (bench/RESULTS.md, session 17). */
 #ifndef NT_OPS_PDL_CUH
 #define NT_OPS_PDL_CUH
 #include <utility>
