@@ -9,6 +9,12 @@
  * While the compute stream is being captured into a CUDA graph the pair is not used (callers
  * take a transient accumulator and zero it in prep_rows): a replay repeats the captured
  * buffers, so after an odd number of calls the first one would find its accumulator dirty.
+ * The first capture also retires the pair for good:
+ * - its two buffers go back to the pool, where the captured call's transient request (of the
+ *   same size) finds them; otherwise the capture may need a new cudaMalloc, which fails it;
+ * - the pool may later hand a replay's scratch to eager work between replays, so a pair
+ *   allocated after a capture could be dirtied by the next replay (train/step.c: nothing
+ *   allocated after the capture may hold data across a replay).
  * The context option attn_dq_pair (core/ctx.h) turns the pair off. */
 #ifdef NT_HAVE_CUDA
 #include <stdlib.h>
@@ -22,6 +28,7 @@ typedef struct {
   size_t cap;        /* floats in each buffer */
   size_t zeroed[2];  /* floats from the start of each buffer that are zero once queued work ran */
   int cur;           /* the buffer the next call adds into */
+  bool retired;      /* a capture has begun on this context: never used again */
 } dq_pair;
 
 static void release_buffers(nt_ctx *ctx, dq_pair *p) {
@@ -39,23 +46,27 @@ static void pair_free(nt_ctx *ctx, void *state) {
   free(state);
 }
 
-static bool pair_wanted(nt_ctx *ctx, nt_status *st) {
-  if (!nt_ctx_opts(ctx)->attn_dq_pair) return false;
-  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  *st = NT_CUDA(ctx, cudaStreamIsCapturing(nt_cuda_stream(ctx), &cap));
-  return !*st && cap == cudaStreamCaptureStatusNone;
+/* The context's pair, created on first use; NULL without host memory (the transient path). */
+static dq_pair *pair_of(nt_ctx *ctx) {
+  if (!ctx->attn_dq && (ctx->attn_dq = calloc(1, sizeof(dq_pair)))) ctx->attn_dq_free = pair_free;
+  return ctx->attn_dq;
 }
 
 nt_status nt_attn_dq_pair_take(nt_ctx *ctx, size_t floats, float **acc, float **next) {
   *acc = *next = NULL;
-  nt_status st = NT_OK;
-  if (!pair_wanted(ctx, &st)) return st;
-  dq_pair *p = ctx->attn_dq;
-  if (!p) {
-    if (!(p = calloc(1, sizeof *p))) return NT_OK; /* no host memory: the transient path */
-    ctx->attn_dq = p;
-    ctx->attn_dq_free = pair_free;
+  if (!nt_ctx_opts(ctx)->attn_dq_pair) return NT_OK;
+  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  nt_status st = NT_CUDA(ctx, cudaStreamIsCapturing(nt_cuda_stream(ctx), &cap));
+  if (st) return st;
+  dq_pair *p = pair_of(ctx);
+  if (cap != cudaStreamCaptureStatusNone) {
+    if (!p)
+      return NT_ERROR(ctx, NT_ERR_OOM, "attention: out of host memory for the dQ pair's state");
+    if (!p->retired) release_buffers(ctx, p);
+    p->retired = true;
+    return NT_OK;
   }
+  if (!p || p->retired) return NT_OK;
   if (p->cap < floats) {
     release_buffers(ctx, p);
     for (int i = 0; i < 2; i++) {

@@ -427,6 +427,41 @@ static void gpt_dropout_graph(nt_ctx *gctx, nt_ctx *cctx, nt_precision prec) {
   nt_train_result_free(&e);
 }
 
+/* The shakespeare_char step (64 x 256, bf16, dropout 0.2) in a fresh context: it runs as a CUDA
+ * graph with no steady-state cudaMalloc. Its capture once failed: the attention backward's
+ * transient dQ accumulator (25,165,824 bytes) found no free block in a pool whose eager steps
+ * had used the context's kept pair instead (ops/attention_dq_pair.c). */
+static void gpt_char_graph(void) {
+  nt_ctx *ctx = nt_test_cuda_ctx();
+  if (!ctx) {
+    CHECK(false, "a second CUDA context for the shakespeare_char graph case");
+    return;
+  }
+  nt_train_options o = nt_train_defaults(NT_MODEL_GPT);
+  o.gpt = nt_gpt_config_shakespeare_char();
+  o.gpt_data = "synthetic";
+  o.precision = NT_PREC_BF16;
+  o.batch_size = 64;
+  o.max_iters = 8;
+  o.lr_decay_iters = 8;
+  o.warmup_iters = 2;
+  o.eval_interval = 0;
+  o.log_interval = 0;
+  o.quiet = true;
+  o.record_losses = true;
+  nt_train_result r;
+  if (CHECK_OK(ctx, nt_train_run(ctx, &o, &r))) {
+    printf("  shakespeare_char bf16 64 x 256, fresh context: graph %d, steady cudaMalloc %llu, "
+           "loss %.4f -> %.4f\n", r.used_cuda_graph, (unsigned long long)r.steady_system_allocs,
+           r.losses[0], r.last_loss);
+    CHECK(r.used_cuda_graph, "the shakespeare_char step ran as a CUDA graph");
+    CHECK(r.steady_system_allocs == 0, "shakespeare_char: %llu steady-state cudaMalloc calls",
+          (unsigned long long)r.steady_system_allocs);
+    nt_train_result_free(&r);
+  }
+  nt_ctx_free(ctx);
+}
+
 int main(void) {
   nt_ctx *gctx = nt_test_cuda_ctx();
   if (!gctx) return nt_test_skip("no GPU");
@@ -442,6 +477,7 @@ int main(void) {
     for (size_t i = 0; i < sizeof cnn_bounds / sizeof cnn_bounds[0]; i++)
       cnn_vs_cpu(gctx, cctx, &cnn_bounds[i], &cnn_shapes[k]);
   gpt2_run(gctx);
+  gpt_char_graph();
   gpt_dropout_graph(gctx, cctx, NT_PREC_BF16);
   gpt_dropout_graph(gctx, cctx, NT_PREC_FP32);
   const char *d = nt_test_data_dir();
