@@ -284,6 +284,44 @@ nt_status nt_ctx_capturing(nt_ctx *ctx, bool *capturing) {
   return NT_OK;
 }
 
+nt_status nt_ctx_capture_begin(nt_ctx *ctx) {
+#ifdef NT_HAVE_CUDA
+  if (nt_ctx_is_cuda(ctx)) {
+    if (ctx->capture_open)
+      return NT_ERROR(ctx, NT_ERR_STATE, "CUDA graph: a capture is already open on this context");
+    nt_status st = NT_CUDA(ctx, cudaStreamBeginCapture((cudaStream_t)ctx->stream,
+                                                       cudaStreamCaptureModeThreadLocal));
+    ctx->capture_open = st == NT_OK;
+    return st;
+  }
+#endif
+  return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "CUDA graphs need a CUDA context");
+}
+
+nt_status nt_ctx_capture_end(nt_ctx *ctx, bool body_ok, void **graph) {
+  *graph = NULL;
+#ifdef NT_HAVE_CUDA
+  if (!ctx->capture_open)
+    return NT_ERROR(ctx, NT_ERR_STATE, "CUDA graph: no capture begun by nt_ctx_capture_begin");
+  nt_status st = NT_OK;
+  if (ctx->attn_dq_capture_end) st = ctx->attn_dq_capture_end(ctx, ctx->attn_dq, body_ok);
+  ctx->capture_open = false;
+  cudaGraph_t g = NULL;
+  cudaError_t end = cudaStreamEndCapture((cudaStream_t)ctx->stream, &g);
+  (void)cudaGetLastError();   /* a failed capture is not sticky: clear it */
+  if (st || !body_ok || end != cudaSuccess || !g) {
+    if (g) cudaGraphDestroy(g);
+    if (st || !body_ok) return st;
+    return NT_ERROR(ctx, NT_ERR_CUDA, "CUDA graph capture failed: %s", cudaGetErrorString(end));
+  }
+  *graph = g;
+  return NT_OK;
+#else
+  (void)body_ok;
+  return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "CUDA graphs: built without CUDA");
+#endif
+}
+
 nt_status nt_ctx_set_workspace_bytes(nt_ctx *ctx, size_t bytes) {
   if (!nt_ctx_is_cuda(ctx)) return NT_OK;
 #ifdef NT_HAVE_CUDA

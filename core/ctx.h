@@ -113,6 +113,14 @@ void *nt_ctx_workspace(nt_ctx *ctx, size_t *bytes);  /* cuBLASLt workspace */
  * error). A CPU context has no workspace: a no-op, the size stays 0. */
 nt_status nt_ctx_set_workspace_bytes(nt_ctx *ctx, size_t bytes);
 size_t nt_ctx_workspace_bytes(const nt_ctx *ctx);
+/* A capture of the compute stream that will be replayed (train/cuda_graph.c uses these in place
+ * of cudaStreamBeginCapture/EndCapture). While it is open, ops may capture state they keep
+ * across calls (the attention backward's pair of dQ accumulators, ops/attention_dq_pair.c),
+ * and the end adds to the capture, when `body_ok`, what makes every replay leave that state as
+ * it found it. `*graph` gets the cudaGraph_t (NULL when the capture failed: the error says
+ * why). A capture not begun this way still works; such ops then use per-call buffers in it. */
+nt_status nt_ctx_capture_begin(nt_ctx *ctx);
+nt_status nt_ctx_capture_end(nt_ctx *ctx, bool body_ok, void **graph);
 /* Blocks until all work queued on the context's streams has finished. */
 nt_status nt_ctx_synchronize(nt_ctx *ctx);
 

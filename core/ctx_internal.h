@@ -32,6 +32,10 @@ struct nt_ctx {
   void (*gemm_cache_free)(nt_ctx *ctx, void *cache);
   void *attn_dq;                  /* ops/attention_dq_pair.c: the backward's dQ accumulators */
   void (*attn_dq_free)(nt_ctx *ctx, void *state);
+  /* Called by nt_ctx_capture_end before the capture ends (body_ok: the captured work was
+   * queued without error), so the pair can restore its state inside the capture. */
+  nt_status (*attn_dq_capture_end)(nt_ctx *ctx, void *state, bool body_ok);
+  bool capture_open;              /* nt_ctx_capture_begin's capture is open */
 };
 
 NT_EXTERN_C_BEGIN

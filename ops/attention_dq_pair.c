@@ -1,4 +1,4 @@
-/* The wgmma backward's dQ accumulators, kept by the context between calls (eager use only).
+/* The wgmma backward's dQ accumulators, kept by the context between calls.
  *
  * The backward adds dQ with atomics into an fp32 accumulator that must be zero on entry.
  * Zeroing it in the pass before the kernel (prep_rows) is memory-bound: 50 MB of stores at
@@ -6,15 +6,25 @@
  * adds into one, which is already zero, while its main kernel, bound by the tensor cores,
  * stores the zeros of the other one for the next call.
  *
- * While the compute stream is being captured into a CUDA graph the pair is not used (callers
- * take a transient accumulator and zero it in prep_rows): a replay repeats the captured
- * buffers, so after an odd number of calls the first one would find its accumulator dirty.
- * The first capture also retires the pair for good:
- * - its two buffers go back to the pool, where the captured call's transient request (of the
- *   same size) finds them; otherwise the capture may need a new cudaMalloc, which fails it;
- * - the pool may later hand a replay's scratch to eager work between replays, so a pair
- *   allocated after a capture could be dirtied by the next replay (train/step.c: nothing
- *   allocated after the capture may hold data across a replay).
+ * The host tracks, for each buffer, how much of it is zero once the queued work has run. After
+ * any call: the next call's buffer is zero over what that call zeroed, the other is dirty.
+ *
+ * In a CUDA graph. A replay repeats the captured buffers and cannot run host code, so the pair
+ * is used in a capture only when
+ * - the capture was begun by nt_ctx_capture_begin (core/ctx.h), whose end calls
+ *   pair_capture_end below, and
+ * - the first captured call finds its buffer allocated and already zero (a captured memset
+ *   would run at every replay).
+ * pair_capture_end then makes each replay leave the pair as the capture found it:
+ * - an even number of calls does that by itself: the last one zeroes the first one's buffer;
+ * - after an odd number it adds a memset of that buffer to the capture.
+ * A capture that failed ran nothing, and the state is put back as it was.
+ *
+ * Once any capture has begun on the context the buffers are never freed or allocated again,
+ * until the context is freed. A graph may hold them. And the pool may hand a replay's scratch
+ * to eager work between replays, so a pair allocated after a capture could be dirtied by the
+ * next replay (train/step.c: nothing allocated after the capture may hold data across a
+ * replay). A later call that needs more than the buffers hold takes a per-call accumulator.
  * The context option attn_dq_pair (core/ctx.h) turns the pair off. */
 #ifdef NT_HAVE_CUDA
 #include <stdlib.h>
@@ -28,7 +38,12 @@ typedef struct {
   size_t cap;        /* floats in each buffer */
   size_t zeroed[2];  /* floats from the start of each buffer that are zero once queued work ran */
   int cur;           /* the buffer the next call adds into */
-  bool retired;      /* a capture has begun on this context: never used again */
+  bool frozen;       /* a capture has begun on this context: no freeing, no new buffers */
+  /* A capture that uses the pair: the state when its first call took a buffer. */
+  bool in_capture;
+  int cur0;
+  size_t zeroed0;    /* zeroed[cur0] then */
+  size_t floats0;    /* the first captured call's size */
 } dq_pair;
 
 static void release_buffers(nt_ctx *ctx, dq_pair *p) {
@@ -46,28 +61,57 @@ static void pair_free(nt_ctx *ctx, void *state) {
   free(state);
 }
 
-/* The context's pair, created on first use; NULL without host memory (the transient path). */
+/* Before the capture ends (core/ctx.c). The state it leaves holds after the capture whether or
+ * not the graph ever runs: it is the start state, or a more cautious one. */
+static nt_status pair_capture_end(nt_ctx *ctx, void *state, bool body_ok) {
+  dq_pair *p = state;
+  if (!p || !p->in_capture) return NT_OK;
+  p->in_capture = false;
+  const int c0 = p->cur0;
+  nt_status st = NT_OK;
+  if (!body_ok) {
+    p->zeroed[c0] = p->zeroed0;   /* nothing ran */
+  } else if (p->cur != c0 || p->zeroed[c0] < p->floats0) {
+    st = NT_CUDA(ctx, cudaMemsetAsync(p->buf[c0], 0, p->floats0 * sizeof(float),
+                                      nt_cuda_stream(ctx)));
+    p->zeroed[c0] = p->floats0;
+  }
+  p->cur = c0;
+  p->zeroed[c0 ^ 1] = 0;
+  return st;
+}
+
+/* The context's pair, created on first use; NULL without host memory (the per-call path). */
 static dq_pair *pair_of(nt_ctx *ctx) {
-  if (!ctx->attn_dq && (ctx->attn_dq = calloc(1, sizeof(dq_pair)))) ctx->attn_dq_free = pair_free;
+  if (!ctx->attn_dq && (ctx->attn_dq = calloc(1, sizeof(dq_pair)))) {
+    ctx->attn_dq_free = pair_free;
+    ctx->attn_dq_capture_end = pair_capture_end;
+  }
   return ctx->attn_dq;
 }
 
 nt_status nt_attn_dq_pair_take(nt_ctx *ctx, size_t floats, float **acc, float **next) {
   *acc = *next = NULL;
   if (!nt_ctx_opts(ctx)->attn_dq_pair) return NT_OK;
-  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  nt_status st = NT_CUDA(ctx, cudaStreamIsCapturing(nt_cuda_stream(ctx), &cap));
+  bool capturing = false;
+  nt_status st = nt_ctx_capturing(ctx, &capturing);
   if (st) return st;
   dq_pair *p = pair_of(ctx);
-  if (cap != cudaStreamCaptureStatusNone) {
-    if (!p)
-      return NT_ERROR(ctx, NT_ERR_OOM, "attention: out of host memory for the dQ pair's state");
-    if (!p->retired) release_buffers(ctx, p);
-    p->retired = true;
-    return NT_OK;
-  }
-  if (!p || p->retired) return NT_OK;
-  if (p->cap < floats) {
+  if (!p) return NT_OK;
+  if (capturing) {
+    p->frozen = true;
+    if (!p->in_capture) {
+      if (!ctx->capture_open || p->cap < floats || p->zeroed[p->cur] < floats) return NT_OK;
+      p->in_capture = true;
+      p->cur0 = p->cur;
+      p->zeroed0 = p->zeroed[p->cur];
+      p->floats0 = floats;
+    }
+    /* Within the capture: zero on entry as the host tracks it (a larger call than the
+     * first falls back to a per-call accumulator). */
+    if (p->cap < floats || p->zeroed[p->cur] < floats) return NT_OK;
+  } else if (p->cap < floats) {
+    if (p->frozen) return NT_OK;
     release_buffers(ctx, p);
     for (int i = 0; i < 2; i++) {
       if (nt_alloc(ctx, floats * sizeof(float), (void **)&p->buf[i]) == NT_OK) continue;

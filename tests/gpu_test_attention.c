@@ -428,6 +428,72 @@ static void run_variants(nt_ctx *c, const opt_fn opts[3], const char *const name
   }
 }
 
+/* The dQ pair inside CUDA graphs (ops/attention_dq_pair.c): a step of `calls` backward calls
+ * (each from zeroed gradients) is captured after two eager steps, replayed three times and run
+ * eagerly once more, on a context of its own. Every dq must equal the first eager call's, bit
+ * for bit: T = 128 is two key blocks, so each dQ element is one sum of two products added to
+ * zero, in either order the same; an accumulator left dirty by the last replay or call would
+ * show. calls = 1 and 3 (odd: the capture's end adds a memset), 2 (even: it needs none). */
+typedef struct {
+  nt_tensor *t;  /* q k v dout out dq dk dv, lse */
+  int calls;
+} pair_step;
+
+static nt_status pair_step_body(nt_ctx *g, void *argp) {
+  const pair_step *a = argp;
+  nt_tensor *t = a->t;
+  nt_status st = NT_OK;
+  for (int c = 0; c < a->calls && !st; c++) {
+    for (int i = 5; i < 8 && !st; i++) st = nt_tensor_zero(g, &t[i]);
+    if (!st) st = nt_attention_backward(g, &t[3], &t[0], &t[1], &t[2], &t[4], &t[8], &t[5],
+                                        &t[6], &t[7]);
+  }
+  return st;
+}
+
+static void test_dq_pair_graph(int calls) {
+  nt_ctx *g = nt_test_cuda_ctx();
+  if (!g) {
+    CHECK(false, "a GPU context for the dQ pair graph case");
+    return;
+  }
+  enum { B = 2, H = 3, T = 128, D = 64 };
+  const size_t n = (size_t)B * H * T * D;
+  int64_t shape[4] = {B, H, T, D}, lshape[3] = {B, H, T};
+  nt_tensor t[9];
+  memset(t, 0, sizeof t);
+  float *h = malloc(sizeof(float) * n * 3);
+  nt_test_rng r = {77 + (uint64_t)calls};
+  bool ok = h != NULL;
+  for (int i = 0; i < 8 && ok; i++) {
+    ok = CHECK_OK(g, nt_tensor_alloc(g, &t[i], NT_BF16, 4, shape));
+    nt_test_fill_uniform(&r, h, (int64_t)n, -2.f, 2.f);
+    if (ok && i < 4) ok = nt_test_upload(g, &t[i], h);
+  }
+  ok = ok && CHECK_OK(g, nt_tensor_alloc(g, &t[8], NT_F32, 3, lshape)) &&
+       CHECK_OK(g, nt_attention_forward(g, &t[0], &t[1], &t[2], &t[4], &t[8]));
+  pair_step a = {t, calls};
+  float *want = h + n, *got = h + 2 * n;
+  ok = ok && CHECK_OK(g, pair_step_body(g, &a)) && nt_test_download(g, &t[5], want) &&
+       CHECK_OK(g, pair_step_body(g, &a));
+  nt_graph *graph = NULL;
+  ok = ok && CHECK_OK(g, nt_graph_capture(g, pair_step_body, &a, &graph));
+  int same = 0, runs = 0;
+  for (int rep = 0; rep < 4 && ok; rep++, runs++) {
+    ok = CHECK_OK(g, rep < 3 ? nt_graph_launch(g, graph) : pair_step_body(g, &a)) &&
+         nt_test_download(g, &t[5], got);
+    same += ok && memcmp(got, want, sizeof(float) * n) == 0;
+  }
+  printf("  dq pair in a graph, %d call(s) a step: %d of 4 runs (3 replays, 1 eager) equal "
+         "the eager dq\n", calls, same);
+  CHECK(ok && same == 4, "dq pair graph, %d call(s): %d of %d runs bit-identical", calls, same,
+        runs);
+  nt_graph_free(graph);
+  for (int i = 0; i < 9; i++) nt_tensor_free(g, &t[i]);
+  free(h);
+  nt_ctx_free(g);
+}
+
 int main(int argc, char **argv) {
   bool quick;
   if (!nt_test_quick_arg(argc, argv, &quick)) return 2;
@@ -587,6 +653,7 @@ int main(int argc, char **argv) {
       nt_tensor_free(g, &dq);
     }
   }
+  for (int calls = 1; calls <= 3; calls++) test_dq_pair_graph(calls);
   nt_ctx_free(c);
   nt_ctx_free(g);
   for (int k = 0; k < 3; k++) {

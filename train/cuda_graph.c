@@ -12,18 +12,14 @@ nt_status nt_graph_capture(nt_ctx *ctx, nt_graph_body body, void *arg, nt_graph 
   *out = NULL;
   if (!nt_ctx_is_cuda(ctx))
     return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "CUDA graphs need a CUDA context");
-  cudaStream_t s = nt_cuda_stream(ctx);
-  nt_status st = NT_CUDA(ctx, cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  nt_status st = nt_ctx_capture_begin(ctx);
   if (st) return st;
   nt_status body_st = body(ctx, arg);
-  cudaGraph_t graph = NULL;
-  cudaError_t end = cudaStreamEndCapture(s, &graph);
-  (void)cudaGetLastError();   /* a failed capture is not sticky: clear it */
-  if (body_st || end != cudaSuccess || !graph) {
-    if (graph) cudaGraphDestroy(graph);
-    if (body_st) return body_st;
-    return NT_ERROR(ctx, NT_ERR_CUDA, "CUDA graph capture failed: %s", cudaGetErrorString(end));
-  }
+  void *captured = NULL;
+  st = nt_ctx_capture_end(ctx, body_st == NT_OK, &captured);
+  if (body_st) return body_st;
+  if (st) return st;
+  cudaGraph_t graph = captured;
   nt_graph *g = calloc(1, sizeof *g);
   if (!g) {
     cudaGraphDestroy(graph);
