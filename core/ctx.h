@@ -42,8 +42,7 @@ typedef struct {
    * 8 MiB or 16k GEMM rows, at most 16 MiB; 0: the whole batch at once (ops/conv2d.h). */
   double conv_l2_mb;
   /* "pdl": programmatic dependent launch on Hopper (ops/pdl.cuh) for the attention kernels
-   * and the memory-bound LayerNorm, dropout, column-sum, embedding, cross-entropy and AdamW
-   * kernels; default true. */
+   * and the memory-bound LayerNorm, dropout and column-sum kernels; default true. */
   bool pdl;
   /* Attention (ops/attention.h). "attn_simple": the simple kernels (no tensor cores) for
    * every case, as where the tensor-core ones do not apply (default false). "attn_wgmma":

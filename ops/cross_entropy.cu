@@ -28,8 +28,6 @@ __global__ void ce_kernel(int V, int64_t ld, int64_t ldd, const T *logits,
   T *cache = reinterpret_cast<T *>(row_smem4);
   __shared__ float red[32];
   __shared__ float target_logit;
-  pdl_wait(); /* launched with pdl_launch: nothing global before this */
-  pdl_trigger();
   int64_t row = blockIdx.x;
   const T *x = logits + row * ld;
   int t = targets[row];
@@ -116,9 +114,9 @@ nt_status launch_v(nt_ctx *ctx, int64_t N, int V, int64_t ld, int64_t ldd, const
                                                      (int)smem));
     if (st) return st;
   }
-  return NT_CUDA(ctx, pdl_launch(nt_pdl_on(ctx), kernel, dim3((unsigned)N), dim3(threads), smem,
-                                 nt_cuda_stream(ctx), V, ld, ldd, logits, tgt, scale, inv_count,
-                                 losses, dlogits));
+  kernel<<<(unsigned)N, threads, smem, nt_cuda_stream(ctx)>>>(V, ld, ldd, logits, tgt, scale,
+                                                               inv_count, losses, dlogits);
+  return NT_CUDA_LAUNCHED(ctx);
 }
 
 template <typename T>

@@ -3,9 +3,7 @@
  * positions are stably radix-sorted by token id (CUB), and the blocks of a run of equal ids sum
  * that token's rows in a fixed order (emb_dwte_kernel). The sort keys are the ids with every
  * id outside [0, V) replaced by V, so only the bits that V needs are sorted: one radix pass
- * instead of four for a vocabulary up to 255 (shakespeare_char's 65), two for GPT-2's. Every
- * kernel here launches with programmatic dependent launch where the context allows it
- * (ops/pdl.cuh): each waits for the kernel before it before touching memory. */
+ * instead of four for a vocabulary up to 255 (shakespeare_char's 65), two for GPT-2's. */
 #include "ops/memops_cuda.cuh"
 #include <cub/device/device_radix_sort.cuh>
 #include <math.h>
@@ -16,8 +14,6 @@ template <typename T, bool VEC>
 __global__ void emb_forward_kernel(int64_t n_rows, int T_len, int C, int V,
                                    const int32_t *__restrict__ tokens, const T *__restrict__ wte,
                                    const T *__restrict__ wpe, T *__restrict__ out) {
-  pdl_wait(); /* launched with pdl_launch: nothing global before this */
-  pdl_trigger();
   int per_row = VEC ? C / NT_PACK : C;
   int64_t total = n_rows * per_row, stride = (int64_t)gridDim.x * blockDim.x;
   for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += stride) {
@@ -69,8 +65,6 @@ __global__ void __launch_bounds__(32 * kDwteWarps)
                     const int32_t *__restrict__ sorted_pos, const T *__restrict__ dout,
                     float *__restrict__ dwte) {
   __shared__ float part[kDwteWarps][kDwteCols];
-  pdl_wait(); /* launched with pdl_launch: nothing global before this */
-  pdl_trigger();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int c0 = blockIdx.y * kDwteCols + 2 * lane;
   for (int i = blockIdx.x; i < n; i += gridDim.x) {
@@ -112,8 +106,6 @@ __global__ void __launch_bounds__(32 * kDwteWarps)
 /* The sort's input: keys[i] = tok[i], or V for an id outside [0, V); pos[i] = i. */
 __global__ void emb_keys_kernel(int n, int V, const int32_t *__restrict__ tok,
                                 int32_t *__restrict__ keys, int32_t *__restrict__ pos) {
-  pdl_wait(); /* launched with pdl_launch: nothing global before this */
-  pdl_trigger();
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const int id = tok[i];
@@ -140,16 +132,17 @@ void launch_forward(nt_ctx *ctx, int64_t n_rows, int T_len, int C, int V, const 
   bool vec = C % NT_PACK == 0 && nt_aligned16(wte) && nt_aligned16(out) && (!wpe || nt_aligned16(wpe));
   int64_t work = n_rows * (vec ? C / NT_PACK : C);
   unsigned grid = grid_for(ctx, work, 256);
-  (void)pdl_launch(nt_pdl_on(ctx), vec ? emb_forward_kernel<T, true> : emb_forward_kernel<T, false>,
-                   dim3(grid), dim3(256), 0, nt_cuda_stream(ctx), n_rows, T_len, C, V, tok, wte,
-                   wpe, out);
+  cudaStream_t s = nt_cuda_stream(ctx);
+  if (vec)
+    emb_forward_kernel<T, true><<<grid, 256, 0, s>>>(n_rows, T_len, C, V, tok, wte, wpe, out);
+  else
+    emb_forward_kernel<T, false><<<grid, 256, 0, s>>>(n_rows, T_len, C, V, tok, wte, wpe, out);
 }
 
 template <typename T>
 nt_status dwte_backward(nt_ctx *ctx, int n, int C, int V, const int32_t *tok, const T *dout,
                         float *dwte) {
   cudaStream_t s = nt_cuda_stream(ctx);
-  const bool pdl = nt_pdl_on(ctx);
   int32_t *buf = nullptr; /* keys, sorted keys, positions in, positions out */
   /* a block per sorted index when the ids are mostly distinct (many short runs: parallelism
    * wins), about what the GPU holds at once for a small vocabulary (few long runs) */
@@ -166,16 +159,15 @@ nt_status dwte_backward(nt_ctx *ctx, int n, int C, int V, const int32_t *tok, co
   if (!st) st = nt_alloc(ctx, (size_t)4 * n * sizeof(int32_t), (void **)&buf);
   if (!st) st = nt_alloc(ctx, temp_bytes ? temp_bytes : 1, &temp);
   if (st) goto done;
-  st = NT_CUDA(ctx, pdl_launch(pdl, emb_keys_kernel, dim3((unsigned)((n + 255) / 256)), dim3(256),
-                               0, s, n, V, tok, buf, buf + 2 * n));
+  emb_keys_kernel<<<(n + 255) / 256, 256, 0, s>>>(n, V, tok, buf, buf + 2 * n);
+  st = NT_CUDA_LAUNCHED(ctx);
   if (!st)
     st = NT_CUDA(ctx, cub::DeviceRadixSort::SortPairs(temp, temp_bytes, buf, buf + n, buf + 2 * n,
                                                       buf + 3 * n, n, 0, bits, s));
-  if (!st)
-    st = NT_CUDA(ctx, pdl_launch(pdl, emb_dwte_kernel<T>,
-                                 dim3((unsigned)runs_grid, (unsigned)((C + kDwteCols - 1) / kDwteCols)),
-                                 dim3(32 * kDwteWarps), 0, s, n, C, V, (const int32_t *)(buf + n),
-                                 (const int32_t *)(buf + 3 * n), dout, dwte));
+  if (st) goto done;
+  emb_dwte_kernel<T><<<dim3((unsigned)runs_grid, (unsigned)((C + kDwteCols - 1) / kDwteCols)),
+                       32 * kDwteWarps, 0, s>>>(n, C, V, buf + n, buf + 3 * n, dout, dwte);
+  st = NT_CUDA_LAUNCHED(ctx);
 done:
   nt_free(ctx, temp);
   nt_free(ctx, buf);
@@ -186,9 +178,9 @@ template <typename T>
 nt_status launch_backward(nt_ctx *ctx, int B, int T_len, int C, int V, const int32_t *tok,
                           const T *dout, float *dwte, float *dwpe) {
   if (dwpe) {
-    nt_status st = NT_CUDA(ctx, pdl_launch(nt_pdl_on(ctx), emb_dwpe_kernel<T>,
-                                           dim3(grid_for(ctx, (int64_t)T_len * C, 256)), dim3(256),
-                                           0, nt_cuda_stream(ctx), B, T_len, C, dout, dwpe));
+    emb_dwpe_kernel<T><<<grid_for(ctx, (int64_t)T_len * C, 256), 256, 0, nt_cuda_stream(ctx)>>>(
+        B, T_len, C, dout, dwpe);
+    nt_status st = NT_CUDA_LAUNCHED(ctx);
     if (st) return st;
   }
   if (dwte) return dwte_backward<T>(ctx, B * T_len, C, V, tok, dout, dwte);

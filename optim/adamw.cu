@@ -1,13 +1,11 @@
 /* Fused Adam/AdamW: one launch per unit, one block per chunk (optim_common.h). Each thread
  * updates 4 consecutive elements with 16-byte accesses where aligned; the step record decides
  * on the device whether the step is skipped. The F16/BF16 compute copy is written from the new
- * master weights in the same pass. It launches with programmatic dependent launch where the
- * context allows it (ops/pdl.cuh). */
+ * master weights in the same pass. */
 #include "optim/optim_common.h"
 #include "optim/update_rules.h"
 #include "optim/vec_access.cuh"
 #include "core/cuda_util.h"
-#include "ops/memops_cuda.cuh"
 #include <type_traits>
 
 namespace {
@@ -21,8 +19,6 @@ adamw_kernel(const nt_optim_chunk *__restrict__ chunks, float *__restrict__ mast
              float *__restrict__ m, float *__restrict__ v, const G *__restrict__ grad,
              P *__restrict__ lp, nt_adam_hyper h, const nt_optim_record *__restrict__ rec,
              bool vec_ok) {
-  pdl_wait(); /* launched with pdl_launch: nothing global before this */
-  pdl_trigger();
   if (rec->skip) return;
   const nt_optim_chunk c = chunks[blockIdx.x];
   const nt_adam_coefs k = nt_adam_coefs_make(rec, c.group);
@@ -65,9 +61,9 @@ nt_status launch(nt_ctx *ctx, const nt_optim_chunk *chunks, int64_t n_chunks, fl
                 nt_vec::aligned4(gp) && nt_vec::aligned4(pp);
   if (n_chunks > 0x7fffffff)
     return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "adamw: %lld chunks in one unit", (long long)n_chunks);
-  return NT_CUDA(ctx, pdl_launch(nt_pdl_on(ctx), adamw_kernel<G, P>, dim3((unsigned)n_chunks),
-                                 dim3(kThreads), 0, nt_cuda_stream(ctx), chunks, master, m, v, gp,
-                                 pp, *h, rec, vec_ok));
+  adamw_kernel<G, P><<<(unsigned)n_chunks, kThreads, 0, nt_cuda_stream(ctx)>>>(
+      chunks, master, m, v, gp, pp, *h, rec, vec_ok);
+  return NT_CUDA_LAUNCHED(ctx);
 }
 
 template <typename G>
