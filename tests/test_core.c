@@ -73,6 +73,13 @@ static void test_ctx(void) {
         "message has text and file:line: %s", nt_last_error(a));
   nt_clear_error(a);
   CHECK(nt_last_error(a)[0] == '\0', "cleared");
+  /* A CPU context has no stream to capture; an end without a begin is an error either way. */
+  void *graph = &graph;
+  CHECK(nt_ctx_capture_begin(a) == NT_ERR_UNSUPPORTED, "capture on a CPU context: %s",
+        nt_last_error(a));
+  CHECK(nt_ctx_capture_end(a, true, &graph) != NT_OK && graph == NULL,
+        "capture end without a begin: %s", nt_last_error(a));
+  nt_clear_error(a);
   nt_ctx_free(a);
   nt_ctx_free(b);
   nt_ctx_free(NULL);
