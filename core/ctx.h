@@ -117,8 +117,10 @@ size_t nt_ctx_workspace_bytes(const nt_ctx *ctx);
  * of cudaStreamBeginCapture/EndCapture). While it is open, ops may capture state they keep
  * across calls (the attention backward's pair of dQ accumulators, ops/attention_dq_pair.c),
  * and the end adds to the capture, when `body_ok`, what makes every replay leave that state as
- * it found it. `*graph` gets the cudaGraph_t (NULL when the capture failed: the error says
- * why). A capture not begun this way still works; such ops then use per-call buffers in it. */
+ * it found it. `*graph` gets the cudaGraph_t, or NULL: when the capture failed (the status says
+ * why) or, with NT_OK, when `body_ok` is false (the body's own error stands). Begin on a CPU
+ * context: NT_ERR_UNSUPPORTED. A capture not begun this way still works; such ops then use
+ * per-call buffers in it. */
 nt_status nt_ctx_capture_begin(nt_ctx *ctx);
 nt_status nt_ctx_capture_end(nt_ctx *ctx, bool body_ok, void **graph);
 /* Blocks until all work queued on the context's streams has finished. */

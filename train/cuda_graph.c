@@ -10,9 +10,7 @@ struct nt_graph {
 
 nt_status nt_graph_capture(nt_ctx *ctx, nt_graph_body body, void *arg, nt_graph **out) {
   *out = NULL;
-  if (!nt_ctx_is_cuda(ctx))
-    return NT_ERROR(ctx, NT_ERR_UNSUPPORTED, "CUDA graphs need a CUDA context");
-  nt_status st = nt_ctx_capture_begin(ctx);
+  nt_status st = nt_ctx_capture_begin(ctx);   /* NT_ERR_UNSUPPORTED for a CPU context */
   if (st) return st;
   nt_status body_st = body(ctx, arg);
   void *captured = NULL;
