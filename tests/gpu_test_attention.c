@@ -431,9 +431,9 @@ static void run_variants(nt_ctx *c, const opt_fn opts[3], const char *const name
 /* The dQ pair inside CUDA graphs (ops/attention_dq_pair.c): a step of `calls` backward calls
  * (each from zeroed gradients) is captured after two eager steps, replayed three times and run
  * eagerly once more, on a context of its own. Every dq must equal the first eager call's, bit
- * for bit: T = 128 is two key blocks, so each dQ element is one sum of two products added to
- * zero, in either order the same; an accumulator left dirty by the last replay or call would
- * show. calls = 1 and 3 (odd: the capture's end adds a memset), 2 (even: it needs none). */
+ * for bit: at T = 128 the backward's blocks of 64 or 128 keys add at most two partial sums into
+ * each zeroed dQ element, the same in either order; an accumulator left dirty by the last
+ * replay or call would show. calls = 1 and 3 (odd: the capture's end adds a memset), 2 (even: it needs none). */
 typedef struct {
   nt_tensor *t;  /* q k v dout out dq dk dv, lse */
   int calls;
