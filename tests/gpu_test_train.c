@@ -313,21 +313,29 @@ static void cnn_run(nt_ctx *gctx) {
   nt_train_result_free(&r);
 }
 
+/* A GPT run on synthetic tokens (random, so the loss stays near ln(vocabulary)), bf16, with
+ * warmup 2, the cosine over the run, no evaluation and no log lines, the losses recorded. */
+static nt_train_options synthetic_gpt(nt_gpt_config c, int batch, int iters) {
+  nt_train_options o = nt_train_defaults(NT_MODEL_GPT);
+  o.gpt = c;
+  o.gpt_data = "synthetic";
+  o.precision = NT_PREC_BF16;
+  o.batch_size = batch;
+  o.max_iters = iters;
+  o.lr_decay_iters = iters;
+  o.warmup_iters = 2;
+  o.eval_interval = 0;
+  o.log_interval = 0;
+  o.quiet = true;
+  o.record_losses = true;
+  return o;
+}
+
 /* GPT-2 124M (vocabulary padded to 50304) on synthetic tokens: it runs, as a CUDA graph, with
  * the loss near ln(50257) = 10.8 (random tokens cannot be learned beyond that). */
 static void gpt2_run(nt_ctx *gctx) {
-  nt_train_options o = nt_train_defaults(NT_MODEL_GPT);
-  o.gpt = nt_gpt_config_gpt2();
-  o.gpt_data = "synthetic";
-  o.precision = NT_PREC_BF16;
-  o.batch_size = 4;
-  o.max_iters = 12;
-  o.lr_decay_iters = 12;
-  o.warmup_iters = 2;
-  o.eval_interval = 0;
+  nt_train_options o = synthetic_gpt(nt_gpt_config_gpt2(), 4, 12);
   o.log_interval = 4;
-  o.quiet = true;
-  o.record_losses = true;
   nt_train_result r;
   if (!CHECK_OK(gctx, nt_train_run(gctx, &o, &r))) return;
   printf("  gpt2 124M bf16, batch 4 x 1024: loss %.4f -> %.4f, %.0f tokens/s, peak %.0f MiB "
@@ -357,22 +365,8 @@ static uint64_t gpt_step_numbers(const nt_gpt_config *c, int B, int T) {
  * the attention backward's dQ sums in a fixed order (two key blocks), as in the resume test. */
 static void gpt_dropout_graph(nt_ctx *gctx, nt_ctx *cctx, nt_precision prec) {
   enum { STEPS = 10, B = 8, T = 128 };
-  nt_train_options o = nt_train_defaults(NT_MODEL_GPT);
-  o.gpt_data = "synthetic";
-  o.gpt.n_layer = 2;
-  o.gpt.n_head = 2;   /* D = 64: the tensor-core kernels in bf16 */
-  o.gpt.n_embd = 128;
-  o.gpt.block_size = T;
-  o.gpt.vocab_size = 65;
-  o.gpt.dropout = 0.2f;
-  o.batch_size = B;
-  o.max_iters = STEPS;
-  o.warmup_iters = 2;
-  o.lr_decay_iters = STEPS;
-  o.eval_interval = 0;
-  o.log_interval = 0;
-  o.quiet = true;
-  o.record_losses = true;
+  const nt_gpt_config c = {2, 2, 128, T, 65, 0.2f, 0};   /* D = 64: the tensor-core kernels */
+  nt_train_options o = synthetic_gpt(c, B, STEPS);
   o.precision = prec;
   const uint64_t want = STEPS * gpt_step_numbers(&o.gpt, B, T);
   const char *pn = nt_precision_name(prec);
@@ -437,18 +431,7 @@ static void gpt_char_graph(void) {
     CHECK(false, "a second CUDA context for the shakespeare_char graph case");
     return;
   }
-  nt_train_options o = nt_train_defaults(NT_MODEL_GPT);
-  o.gpt = nt_gpt_config_shakespeare_char();
-  o.gpt_data = "synthetic";
-  o.precision = NT_PREC_BF16;
-  o.batch_size = 64;
-  o.max_iters = 8;
-  o.lr_decay_iters = 8;
-  o.warmup_iters = 2;
-  o.eval_interval = 0;
-  o.log_interval = 0;
-  o.quiet = true;
-  o.record_losses = true;
+  nt_train_options o = synthetic_gpt(nt_gpt_config_shakespeare_char(), 64, 8);
   nt_train_result r;
   if (CHECK_OK(ctx, nt_train_run(ctx, &o, &r))) {
     printf("  shakespeare_char bf16 64 x 256, fresh context: graph %d, steady cudaMalloc %llu, "
