@@ -50,7 +50,7 @@ done | tee "$out/bisect.txt"
 ninja -C $B nanotrain > /dev/null 2>&1
 for round in 1 2 3; do
   speed main
-  for p in $(grep -o '^[a-z_]*: 0 of 4' "$out/bisect.txt" | cut -d: -f1); do
+  for p in $(grep -o '^[a-z_]*: 0 of 4' "$out/bisect.txt" | cut -d: -f1 | grep -vx main); do
     files=(dev/pdl-more/$p.patch); [[ $p == all ]] && files=(dev/pdl-more/{cross_entropy,embedding,adamw}.patch)
     for f in "${files[@]}"; do apply "$f"; done
     ninja -C $B nanotrain > /dev/null 2>&1 && speed "$p"
