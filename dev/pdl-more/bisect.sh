@@ -40,7 +40,7 @@ ms = [m for m in ms if m is not None][2:]
 print('%s: small GPT %.3f ms a step (median of %d windows)' % (sys.argv[1], statistics.median(ms), len(ms)))" "$1"
 }
 check main
-for p in cross_entropy embedding adamw all; do
+for p in cross_entropy cross_entropy_wait_only embedding adamw all; do
   files=(dev/pdl-more/$p.patch); [[ $p == all ]] && files=(dev/pdl-more/{cross_entropy,embedding,adamw}.patch)
   for f in "${files[@]}"; do apply "$f"; done
   ninja -C $B nanotrain > "$out/build_$p.log" 2>&1 || echo "$p: build failed"
