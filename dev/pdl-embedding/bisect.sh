@@ -10,6 +10,7 @@
 # small GPT's step with each patch that kept the CPU's losses against main, three rounds.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+export PATH="$PATH:/usr/local/cuda/bin"
 out=${OUT:-/tmp/nt-out}
 mkdir -p "$out"
 here=$PWD dir=/tmp/pdl-embedding
