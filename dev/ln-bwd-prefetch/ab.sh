@@ -8,16 +8,9 @@
 # autotuning: the patches change no arithmetic, so they must equal main's bit for bit);
 # bench_memops' LayerNorm backward rows; the small GPT's step (3 rounds) and GPT-2's (2 rounds),
 # variants alternating, each the median of the log windows after the first two.
-set -uo pipefail
 cd "$(dirname "$0")/../.."
-export PATH="$PATH:/usr/local/cuda/bin"
-out=${OUT:-/tmp/nt-out}
-mkdir -p "$out"
-here=$PWD dir=/tmp/ln-ab
-export NT_DATA_DIR=${NT_DATA_DIR:-$here/.data}
-rm -rf $dir /tmp/lnbin && mkdir -p $dir
-tar --exclude=./.data --exclude='./build*' --exclude=./runs --exclude=./.git -cf - . | tar -xf - -C $dir
-cd $dir
+. dev/scratch_tree.sh /tmp/ln-ab
+rm -rf /tmp/lnbin
 patch -s -p1 < dev/ln-bwd-prefetch/test_rows.patch   # every variant, main included, runs the new cases
 keep() {  # variant: copy the binaries it needs
   mkdir -p /tmp/lnbin/$1 && cp build/nanotrain build/bench/bench_memops build/tests/gpu_test_layernorm /tmp/lnbin/$1/

@@ -8,15 +8,8 @@
 # compares every loss with the CPU's (main's CPU path, the reference; all losses go to
 # $OUT/losses.txt, to tell a race, different each run, from a fixed difference); then times the
 # small GPT's step with each patch that kept the CPU's losses against main, three rounds.
-set -uo pipefail
 cd "$(dirname "$0")/../.."
-export PATH="$PATH:/usr/local/cuda/bin"
-out=${OUT:-/tmp/nt-out}
-mkdir -p "$out"
-here=$PWD dir=/tmp/pdl-embedding
-rm -rf $dir && mkdir -p $dir
-tar --exclude=./.data --exclude='./build*' --exclude=./runs --exclude=./.git -cf - . | tar -xf - -C $dir
-cd $dir
+. dev/scratch_tree.sh /tmp/pdl-embedding
 (scripts/build.sh build-pdl -DNT_CUDA_ARCHS=90a -DNT_FILTER= > "$out/build.log" 2>&1 &&
  cp build-pdl/nanotrain /tmp/nanotrain-main) || { tail -20 "$out/build.log"; exit 1; }
 nvcc -O2 -arch=sm_90a -o /tmp/memcpy_pdl dev/pdl-embedding/memcpy_pdl.cu && /tmp/memcpy_pdl | tee "$out/memcpy_pdl.txt"
@@ -38,7 +31,7 @@ check() {  # label: the runs of build-pdl/nanotrain as it stands
   echo "$1: $bad of 5 fp32 dropout runs (3 graph, 2 eager) off the CPU's losses"
 }
 speed() {  # binary
-  rm -rf /tmp/c && NT_DATA_DIR=${NT_DATA_DIR:-$here/.data} $1 gpt --device cuda --dtype bf16 \
+  rm -rf /tmp/c && $1 gpt --device cuda --dtype bf16 \
     --max-iters 400 --eval-interval 0 --log-interval 25 --no-progress --out-dir /tmp/c > /dev/null 2>&1
   python3 -c "
 import json, statistics, sys
