@@ -28,14 +28,6 @@ for p in ln_bwd_prefetch ln_bwd_prefetch_xdy; do
   fi
   patch -s -p1 -R < dev/ln-bwd-prefetch/$p.patch
 done
-losses() { python3 -c "import json,sys; print(' '.join(repr(json.loads(l)['loss']) for l in open(sys.argv[1]) if 'eval' not in l))" "$1"; }
-med() { python3 - "$1" <<'PY'
-import json, statistics, sys
-r = [json.loads(l) for l in open(sys.argv[1])]
-ms = [x["step_ms"] for x in r if x.get("step_ms") is not None][2:]
-print("%.3f ms [%.3f-%.3f] n=%d" % (statistics.median(ms), min(ms), max(ms), len(ms)) if ms else "none")
-PY
-}
 for v in "${variants[@]}"; do
   /tmp/lnbin/$v/gpu_test_layernorm > "$out/test_$v.log" 2>&1
   echo "$v: gpu_test_layernorm rc=$? $(grep -E 'passed|FAIL' "$out/test_$v.log" | tail -1)"

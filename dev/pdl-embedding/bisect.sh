@@ -16,7 +16,6 @@ nvcc -O2 -arch=sm_90a -o /tmp/memcpy_pdl dev/pdl-embedding/memcpy_pdl.cu && /tmp
 A="gpt --dtype fp32 --data synthetic --n-layer 2 --n-head 2 --n-embd 128 --block-size 128
    --vocab-size 65 --batch-size 8 --max-iters 10 --warmup-iters 2 --lr-decay-iters 10
    --eval-interval 0 --log-interval 1 --dropout 0.2 --no-progress"
-losses() { python3 -c "import json,sys; print(' '.join(repr(json.loads(l)['loss']) for l in open(sys.argv[1]) if '\"loss\"' in l))" "$1"; }
 rm -rf /tmp/ref && /tmp/nanotrain-main $A --device cpu --out-dir /tmp/ref > /dev/null 2>&1
 ref=$(losses /tmp/ref/metrics.jsonl)
 echo "cpu: $ref" > "$out/losses.txt"
@@ -31,13 +30,9 @@ check() {  # label: the runs of build-pdl/nanotrain as it stands
   echo "$1: $bad of 5 fp32 dropout runs (3 graph, 2 eager) off the CPU's losses"
 }
 speed() {  # binary
-  rm -rf /tmp/c && $1 gpt --device cuda --dtype bf16 \
-    --max-iters 400 --eval-interval 0 --log-interval 25 --no-progress --out-dir /tmp/c > /dev/null 2>&1
-  python3 -c "
-import json, statistics, sys
-ms = [json.loads(l).get('step_ms') for l in open('/tmp/c/metrics.jsonl')]
-ms = [m for m in ms if m is not None][2:]
-print('%.3f ms (median of %d windows)' % (statistics.median(ms), len(ms)))"
+  rm -rf /tmp/c && $1 gpt --device cuda --dtype bf16 --max-iters 400 --eval-interval 0 \
+    --log-interval 25 --no-progress --out-dir /tmp/c > /dev/null 2>&1
+  med /tmp/c/metrics.jsonl
 }
 check main | tee "$out/bisect.txt"
 for p in embedding_forward embedding_backward; do
