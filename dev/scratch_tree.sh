@@ -13,10 +13,11 @@ export NT_DATA_DIR=${NT_DATA_DIR:-$here/.data}
 rm -rf "$1" && mkdir -p "$1"
 tar --exclude=./.data --exclude='./build*' --exclude=./runs --exclude=./.git -cf - . | tar -xf - -C "$1"
 cd "$1"
-losses() {
-  python3 -c "import json,sys; print(' '.join(repr(r['loss']) for r in map(json.loads, open(sys.argv[1])) if 'loss' in r and r.get('kind', 'train') == 'train'))" "$1"
+losses() {  # nothing when the run left no metrics
+  [[ -s $1 ]] && python3 -c "import json,sys; print(' '.join(repr(r['loss']) for r in map(json.loads, open(sys.argv[1])) if 'loss' in r and r.get('kind', 'train') == 'train'))" "$1"
 }
 med() {
+  [[ -s $1 ]] || { echo "no metrics (the run failed)"; return; }
   python3 - "$1" <<'PY'
 import json, statistics, sys
 ms = [r["step_ms"] for r in map(json.loads, open(sys.argv[1])) if r.get("step_ms") is not None][2:]

@@ -34,7 +34,7 @@ for v in "${variants[@]}"; do
   AUTOTUNE=0 gpt2 /tmp/embbin/$v/nanotrain /tmp/l 50 --log-interval 1
   losses /tmp/l/metrics.jsonl > "$out/losses_$v.txt"
 done | tee "$out/ab.txt"
-[[ ${#variants[@]} == 2 ]] && { cmp -s "$out/losses_main.txt" "$out/losses_tiles.txt" &&
+[[ ${#variants[@]} == 2 && -s $out/losses_main.txt ]] && { cmp -s "$out/losses_main.txt" "$out/losses_tiles.txt" &&
   echo "GPT-2 losses: identical over 50 steps" || echo "GPT-2 losses: differ"; } | tee -a "$out/ab.txt"
 for round in 1 2 3; do
   for v in "${variants[@]}"; do

@@ -34,7 +34,7 @@ for v in "${variants[@]}"; do
     rm -rf /tmp/l && NT_GEMM_AUTOTUNE=0 NT_GEMM_SEARCH=0 /tmp/lnbin/$v/nanotrain gpt --device cuda --dtype $dt \
       --dropout 0 --max-iters 50 --eval-interval 0 --log-interval 1 --no-progress --out-dir /tmp/l > /dev/null 2>&1
     losses /tmp/l/metrics.jsonl > "$out/losses_${v}_$dt.txt"
-    [[ $v == main ]] || { cmp -s "$out/losses_${v}_$dt.txt" "$out/losses_main_$dt.txt" &&
+    [[ $v == main || ! -s $out/losses_main_$dt.txt ]] || { cmp -s "$out/losses_${v}_$dt.txt" "$out/losses_main_$dt.txt" &&
       echo "  $dt losses: identical to main's (50 steps)" || echo "  $dt losses: DIFFER from main's"; }
   done
 done | tee "$out/ab.txt"

@@ -18,6 +18,7 @@ A="gpt --dtype fp32 --data synthetic --n-layer 2 --n-head 2 --n-embd 128 --block
    --eval-interval 0 --log-interval 1 --dropout 0.2 --no-progress"
 rm -rf /tmp/ref && /tmp/nanotrain-main $A --device cpu --out-dir /tmp/ref > /dev/null 2>&1
 ref=$(losses /tmp/ref/metrics.jsonl)
+[[ -n $ref ]] || { echo "the CPU reference run failed"; exit 1; }
 echo "cpu: $ref" > "$out/losses.txt"
 check() {  # label: the runs of build-pdl/nanotrain as it stands
   local bad=0 l
