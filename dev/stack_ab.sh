@@ -33,25 +33,12 @@ if ninja -C build nanotrain "${tests[@]/#/tests/}" > "$out/build_stack.log" 2>&1
 else
   echo "stack: build failed"; tail -20 "$out/build_stack.log"
 fi
-runs() {  # binary, out dir, extra args
-  rm -rf "$2" && NT_GEMM_AUTOTUNE=${AUTOTUNE:-1} "$1" gpt --device cuda --dtype bf16 --eval-interval 0 \
-    --no-progress --out-dir "$2" "${@:3}" > /dev/null 2>&1
-}
 for v in "${variants[@]}"; do
-  AUTOTUNE=0 runs /tmp/stackbin/$v/nanotrain /tmp/l --preset gpt2 --batch-size 16 --max-iters 50 --log-interval 1
+  AUTOTUNE=0 gpt_run /tmp/stackbin/$v/nanotrain /tmp/l --preset gpt2 --batch-size 16 --max-iters 50 --log-interval 1
   l=$(losses /tmp/l/metrics.jsonl)
   [[ -n $l ]] && l=$(awk '{print "first", $1, "last", $NF, "(" NF " steps)"}' <<< "$l")
   echo "GPT-2 losses $v: ${l:-none (the run failed)}"
 done | tee -a "$out/ab.txt"
-for round in 1 2 3; do
-  for v in "${variants[@]}"; do
-    runs /tmp/stackbin/$v/nanotrain /tmp/g --preset gpt2 --batch-size 16 --max-iters 120 --log-interval 10
-    echo "GPT-2 round $round $v: $(med /tmp/g/metrics.jsonl)"
-  done
-done | tee -a "$out/ab.txt"
-for round in 1 2 3; do
-  for v in "${variants[@]}"; do
-    runs /tmp/stackbin/$v/nanotrain /tmp/c --max-iters 400 --log-interval 25
-    echo "small GPT round $round $v: $(med /tmp/c/metrics.jsonl)"
-  done
-done | tee -a "$out/ab.txt"
+rounds 3 GPT-2 /tmp/stackbin --preset gpt2 --batch-size 16 --max-iters 120 --log-interval 10 |
+  tee -a "$out/ab.txt"
+rounds 3 "small GPT" /tmp/stackbin --max-iters 400 --log-interval 25 | tee -a "$out/ab.txt"

@@ -31,14 +31,10 @@ if ninja -C build nanotrain tests/test_attention tests/gpu_test_attention tests/
 else
   echo "sums: build failed"; tail -20 "$out/build_sums.log"
 fi
-runs() {  # binary, out dir, extra args
-  rm -rf "$2" && NT_GEMM_AUTOTUNE=${AUTOTUNE:-1} "$1" gpt --device cuda --dtype bf16 --eval-interval 0 \
-    --no-progress --out-dir "$2" "${@:3}" > /dev/null 2>&1
-}
 for v in "${variants[@]}"; do
-  AUTOTUNE=0 runs /tmp/biasbin/$v/nanotrain /tmp/l --dropout 0 --max-iters 50 --log-interval 1
+  AUTOTUNE=0 gpt_run /tmp/biasbin/$v/nanotrain /tmp/l --dropout 0 --max-iters 50 --log-interval 1
   losses /tmp/l/metrics.jsonl > "$out/losses_small_$v.txt"
-  AUTOTUNE=0 runs /tmp/biasbin/$v/nanotrain /tmp/l --preset gpt2 --batch-size 16 --max-iters 50 --log-interval 1
+  AUTOTUNE=0 gpt_run /tmp/biasbin/$v/nanotrain /tmp/l --preset gpt2 --batch-size 16 --max-iters 50 --log-interval 1
   losses /tmp/l/metrics.jsonl > "$out/losses_gpt2_$v.txt"
 done
 for m in small gpt2; do
@@ -56,15 +52,6 @@ else:
           % (sys.argv[3], len(a), d, a[0], b[0], a[-1], b[-1]))
 PY
 done | tee -a "$out/ab.txt"
-for round in 1 2 3; do
-  for v in "${variants[@]}"; do
-    runs /tmp/biasbin/$v/nanotrain /tmp/c --max-iters 400 --log-interval 25
-    echo "small GPT round $round $v: $(med /tmp/c/metrics.jsonl)"
-  done
-done | tee -a "$out/ab.txt"
-for round in 1 2 3; do
-  for v in "${variants[@]}"; do
-    runs /tmp/biasbin/$v/nanotrain /tmp/g --preset gpt2 --batch-size 16 --max-iters 120 --log-interval 10
-    echo "GPT-2 round $round $v: $(med /tmp/g/metrics.jsonl)"
-  done
-done | tee -a "$out/ab.txt"
+rounds 3 "small GPT" /tmp/biasbin --max-iters 400 --log-interval 25 | tee -a "$out/ab.txt"
+rounds 3 GPT-2 /tmp/biasbin --preset gpt2 --batch-size 16 --max-iters 120 --log-interval 10 |
+  tee -a "$out/ab.txt"
