@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The three GPT-2 experiments together (emb-dwte-tiles, ln-bwd-prefetch's xdy patch,
 # attn-bias-sums) against main, in one GPU call: one build each, every test the three patches
-# touch, the first 50 losses, then GPT-2's step and the small GPT's, builds alternating. Each
+# touch, GPT-2's first 50 losses, then GPT-2's step and the small GPT's, builds alternating. Each
 # patch alone moves GPT-2's step by less than run-to-run spread (about 0.2 ms of 29.3 each);
 # together they should show (README.md). From the repository root, with .data carried:
 #   OUT=... bash dev/stack_ab.sh                    (about 8 minutes on an H200)
