@@ -24,14 +24,11 @@ if ninja -C build nanotrain bench/bench_memops tests/gpu_test_embedding > "$out/
 else
   echo "tiles: build failed"; tail -20 "$out/build_tiles.log"
 fi
-gpt2() {  # binary, out dir, iters, extra args
-  rm -rf "$2" && NT_GEMM_AUTOTUNE=${AUTOTUNE:-1} "$1" gpt --device cuda --preset gpt2 --batch-size 16 --dtype bf16 \
-    --max-iters "$3" --eval-interval 0 --no-progress --out-dir "$2" "${@:4}" > /dev/null 2>&1
-}
+gpt2=(--preset gpt2 --batch-size 16)
 for v in "${variants[@]}"; do
   /tmp/embbin/$v/gpu_test_embedding > "$out/test_$v.log" 2>&1
   echo "$v: gpu_test_embedding rc=$? $(grep -E 'passed|FAIL' "$out/test_$v.log" | tail -3 | tr '\n' ' ')"
-  AUTOTUNE=0 gpt2 /tmp/embbin/$v/nanotrain /tmp/l 50 --log-interval 1
+  AUTOTUNE=0 gpt_run /tmp/embbin/$v/nanotrain /tmp/l "${gpt2[@]}" --max-iters 50 --log-interval 1
   losses /tmp/l/metrics.jsonl > "$out/losses_$v.txt"
 done | tee "$out/ab.txt"
 [[ ${#variants[@]} == 2 && -s $out/losses_main.txt ]] && { cmp -s "$out/losses_main.txt" "$out/losses_tiles.txt" &&
@@ -41,9 +38,4 @@ for round in 1 2 3; do
     echo "memops round $round $v: $(/tmp/embbin/$v/bench_memops --repeats 50 | grep '^RESULT emb_bwd' | awk '{printf "%sx%s %s us %s GB/s", $3, $4, $7, $8}')"
   done
 done | tee -a "$out/ab.txt"
-for round in 1 2 3; do
-  for v in "${variants[@]}"; do
-    gpt2 /tmp/embbin/$v/nanotrain /tmp/g 120 --log-interval 10
-    echo "GPT-2 round $round $v: $(med /tmp/g/metrics.jsonl)"
-  done
-done | tee -a "$out/ab.txt"
+rounds 3 GPT-2 /tmp/embbin "${gpt2[@]}" --max-iters 120 --log-interval 10 | tee -a "$out/ab.txt"

@@ -43,17 +43,6 @@ for round in 1 2 3; do
     echo "memops round $round $v: $(/tmp/lnbin/$v/bench_memops --repeats 50 | grep '^RESULT ln_bwd' | awk '{printf "%sx%s %s us; ", $3, $4, $7}')"
   done
 done | tee -a "$out/ab.txt"
-for round in 1 2 3; do
-  for v in "${variants[@]}"; do
-    rm -rf /tmp/c && /tmp/lnbin/$v/nanotrain gpt --device cuda --dtype bf16 --max-iters 400 --eval-interval 0 \
-      --log-interval 25 --no-progress --out-dir /tmp/c > /dev/null 2>&1
-    echo "small GPT round $round $v: $(med /tmp/c/metrics.jsonl)"
-  done
-done | tee -a "$out/ab.txt"
-for round in 1 2; do
-  for v in "${variants[@]}"; do
-    rm -rf /tmp/g && /tmp/lnbin/$v/nanotrain gpt --device cuda --preset gpt2 --batch-size 16 --dtype bf16 \
-      --max-iters 120 --eval-interval 0 --log-interval 10 --no-progress --out-dir /tmp/g > /dev/null 2>&1
-    echo "GPT-2 round $round $v: $(med /tmp/g/metrics.jsonl)"
-  done
-done | tee -a "$out/ab.txt"
+rounds 3 "small GPT" /tmp/lnbin --max-iters 400 --log-interval 25 | tee -a "$out/ab.txt"
+rounds 2 GPT-2 /tmp/lnbin --preset gpt2 --batch-size 16 --max-iters 120 --log-interval 10 |
+  tee -a "$out/ab.txt"
