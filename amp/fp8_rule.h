@@ -5,12 +5,7 @@
 #include <stdint.h>
 #include <math.h>
 #include <float.h>
-
-#ifdef __CUDACC__
-#define NT_HD __host__ __device__
-#else
-#define NT_HD
-#endif
+#include "core/hd.h"
 
 /* One tensor's record; the history of `len` floats follows each record in memory (the stride
  * between records is nt_fp8_stride(len) floats, keeping 16-byte alignment). */

@@ -4,12 +4,7 @@
 #define NT_AMP_SCALER_RULE_H
 #include <stdint.h>
 #include <math.h>
-
-#ifdef __CUDACC__
-#define NT_HD __host__ __device__
-#else
-#define NT_HD
-#endif
+#include "core/hd.h"
 
 /* Lives in one allocation on the context's device; the public F32 views point into it. */
 typedef struct {

@@ -8,14 +8,7 @@
 #ifndef NT_OPS_GELU_RULE_H
 #define NT_OPS_GELU_RULE_H
 #include <math.h>
-
-#ifndef NT_HD
-#ifdef __CUDACC__
-#define NT_HD __host__ __device__
-#else
-#define NT_HD
-#endif
-#endif
+#include "core/hd.h"
 
 #define NT_GELU_S 0.7978845608028654f /* sqrt(2 / pi) */
 #define NT_GELU_C 0.044715f

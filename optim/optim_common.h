@@ -8,13 +8,8 @@
 #include <math.h>
 #include "core/nt.h"
 #include "optim/optimizer.h"
+#include "core/hd.h"
 NT_EXTERN_C_BEGIN
-
-#ifdef __CUDACC__
-#define NT_HD __host__ __device__
-#else
-#define NT_HD
-#endif
 
 /* One block's work: `length` (<= NT_OPTIM_CHUNK) consecutive elements of one group. */
 typedef struct {
