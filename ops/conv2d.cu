@@ -27,7 +27,7 @@
 #include "ops/conv2d_internal.h"
 #include "ops/gemm.h"
 #include "core/cuda_util.h"
-#include "ops/cuda_dtype.cuh"
+#include "ops/memops_cuda.cuh"
 #include <stdlib.h>
 
 extern "C" {
@@ -168,14 +168,8 @@ __global__ void bias_grad(const T *__restrict__ dy, const T *__restrict__ mask,
     if (!mask || nt_to_f(mask[at]) > 0.f) acc += nt_to_f(dy[at]);
   }
   __shared__ float part[32];
-  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = acc;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    acc = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.f;
-    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-    if (threadIdx.x == 0) db[co] = nt_from_f<B>(nt_to_f(db[co]) + acc);
-  }
+  acc = nt_block_sum(acc, part);
+  if (threadIdx.x == 0) db[co] = nt_from_f<B>(nt_to_f(db[co]) + acc);
 }
 
 /* dx[n, ci, ih, iw] += sum over the (kh, kw) whose output position lands on the stride grid;

@@ -53,7 +53,8 @@ template <typename T> __device__ __forceinline__ void nt_store8(T *p, const floa
   nt_store_raw<T>(p, nt_pack_from<T>(v));
 }
 
-__device__ __forceinline__ float nt_warp_sum(float v) {
+/* A: float, or double where a sum must stay exact longer (ops/reduce.cu). */
+template <typename A> __device__ __forceinline__ A nt_warp_sum(A v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -64,14 +65,14 @@ __device__ __forceinline__ float nt_warp_max(float v) {
   return v;
 }
 /* Sum over the block (blockDim.x a multiple of 32, at most 1024), the same on every thread;
- * a fixed tree, so the result is deterministic. `scratch` holds 32 floats. */
-__device__ __forceinline__ float nt_block_sum(float v, float *scratch) {
+ * a fixed tree, so the result is deterministic. `scratch` holds 32 values. */
+template <typename A> __device__ __forceinline__ A nt_block_sum(A v, A *scratch) {
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   v = nt_warp_sum(v);
   __syncthreads(); /* scratch may still be read by a previous call */
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
-  v = lane < nwarps ? scratch[lane] : 0.0f;
+  v = lane < nwarps ? scratch[lane] : A(0);
   return nt_warp_sum(v);
 }
 

@@ -73,15 +73,8 @@ __global__ void finalize_sum_kernel(int64_t n, const float *__restrict__ partial
   __shared__ double red[32];
   double s = 0.0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += partial[i];
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = s;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double t = 0.0;
-    for (int w = 0; w < (int)(blockDim.x >> 5); w++) t += red[w];
-    *out = (float)t;
-  }
+  s = nt_block_sum(s, red);
+  if (threadIdx.x == 0) *out = (float)s;
 }
 
 template <typename T>
@@ -130,15 +123,8 @@ __global__ void mean_kernel(int64_t n, const T *__restrict__ x, float *out) {
   __shared__ double red[32];
   double s = 0.0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += nt_to_f(x[i]);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = s;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double t = 0.0;
-    for (int w = 0; w < (int)(blockDim.x >> 5); w++) t += red[w];
-    *out = n ? (float)(t / (double)n) : __int_as_float(0x7fc00000);
-  }
+  s = nt_block_sum(s, red);
+  if (threadIdx.x == 0) *out = n ? (float)(s / (double)n) : __int_as_float(0x7fc00000);
 }
 
 /* Fills `a` with the non-empty tensors of xs[from..] (at most kMaxTensors); returns the next
