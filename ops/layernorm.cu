@@ -121,6 +121,29 @@ struct reg_extras {
   bool colsum;
 };
 
+/* Row first + lane / LPR's packs of x and dy, its mean and rstd (zero past the last row; the
+ * packs are then not read). */
+template <typename T, int NP, int LPR>
+__device__ __forceinline__ void ln_bwd_load_row(int64_t first, int64_t rows, int C, int lane,
+                                                const T *__restrict__ x, const T *__restrict__ dy,
+                                                const float *__restrict__ mean,
+                                                const float *__restrict__ rstd,
+                                                nt_raw_pack<T> (&xr)[NP], nt_raw_pack<T> (&dyr)[NP],
+                                                float &m, float &r) {
+  const int64_t row = first + lane / LPR, o = row * C;
+  const bool valid = row < rows;
+#pragma unroll
+  for (int j = 0; j < NP; j++) {
+    const int c = reg_col<LPR>(lane, j);
+    if (valid && c < C) {
+      xr[j] = nt_load_raw(x + o + c);
+      dyr[j] = nt_load_raw(dy + o + c);
+    }
+  }
+  m = valid ? mean[row] : 0.0f;
+  r = valid ? rstd[row] : 0.0f;
+}
+
 /* Grid-stride over rows, kRegBwdWarps * 32 / LPR rows at a time. Dynamic shared memory: one
  * slice of nout * C floats per (warp, row of the warp); block b's partial sums go to
  * partial[b * nout * C ..]: dweight, dbias, then (nout 3) the column sums. */
@@ -143,22 +166,28 @@ __global__ void __launch_bounds__(32 * kRegBwdWarps)
   for (int j = 0; j < NP; j++)
 #pragma unroll
     for (int i = 0; i < NT_PACK; i++) aw[j][i] = ab[j][i] = ac[j][i] = 0.0f;
-  /* the loop runs while the warp's first row exists (a warp-uniform condition) */
-  for (int64_t first = ((int64_t)blockIdx.x * kRegBwdWarps + warp) * RPW; first < rows;
-       first += (int64_t)gridDim.x * SLICES) {
+  /* Software-pipelined: the next row's x, dy, mean and rstd are loaded before this row's sums
+   * and stores (its dx, read only by the stores, at the top of its own iteration), so each warp
+   * keeps two rows' loads in flight; the arithmetic is main's before session 21, bit for bit.
+   * GPT-2's step 29.65-29.72 against 29.76-29.81 ms, the small GPT's 4.178-4.194 against
+   * 4.205-4.211 (bench/RESULTS.md, session 21). The loop runs while the warp's first row
+   * exists (a warp-uniform condition). */
+  const int64_t step = (int64_t)gridDim.x * SLICES;
+  int64_t first = ((int64_t)blockIdx.x * kRegBwdWarps + warp) * RPW;
+  nt_raw_pack<T> xr[NP], dyr[NP];
+  float m, r;
+  ln_bwd_load_row<T, NP, LPR>(first, rows, C, lane, x, dy, mean, rstd, xr, dyr, m, r);
+  for (; first < rows; first += step) {
     const int64_t row = first + lane / LPR, o = row * C;
     const bool valid = row < rows;
-    nt_raw_pack<T> xr[NP], dyr[NP], dxr[NP];
+    nt_raw_pack<T> dxr[NP], xn[NP], dyn[NP];
 #pragma unroll
     for (int j = 0; j < NP; j++) {
       const int c = reg_col<LPR>(lane, j);
-      if (valid && c < C) {
-        xr[j] = nt_load_raw(x + o + c);
-        dyr[j] = nt_load_raw(dy + o + c);
-        dxr[j] = nt_load_raw(dx + o + c);
-      }
+      if (valid && c < C) dxr[j] = nt_load_raw(dx + o + c);
     }
-    const float m = valid ? mean[row] : 0.0f, r = valid ? rstd[row] : 0.0f;
+    float mn, rn;
+    ln_bwd_load_row<T, NP, LPR>(first + step, rows, C, lane, x, dy, mean, rstd, xn, dyn, mn, rn);
     float sg = 0.0f, sgx = 0.0f;
 #pragma unroll
     for (int j = 0; j < NP; j++) {
@@ -199,6 +228,13 @@ __global__ void __launch_bounds__(32 * kRegBwdWarps)
 #pragma unroll
         for (int i = 0; i < NT_PACK; i++) ac[j][i] += ov[i];
     }
+#pragma unroll
+    for (int j = 0; j < NP; j++) {
+      xr[j] = xn[j];
+      dyr[j] = dyn[j];
+    }
+    m = mn;
+    r = rn;
   }
   float *mine = smem + (size_t)(warp * RPW + lane / LPR) * nout * C;
 #pragma unroll

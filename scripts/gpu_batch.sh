@@ -21,7 +21,7 @@ tests)
   OUT=runs/q BUILD=build bash bench/quality_bars.sh --only gpt > "$out/quality_gpt.log" 2>&1 &
   OUT=runs/q BUILD=build bash bench/quality_bars.sh --only cnn > "$out/quality_cnn.log" 2>&1
   wait
-  tail -4 "$out/quality_gpt.log" "$out/quality_cnn.log"
+  tail -n 4 "$out/quality_gpt.log" "$out/quality_cnn.log"
   cp runs/q/gpt-bf16/train.log "$out/gpt_bf16_train.log" 2>/dev/null
   ;;
 bench)

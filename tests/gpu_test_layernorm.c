@@ -150,6 +150,10 @@ int main(void) {
     run_extras_case(cc, gc, &r, dt, dt, 3001, 768, 0, true, true);
     run_extras_case(cc, gc, &r, dt, NT_F32, 2051, 384, 0, true, false);
     run_extras_case(cc, gc, &r, dt, dt, 515, 768, 0, false, true);
+    /* rows enough that every warp of the register kernels runs several rows (the grid holds
+     * what fits on the GPU at once): their loop, and its last partial group of rows */
+    run_extras_case(cc, gc, &r, dt, dt, 20011, 768, 0, true, true);
+    run_extras_case(cc, gc, &r, dt, dt, 20011, 384, 0, false, true);
     run_extras_case(cc, gc, &r, dt, dt, 64, 383, 0, true, true);   /* unfused: C odd */
     run_extras_case(cc, gc, &r, dt, dt, 64, 768, 1, true, true);   /* unfused: misaligned */
   }
