@@ -2,11 +2,8 @@
 # DIR`): sets out ($OUT, made if missing), here (the repository) and NT_DATA_DIR (default
 # here/.data), puts the CUDA toolkit on PATH, and moves into DIR, a fresh copy of the working
 # tree without data, builds or git, so that patches applied there never touch this tree.
-# Defines losses FILE (a run's training losses from its metrics.jsonl, one line), med FILE
-# (the median step time of its log windows after the first two, with their range) and gpt_run
-# BINARY DIR ARGS... (a bf16 GPT run on the GPU into a fresh DIR, no evaluation; AUTOTUNE=0
-# turns the GEMM autotuner off) and rounds N NAME BINDIR ARGS... (N rounds of gpt_run ARGS with
-# each of ${variants[@]}'s BINDIR/VARIANT/nanotrain in turn, a line of med for each run).
+# Defines losses FILE (a run's training losses from its metrics.jsonl, one line) and med FILE
+# (the median step time of its log windows after the first two, with their range).
 set -uo pipefail
 export PATH="$PATH:/usr/local/cuda/bin"
 out=${OUT:-/tmp/nt-out}
@@ -26,18 +23,4 @@ import json, statistics, sys
 ms = [r["step_ms"] for r in map(json.loads, open(sys.argv[1])) if r.get("step_ms") is not None][2:]
 print("%.3f ms [%.3f-%.3f] n=%d" % (statistics.median(ms), min(ms), max(ms), len(ms)) if ms else "none")
 PY
-}
-gpt_run() {
-  rm -rf "$2" && NT_GEMM_AUTOTUNE=${AUTOTUNE:-1} "$1" gpt --device cuda --dtype bf16 --eval-interval 0 \
-    --no-progress --out-dir "$2" "${@:3}" > /dev/null 2>&1
-}
-rounds() {
-  local n=$1 name=$2 bin=$3 round v
-  shift 3
-  for ((round = 1; round <= n; round++)); do
-    for v in "${variants[@]}"; do
-      gpt_run "$bin/$v/nanotrain" /tmp/rounds "$@"
-      echo "$name round $round $v: $(med /tmp/rounds/metrics.jsonl)"
-    done
-  done
 }

@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(32 * kRegBwdWarps)
     for (int i = 0; i < NT_PACK; i++) aw[j][i] = ab[j][i] = ac[j][i] = 0.0f;
   /* Software-pipelined: the next row's x, dy, mean and rstd are loaded before this row's sums
    * and stores (its dx, read only by the stores, at the top of its own iteration), so each warp
-   * keeps two rows' loads in flight; the arithmetic is main's before session 21, bit for bit.
+   * keeps two rows' loads in flight; the arithmetic is unchanged, bit for bit.
    * GPT-2's step 29.65-29.72 against 29.76-29.81 ms, the small GPT's 4.178-4.194 against
    * 4.205-4.211 (bench/RESULTS.md, session 21). The loop runs while the warp's first row
    * exists (a warp-uniform condition). */
