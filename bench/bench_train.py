@@ -51,6 +51,11 @@ How each side is timed (the same way):
     log's sync, so the launch of its first step is counted against nanotrain (torch's windows
     run back to back). Its batches come from its own loader (GPT: random windows drawn on the
     host each step; CNN: the async pinned-memory loader).
+  llm.c (--llmc BIN, GPT-2 only; bench/build_llmc.sh builds it from a checkout): its
+    train_gpt2cu on the same token stream (written as its shards), -r 0 (the GELU output kept,
+    as ours), with and without its GELU epilogue fusions (-ge 2 / 0). It times every step
+    with CUDA events and synchronises after each (its loop reads the loss and the gradient
+    norm on the host): those step times, averaged over windows of `window` steps.
   Both: the median over the >= 5 windows is the figure; the spread is the windows' min-max.
   items/s = items per step / median step time. Peak memory: torch.cuda.max_memory_allocated
   over the timed windows (the count restarts after the warm-up), less the memory that holds
@@ -69,6 +74,7 @@ import gzip
 import json
 import math
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -465,6 +471,59 @@ def nanotrain(a, name, args, window, items_per_step, log_dir):
     return res
 
 
+def cudnn_env():
+    """The environment with the cuDNN that torch's wheel brings on the library path (after
+    the system's), for an llm.c built with cuDNN on a machine whose CUDA toolkit lacks it."""
+    env, dirs = dict(os.environ), []
+    try:
+        import nvidia.cudnn
+        dirs = [os.path.join(p, "lib") for p in nvidia.cudnn.__path__]
+    except ImportError:
+        pass
+    env["LD_LIBRARY_PATH"] = ":".join(filter(None, [env.get("LD_LIBRARY_PATH")] + dirs))
+    return env
+
+
+LLMC_STEP = re.compile(r"^step\s+(\d+)/\d+ \| loss ([-+.\deEnaif]+) .*\| ([\d.]+) ms \|", re.M)
+
+
+def llmc(a, binary, flags, cfg, toks, items_per_step, log_dir, name):
+    """llm.c's train_gpt2cu at the workload's config (the module's docstring says how it is
+    timed): a fresh GPT-2 (-e d12: 124M, vocabulary 50257 padded to 50304 as ours), B x T, no
+    accumulation, AdamW with fp32 master weights, clip 1.0. Its peak memory is not comparable
+    (it reports cudaMemGetInfo's memory in use, the CUDA context included): mem_in_use_mib."""
+    B, T, window = cfg["B"], cfg["T"], cfg["window"]
+    steps = (a.skip + a.windows) * window
+    with tempfile.TemporaryDirectory(prefix="bench_llmc_") as d:
+        shard = os.path.join(d, "tokens.bin")
+        header = torch.zeros(256, dtype=torch.int32)
+        header[:3] = torch.tensor([20240520, 1, len(toks)])   # llm.c's shard header
+        with open(shard, "wb") as f:
+            f.write(header.numpy().tobytes())
+            f.write(toks.to(torch.int32).numpy().astype("<u2").tobytes())
+        args = ["-e", "d12", "-b", str(B), "-t", str(T), "-d", str(B * T), "-x", str(steps),
+                "-v", str(steps + 1), "-m", "1", "-s", "0", "-l", "6e-4", "-c", "0.1"] + flags
+        cmd = [binary, "-i", shard, "-j", shard] + args
+        t0 = time.time()
+        r = subprocess.run(cmd, capture_output=True, text=True, cwd=d, env=cudnn_env())
+    if log_dir:
+        os.makedirs(os.path.join(log_dir, name), exist_ok=True)
+        with open(os.path.join(log_dir, name, "stdout.log"), "w") as f:
+            f.write(" ".join(cmd) + "\n" + r.stdout + r.stderr)
+    ms = {int(s): float(t) for s, _, t in LLMC_STEP.findall(r.stdout)}
+    if r.returncode or len(ms) < steps:
+        raise RuntimeError(f"llm.c exited {r.returncode} after {len(ms)} of {steps} steps: "
+                           f"{(r.stdout + r.stderr)[-1500:]}")
+    per_window = [statistics.fmean(ms[s] for s in range(1 + w * window, 1 + (w + 1) * window))
+                  for w in range(a.skip, a.skip + a.windows)]
+    res = summary(per_window, items_per_step)
+    used = re.search(r"device memory usage: (\d+) MiB", r.stdout)
+    res.update(peak_mib=None, mem_in_use_mib=int(used.group(1)) if used else None,
+               loss=float(LLMC_STEP.findall(r.stdout)[-1][1]), wall_s=time.time() - t0,
+               args=" ".join(args))
+    return res
+
+
 # ---------------------------------------------------------------- workloads
 def shakespeare_tokens():
     d = os.environ.get("NT_DATA_DIR")
@@ -596,6 +655,19 @@ def workload(name, a, dev, clock):
         except Exception as e:
             res[key] = {"error": (str(e).splitlines() or [""])[0][:200]}
             print(f"  {key}: {e}", file=sys.stderr, flush=True)
+    # llm.c's trainer (GPT-2 only), with and without its cuBLASLt GELU fusions (-ge 2: the
+    # forward's GELU and the backward's DGELU in the GEMMs' epilogues, as ours; its default
+    # is 0), never recomputing the GELU (-r 0; its default, 1, recomputes it to save memory)
+    for binary in a.llmc if name == "gpt2" and dev.type == "cuda" else []:
+        for ge in ("0", "2"):
+            key = f"{os.path.basename(binary)} -r 0 -ge {ge}"
+            try:
+                res.setdefault("llmc", {})[key] = llmc(a, binary, ["-r", "0", "-ge", ge], cfg,
+                                                       toks, items, a.log_dir, f"llmc-ge{ge}")
+                print(f"  llm.c {key}: {res['llmc'][key]['step_ms']:.3f} ms/step", flush=True)
+            except Exception as e:
+                res["llmc"][key] = {"error": (str(e).splitlines() or [""])[0][:200]}
+                print(f"  llm.c {key}: {e}", file=sys.stderr, flush=True)
     fresh_memory(dev)
     data = torch_data(name, cfg, toks, dev, a)
     cfg["mem_base"] = allocated(dev)   # the data (and anything left before it)
@@ -610,7 +682,7 @@ def workload(name, a, dev, clock):
 def table(results, meta):
     units = {"gpt-char": "tokens/s", "gpt2": "tokens/s", "cnn": "images/s"}
     lines = ["| workload | side | step ms (median) | min-max ms | items/s | peak MiB | "
-             "torch / nanotrain |", "|---|---|---:|---:|---:|---:|---:|"]
+             "step / nanotrain's |", "|---|---|---:|---:|---:|---:|---:|"]
     for name, r in results.items():
         nt = r.get("nanotrain", {})
         rows = [("nanotrain" + (" (CUDA graph)" if nt.get("graph") else ""), nt)]
@@ -619,15 +691,17 @@ def table(results, meta):
             rows.append(("nanotrain --dtype fp8" + (" (CUDA graph)" if f8.get("graph") else ""), f8))
         rows += [(f"torch {v}" + (f" V={x['vocab']}" if "vocab" in x else ""), x)
                  for v, x in r["torch"].items()]
+        rows += [(f"llm.c {k}", x) for k, x in r.get("llmc", {}).items()]
         for side, x in rows:
             if "step_ms" not in x:
                 lines.append(f"| {name} | {side} | {x.get('error', 'not run')} | | | | |")
                 continue
             ratio = (f"{x['step_ms'] / nt['step_ms']:.2f}x"
-                     if "step_ms" in nt and side.startswith("torch") else "")
+                     if "step_ms" in nt and side.startswith(("torch", "llm.c")) else "")
+            peak = "n/a (a)" if x["peak_mib"] is None else f"{x['peak_mib']:,.0f}"
             lines.append(f"| {name} | {side} | {x['step_ms']:.3f} | {x['min_ms']:.3f}-"
                          f"{x['max_ms']:.3f} | {x['items_per_s']:,.0f} {units[name]} | "
-                         f"{x['peak_mib']:,.0f} | {ratio} |")
+                         f"{peak} | {ratio} |")
     lines.append("")
     for name, r in results.items():
         nt = r.get("nanotrain", {})
@@ -636,6 +710,14 @@ def table(results, meta):
             ms, v = min(done)
             lines.append(f"{name}: nanotrain {nt['step_ms']:.3f} ms/step, the fastest torch "
                          f"({v}) {ms:.3f} ms/step: nanotrain {ms / nt['step_ms']:.2f}x.")
+        done = [(x["step_ms"], k, x) for k, x in r.get("llmc", {}).items() if "step_ms" in x]
+        if done and "step_ms" in nt:
+            ms, k, x = min(done)
+            lines.append(f"{name}: the fastest llm.c ({k}) {ms:.3f} ms/step: nanotrain "
+                         f"{ms / nt['step_ms']:.2f}x. (a) llm.c's memory in use after its "
+                         f"allocations, CUDA context included: {x['mem_in_use_mib']} MiB; llm.c "
+                         "times each step with CUDA events and synchronises after it (its loop "
+                         "reads the loss and norm every step).")
         f8 = r.get("nanotrain_fp8", {})
         if "step_ms" in f8 and "step_ms" in nt:
             lines.append(f"{name}: nanotrain --dtype fp8 {f8['step_ms']:.3f} ms/step: "
@@ -643,7 +725,7 @@ def table(results, meta):
     lines.append(f"{meta['windows']} timed windows of ("
                  + ", ".join(f"{k}: {v}" for k, v in meta['window'].items())
                  + f") steps after {meta['skip']} warm-up windows; torch {meta['torch']}, "
-                 f"{meta['gpu']}; nanotrain at {meta['commit']}. torch / nanotrain > 1: "
+                 f"{meta['gpu']}; nanotrain at {meta['commit']}. step / nanotrain's > 1: "
                  "nanotrain faster.")
     return "\n".join(lines)
 
@@ -656,6 +738,9 @@ def main():
     ap.add_argument("--only", default="gpt-char,gpt2,cnn")
     ap.add_argument("--nt-fp8", action="store_true",
                     help="gpt2: also time nanotrain with --dtype fp8 (a row beside bf16's)")
+    ap.add_argument("--llmc", action="append", default=[], metavar="BIN",
+                    help="gpt2: also time llm.c's train_gpt2cu built by bench/build_llmc.sh "
+                         "(repeatable: with and without cuDNN, say)")
     ap.add_argument("--variants", default="",
                     help="PyTorch variants to run, in this order (default: the starred ones above): " +
                     ", ".join(dict.fromkeys(VARIANTS["gpt"] + VARIANTS["cnn"])))

@@ -8,6 +8,7 @@
 # less on a warm inductor cache); a cold build adds its own minutes. Bounded: torch variants
 # that would start past $BUDGET_S seconds (390) are skipped and reported as skipped.
 #   OUT=/path bench/run_train.sh [bench_train.py options, e.g. --only gpt2 --windows 9]
+#   (GPT-2 beside llm.c: --llmc BIN, BIN built by bench/build_llmc.sh; repeatable)
 # Writes under $OUT (when set): bench_train.md (the table), bench_train.json (every window),
 # bench_train.log (the whole output), bench_train_logs/<workload>/ (nanotrain's stdout and
 # metrics.jsonl); $JSON, when set, names the JSON file instead (default without $OUT:
