@@ -58,7 +58,8 @@ How each side is timed (the same way):
     norm on the host): those step times, averaged over windows of `window` steps.
   Both: the median over the >= 5 windows is the figure; the spread is the windows' min-max.
   items/s = items per step / median step time. Peak memory: torch.cuda.max_memory_allocated
-  over the timed windows (the count restarts after the warm-up), less the memory that holds
+  over the timed windows (the count restarts after the warm-up; for the graph variants it
+  covers the warm-up and capture too, time_windows says why), less the memory that holds
   the data set / pre-built batches (nanotrain keeps neither on the GPU); nanotrain: its pool's
   peak allocated bytes over the whole run, warm-up included.
 
@@ -222,14 +223,17 @@ def summary(step_ms, items_per_step):
             "items_per_s": items_per_step / med * 1e3, "windows_ms": step_ms}
 
 
-def time_windows(step, clock, warm, windows, n, items_per_step):
+def time_windows(step, clock, warm, windows, n, items_per_step, reset_peak=True):
     """step(i) runs training step i. Warm-up, one sync, then `windows` windows of n steps
     timed by marks at their ends, read once at the end. The peak-memory count restarts after
-    the warm-up (compilation and capture may need more than the steps)."""
+    the warm-up (compilation may need more than the steps), unless reset_peak is False: a
+    CUDA graph's replays use its private pool, which the allocated-bytes count leaves out
+    once the capture has ended, so a graph variant's peak is the one of its warm-up steps and
+    capture."""
     for i in range(warm):
         loss = step(i)
     clock.sync()
-    if clock.cuda:
+    if clock.cuda and reset_peak:
         torch.cuda.reset_peak_memory_stats()
     marks = [clock.mark()]
     for w in range(windows):
@@ -339,7 +343,7 @@ def gpt_stepper(cfg, variant, batches, dev, a, cache):
 def torch_gpt(cfg, variant, batches, dev, clock, a, cache):
     step, V, _ = gpt_stepper(cfg, variant, batches, dev, a, cache)
     r = time_windows(step, clock, a.skip * cfg["window"], a.windows, cfg["window"],
-                     cfg["B"] * cfg["T"])
+                     cfg["B"] * cfg["T"], reset_peak=not variant.startswith("graph"))
     r.update(peak_mib=peak_mib(dev, cfg["mem_base"]), vocab=V)
     return r
 
@@ -421,7 +425,8 @@ def cnn_stepper(cfg, variant, data, dev, a, cache):
 def torch_cnn(cfg, variant, data, dev, clock, a, cache):
     step, _, end = cnn_stepper(cfg, variant, data, dev, a, cache)
     try:
-        r = time_windows(step, clock, a.skip * cfg["window"], a.windows, cfg["window"], cfg["B"])
+        r = time_windows(step, clock, a.skip * cfg["window"], a.windows, cfg["window"], cfg["B"],
+                         reset_peak=not variant.startswith("graph"))
     finally:
         if end:   # no loader thread may linger into a later variant's graph capture
             end()
@@ -472,8 +477,8 @@ def nanotrain(a, name, args, window, items_per_step, log_dir):
 
 
 def cudnn_env():
-    """The environment with the cuDNN that torch's wheel brings on the library path (after
-    the system's), for an llm.c built with cuDNN on a machine whose CUDA toolkit lacks it."""
+    """The environment with torch's wheel's cuDNN on the library path after the system's (for
+    an llm.c built with cuDNN where the system has none)."""
     env, dirs = dict(os.environ), []
     try:
         import nvidia.cudnn
@@ -503,7 +508,7 @@ def llmc(a, binary, flags, cfg, toks, items_per_step, log_dir, name):
             f.write(toks.to(torch.int32).numpy().astype("<u2").tobytes())
         args = ["-e", "d12", "-b", str(B), "-t", str(T), "-d", str(B * T), "-x", str(steps),
                 "-v", str(steps + 1), "-m", "1", "-s", "0", "-l", "6e-4", "-c", "0.1"] + flags
-        cmd = [binary, "-i", shard, "-j", shard] + args
+        cmd = [os.path.abspath(binary), "-i", shard, "-j", shard] + args   # runs in d
         t0 = time.time()
         r = subprocess.run(cmd, capture_output=True, text=True, cwd=d, env=cudnn_env())
     if log_dir:
@@ -602,6 +607,8 @@ def run_torch(kind, cfg, variants, a, dev, clock, run_one, data):
             print(f"  torch {v}: {out[v]['error']}", flush=True)
             continue
         t0 = time.time()
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()   # this variant's peak only
         try:
             out[v] = run_one(cfg, v, data, dev, clock, a, cache)
             out[v]["wall_s"] = time.time() - t0
@@ -661,9 +668,10 @@ def workload(name, a, dev, clock):
     for binary in a.llmc if name == "gpt2" and dev.type == "cuda" else []:
         for ge in ("0", "2"):
             key = f"{os.path.basename(binary)} -r 0 -ge {ge}"
+            res.setdefault("llmc", {})
             try:
-                res.setdefault("llmc", {})[key] = llmc(a, binary, ["-r", "0", "-ge", ge], cfg,
-                                                       toks, items, a.log_dir, f"llmc-ge{ge}")
+                res["llmc"][key] = llmc(a, binary, ["-r", "0", "-ge", ge], cfg, toks, items,
+                                        a.log_dir, f"{os.path.basename(binary)}-ge{ge}")
                 print(f"  llm.c {key}: {res['llmc'][key]['step_ms']:.3f} ms/step", flush=True)
             except Exception as e:
                 res["llmc"][key] = {"error": (str(e).splitlines() or [""])[0][:200]}
