@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# Which half of the embedding's PDL launches races (README.md), and does a kernel launched with
-# PDL see the data of a copy issued just before it? For a GPU call, from the repository root:
-#   OUT=... bash dev/pdl-embedding/bisect.sh        (about 3 minutes on an H200)
-# Builds main in build-pdl (a copy of the tree under /tmp, so the patches never touch this one)
-# and the probe memcpy_pdl.cu, runs the probe, then for each patch: applies it, rebuilds, trains
+# Do the embedding's PDL launches (README.md) keep the CPU's losses, and are they faster? For a
+# GPU call, from the repository root:
+#   OUT=... bash dev/pdl-embedding/bisect.sh [SET ...]       (about 3 minutes on an H200)
+# A SET is a patch name or names joined by "+" (default: embedding_backward and
+# embedding_forward+embedding_backward). Builds main in build-pdl (a copy of the tree under /tmp,
+# so the patches never touch this one), then for each set: applies it, rebuilds, trains
 # gpu_test_train's fp32 dropout config three times as a CUDA graph and twice eagerly, and
 # compares every loss with the CPU's (main's CPU path, the reference; all losses go to
 # $OUT/losses.txt, to tell a race, different each run, from a fixed difference); then times the
-# small GPT's step with each patch that kept the CPU's losses against main, three rounds.
+# small GPT's step with each set that kept the CPU's losses against main, three rounds.
 cd "$(dirname "$0")/../.."
 . dev/scratch_tree.sh /tmp/pdl-embedding
 (scripts/build.sh build-pdl -DNT_CUDA_ARCHS=90a -DNT_FILTER= > "$out/build.log" 2>&1 &&
  cp build-pdl/nanotrain /tmp/nanotrain-main) || { tail -20 "$out/build.log"; exit 1; }
-nvcc -O2 -arch=sm_90a -o /tmp/memcpy_pdl dev/pdl-embedding/memcpy_pdl.cu && /tmp/memcpy_pdl | tee "$out/memcpy_pdl.txt"
 A="gpt --dtype fp32 --data synthetic --n-layer 2 --n-head 2 --n-embd 128 --block-size 128
    --vocab-size 65 --batch-size 8 --max-iters 10 --warmup-iters 2 --lr-decay-iters 10
    --eval-interval 0 --log-interval 1 --dropout 0.2 --no-progress"
@@ -36,8 +36,11 @@ speed() {  # binary
   med /tmp/c/metrics.jsonl
 }
 check main | tee "$out/bisect.txt"
-for p in embedding_forward embedding_backward; do
-  patch -s -p1 < dev/pdl-embedding/$p.patch
+sets=("$@")
+[[ ${#sets[@]} -gt 0 ]] || sets=(embedding_backward embedding_forward+embedding_backward)
+for p in "${sets[@]}"; do
+  IFS=+ read -ra parts <<< "$p"
+  for q in "${parts[@]}"; do patch -s -p1 < dev/pdl-embedding/$q.patch; done
   if ninja -C build-pdl nanotrain > "$out/build_$p.log" 2>&1; then
     r=$(check $p); echo "$r"
     if [[ $r == "$p: 0 of"* ]]; then
@@ -46,5 +49,5 @@ for p in embedding_forward embedding_backward; do
   else
     echo "$p: build failed"
   fi
-  patch -s -p1 -R < dev/pdl-embedding/$p.patch
+  for ((k = ${#parts[@]} - 1; k >= 0; k--)); do patch -s -p1 -R < dev/pdl-embedding/${parts[k]}.patch; done
 done | tee -a "$out/bisect.txt"
