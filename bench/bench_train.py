@@ -515,7 +515,8 @@ def llmc(a, binary, flags, cfg, toks, items_per_step, log_dir, name):
         os.makedirs(os.path.join(log_dir, name), exist_ok=True)
         with open(os.path.join(log_dir, name, "stdout.log"), "w") as f:
             f.write(" ".join(cmd) + "\n" + r.stdout + r.stderr)
-    ms = {int(s): float(t) for s, _, t in LLMC_STEP.findall(r.stdout)}
+    found = LLMC_STEP.findall(r.stdout)
+    ms = {int(s): float(t) for s, _, t in found}
     if r.returncode or len(ms) < steps:
         raise RuntimeError(f"llm.c exited {r.returncode} after {len(ms)} of {steps} steps: "
                            f"{(r.stdout + r.stderr)[-1500:]}")
@@ -524,7 +525,7 @@ def llmc(a, binary, flags, cfg, toks, items_per_step, log_dir, name):
     res = summary(per_window, items_per_step)
     used = re.search(r"device memory usage: (\d+) MiB", r.stdout)
     res.update(peak_mib=None, mem_in_use_mib=int(used.group(1)) if used else None,
-               loss=float(LLMC_STEP.findall(r.stdout)[-1][1]), wall_s=time.time() - t0,
+               loss=float(found[-1][1]), wall_s=time.time() - t0,
                args=" ".join(args))
     return res
 
